@@ -1,0 +1,123 @@
+//! Wiring: the broker, the gateway and the HTTP port, started together and
+//! stopped together.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::broker::embedded::{BrokerError, EmbeddedBroker};
+use crate::config::Config;
+use crate::gateway::{Dispatcher, Gateway};
+use crate::http::{self, HttpState, LMOS_PATH};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen for HTTP on {addr}: {source}")]
+    HttpBind { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+/// A sidecar whose ports are bound and whose broker is accepting
+/// connections; [`Application::run`] serves until shutdown.
+pub struct Application {
+    config: Config,
+    http_listener: TcpListener,
+    http_addr: SocketAddr,
+    mqtt_addr: SocketAddr,
+    mqtt5_addr: SocketAddr,
+    gateway: Gateway,
+    dispatcher: Dispatcher,
+}
+
+impl Application {
+    /// Binds every port (port 0 picks a free one) and starts the broker.
+    pub async fn build(config: Config) -> Result<Application, StartError> {
+        let addr = config.http.listen;
+        let http_listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::HttpBind { addr, source })?;
+        Application::with_listener(config, http_listener).await
+    }
+
+    /// As [`Application::build`], with the HTTP listener already bound.
+    pub async fn with_listener(config: Config, http_listener: TcpListener) -> Result<Application, StartError> {
+        let http_addr = http_listener.local_addr().map_err(|source| StartError::HttpBind {
+            addr: config.http.listen,
+            source,
+        })?;
+        let broker = EmbeddedBroker::start(&config.mqtt).await?;
+        let thing_id = match config.sidecar.thing_id.as_str() {
+            "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            id => id.to_owned(),
+        };
+        let (gateway, dispatcher) = Gateway::new(broker.bus, broker.deliveries, config.topics(), config.gateway.clone(), thing_id);
+        Ok(Application {
+            http_listener,
+            http_addr,
+            mqtt_addr: broker.mqtt_addr,
+            mqtt5_addr: broker.mqtt5_addr,
+            gateway,
+            dispatcher,
+            config,
+        })
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    pub fn mqtt_addr(&self) -> SocketAddr {
+        self.mqtt_addr
+    }
+
+    pub fn mqtt5_addr(&self) -> SocketAddr {
+        self.mqtt5_addr
+    }
+
+    /// Serves until `shutdown` resolves, then closes every WebSocket
+    /// connection (code 1001) and waits for them up to the grace period.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let token = CancellationToken::new();
+        let connections = TaskTracker::new();
+        info!(
+            mqtt = %self.mqtt_addr,
+            mqtt5 = %self.mqtt5_addr,
+            http = %self.http_addr,
+            websocket = %format!("ws://{}{LMOS_PATH}", self.http_addr),
+            "Sidecar ready."
+        );
+
+        let dispatcher = tokio::spawn(self.dispatcher.run(token.clone()));
+        let state = HttpState {
+            gateway: self.gateway,
+            connections: connections.clone(),
+            shutdown: token.clone(),
+        };
+        let server = tokio::spawn(http::serve(self.http_listener, state));
+
+        tokio::select! {
+            _ = shutdown => info!("Shutting down."),
+            _ = token.cancelled() => {}
+        }
+        token.cancel();
+
+        let grace = self.config.shutdown_grace();
+        connections.close();
+        let drained = tokio::time::timeout(grace, async {
+            let _ = server.await;
+            connections.wait().await;
+        })
+        .await;
+        if drained.is_err() {
+            warn!(grace_ms = grace.as_millis() as u64, "Connections still open after the grace period; exiting anyway.");
+        }
+        dispatcher.abort();
+        info!("Sidecar stopped.");
+        Ok(())
+    }
+}

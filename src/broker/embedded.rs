@@ -1,0 +1,234 @@
+//! rumqttd, embedded in the process.
+//!
+//! rumqttd binds its own listeners, blocks the thread that starts it, never
+//! stops, and only logs a failed bind. So the sidecar binds each address
+//! itself first (a taken port fails start-up with a clear message, port 0 is
+//! resolved to a real port), hands the resolved address to rumqttd, and then
+//! waits until each listener answers an MQTT CONNECT.
+//!
+//! The sidecar's own traffic goes through one local link. Its sending half
+//! blocks on the router's queue, so it lives on a thread of its own, fed by
+//! an async channel; its receiving half is read by an async task.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rumqttd::local::{LinkRx, LinkTx};
+use rumqttd::protocol::{Filter, Packet, Publish, QoS, RetainForwardRule, Subscribe, Unsubscribe};
+use rumqttd::{Broker, ConnectionSettings, Notification, RouterConfig, ServerSettings};
+use tokio::sync::mpsc;
+use tracing::{debug, error, info};
+
+use super::probe::{wait_ready, MqttVersion};
+use super::{Bus, BusCommand, Delivery};
+use crate::config::MqttConfig;
+
+/// Commands queued towards the broker before publishers wait.
+const COMMAND_QUEUE: usize = 4096;
+/// Deliveries queued towards the gateway before the link stops reading (the
+/// broker then buffers in its per-filter rings).
+const DELIVERY_QUEUE: usize = 4096;
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("cannot listen for {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the embedded MQTT broker did not start listening on {addr} within {READY_TIMEOUT:?}")]
+    NotReady { addr: SocketAddr },
+    #[error("cannot connect the sidecar to the embedded MQTT broker: {0}")]
+    Link(String),
+    #[error("cannot start a broker thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// A running embedded broker.
+pub struct EmbeddedBroker {
+    /// Where the MQTT 3.1.1 listener is bound.
+    pub mqtt_addr: SocketAddr,
+    /// Where the MQTT 5 listener is bound.
+    pub mqtt5_addr: SocketAddr,
+    pub bus: Bus,
+    pub deliveries: mpsc::Receiver<Delivery>,
+}
+
+/// Resolves an address by binding it, then frees it for rumqttd. The window
+/// between the two is a few microseconds; what it buys is a clear error for
+/// the common mistake of a port already in use.
+fn reserve(what: &'static str, addr: SocketAddr) -> Result<SocketAddr, BrokerError> {
+    let listener = TcpListener::bind(addr).map_err(|source| BrokerError::Bind { what, addr, source })?;
+    let bound = listener.local_addr()?;
+    drop(listener);
+    Ok(bound)
+}
+
+fn server_settings(name: &str, listen: SocketAddr, config: &MqttConfig) -> ServerSettings {
+    ServerSettings {
+        name: name.to_owned(),
+        listen,
+        tls: None,
+        // rumqttd sleeps this long after every accept; 1 ms caps accepts at
+        // about 480/s.
+        next_connection_delay_ms: 0,
+        connections: ConnectionSettings {
+            connection_timeout_ms: config.connection_timeout_ms,
+            max_payload_size: config.max_payload_size,
+            max_inflight_count: config.max_inflight_count,
+            auth: None,
+            external_auth: None,
+            dynamic_filters: true,
+        },
+    }
+}
+
+impl EmbeddedBroker {
+    /// Starts the broker and waits until both listeners accept connections.
+    pub async fn start(config: &MqttConfig) -> Result<EmbeddedBroker, BrokerError> {
+        let mqtt_addr = reserve("MQTT 3.1.1", config.listen)?;
+        let mqtt5_addr = reserve("MQTT 5", config.listen_v5)?;
+
+        let rumqttd_config = rumqttd::Config {
+            id: 0,
+            router: RouterConfig {
+                max_connections: config.max_connections,
+                max_outgoing_packet_count: config.max_outgoing_packet_count,
+                max_segment_size: config.segment_size,
+                max_segment_count: config.segment_count,
+                custom_segment: None,
+                initialized_filters: None,
+                shared_subscriptions_strategy: Default::default(),
+            },
+            v4: Some(HashMap::from([("v4".to_owned(), server_settings("mqtt-v4", mqtt_addr, config))])),
+            v5: Some(HashMap::from([("v5".to_owned(), server_settings("mqtt-v5", mqtt5_addr, config))])),
+            ..Default::default()
+        };
+
+        let mut broker = Broker::new(rumqttd_config);
+        // A client ID no MQTT client will pick by accident: a duplicate would
+        // make rumqttd drop the sidecar's own link.
+        let link_id = format!("lmos-sidecar-{}", uuid::Uuid::new_v4().simple());
+        let (link_tx, link_rx) = broker.link(&link_id).map_err(|e| BrokerError::Link(e.to_string()))?;
+
+        std::thread::Builder::new()
+            .name("rumqttd".into())
+            .spawn(move || {
+                if let Err(e) = broker.start() {
+                    error!(error = %e, "Embedded MQTT broker stopped.");
+                }
+            })?;
+
+        let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
+        std::thread::Builder::new()
+            .name("bus-publisher".into())
+            .spawn(move || run_link_tx(link_tx, command_rx))?;
+
+        let (delivery_tx, deliveries) = mpsc::channel(DELIVERY_QUEUE);
+        tokio::spawn(run_link_rx(link_rx, delivery_tx));
+
+        for (addr, version) in [(mqtt_addr, MqttVersion::V311), (mqtt5_addr, MqttVersion::V5)] {
+            if !wait_ready(addr, version, READY_TIMEOUT).await {
+                return Err(BrokerError::NotReady { addr });
+            }
+        }
+        info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
+
+        Ok(EmbeddedBroker {
+            mqtt_addr,
+            mqtt5_addr,
+            bus: Bus::new(command_tx),
+            deliveries,
+        })
+    }
+}
+
+fn subscribe_packet(filter: String) -> Packet {
+    let filter = Filter {
+        path: filter,
+        qos: QoS::AtMostOnce,
+        nolocal: false,
+        preserve_retain: false,
+        retain_forward_rule: RetainForwardRule::OnEverySubscribe,
+    };
+    Packet::Subscribe(
+        Subscribe {
+            pkid: 0,
+            filters: vec![filter],
+        },
+        None,
+    )
+}
+
+/// Owns the sending half of the link. `LinkTx::send` is async in name only: it
+/// blocks on the router's bounded queue, hence a thread of its own.
+fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(r) => r,
+        Err(e) => {
+            error!(error = %e, "Cannot start the bus publisher.");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        while let Some(command) = commands.recv().await {
+            let packet = match command {
+                BusCommand::Publish {
+                    topic,
+                    payload,
+                    retain,
+                } => Packet::Publish(Publish::new(Bytes::from(topic), payload, retain), None),
+                BusCommand::Subscribe(filter) => {
+                    debug!(%filter, "Subscribing the gateway.");
+                    subscribe_packet(filter)
+                }
+                BusCommand::Unsubscribe(filter) => {
+                    debug!(%filter, "Unsubscribing the gateway.");
+                    Packet::Unsubscribe(
+                        Unsubscribe {
+                            pkid: 0,
+                            filters: vec![filter],
+                        },
+                        None,
+                    )
+                }
+            };
+            if let Err(e) = link_tx.send(packet).await {
+                error!(error = %e, "Embedded MQTT broker refused the sidecar's message; the bus is stopping.");
+                return;
+            }
+        }
+    });
+}
+
+async fn run_link_rx(mut link_rx: LinkRx, deliveries: mpsc::Sender<Delivery>) {
+    loop {
+        match link_rx.next().await {
+            Ok(Some(Notification::Forward(forward))) => {
+                let delivery = Delivery {
+                    topic: forward.publish.topic,
+                    payload: forward.publish.payload,
+                };
+                if deliveries.send(delivery).await.is_err() {
+                    return;
+                }
+            }
+            // The router stops sending once our buffer is full and waits to be
+            // told we drained it; without this delivery would stall for good.
+            Ok(Some(Notification::Unschedule)) => {
+                if link_rx.wake().await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                error!(error = %e, "Lost the link to the embedded MQTT broker.");
+                return;
+            }
+        }
+    }
+}

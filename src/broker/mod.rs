@@ -1,0 +1,70 @@
+//! The message bus the rest of the sidecar sees: publish, subscribe,
+//! unsubscribe, and a stream of deliveries for what it subscribed to.
+//!
+//! Only [`embedded`] knows that rumqttd routes the messages; an external MQTT
+//! cluster can take its place by producing the same [`Bus`] and deliveries.
+
+pub mod embedded;
+mod probe;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+/// A message the bus delivered for one of the sidecar's subscriptions.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub topic: Bytes,
+    pub payload: Bytes,
+}
+
+#[derive(Debug)]
+pub(crate) enum BusCommand {
+    Publish {
+        topic: String,
+        payload: Bytes,
+        retain: bool,
+    },
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the message bus has stopped")]
+pub struct BusClosed;
+
+/// Cheap to clone; every clone feeds the same bus connection, in order.
+#[derive(Debug, Clone)]
+pub struct Bus {
+    commands: mpsc::Sender<BusCommand>,
+}
+
+impl Bus {
+    pub(crate) fn new(commands: mpsc::Sender<BusCommand>) -> Bus {
+        Bus { commands }
+    }
+
+    /// Publishes at QoS 0 from inside the sidecar. Waits (never drops) when
+    /// the bus is busy, which slows the publishing connection down.
+    pub async fn publish(&self, topic: String, payload: Bytes, retain: bool) -> Result<(), BusClosed> {
+        self.send(BusCommand::Publish {
+            topic,
+            payload,
+            retain,
+        })
+        .await
+    }
+
+    /// Subscribes the sidecar. Retained messages matching the filter are
+    /// delivered right after.
+    pub async fn subscribe(&self, filter: String) -> Result<(), BusClosed> {
+        self.send(BusCommand::Subscribe(filter)).await
+    }
+
+    pub async fn unsubscribe(&self, filter: String) -> Result<(), BusClosed> {
+        self.send(BusCommand::Unsubscribe(filter)).await
+    }
+
+    async fn send(&self, command: BusCommand) -> Result<(), BusClosed> {
+        self.commands.send(command).await.map_err(|_| BusClosed)
+    }
+}

@@ -1,0 +1,320 @@
+//! Configuration: serde structs with named defaults, read from an optional
+//! TOML file, then `LMOS_SIDECAR_...` environment variables, then flags.
+//! Validated once at start-up.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+use crate::topics::Topics;
+
+/// Environment variables override file settings: `LMOS_SIDECAR_` + section +
+/// `__` + key, e.g. `LMOS_SIDECAR_MQTT__LISTEN=0.0.0.0:1883`.
+pub const ENV_PREFIX: &str = "LMOS_SIDECAR_";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub sidecar: SidecarConfig,
+    pub mqtt: MqttConfig,
+    pub http: HttpConfig,
+    pub gateway: GatewayConfig,
+    pub topics: TopicsConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SidecarConfig {
+    /// The thingID the sidecar uses in errors that concern no Thing (e.g. a
+    /// message that is not JSON). Empty: `urn:uuid:` + a random UUID per run.
+    pub thing_id: String,
+    /// How long shutdown waits for connections to close, in milliseconds.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for SidecarConfig {
+    fn default() -> Self {
+        SidecarConfig {
+            thing_id: String::new(),
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MqttConfig {
+    /// Address of the embedded broker's MQTT 3.1.1 listener.
+    pub listen: SocketAddr,
+    /// Address of its MQTT 5 listener (rumqttd serves one protocol version
+    /// per listener).
+    pub listen_v5: SocketAddr,
+    pub max_connections: usize,
+    /// Largest MQTT payload accepted, in bytes.
+    pub max_payload_size: usize,
+    /// Unacknowledged QoS 1/2 messages per client.
+    pub max_inflight_count: usize,
+    /// Time a new connection has to send CONNECT, in milliseconds.
+    pub connection_timeout_ms: u16,
+    /// Each subscription filter buffers up to segment_size x segment_count
+    /// bytes for subscribers that fall behind; beyond that the oldest
+    /// messages are overwritten and a slow subscriber misses them.
+    pub segment_size: usize,
+    pub segment_count: usize,
+    /// Messages the broker hands a connection per scheduling round.
+    pub max_outgoing_packet_count: u64,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
+            listen_v5: SocketAddr::from(([127, 0, 0, 1], 1884)),
+            max_connections: 10_000,
+            max_payload_size: 1024 * 1024,
+            max_inflight_count: 100,
+            connection_timeout_ms: 5_000,
+            segment_size: 16 * 1024 * 1024,
+            segment_count: 4,
+            max_outgoing_packet_count: 200,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address of the HTTP port; `/lmos` upgrades to the WebSocket gateway.
+    pub listen: SocketAddr,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+        }
+    }
+}
+
+/// What happens to a WebSocket consumer whose outbound queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlowConsumerPolicy {
+    /// Close the connection (code 1013, with a reason) so the consumer knows
+    /// it missed messages and can reconnect; other consumers are unaffected.
+    Disconnect,
+    /// Drop the messages that do not fit and keep the connection.
+    Drop,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Largest WebSocket message accepted, in bytes.
+    pub max_message_size: usize,
+    /// Messages queued per WebSocket connection before the slow-consumer
+    /// policy applies.
+    pub outbound_queue: usize,
+    pub slow_consumer: SlowConsumerPolicy,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            max_message_size: 1024 * 1024,
+            outbound_queue: 1024,
+            slow_consumer: SlowConsumerPolicy::Disconnect,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicsConfig {
+    /// First level(s) of every LMOS topic.
+    pub prefix: String,
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        TopicsConfig {
+            prefix: "lmos".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `RUST_LOG`-style filter; the `RUST_LOG` variable wins when set.
+    pub filter: String,
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            filter: "info,rumqttd=warn".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Load(Box<figment::Error>),
+    #[error("invalid value for `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+/// Command-line values that override everything else.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Overrides {
+    pub mqtt_listen: Option<SocketAddr>,
+    pub mqtt5_listen: Option<SocketAddr>,
+    pub http_listen: Option<SocketAddr>,
+}
+
+impl Config {
+    /// Defaults, then the file (if any), then the environment, then flags.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            if !file.exists() {
+                return Err(ConfigError::Invalid {
+                    key: "--config",
+                    reason: format!("the file {} does not exist", file.display()),
+                });
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
+        if let Some(a) = overrides.mqtt_listen {
+            figment = figment.merge(Serialized::default("mqtt.listen", a));
+        }
+        if let Some(a) = overrides.mqtt5_listen {
+            figment = figment.merge(Serialized::default("mqtt.listen_v5", a));
+        }
+        if let Some(a) = overrides.http_listen {
+            figment = figment.merge(Serialized::default("http.listen", a));
+        }
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Topics::new(&self.topics.prefix).map_err(|e| ConfigError::Invalid {
+            key: "topics.prefix",
+            reason: e.to_string(),
+        })?;
+        let positive = [
+            ("gateway.outbound_queue", self.gateway.outbound_queue),
+            ("gateway.max_message_size", self.gateway.max_message_size),
+            ("mqtt.max_payload_size", self.mqtt.max_payload_size),
+            ("mqtt.segment_size", self.mqtt.segment_size),
+            ("mqtt.segment_count", self.mqtt.segment_count),
+            ("mqtt.max_connections", self.mqtt.max_connections),
+            ("mqtt.max_inflight_count", self.mqtt.max_inflight_count),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    reason: "must be greater than 0".into(),
+                });
+            }
+        }
+        if self.mqtt.max_inflight_count > usize::from(u16::MAX) {
+            return Err(ConfigError::Invalid {
+                key: "mqtt.max_inflight_count",
+                reason: "must be at most 65535 (MQTT packet identifiers are 16-bit)".into(),
+            });
+        }
+        if self.mqtt.segment_size < self.mqtt.max_payload_size {
+            return Err(ConfigError::Invalid {
+                key: "mqtt.segment_size",
+                reason: "must be at least mqtt.max_payload_size, or large messages could never be buffered".into(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn topics(&self) -> Topics {
+        Topics::new(&self.topics.prefix).expect("validated at load")
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.sidecar.shutdown_grace_ms)
+    }
+
+    /// The configuration as TOML, for `--print-config`.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("the configuration is always serializable")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIPPED: &str = include_str!("../config/lmos-sidecar.toml");
+
+    #[test]
+    fn the_shipped_file_spells_out_the_defaults() {
+        let from_file: Config = toml::from_str(SHIPPED).unwrap();
+        assert_eq!(from_file, Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let e = toml::from_str::<Config>("[mqtt]\nlisen = \"127.0.0.1:1\"\n").unwrap_err();
+        assert!(e.to_string().contains("lisen"), "{e}");
+    }
+
+    #[test]
+    fn environment_overrides_the_file_and_flags_override_both() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[mqtt]\nlisten = \"127.0.0.1:1000\"\n[topics]\nprefix = \"file\"\n")?;
+            jail.set_env("LMOS_SIDECAR_TOPICS__PREFIX", "env/lmos");
+            jail.set_env("LMOS_SIDECAR_GATEWAY__OUTBOUND_QUEUE", "7");
+            let c = Config::load(Some(Path::new("c.toml")), &Overrides::default()).unwrap();
+            assert_eq!(c.topics.prefix, "env/lmos");
+            assert_eq!(c.gateway.outbound_queue, 7);
+            assert_eq!(c.mqtt.listen.port(), 1000);
+            let o = Overrides {
+                mqtt_listen: Some("127.0.0.1:0".parse().unwrap()),
+                ..Overrides::default()
+            };
+            let c = Config::load(Some(Path::new("c.toml")), &o).unwrap();
+            assert_eq!(c.mqtt.listen.port(), 0);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let mut c = Config::default();
+        c.topics.prefix = "a/#".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("topics.prefix"), "{e}");
+        let mut c = Config::default();
+        c.gateway.outbound_queue = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("gateway.outbound_queue"));
+    }
+}

@@ -1,0 +1,281 @@
+//! One WebSocket connection speaking `lmosprotocol`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage, Utf8Bytes};
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::dispatcher::Command;
+use super::outbound::Inbox;
+use super::subscriptions::{ConnId, Selector};
+use super::Shared;
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+
+/// Frames written per flush when many are queued.
+const WRITE_BATCH: usize = 64;
+/// How long a closing handshake may take before the socket is dropped.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+pub struct Connection<S> {
+    id: ConnId,
+    peer: SocketAddr,
+    socket: WebSocketStream<S>,
+    inbox: Inbox,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+}
+
+/// Why a connection ends, which decides its close frame.
+enum Ending {
+    PeerClosed,
+    Shutdown,
+    TooSlow,
+    Failed(WsError),
+}
+
+impl<S> Connection<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    pub(super) fn new(
+        id: ConnId,
+        peer: SocketAddr,
+        socket: WebSocketStream<S>,
+        inbox: Inbox,
+        shared: Arc<Shared>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Connection {
+            id,
+            peer,
+            socket,
+            inbox,
+            shared,
+            shutdown,
+        }
+    }
+
+    pub async fn run(mut self) {
+        debug!(peer = %self.peer, "WebSocket connection opened.");
+        let ending = self.serve().await;
+        self.shared.command(Command::Deregister { conn: self.id }).await;
+        let dropped = self.inbox.dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            warn!(dropped, "Slow consumer missed messages (slow_consumer = \"drop\").");
+        }
+        let close = match ending {
+            Ending::PeerClosed => None,
+            Ending::Shutdown => Some((CloseCode::Away, "Sidecar shutting down.".to_owned())),
+            Ending::TooSlow => {
+                warn!(queue = self.shared.config.outbound_queue, "Disconnecting slow consumer.");
+                Some((
+                    CloseCode::Again,
+                    format!(
+                        "Slow consumer: more than {} messages waiting; reconnect and subscribe again.",
+                        self.shared.config.outbound_queue
+                    ),
+                ))
+            }
+            Ending::Failed(WsError::Capacity(e)) => Some((CloseCode::Size, format!("Message too big: {e}."))),
+            Ending::Failed(e) => {
+                debug!(error = %e, "WebSocket connection failed.");
+                None
+            }
+        };
+        if let Some((code, reason)) = close {
+            let frame = CloseFrame {
+                code,
+                reason: reason.into(),
+            };
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.socket.close(Some(frame))).await;
+        }
+        debug!("WebSocket connection closed.");
+    }
+
+    async fn serve(&mut self) -> Ending {
+        let too_slow = self.inbox.too_slow.clone();
+        let shutdown = self.shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ending::Shutdown,
+                _ = too_slow.cancelled() => return Ending::TooSlow,
+                frame = self.inbox.rx.recv() => {
+                    let Some(frame) = frame else { return Ending::Shutdown };
+                    // A consumer that stops reading blocks this write; the
+                    // slow-consumer signal and shutdown must still get through.
+                    tokio::select! {
+                        result = self.write_batch(frame) => if let Err(e) = result { return Ending::Failed(e) },
+                        _ = too_slow.cancelled() => return Ending::TooSlow,
+                        _ = shutdown.cancelled() => return Ending::Shutdown,
+                    }
+                }
+                incoming = self.socket.next() => match incoming {
+                    None => return Ending::PeerClosed,
+                    Some(Err(e)) => return Ending::Failed(e),
+                    Some(Ok(message)) => if let Err(e) = self.handle(message).await {
+                        return Ending::Failed(e);
+                    },
+                },
+            }
+        }
+    }
+
+    async fn write_batch(&mut self, first: Utf8Bytes) -> Result<(), WsError> {
+        self.socket.feed(WsMessage::Text(first)).await?;
+        for _ in 1..WRITE_BATCH {
+            match self.inbox.rx.try_recv() {
+                Ok(frame) => self.socket.feed(WsMessage::Text(frame)).await?,
+                Err(_) => break,
+            }
+        }
+        self.socket.flush().await
+    }
+
+    async fn handle(&mut self, message: WsMessage) -> Result<(), WsError> {
+        match message {
+            WsMessage::Text(text) => self.handle_text(text).await,
+            WsMessage::Binary(_) => {
+                let problem = Problem::new(
+                    ProblemKind::BinaryFrame,
+                    "LMOS messages are JSON text; send them as WebSocket text frames.",
+                );
+                self.reply(problem, None, None).await
+            }
+            // tungstenite answers pings itself; close frames end the stream.
+            WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Close(_) | WsMessage::Frame(_) => Ok(()),
+        }
+    }
+
+    async fn handle_text(&mut self, text: Utf8Bytes) -> Result<(), WsError> {
+        let max = self.shared.config.max_message_size;
+        if text.len() > max {
+            let detail = format!("The message has {} bytes; this gateway accepts at most {max} (gateway.max_message_size).", text.len());
+            return self.reply(Problem::new(ProblemKind::MessageTooLarge, detail), None, None).await;
+        }
+        let message = match Message::parse(text.as_bytes()) {
+            Ok(m) => m,
+            Err(rejection) => {
+                let problem = Problem::from(&rejection);
+                let correlation = rejection.reply_correlation_id().map(str::to_owned);
+                return self.reply(problem, rejection.thing_id.as_deref(), correlation.as_deref()).await;
+            }
+        };
+        let thing = message.thing_id.clone();
+        let correlation = message.reply_correlation_id().to_owned();
+        let subscribe = |selector| Command::Subscribe {
+            conn: self.id,
+            thing: thing.clone(),
+            selector,
+            correlation_id: correlation.clone(),
+        };
+        let unsubscribe = |selector| Command::Unsubscribe {
+            conn: self.id,
+            thing: thing.clone(),
+            selector,
+        };
+        let topics = &self.shared.topics;
+        let outcome = match &message.body {
+            Body::SubscribeEvent { event } => Outcome::Command(subscribe(Selector::Event(event.clone()))),
+            Body::UnsubscribeEvent { event } => Outcome::Command(unsubscribe(Selector::Event(event.clone()))),
+            Body::SubscribeAllEvents => Outcome::Command(subscribe(Selector::AllEvents)),
+            Body::UnsubscribeAllEvents => Outcome::Command(unsubscribe(Selector::AllEvents)),
+            Body::ObserveProperty { name } => Outcome::Command(subscribe(Selector::Property(name.clone()))),
+            Body::UnobserveProperty { name } => Outcome::Command(unsubscribe(Selector::Property(name.clone()))),
+            // What agents send is published verbatim: MQTT subscribers get
+            // exactly the message, unknown members and trace context included.
+            Body::Event { event, .. } => Outcome::Publish(vec![(topics.event(&thing, event), Bytes::from(text), false)]),
+            Body::PropertyReading { name, .. } => {
+                Outcome::Publish(vec![(topics.property(&thing, name), Bytes::from(text), true)])
+            }
+            Body::PropertyReadings { data, timestamp } => Outcome::Publish(
+                data.iter()
+                    .map(|(name, value)| {
+                        let reading = split_reading(&message, name, value, timestamp);
+                        (topics.property(&thing, name), Bytes::from(reading.to_json()), true)
+                    })
+                    .collect(),
+            ),
+            Body::ActionStatus { action, .. } => match &message.correlation_id {
+                Some(invocation) => {
+                    Outcome::Publish(vec![(topics.action_status(&thing, action, invocation), Bytes::from(text), false)])
+                }
+                None => Outcome::Reject(Problem::new(
+                    ProblemKind::MissingMember,
+                    "An actionStatus needs a correlationID: it names the invocation (the invokeAction's correlationID, else its messageID) and becomes the last level of its topic.",
+                )),
+            },
+            Body::ReadProperty { .. }
+            | Body::WriteProperty { .. }
+            | Body::WriteMultipleProperties { .. }
+            | Body::InvokeAction { .. }
+            | Body::QueryAction { .. }
+            | Body::CancelAction { .. }
+            | Body::Error(_) => Outcome::Reject(Problem::new(
+                ProblemKind::NotSupported,
+                format!(
+                    "This sidecar does not route `{}` messages to agents yet; it carries events, property readings and action status.",
+                    message.message_type()
+                ),
+            )),
+        };
+        match outcome {
+            Outcome::Command(command) => {
+                debug!(message_type = %message.message_type(), "Applying subscription change.");
+                self.shared.command(command).await;
+                Ok(())
+            }
+            Outcome::Publish(publications) => {
+                for (topic, payload, retain) in publications {
+                    if self.shared.bus.publish(topic, payload, retain).await.is_err() {
+                        let problem = Problem::new(ProblemKind::Unavailable, "The message bus has stopped; the message was not published.");
+                        return self.reply(problem, Some(&thing), Some(&correlation)).await;
+                    }
+                }
+                Ok(())
+            }
+            Outcome::Reject(problem) => self.reply(problem, Some(&thing), Some(&correlation)).await,
+        }
+    }
+
+    /// Sends an LMOS `error` to this connection, ahead of queued deliveries.
+    async fn reply(&mut self, problem: Problem, thing: Option<&str>, correlation: Option<&str>) -> Result<(), WsError> {
+        let thing = thing.unwrap_or(&self.shared.thing_id);
+        let message = problem.to_message(thing, correlation);
+        if let Body::Error(e) = &message.body {
+            info!(kind = problem.kind.slug(), instance = %e.instance, "Rejected a WebSocket message.");
+        }
+        self.socket.send(WsMessage::Text(message.to_json().into())).await
+    }
+}
+
+enum Outcome {
+    Command(Command),
+    Publish(Vec<(String, Bytes, bool)>),
+    Reject(Problem),
+}
+
+/// One `propertyReading` per member of a `propertyReadings`, so observers of
+/// each property see it; trace context is carried over.
+fn split_reading(message: &Message, name: &str, value: &serde_json::Value, timestamp: &str) -> Message {
+    let mut reading = Message::new(
+        message.thing_id.clone(),
+        Body::PropertyReading {
+            name: name.to_owned(),
+            value: value.clone(),
+            timestamp: timestamp.to_owned(),
+        },
+    );
+    reading.traceparent = message.traceparent.clone();
+    reading.tracestate = message.tracestate.clone();
+    reading
+}

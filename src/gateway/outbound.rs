@@ -1,0 +1,98 @@
+//! The bounded queue between the dispatcher and one WebSocket connection.
+//!
+//! The dispatcher never waits on a consumer: it offers each message and, when
+//! the queue is full, applies the slow-consumer policy to that consumer only.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::SlowConsumerPolicy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    Queued,
+    /// The queue was full and the policy is to drop.
+    Dropped,
+    /// The queue was full and the connection is being closed, or it is gone.
+    Closed,
+}
+
+/// The dispatcher's side of a connection's queue.
+#[derive(Debug, Clone)]
+pub struct Outbound {
+    tx: mpsc::Sender<Utf8Bytes>,
+    policy: SlowConsumerPolicy,
+    /// Cancelled when the consumer is too slow under the disconnect policy.
+    too_slow: CancellationToken,
+    dropped: Arc<AtomicU64>,
+}
+
+/// The connection's side.
+pub struct Inbox {
+    pub rx: mpsc::Receiver<Utf8Bytes>,
+    pub too_slow: CancellationToken,
+    pub dropped: Arc<AtomicU64>,
+}
+
+pub fn channel(capacity: usize, policy: SlowConsumerPolicy) -> (Outbound, Inbox) {
+    let (tx, rx) = mpsc::channel(capacity);
+    let too_slow = CancellationToken::new();
+    let dropped = Arc::new(AtomicU64::new(0));
+    (
+        Outbound {
+            tx,
+            policy,
+            too_slow: too_slow.clone(),
+            dropped: dropped.clone(),
+        },
+        Inbox {
+            rx,
+            too_slow,
+            dropped,
+        },
+    )
+}
+
+impl Outbound {
+    pub fn offer(&self, frame: Utf8Bytes) -> Offer {
+        match self.tx.try_send(frame) {
+            Ok(()) => Offer::Queued,
+            Err(mpsc::error::TrySendError::Closed(_)) => Offer::Closed,
+            Err(mpsc::error::TrySendError::Full(_)) => match self.policy {
+                SlowConsumerPolicy::Drop => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    Offer::Dropped
+                }
+                SlowConsumerPolicy::Disconnect => {
+                    self.too_slow.cancel();
+                    Offer::Closed
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_applies_the_policy() {
+        let (out, inbox) = channel(1, SlowConsumerPolicy::Drop);
+        assert_eq!(out.offer("a".into()), Offer::Queued);
+        assert_eq!(out.offer("b".into()), Offer::Dropped);
+        assert_eq!(inbox.dropped.load(Ordering::Relaxed), 1);
+        assert!(!inbox.too_slow.is_cancelled());
+
+        let (out, inbox) = channel(1, SlowConsumerPolicy::Disconnect);
+        out.offer("a".into());
+        assert_eq!(out.offer("b".into()), Offer::Closed);
+        assert!(inbox.too_slow.is_cancelled());
+        drop(inbox);
+        assert_eq!(out.offer("c".into()), Offer::Closed);
+    }
+}

@@ -1,0 +1,41 @@
+//! The HTTP port: `/lmos` (WebSocket gateway) and `/healthz`.
+
+mod upgrade;
+
+use std::net::SocketAddr;
+
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::gateway::Gateway;
+
+/// Path of the WebSocket endpoint.
+pub const LMOS_PATH: &str = "/lmos";
+
+#[derive(Clone)]
+pub struct HttpState {
+    pub gateway: Gateway,
+    /// Upgraded connections outlive their HTTP request; they are tracked
+    /// here so shutdown can wait for them.
+    pub connections: TaskTracker,
+    pub shutdown: CancellationToken,
+}
+
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route(LMOS_PATH, get(upgrade::lmos))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(state)
+}
+
+/// Serves HTTP on an already bound listener until `shutdown` fires.
+pub async fn serve(listener: TcpListener, state: HttpState) -> std::io::Result<()> {
+    let shutdown = state.shutdown.clone();
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}

@@ -1,0 +1,84 @@
+//! The WebSocket handshake for `lmosprotocol`, done here rather than by a
+//! framework extractor so that a client not offering the subprotocol gets a
+//! clear refusal instead of a connection speaking nothing in particular.
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+use tracing::{debug, Instrument};
+
+use super::HttpState;
+use crate::gateway::SUBPROTOCOL;
+
+fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+fn refuse(status: StatusCode, text: &'static str) -> Response {
+    let mut response = (status, text).into_response();
+    if status == StatusCode::UPGRADE_REQUIRED {
+        response
+            .headers_mut()
+            .insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    }
+    response
+}
+
+pub async fn lmos(State(state): State<HttpState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, mut request: Request) -> Response {
+    let headers = request.headers();
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+    let is_websocket = header_has_token(headers, header::UPGRADE, "websocket")
+        && header_has_token(headers, header::CONNECTION, "upgrade")
+        && headers.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|v| v == "13");
+    let Some(key) = key.filter(|_| is_websocket) else {
+        return refuse(
+            StatusCode::UPGRADE_REQUIRED,
+            "This is the LMOS WebSocket endpoint: connect with a WebSocket client (version 13) offering the subprotocol `lmosprotocol`.\n",
+        );
+    };
+    if !header_has_token(headers, header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL) {
+        debug!(%peer, "Refused a WebSocket handshake without the lmosprotocol subprotocol.");
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "The WebSocket handshake must offer the subprotocol `lmosprotocol` (header `Sec-WebSocket-Protocol: lmosprotocol`).\n",
+        );
+    }
+
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    let gateway = state.gateway.clone();
+    let shutdown = state.shutdown.child_token();
+    let config = gateway.websocket_config();
+    state.connections.spawn(
+        async move {
+            match on_upgrade.await {
+                Ok(upgraded) => {
+                    let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+                    gateway.serve(socket, peer, shutdown).await;
+                }
+                Err(e) => debug!(error = %e, "WebSocket upgrade failed."),
+            }
+        }
+        .in_current_span(),
+    );
+
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(header::SEC_WEBSOCKET_ACCEPT, derive_accept_key(key.as_bytes()))
+        .header(header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL)
+        .body(Body::empty())
+        .expect("static response parts are valid")
+}

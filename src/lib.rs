@@ -1,0 +1,20 @@
+//! lmos-sidecar: a publish-subscribe sidecar for LMOS agents.
+//!
+//! - [`lmos`]: the LMOS message model (no I/O);
+//! - [`topics`]: the LMOS-to-MQTT topic mapping (pure functions);
+//! - [`broker`]: the message bus, here an embedded rumqttd;
+//! - [`gateway`]: the `lmosprotocol` WebSocket gateway;
+//! - [`http`]: the HTTP port that hosts it;
+//! - [`config`], [`telemetry`], [`app`]: wiring.
+
+pub mod app;
+pub mod broker;
+pub mod config;
+pub mod gateway;
+pub mod http;
+pub mod lmos;
+pub mod telemetry;
+pub mod topics;
+
+pub use app::Application;
+pub use config::Config;

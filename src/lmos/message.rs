@@ -1,0 +1,497 @@
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::member::{self, Aliases, CORRELATION_ID, MESSAGE_ID, THING_ID};
+use super::message_type::MessageType;
+use super::rejection::{Rejection, RejectionKind};
+
+/// One LMOS message: the common envelope, the members of its type, and every
+/// member this sidecar does not know, kept so that forwarding loses nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub thing_id: String,
+    pub message_id: String,
+    pub correlation_id: Option<String>,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+    pub body: Body,
+    /// Members outside the envelope and the type's own members, in the order
+    /// they arrived.
+    pub extra: Map<String, Value>,
+}
+
+/// The members each message type defines, checked on the way in.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    ReadProperty {
+        name: String,
+    },
+    WriteProperty {
+        name: String,
+        data: Value,
+    },
+    WriteMultipleProperties {
+        data: Map<String, Value>,
+    },
+    PropertyReading {
+        name: String,
+        value: Value,
+        timestamp: String,
+    },
+    PropertyReadings {
+        data: Map<String, Value>,
+        timestamp: String,
+    },
+    ObserveProperty {
+        name: String,
+    },
+    UnobserveProperty {
+        name: String,
+    },
+    InvokeAction {
+        action: String,
+        input: Option<Value>,
+    },
+    QueryAction {
+        action: String,
+    },
+    CancelAction {
+        action: String,
+        reason: Option<String>,
+    },
+    ActionStatus {
+        action: String,
+        status: String,
+        output: Option<Value>,
+    },
+    SubscribeEvent {
+        event: String,
+    },
+    UnsubscribeEvent {
+        event: String,
+    },
+    SubscribeAllEvents,
+    UnsubscribeAllEvents,
+    Event {
+        event: String,
+        data: Value,
+        timestamp: String,
+    },
+    Error(ErrorBody),
+}
+
+/// The members of an `error` message (RFC 9457 problem details inside LMOS).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorBody {
+    pub error_type: String,
+    pub title: String,
+    /// The draft types it as a string ("500"); numbers are accepted on the way
+    /// in and written back as strings.
+    pub status: String,
+    pub detail: String,
+    pub instance: String,
+}
+
+impl Body {
+    pub fn message_type(&self) -> MessageType {
+        match self {
+            Body::ReadProperty { .. } => MessageType::ReadProperty,
+            Body::WriteProperty { .. } => MessageType::WriteProperty,
+            Body::WriteMultipleProperties { .. } => MessageType::WriteMultipleProperties,
+            Body::PropertyReading { .. } => MessageType::PropertyReading,
+            Body::PropertyReadings { .. } => MessageType::PropertyReadings,
+            Body::ObserveProperty { .. } => MessageType::ObserveProperty,
+            Body::UnobserveProperty { .. } => MessageType::UnobserveProperty,
+            Body::InvokeAction { .. } => MessageType::InvokeAction,
+            Body::QueryAction { .. } => MessageType::QueryAction,
+            Body::CancelAction { .. } => MessageType::CancelAction,
+            Body::ActionStatus { .. } => MessageType::ActionStatus,
+            Body::SubscribeEvent { .. } => MessageType::SubscribeEvent,
+            Body::UnsubscribeEvent { .. } => MessageType::UnsubscribeEvent,
+            Body::SubscribeAllEvents => MessageType::SubscribeAllEvents,
+            Body::UnsubscribeAllEvents => MessageType::UnsubscribeAllEvents,
+            Body::Event { .. } => MessageType::Event,
+            Body::Error(_) => MessageType::Error,
+        }
+    }
+}
+
+impl Message {
+    /// A message created by the sidecar: fresh UUIDv4 message ID, no
+    /// correlation, no trace context.
+    pub fn new(thing_id: impl Into<String>, body: Body) -> Message {
+        Message {
+            thing_id: thing_id.into(),
+            message_id: Uuid::new_v4().to_string(),
+            correlation_id: None,
+            traceparent: None,
+            tracestate: None,
+            body,
+            extra: Map::new(),
+        }
+    }
+
+    pub fn with_correlation_id(mut self, correlation_id: impl Into<String>) -> Message {
+        self.correlation_id = Some(correlation_id.into());
+        self
+    }
+
+    pub fn message_type(&self) -> MessageType {
+        self.body.message_type()
+    }
+
+    /// The correlation ID a reply to this message carries: the request's own
+    /// `correlationID` when it gave one, otherwise its `messageID`.
+    pub fn reply_correlation_id(&self) -> &str {
+        self.correlation_id.as_deref().unwrap_or(&self.message_id)
+    }
+
+    /// Parses one message from JSON text, accepting both spellings of the
+    /// envelope members and checking the mandatory members of its type.
+    pub fn parse(text: &[u8]) -> Result<Message, Rejection> {
+        let value: Value = serde_json::from_slice(text).map_err(|e| {
+            Rejection::new(RejectionKind::InvalidJson {
+                line: e.line(),
+                column: e.column(),
+                reason: strip_position(&e.to_string()),
+            })
+        })?;
+        Message::from_value(value)
+    }
+
+    pub fn from_value(value: Value) -> Result<Message, Rejection> {
+        let Value::Object(mut map) = value else {
+            return Err(Rejection::new(RejectionKind::NotAnObject));
+        };
+        // Read what can correlate an error first, so that even a rejected
+        // message gets an error its sender can match.
+        let context = Rejection::context_of(&map);
+        let result = Message::from_map(&mut map);
+        result.map_err(|kind| context.with_kind(kind))
+    }
+
+    fn from_map(map: &mut Map<String, Value>) -> Result<Message, RejectionKind> {
+        let thing_id = member::take_envelope(map, &THING_ID)?
+            .ok_or(RejectionKind::MissingMember(THING_ID.canonical))?;
+        let message_id = member::take_envelope(map, &MESSAGE_ID)?
+            .ok_or(RejectionKind::MissingMember(MESSAGE_ID.canonical))?;
+        let correlation_id = member::take_envelope(map, &CORRELATION_ID)?;
+        let message_type = match map.remove("messageType") {
+            None => return Err(RejectionKind::MissingMember("messageType")),
+            Some(Value::String(s)) => s
+                .parse::<MessageType>()
+                .map_err(|e| RejectionKind::UnknownMessageType(e.0))?,
+            Some(_) => {
+                return Err(RejectionKind::InvalidMember {
+                    member: "messageType",
+                    expected: "a string",
+                })
+            }
+        };
+        let traceparent = member::optional_string(map, "traceparent")?;
+        let tracestate = member::optional_string(map, "tracestate")?;
+        let body = Body::take_from(message_type, map)?;
+        Ok(Message {
+            thing_id,
+            message_id,
+            correlation_id,
+            traceparent,
+            tracestate,
+            body,
+            extra: std::mem::take(map),
+        })
+    }
+
+    /// The canonical form: table spelling of the envelope (`thingID`,
+    /// `messageID`, `correlationID`), then the type's members, then the trace
+    /// context, then every unknown member as it arrived.
+    pub fn to_value(&self) -> Value {
+        let mut map = Map::with_capacity(8 + self.extra.len());
+        map.insert(THING_ID.canonical.into(), self.thing_id.clone().into());
+        map.insert(MESSAGE_ID.canonical.into(), self.message_id.clone().into());
+        map.insert("messageType".into(), self.message_type().as_str().into());
+        if let Some(c) = &self.correlation_id {
+            map.insert(CORRELATION_ID.canonical.into(), c.clone().into());
+        }
+        self.body.write_into(&mut map);
+        if let Some(t) = &self.traceparent {
+            map.insert("traceparent".into(), t.clone().into());
+        }
+        if let Some(t) = &self.tracestate {
+            map.insert("tracestate".into(), t.clone().into());
+        }
+        for (k, v) in &self.extra {
+            map.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        Value::Object(map)
+    }
+
+    pub fn to_json(&self) -> String {
+        self.to_value().to_string()
+    }
+}
+
+impl Body {
+    fn take_from(
+        message_type: MessageType,
+        map: &mut Map<String, Value>,
+    ) -> Result<Body, RejectionKind> {
+        use member::{any, name, object, optional_string, timestamp};
+        Ok(match message_type {
+            MessageType::ReadProperty => Body::ReadProperty {
+                name: name(map, "name")?,
+            },
+            MessageType::WriteProperty => Body::WriteProperty {
+                name: name(map, "name")?,
+                data: any(map, "data")?,
+            },
+            MessageType::WriteMultipleProperties => Body::WriteMultipleProperties {
+                data: object(map, "data")?,
+            },
+            MessageType::PropertyReading => Body::PropertyReading {
+                name: name(map, "name")?,
+                value: any(map, "value")?,
+                timestamp: timestamp(map, "timestamp")?,
+            },
+            MessageType::PropertyReadings => Body::PropertyReadings {
+                data: object(map, "data")?,
+                timestamp: timestamp(map, "timestamp")?,
+            },
+            MessageType::ObserveProperty => Body::ObserveProperty {
+                name: name(map, "name")?,
+            },
+            MessageType::UnobserveProperty => Body::UnobserveProperty {
+                name: name(map, "name")?,
+            },
+            MessageType::InvokeAction => Body::InvokeAction {
+                action: name(map, "action")?,
+                input: map.remove("input"),
+            },
+            MessageType::QueryAction => Body::QueryAction {
+                action: name(map, "action")?,
+            },
+            MessageType::CancelAction => Body::CancelAction {
+                action: name(map, "action")?,
+                reason: optional_string(map, "reason")?,
+            },
+            MessageType::ActionStatus => Body::ActionStatus {
+                action: name(map, "action")?,
+                status: name(map, "status")?,
+                output: map.remove("output"),
+            },
+            MessageType::SubscribeEvent => Body::SubscribeEvent {
+                event: name(map, "event")?,
+            },
+            MessageType::UnsubscribeEvent => Body::UnsubscribeEvent {
+                event: name(map, "event")?,
+            },
+            MessageType::SubscribeAllEvents => Body::SubscribeAllEvents,
+            MessageType::UnsubscribeAllEvents => Body::UnsubscribeAllEvents,
+            MessageType::Event => Body::Event {
+                event: name(map, "event")?,
+                data: any(map, "data")?,
+                timestamp: timestamp(map, "timestamp")?,
+            },
+            MessageType::Error => Body::Error(ErrorBody {
+                error_type: member::string(map, "type")?,
+                title: member::string(map, "title")?,
+                status: member::status(map, "status")?,
+                detail: member::string(map, "detail")?,
+                instance: member::string(map, "instance")?,
+            }),
+        })
+    }
+
+    fn write_into(&self, map: &mut Map<String, Value>) {
+        let mut put = |k: &str, v: Value| {
+            map.insert(k.to_owned(), v);
+        };
+        match self {
+            Body::ReadProperty { name }
+            | Body::ObserveProperty { name }
+            | Body::UnobserveProperty { name } => put("name", name.as_str().into()),
+            Body::WriteProperty { name, data } => {
+                put("name", name.as_str().into());
+                put("data", data.clone());
+            }
+            Body::WriteMultipleProperties { data } => put("data", Value::Object(data.clone())),
+            Body::PropertyReading {
+                name,
+                value,
+                timestamp,
+            } => {
+                put("name", name.as_str().into());
+                put("value", value.clone());
+                put("timestamp", timestamp.as_str().into());
+            }
+            Body::PropertyReadings { data, timestamp } => {
+                put("data", Value::Object(data.clone()));
+                put("timestamp", timestamp.as_str().into());
+            }
+            Body::InvokeAction { action, input } => {
+                put("action", action.as_str().into());
+                if let Some(input) = input {
+                    put("input", input.clone());
+                }
+            }
+            Body::QueryAction { action } => put("action", action.as_str().into()),
+            Body::CancelAction { action, reason } => {
+                put("action", action.as_str().into());
+                if let Some(reason) = reason {
+                    put("reason", reason.as_str().into());
+                }
+            }
+            Body::ActionStatus {
+                action,
+                status,
+                output,
+            } => {
+                put("action", action.as_str().into());
+                put("status", status.as_str().into());
+                if let Some(output) = output {
+                    put("output", output.clone());
+                }
+            }
+            Body::SubscribeEvent { event } | Body::UnsubscribeEvent { event } => {
+                put("event", event.as_str().into())
+            }
+            Body::SubscribeAllEvents | Body::UnsubscribeAllEvents => {}
+            Body::Event {
+                event,
+                data,
+                timestamp,
+            } => {
+                put("event", event.as_str().into());
+                put("data", data.clone());
+                put("timestamp", timestamp.as_str().into());
+            }
+            Body::Error(e) => {
+                put("type", e.error_type.as_str().into());
+                put("title", e.title.as_str().into());
+                put("status", e.status.as_str().into());
+                put("detail", e.detail.as_str().into());
+                put("instance", e.instance.as_str().into());
+            }
+        }
+    }
+}
+
+/// serde_json appends " at line L column C"; the position is reported in its
+/// own fields, so the reason reads better without it.
+fn strip_position(s: &str) -> String {
+    match s.rfind(" at line ") {
+        Some(i) => s[..i].to_owned(),
+        None => s.to_owned(),
+    }
+}
+
+/// Renames the envelope members of a raw message to the table spelling, in
+/// place, for messages forwarded without a full parse.
+pub fn canonicalize_envelope(map: &mut Map<String, Value>) {
+    for aliases in [&THING_ID, &MESSAGE_ID, &CORRELATION_ID] {
+        rename_alias(map, aliases);
+    }
+}
+
+fn rename_alias(map: &mut Map<String, Value>, aliases: &Aliases) {
+    if let Some(v) = map.shift_remove(aliases.alternative) {
+        map.entry(aliases.canonical.to_owned()).or_insert(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<Message, Rejection> {
+        Message::from_value(v)
+    }
+
+    #[test]
+    fn both_spellings_of_the_envelope_are_read() {
+        let a = parse(json!({"thingID": "urn:x", "messageID": "1", "messageType": "subscribeAllEvents", "correlationID": "c"})).unwrap();
+        let b = parse(json!({"thingId": "urn:x", "messageId": "1", "messageType": "subscribeAllEvents", "correlationId": "c"})).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.thing_id, "urn:x");
+        assert_eq!(a.correlation_id.as_deref(), Some("c"));
+    }
+
+    #[test]
+    fn conflicting_spellings_are_rejected() {
+        let e = parse(json!({"thingID": "urn:x", "thingId": "urn:y", "messageID": "1", "messageType": "subscribeAllEvents"})).unwrap_err();
+        assert!(matches!(e.kind, RejectionKind::ConflictingMembers { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn the_writer_uses_the_table_spelling_and_keeps_unknown_members() {
+        let m = parse(json!({"thingId": "urn:x", "messageId": "1", "messageType": "event", "event": "e", "data": {"a": 1}, "timestamp": "2025-01-20T19:00:00Z", "x-vendor": [1, 2], "correlationId": "c"})).unwrap();
+        let out = m.to_value();
+        assert_eq!(
+            out,
+            json!({"thingID": "urn:x", "messageID": "1", "messageType": "event", "correlationID": "c", "event": "e", "data": {"a": 1}, "timestamp": "2025-01-20T19:00:00Z", "x-vendor": [1, 2]})
+        );
+        let keys: Vec<_> = out.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(&keys[..4], ["thingID", "messageID", "messageType", "correlationID"]);
+        assert_eq!(parse(out).unwrap(), m);
+    }
+
+    #[test]
+    fn missing_and_ill_typed_members_name_the_member() {
+        let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "readProperty"})).unwrap_err();
+        assert_eq!(e.kind, RejectionKind::MissingMember("name"));
+        assert_eq!(e.message_id.as_deref(), Some("m1"));
+        assert_eq!(e.message_type.as_deref(), Some("readProperty"));
+
+        let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "readProperty", "name": 3})).unwrap_err();
+        assert!(matches!(e.kind, RejectionKind::InvalidMember { member: "name", .. }));
+
+        let e = parse(json!({"thingID": 7, "messageID": "m1", "messageType": "readProperty", "name": "n"})).unwrap_err();
+        assert!(matches!(e.kind, RejectionKind::InvalidMember { member: "thingID", .. }));
+
+        let e = parse(json!({"messageID": "m1", "messageType": "readProperty", "name": "n"})).unwrap_err();
+        assert_eq!(e.kind, RejectionKind::MissingMember("thingID"));
+
+        let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "event", "event": "e", "data": 1, "timestamp": "yesterday"})).unwrap_err();
+        assert!(matches!(e.kind, RejectionKind::InvalidMember { member: "timestamp", .. }));
+    }
+
+    #[test]
+    fn unknown_type_and_non_objects_are_rejected() {
+        let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "teleport"})).unwrap_err();
+        assert_eq!(e.kind, RejectionKind::UnknownMessageType("teleport".into()));
+        assert_eq!(parse(json!([1])).unwrap_err().kind, RejectionKind::NotAnObject);
+        let e = Message::parse(b"{\"thingID\": ").unwrap_err();
+        assert!(matches!(e.kind, RejectionKind::InvalidJson { line: 1, .. }), "{e:?}");
+    }
+
+    #[test]
+    fn timestamps_accept_rfc_9557_suffixes() {
+        for ts in ["2024-01-13T23:20:50.52Z", "2025-01-20T19:00:00+01:00", "2025-01-20T19:00:00Z[Europe/Paris]"] {
+            parse(json!({"thingID": "urn:x", "messageID": "m", "messageType": "propertyReadings", "data": {}, "timestamp": ts})).unwrap();
+        }
+    }
+
+    #[test]
+    fn error_status_may_be_a_number() {
+        let m = parse(json!({"thingID": "urn:x", "messageID": "m", "messageType": "error", "type": "t", "title": "x", "status": 500, "detail": "d", "instance": "i"})).unwrap();
+        match m.body {
+            Body::Error(e) => assert_eq!(e.status, "500"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn new_messages_get_uuid_v4_ids() {
+        let m = Message::new("urn:x", Body::SubscribeAllEvents);
+        let id = Uuid::parse_str(&m.message_id).unwrap();
+        assert_eq!(id.get_version_num(), 4);
+    }
+
+    #[test]
+    fn canonicalize_renames_alternatives_in_place() {
+        let mut map = json!({"thingId": "t", "messageId": "m", "correlationId": "c", "x": 1}).as_object().unwrap().clone();
+        canonicalize_envelope(&mut map);
+        assert_eq!(Value::Object(map), json!({"x": 1, "thingID": "t", "messageID": "m", "correlationID": "c"}));
+    }
+}

@@ -1,0 +1,139 @@
+use uuid::Uuid;
+
+use super::message::{Body, ErrorBody, Message};
+use super::rejection::{Rejection, RejectionKind};
+
+/// Error `type` URIs live under the LMOS namespace, the way the one public
+/// `lmosprotocol` implementation names them, so clients can match on them.
+pub const ERROR_TYPE_BASE: &str = "https://eclipse.dev/lmos/protocol/v1/errors#";
+
+/// The classes of error the sidecar itself reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    InvalidJson,
+    BinaryFrame,
+    NotAnObject,
+    MissingMember,
+    InvalidMember,
+    ConflictingMembers,
+    UnknownMessageType,
+    NotSupported,
+    MessageTooLarge,
+    Unavailable,
+}
+
+impl ProblemKind {
+    /// Low-cardinality name, used as the URI fragment and as a log label.
+    pub fn slug(self) -> &'static str {
+        match self {
+            ProblemKind::InvalidJson => "invalid-json",
+            ProblemKind::BinaryFrame => "binary-frame",
+            ProblemKind::NotAnObject => "not-an-object",
+            ProblemKind::MissingMember => "missing-member",
+            ProblemKind::InvalidMember => "invalid-member",
+            ProblemKind::ConflictingMembers => "conflicting-members",
+            ProblemKind::UnknownMessageType => "unknown-message-type",
+            ProblemKind::NotSupported => "not-supported",
+            ProblemKind::MessageTooLarge => "message-too-large",
+            ProblemKind::Unavailable => "unavailable",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            ProblemKind::InvalidJson => "Invalid JSON",
+            ProblemKind::BinaryFrame => "Binary frames are not LMOS messages",
+            ProblemKind::NotAnObject => "Message is not a JSON object",
+            ProblemKind::MissingMember => "Missing mandatory member",
+            ProblemKind::InvalidMember => "Invalid member",
+            ProblemKind::ConflictingMembers => "Conflicting members",
+            ProblemKind::UnknownMessageType => "Unknown message type",
+            ProblemKind::NotSupported => "Operation not supported",
+            ProblemKind::MessageTooLarge => "Message too large",
+            ProblemKind::Unavailable => "Service unavailable",
+        }
+    }
+
+    pub fn status(self) -> u16 {
+        match self {
+            ProblemKind::NotSupported => 501,
+            ProblemKind::MessageTooLarge => 413,
+            ProblemKind::Unavailable => 503,
+            _ => 400,
+        }
+    }
+
+    pub fn type_uri(self) -> String {
+        format!("{ERROR_TYPE_BASE}{}", self.slug())
+    }
+}
+
+/// An error about to be reported to a client as an LMOS `error` message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub kind: ProblemKind,
+    pub detail: String,
+}
+
+impl Problem {
+    pub fn new(kind: ProblemKind, detail: impl Into<String>) -> Problem {
+        Problem {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// Builds the `error` message. `instance` names this one occurrence, so it
+    /// can be found in the sidecar's logs.
+    pub fn to_message(&self, thing_id: &str, correlation_id: Option<&str>) -> Message {
+        let body = Body::Error(ErrorBody {
+            error_type: self.kind.type_uri(),
+            title: self.kind.title().to_owned(),
+            status: self.kind.status().to_string(),
+            detail: self.detail.clone(),
+            instance: format!("urn:uuid:{}", Uuid::new_v4()),
+        });
+        let mut message = Message::new(thing_id, body);
+        message.correlation_id = correlation_id.map(str::to_owned);
+        message
+    }
+}
+
+impl From<&Rejection> for Problem {
+    fn from(r: &Rejection) -> Problem {
+        let kind = match &r.kind {
+            RejectionKind::InvalidJson { .. } => ProblemKind::InvalidJson,
+            RejectionKind::NotAnObject => ProblemKind::NotAnObject,
+            RejectionKind::MissingMember(_) => ProblemKind::MissingMember,
+            RejectionKind::InvalidMember { .. } => ProblemKind::InvalidMember,
+            RejectionKind::ConflictingMembers { .. } => ProblemKind::ConflictingMembers,
+            RejectionKind::UnknownMessageType(_) => ProblemKind::UnknownMessageType,
+        };
+        let detail = match &r.message_type {
+            Some(t) if !matches!(r.kind, RejectionKind::UnknownMessageType(_)) => {
+                format!("{} (messageType `{t}`)", r.kind)
+            }
+            _ => r.kind.to_string(),
+        };
+        Problem::new(kind, detail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_carry_every_mandatory_member() {
+        let m = Problem::new(ProblemKind::InvalidJson, "bad").to_message("urn:x", Some("m1"));
+        let v = m.to_value();
+        for k in ["thingID", "messageID", "messageType", "correlationID", "type", "title", "status", "detail", "instance"] {
+            assert!(v.get(k).is_some(), "missing {k} in {v}");
+        }
+        assert_eq!(v["status"], "400");
+        assert_eq!(v["type"], "https://eclipse.dev/lmos/protocol/v1/errors#invalid-json");
+        assert!(v["instance"].as_str().unwrap().starts_with("urn:uuid:"));
+        // What the sidecar writes, it can read back.
+        assert_eq!(Message::from_value(v).unwrap(), m);
+    }
+}

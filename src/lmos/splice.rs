@@ -1,0 +1,110 @@
+//! Fan-out without re-serializing per subscriber.
+//!
+//! Every subscriber of an event or observed property gets the same message
+//! with its own `correlationID` (its subscribe request's). The message is
+//! serialized once without a correlation ID; each subscriber's copy is that
+//! text with `"correlationID":"...",` spliced in after the opening brace.
+
+use serde_json::{Map, Value};
+
+use super::message::canonicalize_envelope;
+
+/// A message serialized once for many recipients.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The canonical JSON text minus its opening brace, e.g. `"thingID":"x"}`.
+    tail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrepareError {
+    #[error("payload is not JSON: {0}")]
+    NotJson(String),
+    #[error("payload is not a JSON object")]
+    NotAnObject,
+}
+
+impl Prepared {
+    /// Prepares a payload as published by an agent. The envelope is written in
+    /// the table spelling, any correlation ID of the agent's is dropped (each
+    /// subscriber gets its own), and a missing `thingID` is taken from the
+    /// topic the payload arrived on. Every other member is kept as it was.
+    pub fn from_payload(payload: &[u8], thing_id: &str) -> Result<Prepared, PrepareError> {
+        let value: Value =
+            serde_json::from_slice(payload).map_err(|e| PrepareError::NotJson(e.to_string()))?;
+        let Value::Object(mut map) = value else {
+            return Err(PrepareError::NotAnObject);
+        };
+        Ok(Prepared::from_map(&mut map, thing_id))
+    }
+
+    pub fn from_map(map: &mut Map<String, Value>, thing_id: &str) -> Prepared {
+        canonicalize_envelope(map);
+        map.shift_remove("correlationID");
+        if !map.contains_key("thingID") {
+            map.insert("thingID".into(), thing_id.into());
+        }
+        let text = Value::Object(std::mem::take(map)).to_string();
+        Prepared {
+            tail: text[1..].to_owned(),
+        }
+    }
+
+    /// The message for one recipient. `correlation_json` is the correlation ID
+    /// already encoded as a JSON string (see [`json_string`]), so that it is
+    /// escaped once per subscription rather than once per message.
+    pub fn with_correlation(&self, correlation_json: &str) -> String {
+        const KEY: &str = "{\"correlationID\":";
+        let mut out = String::with_capacity(KEY.len() + correlation_json.len() + 1 + self.tail.len());
+        out.push_str(KEY);
+        out.push_str(correlation_json);
+        if self.tail != "}" {
+            out.push(',');
+        }
+        out.push_str(&self.tail);
+        out
+    }
+}
+
+/// A string encoded as a JSON string literal, quotes included.
+pub fn json_string(s: &str) -> String {
+    Value::String(s.to_owned()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_recipient_gets_its_own_correlation_id_and_everything_else() {
+        let payload = br#"{"thingId":"urn:t","messageId":"m","correlationId":"agent","messageType":"event","event":"e","data":{"q":"\"x\""},"timestamp":"2025-01-20T19:00:00Z","x-extra":true}"#;
+        let p = Prepared::from_payload(payload, "ignored").unwrap();
+        let a: Value = serde_json::from_str(&p.with_correlation(&json_string("sub-\"1\""))).unwrap();
+        assert_eq!(
+            a,
+            json!({"correlationID": "sub-\"1\"", "thingID": "urn:t", "messageID": "m", "messageType": "event", "event": "e", "data": {"q": "\"x\""}, "timestamp": "2025-01-20T19:00:00Z", "x-extra": true})
+        );
+    }
+
+    #[test]
+    fn a_missing_thing_id_comes_from_the_topic() {
+        let p = Prepared::from_payload(br#"{"messageType":"event"}"#, "urn:from-topic").unwrap();
+        let v: Value = serde_json::from_str(&p.with_correlation("\"c\"")).unwrap();
+        assert_eq!(v["thingID"], "urn:from-topic");
+    }
+
+    #[test]
+    fn an_empty_object_still_gives_valid_json() {
+        let mut map = Map::new();
+        let p = Prepared::from_map(&mut map, "t");
+        let v: Value = serde_json::from_str(&p.with_correlation("\"c\"")).unwrap();
+        assert_eq!(v, json!({"correlationID": "c", "thingID": "t"}));
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        assert!(matches!(Prepared::from_payload(b"nope", "t"), Err(PrepareError::NotJson(_))));
+        assert_eq!(Prepared::from_payload(b"[1]", "t").unwrap_err(), PrepareError::NotAnObject);
+    }
+}

@@ -1,0 +1,324 @@
+//! The mapping between LMOS messages and MQTT topics. Pure functions.
+//!
+//! Every Thing has its own subtree under a configurable prefix:
+//!
+//! | what                          | topic                                                  |
+//! |-------------------------------|--------------------------------------------------------|
+//! | `event`                       | `{prefix}/{thing}/events/{event}`                      |
+//! | `propertyReading` (retained)  | `{prefix}/{thing}/properties/{property}`               |
+//! | `actionStatus`                | `{prefix}/{thing}/actions/{action}/status/{invocation}`|
+//!
+//! `{thing}`, `{event}`, `{property}`, `{action}` and `{invocation}` are one
+//! topic level each, escaped by [`escape`] so that any thingID URI or name is
+//! safe and the mapping is reversible.
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+pub const EVENTS: &str = "events";
+pub const PROPERTIES: &str = "properties";
+pub const ACTIONS: &str = "actions";
+pub const STATUS: &str = "status";
+
+/// Characters with a meaning in MQTT topics, `%` itself (the escape
+/// character) and NUL (forbidden in MQTT strings).
+fn needs_escape(c: char, first: bool) -> bool {
+    matches!(c, '/' | '+' | '#' | '%' | '\0') || (first && c == '$')
+}
+
+/// Makes one topic level of an arbitrary string: `/`, `+`, `#`, `%`, NUL and a
+/// leading `$` become `%2F`, `%2B`, `%23`, `%25`, `%00`, `%24`. Everything else,
+/// `:` included, stays as it is, so `urn:uuid:...` remains readable.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    if !s.chars().enumerate().any(|(i, c)| needs_escape(c, i == 0)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for (i, c) in s.chars().enumerate() {
+        if needs_escape(c, i == 0) {
+            write!(out, "%{:02X}", c as u32).expect("writing to a String cannot fail");
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnescapeError {
+    #[error("`%` at byte {0} is not one of the escapes the sidecar writes")]
+    BadEscape(usize),
+    #[error("unescaped `{0}` in a topic level")]
+    Unescaped(char),
+}
+
+/// The inverse of [`escape`]. Strict: only the escapes [`escape`] writes are
+/// accepted, so each Thing has exactly one topic.
+pub fn unescape(level: &str) -> Result<Cow<'_, str>, UnescapeError> {
+    if let Some(c) = level
+        .chars()
+        .enumerate()
+        .find(|&(i, c)| c != '%' && needs_escape(c, i == 0))
+    {
+        return Err(UnescapeError::Unescaped(c.1));
+    }
+    if !level.contains('%') {
+        return Ok(Cow::Borrowed(level));
+    }
+    let mut out = String::with_capacity(level.len());
+    let mut rest = level;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let at = level.len() - rest.len() + i;
+        let code = rest.get(i + 1..i + 3).ok_or(UnescapeError::BadEscape(at))?;
+        let c = match code {
+            "2F" => '/',
+            "2B" => '+',
+            "23" => '#',
+            "25" => '%',
+            "00" => '\0',
+            "24" if at == 0 => '$',
+            _ => return Err(UnescapeError::BadEscape(at)),
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Ok(Cow::Owned(out))
+}
+
+/// What a topic under the prefix addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Event {
+        thing: String,
+        event: String,
+    },
+    Property {
+        thing: String,
+        name: String,
+    },
+    ActionStatus {
+        thing: String,
+        action: String,
+        invocation: String,
+    },
+}
+
+impl Route {
+    pub fn thing(&self) -> &str {
+        match self {
+            Route::Event { thing, .. }
+            | Route::Property { thing, .. }
+            | Route::ActionStatus { thing, .. } => thing,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrefixError {
+    #[error("the topic prefix must not be empty")]
+    Empty,
+    #[error("the topic prefix must not start or end with `/` or contain empty levels")]
+    EmptyLevel,
+    #[error("the topic prefix must not contain `+`, `#` or NUL")]
+    Wildcard,
+    #[error("the topic prefix must not start with `$` (reserved for broker topics)")]
+    Dollar,
+}
+
+/// The topic layout for one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topics {
+    prefix: String,
+}
+
+impl Topics {
+    pub fn new(prefix: &str) -> Result<Topics, PrefixError> {
+        if prefix.is_empty() {
+            return Err(PrefixError::Empty);
+        }
+        if prefix.split('/').any(str::is_empty) {
+            return Err(PrefixError::EmptyLevel);
+        }
+        if prefix.contains(['+', '#', '\0']) {
+            return Err(PrefixError::Wildcard);
+        }
+        if prefix.starts_with('$') {
+            return Err(PrefixError::Dollar);
+        }
+        Ok(Topics {
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn join(&self, levels: &[&str]) -> String {
+        let mut t = String::with_capacity(self.prefix.len() + levels.iter().map(|l| l.len() + 1).sum::<usize>());
+        t.push_str(&self.prefix);
+        for l in levels {
+            t.push('/');
+            t.push_str(l);
+        }
+        t
+    }
+
+    pub fn event(&self, thing: &str, event: &str) -> String {
+        self.join(&[&escape(thing), EVENTS, &escape(event)])
+    }
+
+    pub fn property(&self, thing: &str, name: &str) -> String {
+        self.join(&[&escape(thing), PROPERTIES, &escape(name)])
+    }
+
+    pub fn action_status(&self, thing: &str, action: &str, invocation: &str) -> String {
+        self.join(&[&escape(thing), ACTIONS, &escape(action), STATUS, &escape(invocation)])
+    }
+
+    /// All events of one Thing.
+    pub fn thing_events_filter(&self, thing: &str) -> String {
+        self.join(&[&escape(thing), EVENTS, "+"])
+    }
+
+    /// All properties of one Thing.
+    pub fn thing_properties_filter(&self, thing: &str) -> String {
+        self.join(&[&escape(thing), PROPERTIES, "+"])
+    }
+
+    /// One event of every Thing.
+    pub fn event_of_all_things_filter(&self, event: &str) -> String {
+        self.join(&["+", EVENTS, &escape(event)])
+    }
+
+    /// Every invocation of one action of one Thing.
+    pub fn action_invocations_filter(&self, thing: &str, action: &str) -> String {
+        self.join(&[&escape(thing), ACTIONS, &escape(action), STATUS, "+"])
+    }
+
+    /// Everything of one Thing.
+    pub fn thing_filter(&self, thing: &str) -> String {
+        self.join(&[&escape(thing), "#"])
+    }
+
+    /// Reads a topic back. `None` for topics outside the layout or with escapes
+    /// the sidecar would not have written.
+    pub fn parse(&self, topic: &str) -> Option<Route> {
+        let rest = topic.strip_prefix(&self.prefix)?.strip_prefix('/')?;
+        let levels: Vec<&str> = rest.split('/').collect();
+        let un = |l: &str| unescape(l).ok().map(Cow::into_owned);
+        match levels.as_slice() {
+            [thing, EVENTS, event] => Some(Route::Event {
+                thing: un(thing)?,
+                event: un(event)?,
+            }),
+            [thing, PROPERTIES, name] => Some(Route::Property {
+                thing: un(thing)?,
+                name: un(name)?,
+            }),
+            [thing, ACTIONS, action, STATUS, invocation] => Some(Route::ActionStatus {
+                thing: un(thing)?,
+                action: un(action)?,
+                invocation: un(invocation)?,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn topics() -> Topics {
+        Topics::new("lmos").unwrap()
+    }
+
+    #[test]
+    fn urn_uuid_thing_ids_stay_readable() {
+        let t = "urn:uuid:3f1d3a7a-4f97-2e6b-c45f-f3c2e1c84c77";
+        assert_eq!(
+            topics().event(t, "userFeedbackReceived"),
+            "lmos/urn:uuid:3f1d3a7a-4f97-2e6b-c45f-f3c2e1c84c77/events/userFeedbackReceived"
+        );
+    }
+
+    #[test]
+    fn special_characters_are_escaped() {
+        assert_eq!(escape("https://x.org/a+b#c%d"), "https:%2F%2Fx.org%2Fa%2Bb%23c%25d");
+        assert_eq!(escape("$SYS"), "%24SYS");
+        assert_eq!(escape("a$b"), "a$b");
+        assert_eq!(escape("nul\0"), "nul%00");
+    }
+
+    #[test]
+    fn the_layout_of_each_route() {
+        let t = topics();
+        assert_eq!(t.property("urn:a", "temp"), "lmos/urn:a/properties/temp");
+        assert_eq!(t.action_status("urn:a", "getWeather", "c1"), "lmos/urn:a/actions/getWeather/status/c1");
+        assert_eq!(t.thing_events_filter("urn:a"), "lmos/urn:a/events/+");
+        assert_eq!(t.event_of_all_things_filter("alarm"), "lmos/+/events/alarm");
+        assert_eq!(t.action_invocations_filter("urn:a", "go"), "lmos/urn:a/actions/go/status/+");
+        assert_eq!(t.thing_filter("a/b"), "lmos/a%2Fb/#");
+    }
+
+    #[test]
+    fn foreign_topics_and_bad_escapes_do_not_parse() {
+        let t = topics();
+        assert_eq!(t.parse("other/urn:a/events/e"), None);
+        assert_eq!(t.parse("lmosx/urn:a/events/e"), None);
+        assert_eq!(t.parse("lmos/urn:a/events"), None);
+        assert_eq!(t.parse("lmos/urn:a/events/e/extra"), None);
+        assert_eq!(t.parse("lmos/urn%41/events/e"), None);
+        assert_eq!(t.parse("lmos/urn%2/events/e"), None);
+        assert_eq!(t.parse("lmos/a$%24/events/e"), None);
+    }
+
+    #[test]
+    fn multi_level_prefixes_work_and_bad_ones_are_refused() {
+        let t = Topics::new("org/lmos").unwrap();
+        assert_eq!(
+            t.parse(&t.event("x", "y")),
+            Some(Route::Event { thing: "x".into(), event: "y".into() })
+        );
+        for bad in ["", "/lmos", "lmos/", "a//b", "lm+os", "#", "$lmos"] {
+            assert!(Topics::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_string_round_trips(s in any::<String>()) {
+            let e = escape(&s);
+            prop_assert!(!e.contains(['/', '+', '#', '\0']));
+            prop_assert!(!e.starts_with('$'));
+            prop_assert_eq!(unescape(&e).unwrap().into_owned(), s.clone());
+        }
+
+        #[test]
+        fn uri_like_strings_round_trip(s in "[a-z]{1,6}:[/+#%$a-zA-Z0-9:._~-]{0,40}") {
+            let e = escape(&s);
+            prop_assert_eq!(unescape(&e).unwrap().into_owned(), s.clone());
+        }
+
+        #[test]
+        fn every_route_round_trips(thing in any::<String>(), name in any::<String>(), inv in any::<String>()) {
+            let t = topics();
+            prop_assert_eq!(t.parse(&t.event(&thing, &name)), Some(Route::Event { thing: thing.clone(), event: name.clone() }));
+            prop_assert_eq!(t.parse(&t.property(&thing, &name)), Some(Route::Property { thing: thing.clone(), name: name.clone() }));
+            prop_assert_eq!(
+                t.parse(&t.action_status(&thing, &name, &inv)),
+                Some(Route::ActionStatus { thing, action: name, invocation: inv })
+            );
+        }
+
+        #[test]
+        fn escaping_is_injective(a in any::<String>(), b in any::<String>()) {
+            prop_assume!(a != b);
+            prop_assert_ne!(escape(&a), escape(&b));
+        }
+    }
+}
