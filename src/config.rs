@@ -166,7 +166,7 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            filter: "info,rumqttd=warn".into(),
+            filter: "info,rumqttd=off".into(),
             format: LogFormat::Text,
         }
     }

@@ -128,14 +128,18 @@ impl EmbeddedBroker {
             .name("bus-publisher".into())
             .spawn(move || run_link_tx(link_tx, command_rx))?;
 
+        let probe_topic = format!("lmos-sidecar/probe/{}", uuid::Uuid::new_v4().simple());
+        let (probe_tx, mut probes) = mpsc::unbounded_channel();
         let (delivery_tx, deliveries) = mpsc::channel(DELIVERY_QUEUE);
-        tokio::spawn(run_link_rx(link_rx, delivery_tx));
+        let _ = command_tx.send(BusCommand::Subscribe(probe_topic.clone())).await;
+        tokio::spawn(run_link_rx(link_rx, delivery_tx, probe_topic.clone(), probe_tx));
 
         for (addr, version) in [(mqtt_addr, MqttVersion::V311), (mqtt5_addr, MqttVersion::V5)] {
-            if !wait_ready(addr, version, READY_TIMEOUT).await {
+            if !wait_ready(addr, version, &probe_topic, &mut probes, READY_TIMEOUT).await {
                 return Err(BrokerError::NotReady { addr });
             }
         }
+        let _ = command_tx.send(BusCommand::Unsubscribe(probe_topic)).await;
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
 
         Ok(EmbeddedBroker {
@@ -205,9 +209,12 @@ fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
     });
 }
 
-async fn run_link_rx(mut link_rx: LinkRx, deliveries: mpsc::Sender<Delivery>) {
+async fn run_link_rx(mut link_rx: LinkRx, deliveries: mpsc::Sender<Delivery>, probe_topic: String, probes: mpsc::UnboundedSender<String>) {
     loop {
         match link_rx.next().await {
+            Ok(Some(Notification::Forward(forward))) if forward.publish.topic == probe_topic.as_bytes() => {
+                let _ = probes.send(String::from_utf8_lossy(&forward.publish.payload).into_owned());
+            }
             Ok(Some(Notification::Forward(forward))) => {
                 let delivery = Delivery {
                     topic: forward.publish.topic,

@@ -1,0 +1,284 @@
+//! Shared helpers: a real sidecar on ephemeral ports, real WebSocket and MQTT
+//! clients, and bounded waits (every wait fails the test after `WAIT`).
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use lmos_sidecar::{Application, Config};
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// Longest any single expected thing may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+pub struct TestSidecar {
+    pub http: SocketAddr,
+    pub mqtt: SocketAddr,
+    pub mqtt5: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+pub fn test_config() -> Config {
+    let mut c = Config::default();
+    c.mqtt.listen = "127.0.0.1:0".parse().unwrap();
+    c.mqtt.listen_v5 = "127.0.0.1:0".parse().unwrap();
+    c.http.listen = "127.0.0.1:0".parse().unwrap();
+    c.sidecar.thing_id = "urn:lmos:test-sidecar".into();
+    c.sidecar.shutdown_grace_ms = 2_000;
+    c
+}
+
+impl TestSidecar {
+    pub async fn start() -> TestSidecar {
+        TestSidecar::start_with(test_config()).await
+    }
+
+    pub async fn start_with(config: Config) -> TestSidecar {
+        let app = Application::build(config).await.expect("sidecar starts");
+        let (http, mqtt, mqtt5) = (app.http_addr(), app.mqtt_addr(), app.mqtt5_addr());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(app.run(async move {
+            let _ = stopped.await;
+        }));
+        TestSidecar {
+            http,
+            mqtt,
+            mqtt5,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/lmos", self.http)
+    }
+
+    pub async fn ws(&self) -> WsClient {
+        WsClient::connect(&self.ws_url()).await
+    }
+
+    pub async fn mqtt(&self, client_id: &str) -> MqttClient {
+        MqttClient::connect(self.mqtt, client_id).await
+    }
+
+    /// Triggers shutdown and waits for `run` to return.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(WAIT, &mut self.task)
+            .await
+            .expect("sidecar stops in time")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+pub type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+pub struct WsClient {
+    pub stream: WsStream,
+    /// Messages read while waiting for something else.
+    pending: VecDeque<Value>,
+}
+
+pub fn ws_request(url: &str, subprotocol: Option<&str>) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    let mut request = url.into_client_request().unwrap();
+    if let Some(p) = subprotocol {
+        request
+            .headers_mut()
+            .insert("Sec-WebSocket-Protocol", HeaderValue::from_str(p).unwrap());
+    }
+    request
+}
+
+impl WsClient {
+    pub async fn connect(url: &str) -> WsClient {
+        let (stream, response) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(ws_request(url, Some("lmosprotocol"))))
+            .await
+            .expect("handshake in time")
+            .expect("handshake succeeds");
+        assert_eq!(response.headers()["sec-websocket-protocol"], "lmosprotocol");
+        WsClient {
+            stream,
+            pending: VecDeque::new(),
+        }
+    }
+
+    pub async fn send(&mut self, message: Value) {
+        self.send_raw(WsMessage::Text(message.to_string().into())).await;
+    }
+
+    pub async fn send_raw(&mut self, message: WsMessage) {
+        self.stream.send(message).await.expect("send");
+    }
+
+    async fn next_json(&mut self) -> Value {
+        loop {
+            let frame = tokio::time::timeout(WAIT, self.stream.next())
+                .await
+                .expect("a message arrives in time")
+                .expect("connection open")
+                .expect("no protocol error");
+            match frame {
+                WsMessage::Text(t) => return serde_json::from_str(&t).expect("the sidecar sends JSON"),
+                WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+    }
+
+    /// The next message, skipping barrier readings.
+    pub async fn recv(&mut self) -> Value {
+        if let Some(v) = self.pending.pop_front() {
+            return v;
+        }
+        loop {
+            let v = self.next_json().await;
+            if !is_barrier(&v) {
+                return v;
+            }
+        }
+    }
+
+    /// Waits until every command this client sent before has been applied by
+    /// the sidecar and its bus subscriptions are live. It publishes a retained
+    /// reading on a fresh Thing and observes it: bus commands are ordered, so
+    /// once the reading arrives, everything before it has taken effect.
+    pub async fn barrier(&mut self) {
+        let thing = format!("urn:barrier:{}", uuid::Uuid::new_v4());
+        self.send(json!({"thingID": thing, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": "propertyReading", "name": "barrier", "value": true, "timestamp": "2025-01-01T00:00:00Z"})).await;
+        self.send(json!({"thingID": thing, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": "observeProperty", "name": "barrier"})).await;
+        loop {
+            let v = self.next_json().await;
+            if is_barrier(&v) && v["thingID"] == thing.as_str() {
+                break;
+            }
+            if !is_barrier(&v) {
+                self.pending.push_back(v);
+            }
+        }
+        self.send(json!({"thingID": thing, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": "unobserveProperty", "name": "barrier"})).await;
+    }
+
+    /// Asserts nothing but barrier traffic arrives before the next barrier.
+    pub async fn assert_nothing_pending(&mut self) {
+        self.barrier().await;
+        assert!(self.pending.is_empty(), "unexpected messages: {:?}", self.pending);
+    }
+}
+
+fn is_barrier(v: &Value) -> bool {
+    v["messageType"] == "propertyReading" && v["name"] == "barrier"
+}
+
+/// An MQTT 3.1.1 client whose received publishes arrive on a channel.
+pub struct MqttClient {
+    pub client: AsyncClient,
+    pub publishes: mpsc::UnboundedReceiver<rumqttc::Publish>,
+    acks: mpsc::UnboundedReceiver<Packet>,
+}
+
+impl MqttClient {
+    pub async fn connect(addr: SocketAddr, client_id: &str) -> MqttClient {
+        let mut options = MqttOptions::new(client_id, addr.ip().to_string(), addr.port());
+        options.set_keep_alive(Duration::from_secs(30));
+        options.set_max_packet_size(4 * 1024 * 1024, 4 * 1024 * 1024);
+        let (client, mut eventloop) = AsyncClient::new(options, 1000);
+        let (pub_tx, publishes) = mpsc::unbounded_channel();
+        let (ack_tx, acks) = mpsc::unbounded_channel();
+        let (connected_tx, connected) = oneshot::channel();
+        tokio::spawn(async move {
+            let mut connected_tx = Some(connected_tx);
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                        if let Some(tx) = connected_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let _ = pub_tx.send(p);
+                    }
+                    Ok(Event::Incoming(p @ (Packet::SubAck(_) | Packet::PubAck(_) | Packet::UnsubAck(_)))) => {
+                        let _ = ack_tx.send(p);
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        });
+        tokio::time::timeout(WAIT, connected)
+            .await
+            .expect("MQTT connects in time")
+            .expect("MQTT connects");
+        MqttClient {
+            client,
+            publishes,
+            acks,
+        }
+    }
+
+    async fn ack(&mut self) -> Packet {
+        tokio::time::timeout(WAIT, self.acks.recv())
+            .await
+            .expect("ack in time")
+            .expect("client alive")
+    }
+
+    /// Subscribes at QoS 1 and waits for the SUBACK.
+    pub async fn subscribe(&mut self, filter: &str) {
+        self.client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+        assert!(matches!(self.ack().await, Packet::SubAck(_)));
+    }
+
+    /// Publishes at QoS 1 and waits for the PUBACK, so the broker has it.
+    pub async fn publish(&mut self, topic: &str, payload: &Value, retain: bool) {
+        self.client
+            .publish(topic, QoS::AtLeastOnce, retain, payload.to_string())
+            .await
+            .unwrap();
+        assert!(matches!(self.ack().await, Packet::PubAck(_)));
+    }
+
+    pub async fn recv(&mut self) -> rumqttc::Publish {
+        tokio::time::timeout(WAIT, self.publishes.recv())
+            .await
+            .expect("a publish arrives in time")
+            .expect("client alive")
+    }
+
+    pub async fn recv_json(&mut self) -> (String, Value, bool) {
+        let p = self.recv().await;
+        let v = serde_json::from_slice(&p.payload).expect("payload is JSON");
+        (p.topic, v, p.retain)
+    }
+}
+
+/// An LMOS message with fresh IDs; `extra` members are merged in.
+pub fn lmos(thing: &str, message_type: &str, extra: Value) -> Value {
+    let mut v = json!({"thingID": thing, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": message_type});
+    for (k, x) in extra.as_object().expect("extra is an object") {
+        v[k] = x.clone();
+    }
+    v
+}
+
+pub fn event(thing: &str, name: &str, data: Value) -> Value {
+    lmos(thing, "event", json!({"event": name, "data": data, "timestamp": "2025-01-20T19:00:00Z"}))
+}
+
+pub fn reading(thing: &str, name: &str, value: Value) -> Value {
+    lmos(thing, "propertyReading", json!({"name": name, "value": value, "timestamp": "2025-01-20T19:00:00Z"}))
+}
