@@ -16,8 +16,11 @@ use crate::http::{self, HttpState, LMOS_PATH};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot listen for HTTP on {addr}: {source}")]
-    HttpBind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot listen for HTTP on {addr}: {error}")]
+    HttpBind {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
     #[error(transparent)]
     Broker(#[from] BrokerError),
 }
@@ -40,22 +43,33 @@ impl Application {
         let addr = config.http.listen;
         let http_listener = TcpListener::bind(addr)
             .await
-            .map_err(|source| StartError::HttpBind { addr, source })?;
+            .map_err(|error| StartError::HttpBind { addr, error })?;
         Application::with_listener(config, http_listener).await
     }
 
     /// As [`Application::build`], with the HTTP listener already bound.
-    pub async fn with_listener(config: Config, http_listener: TcpListener) -> Result<Application, StartError> {
-        let http_addr = http_listener.local_addr().map_err(|source| StartError::HttpBind {
-            addr: config.http.listen,
-            source,
-        })?;
+    pub async fn with_listener(
+        config: Config,
+        http_listener: TcpListener,
+    ) -> Result<Application, StartError> {
+        let http_addr = http_listener
+            .local_addr()
+            .map_err(|error| StartError::HttpBind {
+                addr: config.http.listen,
+                error,
+            })?;
         let broker = EmbeddedBroker::start(&config.mqtt).await?;
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
         };
-        let (gateway, dispatcher) = Gateway::new(broker.bus, broker.deliveries, config.topics(), config.gateway.clone(), thing_id);
+        let (gateway, dispatcher) = Gateway::new(
+            broker.bus,
+            broker.deliveries,
+            config.topics(),
+            config.gateway.clone(),
+            thing_id,
+        );
         Ok(Application {
             http_listener,
             http_addr,
@@ -114,7 +128,10 @@ impl Application {
         })
         .await;
         if drained.is_err() {
-            warn!(grace_ms = grace.as_millis() as u64, "Connections still open after the grace period; exiting anyway.");
+            warn!(
+                grace_ms = grace.as_millis() as u64,
+                "Connections still open after the grace period; exiting anyway."
+            );
         }
         dispatcher.abort();
         info!("Sidecar stopped.");

@@ -174,10 +174,35 @@ impl Default for LogConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{0}")]
+    #[error("{}", describe(.0))]
     Load(Box<figment::Error>),
     #[error("invalid value for `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
+}
+
+/// One line per problem, naming the key as written in the file (figment's
+/// own message prefixes its internal profile name).
+fn describe(error: &figment::Error) -> String {
+    error
+        .clone()
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let source = match &e.metadata {
+                Some(m) if m.source.is_some() => {
+                    format!(" in {}", m.source.as_ref().expect("checked"))
+                }
+                Some(m) if m.name.contains("environment") => format!(" (from the {})", m.name),
+                _ => String::new(),
+            };
+            if key.is_empty() {
+                format!("{}{source}", e.kind)
+            } else {
+                format!("`{key}`: {}{source}", e.kind)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Command-line values that override everything else.
@@ -290,7 +315,10 @@ mod tests {
     #[test]
     fn environment_overrides_the_file_and_flags_override_both() {
         figment::Jail::expect_with(|jail| {
-            jail.create_file("c.toml", "[mqtt]\nlisten = \"127.0.0.1:1000\"\n[topics]\nprefix = \"file\"\n")?;
+            jail.create_file(
+                "c.toml",
+                "[mqtt]\nlisten = \"127.0.0.1:1000\"\n[topics]\nprefix = \"file\"\n",
+            )?;
             jail.set_env("LMOS_SIDECAR_TOPICS__PREFIX", "env/lmos");
             jail.set_env("LMOS_SIDECAR_GATEWAY__OUTBOUND_QUEUE", "7");
             let c = Config::load(Some(Path::new("c.toml")), &Overrides::default()).unwrap();
@@ -315,6 +343,10 @@ mod tests {
         assert!(e.contains("topics.prefix"), "{e}");
         let mut c = Config::default();
         c.gateway.outbound_queue = 0;
-        assert!(c.validate().unwrap_err().to_string().contains("gateway.outbound_queue"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("gateway.outbound_queue"));
     }
 }

@@ -31,30 +31,46 @@ struct Cli {
     print_config: bool,
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        // One line with the whole chain of causes, not a backtrace.
+        eprintln!("Error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let overrides = Overrides {
         mqtt_listen: cli.mqtt_addr,
         mqtt5_listen: cli.mqtt5_addr,
         http_listen: cli.http_addr,
     };
-    let mut config = Config::load(cli.config.as_deref(), &overrides).context("Invalid configuration")?;
+    let mut config =
+        Config::load(cli.config.as_deref(), &overrides).context("invalid configuration")?;
     if let Some(format) = cli.log_format.as_deref() {
-        config.log.format = if format == "json" { LogFormat::Json } else { LogFormat::Text };
+        config.log.format = if format == "json" {
+            LogFormat::Json
+        } else {
+            LogFormat::Text
+        };
     }
     if cli.print_config {
         print!("{}", config.to_toml());
         return Ok(());
     }
-    telemetry::init(&config.log).context("Cannot set up logging")?;
+    telemetry::init(&config.log).context("cannot set up logging")?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("Cannot start the async runtime")?;
+        .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let app = Application::build(config).await.context("Cannot start the sidecar")?;
-        app.run(shutdown_signal()).await.context("The sidecar failed")
+        let app = Application::build(config)
+            .await
+            .context("cannot start the sidecar")?;
+        app.run(shutdown_signal())
+            .await
+            .context("the sidecar failed")
     })?;
     // rumqttd's threads never stop; leaving main ends them with the process.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

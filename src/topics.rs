@@ -157,7 +157,9 @@ impl Topics {
     }
 
     fn join(&self, levels: &[&str]) -> String {
-        let mut t = String::with_capacity(self.prefix.len() + levels.iter().map(|l| l.len() + 1).sum::<usize>());
+        let mut t = String::with_capacity(
+            self.prefix.len() + levels.iter().map(|l| l.len() + 1).sum::<usize>(),
+        );
         t.push_str(&self.prefix);
         for l in levels {
             t.push('/');
@@ -175,7 +177,13 @@ impl Topics {
     }
 
     pub fn action_status(&self, thing: &str, action: &str, invocation: &str) -> String {
-        self.join(&[&escape(thing), ACTIONS, &escape(action), STATUS, &escape(invocation)])
+        self.join(&[
+            &escape(thing),
+            ACTIONS,
+            &escape(action),
+            STATUS,
+            &escape(invocation),
+        ])
     }
 
     /// All events of one Thing.
@@ -248,7 +256,10 @@ mod tests {
 
     #[test]
     fn special_characters_are_escaped() {
-        assert_eq!(escape("https://x.org/a+b#c%d"), "https:%2F%2Fx.org%2Fa%2Bb%23c%25d");
+        assert_eq!(
+            escape("https://x.org/a+b#c%d"),
+            "https:%2F%2Fx.org%2Fa%2Bb%23c%25d"
+        );
         assert_eq!(escape("$SYS"), "%24SYS");
         assert_eq!(escape("a$b"), "a$b");
         assert_eq!(escape("nul\0"), "nul%00");
@@ -258,10 +269,16 @@ mod tests {
     fn the_layout_of_each_route() {
         let t = topics();
         assert_eq!(t.property("urn:a", "temp"), "lmos/urn:a/properties/temp");
-        assert_eq!(t.action_status("urn:a", "getWeather", "c1"), "lmos/urn:a/actions/getWeather/status/c1");
+        assert_eq!(
+            t.action_status("urn:a", "getWeather", "c1"),
+            "lmos/urn:a/actions/getWeather/status/c1"
+        );
         assert_eq!(t.thing_events_filter("urn:a"), "lmos/urn:a/events/+");
         assert_eq!(t.event_of_all_things_filter("alarm"), "lmos/+/events/alarm");
-        assert_eq!(t.action_invocations_filter("urn:a", "go"), "lmos/urn:a/actions/go/status/+");
+        assert_eq!(
+            t.action_invocations_filter("urn:a", "go"),
+            "lmos/urn:a/actions/go/status/+"
+        );
         assert_eq!(t.thing_filter("a/b"), "lmos/a%2Fb/#");
     }
 
@@ -282,7 +299,10 @@ mod tests {
         let t = Topics::new("org/lmos").unwrap();
         assert_eq!(
             t.parse(&t.event("x", "y")),
-            Some(Route::Event { thing: "x".into(), event: "y".into() })
+            Some(Route::Event {
+                thing: "x".into(),
+                event: "y".into()
+            })
         );
         for bad in ["", "/lmos", "lmos/", "a//b", "lm+os", "#", "$lmos"] {
             assert!(Topics::new(bad).is_err(), "{bad:?}");

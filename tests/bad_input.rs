@@ -12,9 +12,16 @@ const THING: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
 fn assert_error(v: &Value, status: &str, kind: &str) {
     assert_eq!(v["messageType"], "error", "{v}");
     assert_eq!(v["status"], status, "{v}");
-    assert_eq!(v["type"], format!("https://eclipse.dev/lmos/protocol/v1/errors#{kind}"), "{v}");
+    assert_eq!(
+        v["type"],
+        format!("https://eclipse.dev/lmos/protocol/v1/errors#{kind}"),
+        "{v}"
+    );
     for member in ["thingID", "messageID", "title", "detail", "instance"] {
-        assert!(v[member].as_str().is_some_and(|s| !s.is_empty()), "{member} in {v}");
+        assert!(
+            v[member].as_str().is_some_and(|s| !s.is_empty()),
+            "{member} in {v}"
+        );
     }
     assert!(v["instance"].as_str().unwrap().starts_with("urn:uuid:"));
 }
@@ -23,61 +30,99 @@ fn assert_error(v: &Value, status: &str, kind: &str) {
 async fn every_class_of_bad_input_gets_a_correlated_error_and_the_connection_survives() {
     let sidecar = TestSidecar::start().await;
     let mut bystander = sidecar.ws().await;
-    bystander.send(lmos(THING, "subscribeEvent", json!({"event": "e"}))).await;
+    bystander
+        .send(lmos(THING, "subscribeEvent", json!({"event": "e"})))
+        .await;
     bystander.barrier().await;
     let mut client = sidecar.ws().await;
 
-    client.send_raw(WsMessage::Text("{\"thingID\": \"urn:x\",".into())).await;
+    client
+        .send_raw(WsMessage::Text("{\"thingID\": \"urn:x\",".into()))
+        .await;
     let e = client.recv().await;
     assert_error(&e, "400", "invalid-json");
     assert_eq!(e["thingID"], "urn:lmos:test-sidecar");
     assert!(e.get("correlationID").is_none());
     assert!(e["detail"].as_str().unwrap().contains("line 1"), "{e}");
 
-    client.send_raw(WsMessage::Binary(vec![1, 2, 3].into())).await;
+    client
+        .send_raw(WsMessage::Binary(vec![1, 2, 3].into()))
+        .await;
     assert_error(&client.recv().await, "400", "binary-frame");
 
     client.send_raw(WsMessage::Text("[1, 2]".into())).await;
     assert_error(&client.recv().await, "400", "not-an-object");
 
-    client.send(lmos(THING, "teleport", json!({"messageID": "m-unknown"}))).await;
+    client
+        .send(lmos(THING, "teleport", json!({"messageID": "m-unknown"})))
+        .await;
     let e = client.recv().await;
     assert_error(&e, "400", "unknown-message-type");
     assert_eq!(e["correlationID"], "m-unknown");
     assert_eq!(e["thingID"], THING);
     assert!(e["detail"].as_str().unwrap().contains("teleport"));
 
-    client.send(lmos(THING, "subscribeEvent", json!({"messageID": "m-missing"}))).await;
+    client
+        .send(lmos(
+            THING,
+            "subscribeEvent",
+            json!({"messageID": "m-missing"}),
+        ))
+        .await;
     let e = client.recv().await;
     assert_error(&e, "400", "missing-member");
     assert_eq!(e["correlationID"], "m-missing");
     assert!(e["detail"].as_str().unwrap().contains("`event`"), "{e}");
 
     client
-        .send(lmos(THING, "observeProperty", json!({"messageID": "m-typed", "correlationID": "c-typed", "name": 42})))
+        .send(lmos(
+            THING,
+            "observeProperty",
+            json!({"messageID": "m-typed", "correlationID": "c-typed", "name": 42}),
+        ))
         .await;
     let e = client.recv().await;
     assert_error(&e, "400", "invalid-member");
-    assert_eq!(e["correlationID"], "c-typed", "the request's correlationID wins over its messageID");
+    assert_eq!(
+        e["correlationID"], "c-typed",
+        "the request's correlationID wins over its messageID"
+    );
     assert!(e["detail"].as_str().unwrap().contains("`name`"));
 
-    client.send(json!({"messageID": "m-nothing", "messageType": "subscribeAllEvents"})).await;
+    client
+        .send(json!({"messageID": "m-nothing", "messageType": "subscribeAllEvents"}))
+        .await;
     let e = client.recv().await;
     assert_error(&e, "400", "missing-member");
     assert!(e["detail"].as_str().unwrap().contains("thingID"));
 
-    client.send(lmos(THING, "invokeAction", json!({"messageID": "m-invoke", "action": "getWeather"}))).await;
+    client
+        .send(lmos(
+            THING,
+            "invokeAction",
+            json!({"messageID": "m-invoke", "action": "getWeather"}),
+        ))
+        .await;
     let e = client.recv().await;
     assert_error(&e, "501", "not-supported");
     assert_eq!(e["correlationID"], "m-invoke");
 
     // The same connection still works, and so does everyone else's.
-    client.send(lmos(THING, "subscribeEvent", json!({"event": "e", "correlationID": "after"}))).await;
+    client
+        .send(lmos(
+            THING,
+            "subscribeEvent",
+            json!({"event": "e", "correlationID": "after"}),
+        ))
+        .await;
     client.barrier().await;
     let mut agent = sidecar.ws().await;
     agent.send(event(THING, "e", json!("still here"))).await;
     let got = client.recv().await;
-    assert_eq!((got["data"].as_str(), got["correlationID"].as_str()), (Some("still here"), Some("after")));
+    assert_eq!(
+        (got["data"].as_str(), got["correlationID"].as_str()),
+        (Some("still here"), Some("after"))
+    );
     assert_eq!(bystander.recv().await["data"], "still here");
     sidecar.stop().await;
 }
@@ -88,9 +133,13 @@ async fn oversized_messages_get_an_error_and_the_connection_survives() {
     config.gateway.max_message_size = 1024;
     let sidecar = TestSidecar::start_with(config).await;
     let mut client = sidecar.ws().await;
-    client.send(event(THING, "big", json!("x".repeat(2000)))).await;
+    client
+        .send(event(THING, "big", json!("x".repeat(2000))))
+        .await;
     assert_error(&client.recv().await, "413", "message-too-large");
-    client.send(lmos(THING, "subscribeAllEvents", json!({}))).await;
+    client
+        .send(lmos(THING, "subscribeAllEvents", json!({})))
+        .await;
     client.barrier().await;
     sidecar.stop().await;
 }
@@ -99,15 +148,28 @@ async fn oversized_messages_get_an_error_and_the_connection_survives() {
 async fn garbage_published_over_mqtt_does_not_reach_or_break_websocket_consumers() {
     let sidecar = TestSidecar::start().await;
     let mut consumer = sidecar.ws().await;
-    consumer.send(lmos(THING, "subscribeAllEvents", json!({}))).await;
+    consumer
+        .send(lmos(THING, "subscribeAllEvents", json!({})))
+        .await;
     consumer.barrier().await;
     let mut agent = sidecar.mqtt("agent").await;
     agent
         .client
-        .publish(format!("lmos/{THING}/events/e"), rumqttc::QoS::AtLeastOnce, false, "not json")
+        .publish(
+            format!("lmos/{THING}/events/e"),
+            rumqttc::QoS::AtLeastOnce,
+            false,
+            "not json",
+        )
         .await
         .unwrap();
-    agent.publish(&format!("lmos/{THING}/events/e"), &event(THING, "e", json!(1)), false).await;
+    agent
+        .publish(
+            &format!("lmos/{THING}/events/e"),
+            &event(THING, "e", json!(1)),
+            false,
+        )
+        .await;
     assert_eq!(consumer.recv().await["data"], 1);
     sidecar.stop().await;
 }

@@ -22,7 +22,11 @@ async fn mqtt_agent_event_reaches_websocket_subscriber_with_its_correlation_id()
     sent["x-vendor"] = json!({"kept": true});
     sent["correlationId"] = json!("agent-side");
     agent
-        .publish(&format!("lmos/{THING}/events/userFeedbackReceived"), &sent, false)
+        .publish(
+            &format!("lmos/{THING}/events/userFeedbackReceived"),
+            &sent,
+            false,
+        )
         .await;
 
     let got = consumer.recv().await;
@@ -32,7 +36,10 @@ async fn mqtt_agent_event_reaches_websocket_subscriber_with_its_correlation_id()
     assert_eq!(got["thingID"], THING);
     assert_eq!(got["messageID"], sent["messageID"]);
     assert_eq!(got["correlationID"], "b45e8f90-8824-4c23-bc37-c6c4ddad4b2c");
-    assert!(got.get("correlationId").is_none(), "one spelling only: {got}");
+    assert!(
+        got.get("correlationId").is_none(),
+        "one spelling only: {got}"
+    );
     assert_eq!(got["x-vendor"], json!({"kept": true}));
     sidecar.stop().await;
 }
@@ -46,12 +53,27 @@ async fn without_a_correlation_id_deliveries_carry_the_subscribe_message_id() {
     consumer.barrier().await;
 
     let mut agent = sidecar.mqtt("agent").await;
-    agent.publish(&format!("lmos/{THING}/events/a"), &event(THING, "a", json!(1)), false).await;
-    agent.publish(&format!("lmos/{THING}/events/b"), &event(THING, "b", json!(2)), false).await;
+    agent
+        .publish(
+            &format!("lmos/{THING}/events/a"),
+            &event(THING, "a", json!(1)),
+            false,
+        )
+        .await;
+    agent
+        .publish(
+            &format!("lmos/{THING}/events/b"),
+            &event(THING, "b", json!(2)),
+            false,
+        )
+        .await;
 
     let first = consumer.recv().await;
     let second = consumer.recv().await;
-    assert_eq!((first["event"].as_str(), second["event"].as_str()), (Some("a"), Some("b")));
+    assert_eq!(
+        (first["event"].as_str(), second["event"].as_str()),
+        (Some("a"), Some("b"))
+    );
     assert_eq!(first["correlationID"], subscribe["messageID"]);
     assert_eq!(second["correlationID"], subscribe["messageID"]);
     sidecar.stop().await;
@@ -71,7 +93,10 @@ async fn websocket_agent_event_reaches_mqtt_subscriber_verbatim() {
         .await;
 
     let publish = subscriber.recv().await;
-    assert_eq!(publish.topic, "lmos/urn:dev:ops:32473-WoTLamp-1234/events/alarm");
+    assert_eq!(
+        publish.topic,
+        "lmos/urn:dev:ops:32473-WoTLamp-1234/events/alarm"
+    );
     assert_eq!(std::str::from_utf8(&publish.payload).unwrap(), text);
     sidecar.stop().await;
 }
@@ -82,9 +107,22 @@ async fn websocket_agent_to_websocket_consumers() {
     let mut named = sidecar.ws().await;
     let mut all = sidecar.ws().await;
     let mut other_thing = sidecar.ws().await;
-    named.send(lmos(THING, "subscribeEvent", json!({"event": "done", "correlationID": "named"}))).await;
-    all.send(lmos(THING, "subscribeAllEvents", json!({"correlationID": "all"}))).await;
-    other_thing.send(lmos("urn:other", "subscribeAllEvents", json!({}))).await;
+    named
+        .send(lmos(
+            THING,
+            "subscribeEvent",
+            json!({"event": "done", "correlationID": "named"}),
+        ))
+        .await;
+    all.send(lmos(
+        THING,
+        "subscribeAllEvents",
+        json!({"correlationID": "all"}),
+    ))
+    .await;
+    other_thing
+        .send(lmos("urn:other", "subscribeAllEvents", json!({})))
+        .await;
     for c in [&mut named, &mut all, &mut other_thing] {
         c.barrier().await;
     }
@@ -94,10 +132,16 @@ async fn websocket_agent_to_websocket_consumers() {
     agent.send(event(THING, "done", json!(100))).await;
 
     let got = named.recv().await;
-    assert_eq!((got["event"].as_str(), got["correlationID"].as_str()), (Some("done"), Some("named")));
+    assert_eq!(
+        (got["event"].as_str(), got["correlationID"].as_str()),
+        (Some("done"), Some("named"))
+    );
     let a = all.recv().await;
     let b = all.recv().await;
-    assert_eq!((a["event"].as_str(), b["event"].as_str()), (Some("progress"), Some("done")));
+    assert_eq!(
+        (a["event"].as_str(), b["event"].as_str()),
+        (Some("progress"), Some("done"))
+    );
     assert_eq!(b["correlationID"], "all");
     named.assert_nothing_pending().await;
     other_thing.assert_nothing_pending().await;
@@ -108,8 +152,20 @@ async fn websocket_agent_to_websocket_consumers() {
 async fn named_and_all_events_subscriptions_deliver_once() {
     let sidecar = TestSidecar::start().await;
     let mut consumer = sidecar.ws().await;
-    consumer.send(lmos(THING, "subscribeAllEvents", json!({"correlationID": "all"}))).await;
-    consumer.send(lmos(THING, "subscribeEvent", json!({"event": "e", "correlationID": "named"}))).await;
+    consumer
+        .send(lmos(
+            THING,
+            "subscribeAllEvents",
+            json!({"correlationID": "all"}),
+        ))
+        .await;
+    consumer
+        .send(lmos(
+            THING,
+            "subscribeEvent",
+            json!({"event": "e", "correlationID": "named"}),
+        ))
+        .await;
     consumer.barrier().await;
 
     let mut agent = sidecar.ws().await;
@@ -117,8 +173,14 @@ async fn named_and_all_events_subscriptions_deliver_once() {
     agent.send(event(THING, "f", json!(2))).await;
     let e = consumer.recv().await;
     let f = consumer.recv().await;
-    assert_eq!((e["event"].as_str(), e["correlationID"].as_str()), (Some("e"), Some("named")));
-    assert_eq!((f["event"].as_str(), f["correlationID"].as_str()), (Some("f"), Some("all")));
+    assert_eq!(
+        (e["event"].as_str(), e["correlationID"].as_str()),
+        (Some("e"), Some("named"))
+    );
+    assert_eq!(
+        (f["event"].as_str(), f["correlationID"].as_str()),
+        (Some("f"), Some("all"))
+    );
     consumer.assert_nothing_pending().await;
     sidecar.stop().await;
 }
@@ -127,24 +189,54 @@ async fn named_and_all_events_subscriptions_deliver_once() {
 async fn unsubscribe_stops_delivery() {
     let sidecar = TestSidecar::start().await;
     let mut consumer = sidecar.ws().await;
-    consumer.send(lmos(THING, "subscribeEvent", json!({"event": "a"}))).await;
-    consumer.send(lmos(THING, "subscribeEvent", json!({"event": "b"}))).await;
+    consumer
+        .send(lmos(THING, "subscribeEvent", json!({"event": "a"})))
+        .await;
+    consumer
+        .send(lmos(THING, "subscribeEvent", json!({"event": "b"})))
+        .await;
     consumer.barrier().await;
-    consumer.send(lmos(THING, "unsubscribeEvent", json!({"event": "a"}))).await;
+    consumer
+        .send(lmos(THING, "unsubscribeEvent", json!({"event": "a"})))
+        .await;
     consumer.barrier().await;
 
     let mut agent = sidecar.mqtt("agent").await;
     // Published in order on one topic filter: if "a" were still delivered it
     // would arrive before "b".
-    agent.publish(&format!("lmos/{THING}/events/a"), &event(THING, "a", json!(1)), false).await;
-    agent.publish(&format!("lmos/{THING}/events/b"), &event(THING, "b", json!(2)), false).await;
+    agent
+        .publish(
+            &format!("lmos/{THING}/events/a"),
+            &event(THING, "a", json!(1)),
+            false,
+        )
+        .await;
+    agent
+        .publish(
+            &format!("lmos/{THING}/events/b"),
+            &event(THING, "b", json!(2)),
+            false,
+        )
+        .await;
     assert_eq!(consumer.recv().await["event"], "b");
 
-    consumer.send(lmos(THING, "unsubscribeEvent", json!({"event": "b"}))).await;
-    consumer.send(lmos(THING, "subscribeAllEvents", json!({}))).await;
-    consumer.send(lmos(THING, "unsubscribeAllEvents", json!({}))).await;
+    consumer
+        .send(lmos(THING, "unsubscribeEvent", json!({"event": "b"})))
+        .await;
+    consumer
+        .send(lmos(THING, "subscribeAllEvents", json!({})))
+        .await;
+    consumer
+        .send(lmos(THING, "unsubscribeAllEvents", json!({})))
+        .await;
     consumer.barrier().await;
-    agent.publish(&format!("lmos/{THING}/events/b"), &event(THING, "b", json!(3)), false).await;
+    agent
+        .publish(
+            &format!("lmos/{THING}/events/b"),
+            &event(THING, "b", json!(3)),
+            false,
+        )
+        .await;
     consumer.assert_nothing_pending().await;
     sidecar.stop().await;
 }
@@ -156,17 +248,25 @@ async fn thing_ids_with_topic_characters_are_escaped_and_reversible() {
     let mut subscriber = sidecar.mqtt("subscriber").await;
     subscriber.subscribe("lmos/+/events/+").await;
     let mut consumer = sidecar.ws().await;
-    consumer.send(lmos(thing, "subscribeEvent", json!({"event": "on/off"}))).await;
+    consumer
+        .send(lmos(thing, "subscribeEvent", json!({"event": "on/off"})))
+        .await;
     consumer.barrier().await;
 
     let mut agent = sidecar.ws().await;
     agent.send(event(thing, "on/off", json!(true))).await;
 
     let (topic, payload, _) = subscriber.recv_json().await;
-    assert_eq!(topic, "lmos/https:%2F%2Fexample.com%2Fthings%2Flamp%2B1%23main/events/on%2Foff");
+    assert_eq!(
+        topic,
+        "lmos/https:%2F%2Fexample.com%2Fthings%2Flamp%2B1%23main/events/on%2Foff"
+    );
     assert_eq!(payload["thingID"], thing);
     let got = consumer.recv().await;
-    assert_eq!((got["thingID"].as_str(), got["event"].as_str()), (Some(thing), Some("on/off")));
+    assert_eq!(
+        (got["thingID"].as_str(), got["event"].as_str()),
+        (Some(thing), Some("on/off"))
+    );
     sidecar.stop().await;
 }
 
@@ -174,7 +274,9 @@ async fn thing_ids_with_topic_characters_are_escaped_and_reversible() {
 async fn events_published_over_mqtt5_reach_websocket_consumers() {
     let sidecar = TestSidecar::start().await;
     let mut consumer = sidecar.ws().await;
-    consumer.send(lmos(THING, "subscribeEvent", json!({"event": "v5"}))).await;
+    consumer
+        .send(lmos(THING, "subscribeEvent", json!({"event": "v5"})))
+        .await;
     consumer.barrier().await;
 
     let mut options = rumqttc::v5::MqttOptions::new("agent5", "127.0.0.1", sidecar.mqtt5.port());
@@ -182,7 +284,12 @@ async fn events_published_over_mqtt5_reach_websocket_consumers() {
     let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, 10);
     let payload = event(THING, "v5", json!("hello")).to_string();
     client
-        .publish(format!("lmos/{THING}/events/v5"), rumqttc::v5::mqttbytes::QoS::AtLeastOnce, false, payload)
+        .publish(
+            format!("lmos/{THING}/events/v5"),
+            rumqttc::v5::mqttbytes::QoS::AtLeastOnce,
+            false,
+            payload,
+        )
         .await
         .unwrap();
     let driver = tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });

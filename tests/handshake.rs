@@ -22,7 +22,9 @@ async fn a_handshake_without_lmosprotocol_is_refused_clearly() {
         let err = tokio_tungstenite::connect_async(ws_request(&sidecar.ws_url(), offered))
             .await
             .unwrap_err();
-        let WsError::Http(response) = err else { panic!("{err:?}") };
+        let WsError::Http(response) = err else {
+            panic!("{err:?}")
+        };
         assert_eq!(response.status(), 400);
         let body = String::from_utf8(response.body().clone().unwrap_or_default()).unwrap();
         assert!(body.contains("lmosprotocol"), "{body}");
@@ -36,7 +38,9 @@ async fn plain_http_on_the_websocket_path_explains_itself() {
     let response = http_get(sidecar.http, "/lmos").await;
     assert!(response.starts_with("HTTP/1.1 426"), "{response}");
     assert!(response.contains("lmosprotocol"));
-    assert!(http_get(sidecar.http, "/healthz").await.starts_with("HTTP/1.1 200"));
+    assert!(http_get(sidecar.http, "/healthz")
+        .await
+        .starts_with("HTTP/1.1 200"));
     sidecar.stop().await;
 }
 
@@ -47,6 +51,9 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
         .await
         .unwrap();
     let mut out = String::new();
-    tokio::time::timeout(common::WAIT, s.read_to_string(&mut out)).await.unwrap().unwrap();
+    tokio::time::timeout(common::WAIT, s.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
     out
 }

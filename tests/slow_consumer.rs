@@ -32,10 +32,16 @@ async fn burst(policy: SlowConsumerPolicy) -> (TestSidecar, common::WsClient, co
     // and never fills its own queue.
     for chunk in (0..EVENTS).collect::<Vec<_>>().chunks(16) {
         for i in chunk {
-            agent.send(event(THING, "tick", json!({"i": i, "blob": blob}))).await;
+            agent
+                .send(event(THING, "tick", json!({"i": i, "blob": blob})))
+                .await;
         }
         for i in chunk {
-            assert_eq!(fast.recv().await["data"]["i"], *i, "the fast consumer gets every event in order");
+            assert_eq!(
+                fast.recv().await["data"]["i"],
+                *i,
+                "the fast consumer gets every event in order"
+            );
         }
     }
     (sidecar, fast, slow)
@@ -46,7 +52,10 @@ async fn a_slow_consumer_is_disconnected_with_a_reason_and_others_get_everything
     let (sidecar, mut fast, mut slow) = burst(SlowConsumerPolicy::Disconnect).await;
     let mut received = 0;
     let close = loop {
-        match tokio::time::timeout(WAIT, slow.stream.next()).await.expect("the slow consumer's stream ends") {
+        match tokio::time::timeout(WAIT, slow.stream.next())
+            .await
+            .expect("the slow consumer's stream ends")
+        {
             Some(Ok(WsMessage::Text(_))) => received += 1,
             Some(Ok(WsMessage::Close(frame))) => break frame,
             Some(Ok(_)) => {}
@@ -54,7 +63,10 @@ async fn a_slow_consumer_is_disconnected_with_a_reason_and_others_get_everything
             Some(Err(_)) | None => break None,
         }
     };
-    assert!(received < EVENTS, "the slow consumer was cut off ({received} received)");
+    assert!(
+        received < EVENTS,
+        "the slow consumer was cut off ({received} received)"
+    );
     if let Some(frame) = close {
         assert_eq!(frame.code, CloseCode::Again);
         assert!(frame.reason.contains("Slow consumer"), "{}", frame.reason);
@@ -68,11 +80,19 @@ async fn a_slow_consumer_is_disconnected_with_a_reason_and_others_get_everything
 async fn under_the_drop_policy_a_slow_consumer_misses_messages_but_stays_connected() {
     let (sidecar, _fast, mut slow) = burst(SlowConsumerPolicy::Drop).await;
     let mut received = 0;
-    while let Ok(Some(Ok(frame))) = tokio::time::timeout(std::time::Duration::from_millis(500), slow.stream.next()).await {
-        assert!(frame.is_text(), "no close frame under the drop policy: {frame:?}");
+    while let Ok(Some(Ok(frame))) =
+        tokio::time::timeout(std::time::Duration::from_millis(500), slow.stream.next()).await
+    {
+        assert!(
+            frame.is_text(),
+            "no close frame under the drop policy: {frame:?}"
+        );
         received += 1;
     }
-    assert!(received < EVENTS, "messages were dropped ({received} received)");
+    assert!(
+        received < EVENTS,
+        "messages were dropped ({received} received)"
+    );
     // Still connected and served.
     slow.barrier().await;
     sidecar.stop().await;

@@ -34,18 +34,18 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
-    #[error("cannot listen for {what} on {addr}: {source}")]
+    #[error("cannot listen for {what} on {addr}: {error}")]
     Bind {
         what: &'static str,
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("the embedded MQTT broker did not start listening on {addr} within {READY_TIMEOUT:?}")]
     NotReady { addr: SocketAddr },
     #[error("cannot connect the sidecar to the embedded MQTT broker: {0}")]
     Link(String),
     #[error("cannot start a broker thread: {0}")]
-    Thread(#[from] std::io::Error),
+    Thread(std::io::Error),
 }
 
 /// A running embedded broker.
@@ -62,8 +62,11 @@ pub struct EmbeddedBroker {
 /// between the two is a few microseconds; what it buys is a clear error for
 /// the common mistake of a port already in use.
 fn reserve(what: &'static str, addr: SocketAddr) -> Result<SocketAddr, BrokerError> {
-    let listener = TcpListener::bind(addr).map_err(|source| BrokerError::Bind { what, addr, source })?;
-    let bound = listener.local_addr()?;
+    let listener =
+        TcpListener::bind(addr).map_err(|error| BrokerError::Bind { what, addr, error })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| BrokerError::Bind { what, addr, error })?;
     drop(listener);
     Ok(bound)
 }
@@ -104,8 +107,14 @@ impl EmbeddedBroker {
                 initialized_filters: None,
                 shared_subscriptions_strategy: Default::default(),
             },
-            v4: Some(HashMap::from([("v4".to_owned(), server_settings("mqtt-v4", mqtt_addr, config))])),
-            v5: Some(HashMap::from([("v5".to_owned(), server_settings("mqtt-v5", mqtt5_addr, config))])),
+            v4: Some(HashMap::from([(
+                "v4".to_owned(),
+                server_settings("mqtt-v4", mqtt_addr, config),
+            )])),
+            v5: Some(HashMap::from([(
+                "v5".to_owned(),
+                server_settings("mqtt-v5", mqtt5_addr, config),
+            )])),
             ..Default::default()
         };
 
@@ -113,7 +122,9 @@ impl EmbeddedBroker {
         // A client ID no MQTT client will pick by accident: a duplicate would
         // make rumqttd drop the sidecar's own link.
         let link_id = format!("lmos-sidecar-{}", uuid::Uuid::new_v4().simple());
-        let (link_tx, link_rx) = broker.link(&link_id).map_err(|e| BrokerError::Link(e.to_string()))?;
+        let (link_tx, link_rx) = broker
+            .link(&link_id)
+            .map_err(|e| BrokerError::Link(e.to_string()))?;
 
         std::thread::Builder::new()
             .name("rumqttd".into())
@@ -121,20 +132,32 @@ impl EmbeddedBroker {
                 if let Err(e) = broker.start() {
                     error!(error = %e, "Embedded MQTT broker stopped.");
                 }
-            })?;
+            })
+            .map_err(BrokerError::Thread)?;
 
         let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
         std::thread::Builder::new()
             .name("bus-publisher".into())
-            .spawn(move || run_link_tx(link_tx, command_rx))?;
+            .spawn(move || run_link_tx(link_tx, command_rx))
+            .map_err(BrokerError::Thread)?;
 
         let probe_topic = format!("lmos-sidecar/probe/{}", uuid::Uuid::new_v4().simple());
         let (probe_tx, mut probes) = mpsc::unbounded_channel();
         let (delivery_tx, deliveries) = mpsc::channel(DELIVERY_QUEUE);
-        let _ = command_tx.send(BusCommand::Subscribe(probe_topic.clone())).await;
-        tokio::spawn(run_link_rx(link_rx, delivery_tx, probe_topic.clone(), probe_tx));
+        let _ = command_tx
+            .send(BusCommand::Subscribe(probe_topic.clone()))
+            .await;
+        tokio::spawn(run_link_rx(
+            link_rx,
+            delivery_tx,
+            probe_topic.clone(),
+            probe_tx,
+        ));
 
-        for (addr, version) in [(mqtt_addr, MqttVersion::V311), (mqtt5_addr, MqttVersion::V5)] {
+        for (addr, version) in [
+            (mqtt_addr, MqttVersion::V311),
+            (mqtt5_addr, MqttVersion::V5),
+        ] {
             if !wait_ready(addr, version, &probe_topic, &mut probes, READY_TIMEOUT).await {
                 return Err(BrokerError::NotReady { addr });
             }
@@ -209,10 +232,17 @@ fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
     });
 }
 
-async fn run_link_rx(mut link_rx: LinkRx, deliveries: mpsc::Sender<Delivery>, probe_topic: String, probes: mpsc::UnboundedSender<String>) {
+async fn run_link_rx(
+    mut link_rx: LinkRx,
+    deliveries: mpsc::Sender<Delivery>,
+    probe_topic: String,
+    probes: mpsc::UnboundedSender<String>,
+) {
     loop {
         match link_rx.next().await {
-            Ok(Some(Notification::Forward(forward))) if forward.publish.topic == probe_topic.as_bytes() => {
+            Ok(Some(Notification::Forward(forward)))
+                if forward.publish.topic == probe_topic.as_bytes() =>
+            {
                 let _ = probes.send(String::from_utf8_lossy(&forward.publish.payload).into_owned());
             }
             Ok(Some(Notification::Forward(forward))) => {

@@ -45,7 +45,12 @@ impl Bus {
 
     /// Publishes at QoS 0 from inside the sidecar. Waits (never drops) when
     /// the bus is busy, which slows the publishing connection down.
-    pub async fn publish(&self, topic: String, payload: Bytes, retain: bool) -> Result<(), BusClosed> {
+    pub async fn publish(
+        &self,
+        topic: String,
+        payload: Bytes,
+        retain: bool,
+    ) -> Result<(), BusClosed> {
         self.send(BusCommand::Publish {
             topic,
             payload,

@@ -53,7 +53,12 @@ fn publish_packet(version: MqttVersion, topic: &str, payload: &[u8]) -> Vec<u8> 
 
 /// One probe: the token is the payload, so a late answer to an earlier
 /// attempt cannot be mistaken for this one.
-async fn try_once(addr: SocketAddr, version: MqttVersion, topic: &str, token: &str) -> std::io::Result<bool> {
+async fn try_once(
+    addr: SocketAddr,
+    version: MqttVersion,
+    topic: &str,
+    token: &str,
+) -> std::io::Result<bool> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.write_all(&connect_packet(version, token)).await?;
     let mut ack = [0u8; 4];
@@ -62,7 +67,9 @@ async fn try_once(addr: SocketAddr, version: MqttVersion, topic: &str, token: &s
     if ack[0] != 0x20 || ack[3] != 0 {
         return Ok(false);
     }
-    stream.write_all(&publish_packet(version, topic, token.as_bytes())).await?;
+    stream
+        .write_all(&publish_packet(version, topic, token.as_bytes()))
+        .await?;
     stream.write_all(&[0xE0, 0x00]).await?;
     Ok(true)
 }
@@ -80,8 +87,14 @@ pub async fn wait_ready(
     let mut attempt = 0u32;
     while tokio::time::Instant::now() < deadline {
         attempt += 1;
-        let token = format!("lmos-sidecar-probe-{}-{attempt}", uuid::Uuid::new_v4().simple());
-        let sent = tokio::time::timeout(Duration::from_millis(500), try_once(addr, version, topic, &token));
+        let token = format!(
+            "lmos-sidecar-probe-{}-{attempt}",
+            uuid::Uuid::new_v4().simple()
+        );
+        let sent = tokio::time::timeout(
+            Duration::from_millis(500),
+            try_once(addr, version, topic, &token),
+        );
         if let Ok(Ok(true)) = sent.await {
             let wait = tokio::time::sleep(Duration::from_millis(500));
             tokio::pin!(wait);

@@ -68,16 +68,24 @@ where
     pub async fn run(mut self) {
         debug!(peer = %self.peer, "WebSocket connection opened.");
         let ending = self.serve().await;
-        self.shared.command(Command::Deregister { conn: self.id }).await;
+        self.shared
+            .command(Command::Deregister { conn: self.id })
+            .await;
         let dropped = self.inbox.dropped.load(Ordering::Relaxed);
         if dropped > 0 {
-            warn!(dropped, "Slow consumer missed messages (slow_consumer = \"drop\").");
+            warn!(
+                dropped,
+                "Slow consumer missed messages (slow_consumer = \"drop\")."
+            );
         }
         let close = match ending {
             Ending::PeerClosed => None,
             Ending::Shutdown => Some((CloseCode::Away, "Sidecar shutting down.".to_owned())),
             Ending::TooSlow => {
-                warn!(queue = self.shared.config.outbound_queue, "Disconnecting slow consumer.");
+                warn!(
+                    queue = self.shared.config.outbound_queue,
+                    "Disconnecting slow consumer."
+                );
                 Some((
                     CloseCode::Again,
                     format!(
@@ -86,7 +94,9 @@ where
                     ),
                 ))
             }
-            Ending::Failed(WsError::Capacity(e)) => Some((CloseCode::Size, format!("Message too big: {e}."))),
+            Ending::Failed(WsError::Capacity(e)) => {
+                Some((CloseCode::Size, format!("Message too big: {e}.")))
+            }
             Ending::Failed(e) => {
                 debug!(error = %e, "WebSocket connection failed.");
                 None
@@ -152,7 +162,9 @@ where
                 self.reply(problem, None, None).await
             }
             // tungstenite answers pings itself; close frames end the stream.
-            WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Close(_) | WsMessage::Frame(_) => Ok(()),
+            WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Close(_) | WsMessage::Frame(_) => {
+                Ok(())
+            }
         }
     }
 
@@ -160,14 +172,26 @@ where
         let max = self.shared.config.max_message_size;
         if text.len() > max {
             let detail = format!("The message has {} bytes; this gateway accepts at most {max} (gateway.max_message_size).", text.len());
-            return self.reply(Problem::new(ProblemKind::MessageTooLarge, detail), None, None).await;
+            return self
+                .reply(
+                    Problem::new(ProblemKind::MessageTooLarge, detail),
+                    None,
+                    None,
+                )
+                .await;
         }
         let message = match Message::parse(text.as_bytes()) {
             Ok(m) => m,
             Err(rejection) => {
                 let problem = Problem::from(&rejection);
                 let correlation = rejection.reply_correlation_id().map(str::to_owned);
-                return self.reply(problem, rejection.thing_id.as_deref(), correlation.as_deref()).await;
+                return self
+                    .reply(
+                        problem,
+                        rejection.thing_id.as_deref(),
+                        correlation.as_deref(),
+                    )
+                    .await;
             }
         };
         let thing = message.thing_id.clone();
@@ -236,8 +260,17 @@ where
             }
             Outcome::Publish(publications) => {
                 for (topic, payload, retain) in publications {
-                    if self.shared.bus.publish(topic, payload, retain).await.is_err() {
-                        let problem = Problem::new(ProblemKind::Unavailable, "The message bus has stopped; the message was not published.");
+                    if self
+                        .shared
+                        .bus
+                        .publish(topic, payload, retain)
+                        .await
+                        .is_err()
+                    {
+                        let problem = Problem::new(
+                            ProblemKind::Unavailable,
+                            "The message bus has stopped; the message was not published.",
+                        );
                         return self.reply(problem, Some(&thing), Some(&correlation)).await;
                     }
                 }
@@ -248,13 +281,20 @@ where
     }
 
     /// Sends an LMOS `error` to this connection, ahead of queued deliveries.
-    async fn reply(&mut self, problem: Problem, thing: Option<&str>, correlation: Option<&str>) -> Result<(), WsError> {
+    async fn reply(
+        &mut self,
+        problem: Problem,
+        thing: Option<&str>,
+        correlation: Option<&str>,
+    ) -> Result<(), WsError> {
         let thing = thing.unwrap_or(&self.shared.thing_id);
         let message = problem.to_message(thing, correlation);
         if let Body::Error(e) = &message.body {
             info!(kind = problem.kind.slug(), instance = %e.instance, "Rejected a WebSocket message.");
         }
-        self.socket.send(WsMessage::Text(message.to_json().into())).await
+        self.socket
+            .send(WsMessage::Text(message.to_json().into()))
+            .await
     }
 }
 
@@ -266,7 +306,12 @@ enum Outcome {
 
 /// One `propertyReading` per member of a `propertyReadings`, so observers of
 /// each property see it; trace context is carried over.
-fn split_reading(message: &Message, name: &str, value: &serde_json::Value, timestamp: &str) -> Message {
+fn split_reading(
+    message: &Message,
+    name: &str,
+    value: &serde_json::Value,
+    timestamp: &str,
+) -> Message {
     let mut reading = Message::new(
         message.thing_id.clone(),
         Body::PropertyReading {

@@ -52,7 +52,12 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(bus: Bus, topics: Topics, commands: mpsc::Receiver<Command>, deliveries: mpsc::Receiver<Delivery>) -> Dispatcher {
+    pub fn new(
+        bus: Bus,
+        topics: Topics,
+        commands: mpsc::Receiver<Command>,
+        deliveries: mpsc::Receiver<Delivery>,
+    ) -> Dispatcher {
         Dispatcher {
             table: Table::default(),
             outbounds: HashMap::new(),
@@ -98,7 +103,9 @@ impl Dispatcher {
                     return;
                 }
                 let correlation: Arc<str> = json_string(&correlation_id).into();
-                let change = self.table.add(conn, &thing, selector.clone(), correlation.clone());
+                let change = self
+                    .table
+                    .add(conn, &thing, selector.clone(), correlation.clone());
                 if let Selector::Property(name) = &selector {
                     let cached = self.latest.get(&thing).and_then(|m| m.get(name)).cloned();
                     if let Some(prepared) = cached {

@@ -25,8 +25,8 @@ use crate::broker::{Bus, Delivery};
 use crate::config::GatewayConfig;
 use crate::topics::Topics;
 use connection::Connection;
-pub use dispatcher::Dispatcher;
 use dispatcher::Command;
+pub use dispatcher::Dispatcher;
 
 /// The WebSocket subprotocol this gateway speaks.
 pub const SUBPROTOCOL: &str = "lmosprotocol";
@@ -58,7 +58,13 @@ pub struct Gateway {
 
 impl Gateway {
     /// The gateway and the dispatcher task that must run for it to deliver.
-    pub fn new(bus: Bus, deliveries: mpsc::Receiver<Delivery>, topics: Topics, config: GatewayConfig, thing_id: String) -> (Gateway, Dispatcher) {
+    pub fn new(
+        bus: Bus,
+        deliveries: mpsc::Receiver<Delivery>,
+        topics: Topics,
+        config: GatewayConfig,
+        thing_id: String,
+    ) -> (Gateway, Dispatcher) {
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let dispatcher = Dispatcher::new(bus.clone(), topics.clone(), commands_rx, deliveries);
         let shared = Arc::new(Shared {
@@ -76,21 +82,33 @@ impl Gateway {
     /// moderately oversized message gets an LMOS error and the connection
     /// lives on; only far larger ones close it (code 1009).
     pub fn websocket_config(&self) -> WebSocketConfig {
-        let hard_limit = self.shared.config.max_message_size.saturating_mul(4).max(16 * 1024 * 1024);
+        let hard_limit = self
+            .shared
+            .config
+            .max_message_size
+            .saturating_mul(4)
+            .max(16 * 1024 * 1024);
         WebSocketConfig::default()
             .max_message_size(Some(hard_limit))
             .max_frame_size(Some(hard_limit))
     }
 
     /// Serves one upgraded connection until it closes or `shutdown` fires.
-    pub async fn serve<S>(&self, socket: WebSocketStream<S>, peer: SocketAddr, shutdown: CancellationToken)
-    where
+    pub async fn serve<S>(
+        &self,
+        socket: WebSocketStream<S>,
+        peer: SocketAddr,
+        shutdown: CancellationToken,
+    ) where
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let shared = self.shared.clone();
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (outbound, inbox) = outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
-        shared.command(Command::Register { conn: id, outbound }).await;
+        let (outbound, inbox) =
+            outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
+        shared
+            .command(Command::Register { conn: id, outbound })
+            .await;
         let span = tracing::info_span!("ws", conn = id, peer = %peer);
         Connection::new(id, peer, socket, inbox, shared, shutdown)
             .run()

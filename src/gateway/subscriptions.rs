@@ -104,12 +104,21 @@ impl Table {
     /// Adds (or, for the same connection and selector, replaces the
     /// correlation of) a subscription. Returns the bus subscription to make
     /// when this is the Thing's first of its stream.
-    pub fn add(&mut self, conn: ConnId, thing: &str, selector: Selector, correlation: Correlation) -> Option<StreamChange> {
+    pub fn add(
+        &mut self,
+        conn: ConnId,
+        thing: &str,
+        selector: Selector,
+        correlation: Correlation,
+    ) -> Option<StreamChange> {
         let stream = selector.stream();
         let subs = self.things.entry(thing.to_owned()).or_default();
         let had = subs.has(stream);
         subs.recipients_mut(&selector).insert(conn, correlation);
-        self.by_conn.entry(conn).or_default().insert((thing.to_owned(), selector));
+        self.by_conn
+            .entry(conn)
+            .or_default()
+            .insert((thing.to_owned(), selector));
         (!had).then(|| StreamChange {
             thing: thing.to_owned(),
             stream,
@@ -119,7 +128,12 @@ impl Table {
 
     /// Removes a subscription; unknown ones are ignored. Returns the bus
     /// subscription to drop when it was the Thing's last of its stream.
-    pub fn remove(&mut self, conn: ConnId, thing: &str, selector: &Selector) -> Option<StreamChange> {
+    pub fn remove(
+        &mut self,
+        conn: ConnId,
+        thing: &str,
+        selector: &Selector,
+    ) -> Option<StreamChange> {
         if let Some(set) = self.by_conn.get_mut(&conn) {
             set.remove(&(thing.to_owned(), selector.clone()));
             if set.is_empty() {
@@ -214,9 +228,18 @@ mod tests {
     fn first_and_last_subscriptions_of_a_stream_change_the_bus() {
         let mut t = Table::default();
         let sub = t.add(1, "T", Selector::Event("a".into()), c("x"));
-        assert_eq!(sub, Some(StreamChange { thing: "T".into(), stream: Stream::Events, subscribe: true }));
+        assert_eq!(
+            sub,
+            Some(StreamChange {
+                thing: "T".into(),
+                stream: Stream::Events,
+                subscribe: true
+            })
+        );
         assert_eq!(t.add(2, "T", Selector::AllEvents, c("y")), None);
-        assert!(t.add(2, "T", Selector::Property("p".into()), c("z")).is_some());
+        assert!(t
+            .add(2, "T", Selector::Property("p".into()), c("z"))
+            .is_some());
         assert_eq!(t.remove(1, "T", &Selector::Event("a".into())), None);
         let unsub = t.remove(2, "T", &Selector::AllEvents).unwrap();
         assert!(!unsub.subscribe && unsub.stream == Stream::Events);
@@ -230,8 +253,14 @@ mod tests {
         t.add(1, "T", Selector::Event("a".into()), c("named"));
         t.add(1, "T", Selector::AllEvents, c("all"));
         t.add(2, "T", Selector::AllEvents, c("two"));
-        assert_eq!(sorted(t.event_recipients("T", "a")), vec![(1, "named".into()), (2, "two".into())]);
-        assert_eq!(sorted(t.event_recipients("T", "b")), vec![(1, "all".into()), (2, "two".into())]);
+        assert_eq!(
+            sorted(t.event_recipients("T", "a")),
+            vec![(1, "named".into()), (2, "two".into())]
+        );
+        assert_eq!(
+            sorted(t.event_recipients("T", "b")),
+            vec![(1, "all".into()), (2, "two".into())]
+        );
         assert!(t.event_recipients("U", "a").is_empty());
     }
 
@@ -240,7 +269,10 @@ mod tests {
         let mut t = Table::default();
         t.add(1, "T", Selector::Property("p".into()), c("old"));
         t.add(1, "T", Selector::Property("p".into()), c("new"));
-        assert_eq!(sorted(t.property_recipients("T", "p")), vec![(1, "new".into())]);
+        assert_eq!(
+            sorted(t.property_recipients("T", "p")),
+            vec![(1, "new".into())]
+        );
         assert_eq!(t.subscription_count(1), 1);
     }
 

@@ -36,12 +36,18 @@ fn refuse(status: StatusCode, text: &'static str) -> Response {
     response
 }
 
-pub async fn lmos(State(state): State<HttpState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, mut request: Request) -> Response {
+pub async fn lmos(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut request: Request,
+) -> Response {
     let headers = request.headers();
     let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
     let is_websocket = header_has_token(headers, header::UPGRADE, "websocket")
         && header_has_token(headers, header::CONNECTION, "upgrade")
-        && headers.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|v| v == "13");
+        && headers
+            .get(header::SEC_WEBSOCKET_VERSION)
+            .is_some_and(|v| v == "13");
     let Some(key) = key.filter(|_| is_websocket) else {
         return refuse(
             StatusCode::UPGRADE_REQUIRED,
@@ -64,7 +70,12 @@ pub async fn lmos(State(state): State<HttpState>, ConnectInfo(peer): ConnectInfo
         async move {
             match on_upgrade.await {
                 Ok(upgraded) => {
-                    let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+                    let socket = WebSocketStream::from_raw_socket(
+                        TokioIo::new(upgraded),
+                        Role::Server,
+                        Some(config),
+                    )
+                    .await;
                     gateway.serve(socket, peer, shutdown).await;
                 }
                 Err(e) => debug!(error = %e, "WebSocket upgrade failed."),
@@ -77,7 +88,10 @@ pub async fn lmos(State(state): State<HttpState>, ConnectInfo(peer): ConnectInfo
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::CONNECTION, "upgrade")
         .header(header::UPGRADE, "websocket")
-        .header(header::SEC_WEBSOCKET_ACCEPT, derive_accept_key(key.as_bytes()))
+        .header(
+            header::SEC_WEBSOCKET_ACCEPT,
+            derive_accept_key(key.as_bytes()),
+        )
         .header(header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL)
         .body(Body::empty())
         .expect("static response parts are valid")

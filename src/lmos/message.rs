@@ -420,7 +420,10 @@ mod tests {
     #[test]
     fn conflicting_spellings_are_rejected() {
         let e = parse(json!({"thingID": "urn:x", "thingId": "urn:y", "messageID": "1", "messageType": "subscribeAllEvents"})).unwrap_err();
-        assert!(matches!(e.kind, RejectionKind::ConflictingMembers { .. }), "{e:?}");
+        assert!(
+            matches!(e.kind, RejectionKind::ConflictingMembers { .. }),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -432,42 +435,77 @@ mod tests {
             json!({"thingID": "urn:x", "messageID": "1", "messageType": "event", "correlationID": "c", "event": "e", "data": {"a": 1}, "timestamp": "2025-01-20T19:00:00Z", "x-vendor": [1, 2]})
         );
         let keys: Vec<_> = out.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(&keys[..4], ["thingID", "messageID", "messageType", "correlationID"]);
+        assert_eq!(
+            &keys[..4],
+            ["thingID", "messageID", "messageType", "correlationID"]
+        );
         assert_eq!(parse(out).unwrap(), m);
     }
 
     #[test]
     fn missing_and_ill_typed_members_name_the_member() {
-        let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "readProperty"})).unwrap_err();
+        let e =
+            parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "readProperty"}))
+                .unwrap_err();
         assert_eq!(e.kind, RejectionKind::MissingMember("name"));
         assert_eq!(e.message_id.as_deref(), Some("m1"));
         assert_eq!(e.message_type.as_deref(), Some("readProperty"));
 
         let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "readProperty", "name": 3})).unwrap_err();
-        assert!(matches!(e.kind, RejectionKind::InvalidMember { member: "name", .. }));
+        assert!(matches!(
+            e.kind,
+            RejectionKind::InvalidMember { member: "name", .. }
+        ));
 
-        let e = parse(json!({"thingID": 7, "messageID": "m1", "messageType": "readProperty", "name": "n"})).unwrap_err();
-        assert!(matches!(e.kind, RejectionKind::InvalidMember { member: "thingID", .. }));
+        let e = parse(
+            json!({"thingID": 7, "messageID": "m1", "messageType": "readProperty", "name": "n"}),
+        )
+        .unwrap_err();
+        assert!(matches!(
+            e.kind,
+            RejectionKind::InvalidMember {
+                member: "thingID",
+                ..
+            }
+        ));
 
-        let e = parse(json!({"messageID": "m1", "messageType": "readProperty", "name": "n"})).unwrap_err();
+        let e = parse(json!({"messageID": "m1", "messageType": "readProperty", "name": "n"}))
+            .unwrap_err();
         assert_eq!(e.kind, RejectionKind::MissingMember("thingID"));
 
         let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "event", "event": "e", "data": 1, "timestamp": "yesterday"})).unwrap_err();
-        assert!(matches!(e.kind, RejectionKind::InvalidMember { member: "timestamp", .. }));
+        assert!(matches!(
+            e.kind,
+            RejectionKind::InvalidMember {
+                member: "timestamp",
+                ..
+            }
+        ));
     }
 
     #[test]
     fn unknown_type_and_non_objects_are_rejected() {
-        let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "teleport"})).unwrap_err();
+        let e = parse(json!({"thingID": "urn:x", "messageID": "m1", "messageType": "teleport"}))
+            .unwrap_err();
         assert_eq!(e.kind, RejectionKind::UnknownMessageType("teleport".into()));
-        assert_eq!(parse(json!([1])).unwrap_err().kind, RejectionKind::NotAnObject);
+        assert_eq!(
+            parse(json!([1])).unwrap_err().kind,
+            RejectionKind::NotAnObject
+        );
         let e = Message::parse(b"{\"thingID\": ").unwrap_err();
-        assert!(matches!(e.kind, RejectionKind::InvalidJson { line: 1, .. }), "{e:?}");
+        assert!(
+            matches!(e.kind, RejectionKind::InvalidJson { line: 1, .. }),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn timestamps_accept_rfc_9557_suffixes() {
-        for ts in ["2024-01-13T23:20:50.52Z", "2025-01-20T19:00:00+01:00", "2025-01-20T19:00:00Z[Europe/Paris]"] {
+        for ts in [
+            "2024-01-13T23:20:50.52Z",
+            "2025-01-20T19:00:00+01:00",
+            "2025-01-20T19:00:00Z[Europe/Paris]",
+        ] {
             parse(json!({"thingID": "urn:x", "messageID": "m", "messageType": "propertyReadings", "data": {}, "timestamp": ts})).unwrap();
         }
     }
@@ -490,8 +528,14 @@ mod tests {
 
     #[test]
     fn canonicalize_renames_alternatives_in_place() {
-        let mut map = json!({"thingId": "t", "messageId": "m", "correlationId": "c", "x": 1}).as_object().unwrap().clone();
+        let mut map = json!({"thingId": "t", "messageId": "m", "correlationId": "c", "x": 1})
+            .as_object()
+            .unwrap()
+            .clone();
         canonicalize_envelope(&mut map);
-        assert_eq!(Value::Object(map), json!({"x": 1, "thingID": "t", "messageID": "m", "correlationID": "c"}));
+        assert_eq!(
+            Value::Object(map),
+            json!({"x": 1, "thingID": "t", "messageID": "m", "correlationID": "c"})
+        );
     }
 }

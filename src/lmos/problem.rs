@@ -127,11 +127,24 @@ mod tests {
     fn error_messages_carry_every_mandatory_member() {
         let m = Problem::new(ProblemKind::InvalidJson, "bad").to_message("urn:x", Some("m1"));
         let v = m.to_value();
-        for k in ["thingID", "messageID", "messageType", "correlationID", "type", "title", "status", "detail", "instance"] {
+        for k in [
+            "thingID",
+            "messageID",
+            "messageType",
+            "correlationID",
+            "type",
+            "title",
+            "status",
+            "detail",
+            "instance",
+        ] {
             assert!(v.get(k).is_some(), "missing {k} in {v}");
         }
         assert_eq!(v["status"], "400");
-        assert_eq!(v["type"], "https://eclipse.dev/lmos/protocol/v1/errors#invalid-json");
+        assert_eq!(
+            v["type"],
+            "https://eclipse.dev/lmos/protocol/v1/errors#invalid-json"
+        );
         assert!(v["instance"].as_str().unwrap().starts_with("urn:uuid:"));
         // What the sidecar writes, it can read back.
         assert_eq!(Message::from_value(v).unwrap(), m);

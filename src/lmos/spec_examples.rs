@@ -47,7 +47,9 @@ fn every_example_of_the_draft_is_accepted() {
 fn every_message_type_has_an_example() {
     for t in MessageType::ALL {
         assert!(
-            EXAMPLES.iter().any(|(f, _)| f.split('-').next() == Some(t.as_str())),
+            EXAMPLES
+                .iter()
+                .any(|(f, _)| f.split('-').next() == Some(t.as_str())),
             "no example for {t}"
         );
     }
@@ -75,11 +77,17 @@ fn canonical_writing_keeps_every_member_of_every_example() {
 
 #[test]
 fn the_trace_context_example_keeps_its_trace_context() {
-    let (_, text) = EXAMPLES.iter().find(|(f, _)| *f == "readProperty-2.json").unwrap();
+    let (_, text) = EXAMPLES
+        .iter()
+        .find(|(f, _)| *f == "readProperty-2.json")
+        .unwrap();
     let m = Message::parse(text.as_bytes()).unwrap();
     assert_eq!(
         m.traceparent.as_deref(),
         Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
     );
-    assert_eq!(m.tracestate.as_deref(), Some("congo=BleGNlZWRzIHRohbCBwbGVhc3VyZS4"));
+    assert_eq!(
+        m.tracestate.as_deref(),
+        Some("congo=BleGNlZWRzIHRohbCBwbGVhc3VyZS4")
+    );
 }

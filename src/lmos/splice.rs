@@ -55,7 +55,8 @@ impl Prepared {
     /// escaped once per subscription rather than once per message.
     pub fn with_correlation(&self, correlation_json: &str) -> String {
         const KEY: &str = "{\"correlationID\":";
-        let mut out = String::with_capacity(KEY.len() + correlation_json.len() + 1 + self.tail.len());
+        let mut out =
+            String::with_capacity(KEY.len() + correlation_json.len() + 1 + self.tail.len());
         out.push_str(KEY);
         out.push_str(correlation_json);
         if self.tail != "}" {
@@ -80,7 +81,8 @@ mod tests {
     fn each_recipient_gets_its_own_correlation_id_and_everything_else() {
         let payload = br#"{"thingId":"urn:t","messageId":"m","correlationId":"agent","messageType":"event","event":"e","data":{"q":"\"x\""},"timestamp":"2025-01-20T19:00:00Z","x-extra":true}"#;
         let p = Prepared::from_payload(payload, "ignored").unwrap();
-        let a: Value = serde_json::from_str(&p.with_correlation(&json_string("sub-\"1\""))).unwrap();
+        let a: Value =
+            serde_json::from_str(&p.with_correlation(&json_string("sub-\"1\""))).unwrap();
         assert_eq!(
             a,
             json!({"correlationID": "sub-\"1\"", "thingID": "urn:t", "messageID": "m", "messageType": "event", "event": "e", "data": {"q": "\"x\""}, "timestamp": "2025-01-20T19:00:00Z", "x-extra": true})
@@ -104,7 +106,13 @@ mod tests {
 
     #[test]
     fn garbage_is_refused() {
-        assert!(matches!(Prepared::from_payload(b"nope", "t"), Err(PrepareError::NotJson(_))));
-        assert_eq!(Prepared::from_payload(b"[1]", "t").unwrap_err(), PrepareError::NotAnObject);
+        assert!(matches!(
+            Prepared::from_payload(b"nope", "t"),
+            Err(PrepareError::NotJson(_))
+        ));
+        assert_eq!(
+            Prepared::from_payload(b"[1]", "t").unwrap_err(),
+            PrepareError::NotAnObject
+        );
     }
 }

@@ -93,7 +93,10 @@ pub struct WsClient {
     pending: VecDeque<Value>,
 }
 
-pub fn ws_request(url: &str, subprotocol: Option<&str>) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+pub fn ws_request(
+    url: &str,
+    subprotocol: Option<&str>,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
     let mut request = url.into_client_request().unwrap();
     if let Some(p) = subprotocol {
         request
@@ -105,10 +108,13 @@ pub fn ws_request(url: &str, subprotocol: Option<&str>) -> tokio_tungstenite::tu
 
 impl WsClient {
     pub async fn connect(url: &str) -> WsClient {
-        let (stream, response) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(ws_request(url, Some("lmosprotocol"))))
-            .await
-            .expect("handshake in time")
-            .expect("handshake succeeds");
+        let (stream, response) = tokio::time::timeout(
+            WAIT,
+            tokio_tungstenite::connect_async(ws_request(url, Some("lmosprotocol"))),
+        )
+        .await
+        .expect("handshake in time")
+        .expect("handshake succeeds");
         assert_eq!(response.headers()["sec-websocket-protocol"], "lmosprotocol");
         WsClient {
             stream,
@@ -117,7 +123,8 @@ impl WsClient {
     }
 
     pub async fn send(&mut self, message: Value) {
-        self.send_raw(WsMessage::Text(message.to_string().into())).await;
+        self.send_raw(WsMessage::Text(message.to_string().into()))
+            .await;
     }
 
     pub async fn send_raw(&mut self, message: WsMessage) {
@@ -132,7 +139,9 @@ impl WsClient {
                 .expect("connection open")
                 .expect("no protocol error");
             match frame {
-                WsMessage::Text(t) => return serde_json::from_str(&t).expect("the sidecar sends JSON"),
+                WsMessage::Text(t) => {
+                    return serde_json::from_str(&t).expect("the sidecar sends JSON")
+                }
                 WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
                 other => panic!("unexpected frame {other:?}"),
             }
@@ -175,7 +184,11 @@ impl WsClient {
     /// Asserts nothing but barrier traffic arrives before the next barrier.
     pub async fn assert_nothing_pending(&mut self) {
         self.barrier().await;
-        assert!(self.pending.is_empty(), "unexpected messages: {:?}", self.pending);
+        assert!(
+            self.pending.is_empty(),
+            "unexpected messages: {:?}",
+            self.pending
+        );
     }
 }
 
@@ -211,7 +224,9 @@ impl MqttClient {
                     Ok(Event::Incoming(Packet::Publish(p))) => {
                         let _ = pub_tx.send(p);
                     }
-                    Ok(Event::Incoming(p @ (Packet::SubAck(_) | Packet::PubAck(_) | Packet::UnsubAck(_)))) => {
+                    Ok(Event::Incoming(
+                        p @ (Packet::SubAck(_) | Packet::PubAck(_) | Packet::UnsubAck(_)),
+                    )) => {
                         let _ = ack_tx.send(p);
                     }
                     Ok(_) => {}
@@ -239,7 +254,10 @@ impl MqttClient {
 
     /// Subscribes at QoS 1 and waits for the SUBACK.
     pub async fn subscribe(&mut self, filter: &str) {
-        self.client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+        self.client
+            .subscribe(filter, QoS::AtLeastOnce)
+            .await
+            .unwrap();
         assert!(matches!(self.ack().await, Packet::SubAck(_)));
     }
 
@@ -276,9 +294,17 @@ pub fn lmos(thing: &str, message_type: &str, extra: Value) -> Value {
 }
 
 pub fn event(thing: &str, name: &str, data: Value) -> Value {
-    lmos(thing, "event", json!({"event": name, "data": data, "timestamp": "2025-01-20T19:00:00Z"}))
+    lmos(
+        thing,
+        "event",
+        json!({"event": name, "data": data, "timestamp": "2025-01-20T19:00:00Z"}),
+    )
 }
 
 pub fn reading(thing: &str, name: &str, value: Value) -> Value {
-    lmos(thing, "propertyReading", json!({"name": name, "value": value, "timestamp": "2025-01-20T19:00:00Z"}))
+    lmos(
+        thing,
+        "propertyReading",
+        json!({"name": name, "value": value, "timestamp": "2025-01-20T19:00:00Z"}),
+    )
 }

@@ -1,0 +1,189 @@
+//! The `lmos-sidecar` binary as users run it: flags, port 0, clear start-up
+//! failures, and graceful shutdown on SIGTERM.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{event, lmos, WsClient, WAIT};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+fn sidecar() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lmos-sidecar"));
+    c.env_remove("RUST_LOG");
+    c
+}
+
+fn ephemeral_flags(c: &mut Command) -> &mut Command {
+    c.args([
+        "--mqtt-addr",
+        "127.0.0.1:0",
+        "--mqtt5-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+    ])
+}
+
+/// Kills the child if a test fails half-way.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar did not exit within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn starts_on_port_zero_logs_its_ports_serves_and_stops_on_sigterm() {
+    let mut cmd = sidecar();
+    ephemeral_flags(&mut cmd)
+        .args(["--log-format", "json"])
+        .stdout(Stdio::piped());
+    let mut child = Running(cmd.spawn().unwrap());
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let ready = loop {
+        let line = rx
+            .recv_timeout(WAIT)
+            .expect("the sidecar logs that it is ready");
+        if line["message"] == "Sidecar ready." {
+            break line;
+        }
+    };
+    let http = ready["http"].as_str().unwrap().to_owned();
+    let mqtt: std::net::SocketAddr = ready["mqtt"].as_str().unwrap().parse().unwrap();
+    assert_ne!(mqtt.port(), 0);
+    assert_eq!(ready["websocket"], format!("ws://{http}/lmos"));
+
+    let mut consumer = WsClient::connect(&format!("ws://{http}/lmos")).await;
+    consumer
+        .send(lmos("urn:t", "subscribeAllEvents", json!({})))
+        .await;
+    consumer.barrier().await;
+    let mut agent = common::MqttClient::connect(mqtt, "agent").await;
+    agent
+        .publish("lmos/urn:t/events/e", &event("urn:t", "e", json!(1)), false)
+        .await;
+    assert_eq!(consumer.recv().await["event"], "e");
+
+    let pid = child.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let close = loop {
+        match tokio::time::timeout(WAIT, consumer.stream.next())
+            .await
+            .expect("closed in time")
+        {
+            Some(Ok(WsMessage::Close(frame))) => break frame,
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(
+        close.expect("a close frame with a code").code,
+        CloseCode::Away
+    );
+    let status = wait_exit(&mut child.0, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    let stopped = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(2)).ok())
+        .any(|l| l["message"] == "Sidecar stopped.");
+    assert!(stopped, "the sidecar logs that it stopped");
+}
+
+#[test]
+fn a_taken_port_fails_start_up_with_a_clear_message() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for flag in ["--http-addr", "--mqtt-addr", "--mqtt5-addr"] {
+        let mut cmd = sidecar();
+        for other in ["--http-addr", "--mqtt-addr", "--mqtt5-addr"] {
+            cmd.args([other, if other == flag { &addr } else { "127.0.0.1:0" }]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success(), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("cannot listen") && stderr.contains(&addr),
+            "{flag}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn print_config_shows_the_effective_configuration() {
+    let out = sidecar()
+        .env("LMOS_SIDECAR_TOPICS__PREFIX", "org/lmos")
+        .args(["--http-addr", "127.0.0.1:9999", "--print-config"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let printed: toml::Value = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    assert_eq!(printed["topics"]["prefix"].as_str(), Some("org/lmos"));
+    assert_eq!(printed["http"]["listen"].as_str(), Some("127.0.0.1:9999"));
+    assert_eq!(printed["mqtt"]["listen"].as_str(), Some("127.0.0.1:1883"));
+}
+
+#[test]
+fn the_shipped_config_file_loads_and_bad_files_name_the_key() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/config/lmos-sidecar.toml");
+    assert!(sidecar()
+        .args(["--config", shipped, "--print-config"])
+        .output()
+        .unwrap()
+        .status
+        .success());
+
+    let dir = std::env::temp_dir().join(format!("lmos-sidecar-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[gateway]\noutbound_queu = 5\n").unwrap();
+    let out = sidecar()
+        .args(["--config", bad.to_str().unwrap(), "--print-config"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("outbound_queu") && stderr.contains("bad.toml"),
+        "{stderr}"
+    );
+
+    std::fs::write(&bad, "[topics]\nprefix = \"a/+\"\n").unwrap();
+    let out = sidecar()
+        .args(["--config", bad.to_str().unwrap(), "--print-config"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("topics.prefix"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
