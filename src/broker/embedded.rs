@@ -15,11 +15,15 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use bytes::Bytes;
+use rumqttd::alerts::AlertsLink;
 use rumqttd::local::{LinkRx, LinkTx};
 use rumqttd::protocol::{Filter, Packet, Publish, QoS, RetainForwardRule, Subscribe, Unsubscribe};
-use rumqttd::{Broker, ConnectionSettings, Notification, RouterConfig, ServerSettings};
+use rumqttd::{
+    Broker, ConnectionSettings, MetricSettings, MetricType, Notification, RouterConfig,
+    ServerSettings,
+};
 use tokio::sync::mpsc;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use super::probe::{wait_ready, MqttVersion};
 use super::{Bus, BusCommand, Delivery};
@@ -115,6 +119,12 @@ impl EmbeddedBroker {
                 "v5".to_owned(),
                 server_settings("mqtt-v5", mqtt5_addr, config),
             )])),
+            // rumqttd's metrics timer unwraps the meters interval whether or
+            // not meters are configured, so both are set.
+            metrics: Some(HashMap::from([
+                (MetricType::Alerts, every_second()),
+                (MetricType::Meters, every_second()),
+            ])),
             ..Default::default()
         };
 
@@ -125,6 +135,11 @@ impl EmbeddedBroker {
         let (link_tx, link_rx) = broker
             .link(&link_id)
             .map_err(|e| BrokerError::Link(e.to_string()))?;
+
+        let alerts = broker
+            .alerts()
+            .map_err(|e| BrokerError::Link(e.to_string()))?;
+        tokio::spawn(log_alerts(alerts));
 
         std::thread::Builder::new()
             .name("rumqttd".into())
@@ -265,6 +280,32 @@ async fn run_link_rx(
             Err(e) => {
                 error!(error = %e, "Lost the link to the embedded MQTT broker.");
                 return;
+            }
+        }
+    }
+}
+
+/// rumqttd only pushes alerts on a timer configured through its metrics
+/// settings, whose fields are private; serde is the one way to build them.
+fn every_second() -> MetricSettings {
+    serde_json::from_value(serde_json::json!({ "push_interval": 1 }))
+        .expect("valid metric settings")
+}
+
+/// rumqttd drops messages silently when a subscriber falls further behind
+/// than its filter's ring; its alerts are the only trace, so they are logged.
+async fn log_alerts(alerts: AlertsLink) {
+    while let Ok(batch) = alerts.next().await {
+        for alert in batch {
+            let kind = format!("{:?}", alert.kind);
+            if kind.starts_with("CursorJump") {
+                warn!(
+                    client_id = %alert.client_id,
+                    alert = %kind,
+                    "Subscriber fell behind further than the broker buffers (mqtt.segment_size x mqtt.segment_count) and missed messages."
+                );
+            } else {
+                warn!(client_id = %alert.client_id, alert = %kind, "Broker alert.");
             }
         }
     }
