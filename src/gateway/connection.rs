@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::dispatcher::Command;
+use super::inbound::{route, Outcome};
 use super::outbound::Inbox;
-use super::subscriptions::{ConnId, Selector};
+use super::subscriptions::ConnId;
 use super::Shared;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
 
@@ -196,62 +197,7 @@ where
         };
         let thing = message.thing_id.clone();
         let correlation = message.reply_correlation_id().to_owned();
-        let subscribe = |selector| Command::Subscribe {
-            conn: self.id,
-            thing: thing.clone(),
-            selector,
-            correlation_id: correlation.clone(),
-        };
-        let unsubscribe = |selector| Command::Unsubscribe {
-            conn: self.id,
-            thing: thing.clone(),
-            selector,
-        };
-        let topics = &self.shared.topics;
-        let outcome = match &message.body {
-            Body::SubscribeEvent { event } => Outcome::Command(subscribe(Selector::Event(event.clone()))),
-            Body::UnsubscribeEvent { event } => Outcome::Command(unsubscribe(Selector::Event(event.clone()))),
-            Body::SubscribeAllEvents => Outcome::Command(subscribe(Selector::AllEvents)),
-            Body::UnsubscribeAllEvents => Outcome::Command(unsubscribe(Selector::AllEvents)),
-            Body::ObserveProperty { name } => Outcome::Command(subscribe(Selector::Property(name.clone()))),
-            Body::UnobserveProperty { name } => Outcome::Command(unsubscribe(Selector::Property(name.clone()))),
-            // What agents send is published verbatim: MQTT subscribers get
-            // exactly the message, unknown members and trace context included.
-            Body::Event { event, .. } => Outcome::Publish(vec![(topics.event(&thing, event), Bytes::from(text), false)]),
-            Body::PropertyReading { name, .. } => {
-                Outcome::Publish(vec![(topics.property(&thing, name), Bytes::from(text), true)])
-            }
-            Body::PropertyReadings { data, timestamp } => Outcome::Publish(
-                data.iter()
-                    .map(|(name, value)| {
-                        let reading = split_reading(&message, name, value, timestamp);
-                        (topics.property(&thing, name), Bytes::from(reading.to_json()), true)
-                    })
-                    .collect(),
-            ),
-            Body::ActionStatus { action, .. } => match &message.correlation_id {
-                Some(invocation) => {
-                    Outcome::Publish(vec![(topics.action_status(&thing, action, invocation), Bytes::from(text), false)])
-                }
-                None => Outcome::Reject(Problem::new(
-                    ProblemKind::MissingMember,
-                    "An actionStatus needs a correlationID: it names the invocation (the invokeAction's correlationID, else its messageID) and becomes the last level of its topic.",
-                )),
-            },
-            Body::ReadProperty { .. }
-            | Body::WriteProperty { .. }
-            | Body::WriteMultipleProperties { .. }
-            | Body::InvokeAction { .. }
-            | Body::QueryAction { .. }
-            | Body::CancelAction { .. }
-            | Body::Error(_) => Outcome::Reject(Problem::new(
-                ProblemKind::NotSupported,
-                format!(
-                    "This sidecar does not route `{}` messages to agents yet; it carries events, property readings and action status.",
-                    message.message_type()
-                ),
-            )),
-        };
+        let outcome = route(self.id, &message, Bytes::from(text), &self.shared.topics);
         match outcome {
             Outcome::Command(command) => {
                 debug!(message_type = %message.message_type(), "Applying subscription change.");
@@ -296,31 +242,4 @@ where
             .send(WsMessage::Text(message.to_json().into()))
             .await
     }
-}
-
-enum Outcome {
-    Command(Command),
-    Publish(Vec<(String, Bytes, bool)>),
-    Reject(Problem),
-}
-
-/// One `propertyReading` per member of a `propertyReadings`, so observers of
-/// each property see it; trace context is carried over.
-fn split_reading(
-    message: &Message,
-    name: &str,
-    value: &serde_json::Value,
-    timestamp: &str,
-) -> Message {
-    let mut reading = Message::new(
-        message.thing_id.clone(),
-        Body::PropertyReading {
-            name: name.to_owned(),
-            value: value.clone(),
-            timestamp: timestamp.to_owned(),
-        },
-    );
-    reading.traceparent = message.traceparent.clone();
-    reading.tracestate = message.tracestate.clone();
-    reading
 }

@@ -7,6 +7,7 @@
 
 mod connection;
 mod dispatcher;
+mod inbound;
 mod outbound;
 pub mod subscriptions;
 

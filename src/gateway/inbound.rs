@@ -1,0 +1,179 @@
+//! What the gateway does with each message a WebSocket client sends. Pure:
+//! the connection carries the decision out.
+
+use bytes::Bytes;
+
+use super::dispatcher::Command;
+use super::subscriptions::{ConnId, Selector};
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::topics::Topics;
+
+/// One MQTT publication: topic, payload, retain.
+pub type Publication = (String, Bytes, bool);
+
+#[derive(Debug)]
+pub enum Outcome {
+    /// A subscription change for the dispatcher.
+    Command(Command),
+    /// Messages for the bus, in order.
+    Publish(Vec<Publication>),
+    /// An LMOS `error` back to the sender.
+    Reject(Problem),
+}
+
+/// Decides what a parsed message means. `raw` is the message as received:
+/// what agents send is published byte for byte, so MQTT subscribers get
+/// exactly the message, unknown members and trace context included.
+pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Outcome {
+    let thing = &message.thing_id;
+    let subscribe = |selector| {
+        Outcome::Command(Command::Subscribe {
+            conn,
+            thing: thing.clone(),
+            selector,
+            correlation_id: message.reply_correlation_id().to_owned(),
+        })
+    };
+    let unsubscribe = |selector| {
+        Outcome::Command(Command::Unsubscribe {
+            conn,
+            thing: thing.clone(),
+            selector,
+        })
+    };
+    match &message.body {
+        Body::SubscribeEvent { event } => subscribe(Selector::Event(event.clone())),
+        Body::UnsubscribeEvent { event } => unsubscribe(Selector::Event(event.clone())),
+        Body::SubscribeAllEvents => subscribe(Selector::AllEvents),
+        Body::UnsubscribeAllEvents => unsubscribe(Selector::AllEvents),
+        Body::ObserveProperty { name } => subscribe(Selector::Property(name.clone())),
+        Body::UnobserveProperty { name } => unsubscribe(Selector::Property(name.clone())),
+        Body::Event { event, .. } => {
+            Outcome::Publish(vec![(topics.event(thing, event), raw, false)])
+        }
+        Body::PropertyReading { name, .. } => {
+            Outcome::Publish(vec![(topics.property(thing, name), raw, true)])
+        }
+        Body::PropertyReadings { data, timestamp } => Outcome::Publish(
+            data.iter()
+                .map(|(name, value)| {
+                    let reading = split_reading(message, name, value, timestamp);
+                    (
+                        topics.property(thing, name),
+                        Bytes::from(reading.to_json()),
+                        true,
+                    )
+                })
+                .collect(),
+        ),
+        Body::ActionStatus { action, .. } => match &message.correlation_id {
+            Some(invocation) => Outcome::Publish(vec![(
+                topics.action_status(thing, action, invocation),
+                raw,
+                false,
+            )]),
+            None => Outcome::Reject(Problem::new(
+                ProblemKind::MissingMember,
+                "An actionStatus needs a correlationID: it names the invocation (the \
+                 invokeAction's correlationID, else its messageID) and becomes the last \
+                 level of its topic.",
+            )),
+        },
+        Body::ReadProperty { .. }
+        | Body::WriteProperty { .. }
+        | Body::WriteMultipleProperties { .. }
+        | Body::InvokeAction { .. }
+        | Body::QueryAction { .. }
+        | Body::CancelAction { .. }
+        | Body::Error(_) => Outcome::Reject(Problem::new(
+            ProblemKind::NotSupported,
+            format!(
+                "This sidecar does not route `{}` messages to agents yet; it carries events, \
+                 property readings and action status.",
+                message.message_type()
+            ),
+        )),
+    }
+}
+
+/// One `propertyReading` per member of a `propertyReadings`, so observers of
+/// each property see it; trace context is carried over.
+fn split_reading(
+    message: &Message,
+    name: &str,
+    value: &serde_json::Value,
+    timestamp: &str,
+) -> Message {
+    let mut reading = Message::new(
+        message.thing_id.clone(),
+        Body::PropertyReading {
+            name: name.to_owned(),
+            value: value.clone(),
+            timestamp: timestamp.to_owned(),
+        },
+    );
+    reading.traceparent = message.traceparent.clone();
+    reading.tracestate = message.tracestate.clone();
+    reading
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn route_json(v: serde_json::Value) -> Outcome {
+        let raw = Bytes::from(v.to_string());
+        let message = Message::parse(&raw).unwrap();
+        route(7, &message, raw, &Topics::new("lmos").unwrap())
+    }
+
+    #[test]
+    fn subscriptions_carry_the_reply_correlation() {
+        let outcome = route_json(
+            json!({"thingID": "urn:t", "messageID": "m", "messageType": "observeProperty", "name": "p"}),
+        );
+        match outcome {
+            Outcome::Command(Command::Subscribe {
+                conn: 7,
+                thing,
+                selector: Selector::Property(p),
+                correlation_id,
+            }) => {
+                assert_eq!(
+                    (thing.as_str(), p.as_str(), correlation_id.as_str()),
+                    ("urn:t", "p", "m")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn agent_messages_are_published_verbatim_and_readings_retained() {
+        let v = json!({"thingId": "urn:t", "messageId": "m", "messageType": "propertyReading", "name": "p", "value": 1, "timestamp": "2025-01-20T19:00:00Z", "x": 1});
+        match route_json(v.clone()) {
+            Outcome::Publish(p) => {
+                assert_eq!(p.len(), 1);
+                assert_eq!(p[0].0, "lmos/urn:t/properties/p");
+                assert_eq!(p[0].1, v.to_string());
+                assert!(p[0].2);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_are_not_supported_yet() {
+        let outcome = route_json(
+            json!({"thingID": "urn:t", "messageID": "m", "messageType": "readProperty", "name": "p"}),
+        );
+        assert!(matches!(
+            outcome,
+            Outcome::Reject(Problem {
+                kind: ProblemKind::NotSupported,
+                ..
+            })
+        ));
+    }
+}
