@@ -2,26 +2,31 @@
 //! sidecar's WebSocket gateway, the sidecar's MQTT port and a Mosquitto.
 //!
 //! `cargo bench --bench fanout`; settings: FANOUT_N consumers (4),
-//! FANOUT_MESSAGES per run (20000), FANOUT_PAYLOAD bytes of padding in each
-//! event's data (64). The publisher sends at QoS 1 with at most 100 messages
-//! in flight and never pauses, so latencies (publish call to receipt) are
-//! mostly queueing under saturation. MQTT subscribers use QoS 1.
+//! FANOUT_MESSAGES (20000), FANOUT_PAYLOAD bytes of padding in each event's
+//! data (64). The publisher sends at QoS 1 with at most 100 messages in flight
+//! and never pauses, so latencies (publish call to receipt) are mostly
+//! queueing under saturation. MQTT subscribers use QoS 1. Clients and brokers
+//! keep their TCP defaults (no TCP_NODELAY); everything shares this machine.
+//!
+//! Columns: msg/s is deliveries to all consumers per second from the first
+//! publish to the last delivery; msg/s/cons the mean of each consumer's own
+//! rate; pub msg/s the publisher's rate. Loss, duplicates and why a consumer
+//! stopped early are printed under the row.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::pin::Pin;
+use std::process::{Child, Command};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use futures_util::{SinkExt, StreamExt};
+use bytes::Bytes;
+use futures_util::{SinkExt, Stream, StreamExt};
 use lmos_sidecar::{Application, Config};
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
-use serde::Deserialize;
-use serde_json::json;
-use tokio::time::timeout;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::Message as WsMessage;
+use serde_json::{json, Value};
+use tokio::time::{timeout, timeout_at, Instant as Deadline};
+use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message};
 
 const THING: &str = "urn:bench:thing";
 const TOPIC: &str = "lmos/urn:bench:thing/events/tick";
@@ -39,25 +44,17 @@ fn now_ns() -> u64 {
     BASE.elapsed().as_nanos() as u64
 }
 
+/// Seconds between two `now_ns` readings (at least a nanosecond).
+fn secs(from_ns: u64, to_ns: u64) -> f64 {
+    to_ns.saturating_sub(from_ns).max(1) as f64 / 1e9
+}
+
 fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-#[derive(Deserialize)]
-struct Tick {
-    data: TickData,
-}
-
-#[derive(Deserialize)]
-struct TickData {
-    seq: usize,
-    sent: u64,
+    std::env::var(name).map_or(default, |v| v.parse().expect(name))
 }
 
 /// What one consumer received.
+#[derive(Default)]
 struct Tally {
     seen: Vec<bool>,
     unique: u64,
@@ -69,29 +66,17 @@ struct Tally {
 }
 
 impl Tally {
-    fn new(m: usize) -> Tally {
-        Tally {
-            seen: vec![false; m],
-            unique: 0,
-            dups: 0,
-            other: 0,
-            latencies: Vec::with_capacity(m),
-            last_ns: 0,
-            ending: "complete".into(),
-        }
-    }
-
     fn record(&mut self, payload: &[u8]) {
         let now = now_ns();
-        match serde_json::from_slice::<Tick>(payload) {
-            Ok(t) if t.data.seq < self.seen.len() => {
-                if std::mem::replace(&mut self.seen[t.data.seq], true) {
-                    self.dups += 1;
-                } else {
-                    self.unique += 1;
-                    self.latencies.push(now.saturating_sub(t.data.sent));
-                    self.last_ns = now;
-                }
+        let v: Value = serde_json::from_slice(payload).unwrap_or_default();
+        let (seq, sent) = (v["data"]["seq"].as_u64(), v["data"]["sent"].as_u64());
+        match (seq.and_then(|s| self.seen.get_mut(s as usize)), sent) {
+            (Some(seen), _) if *seen => self.dups += 1,
+            (Some(seen), Some(sent)) => {
+                *seen = true;
+                self.unique += 1;
+                self.latencies.push(now.saturating_sub(sent));
+                self.last_ns = now;
             }
             _ => self.other += 1,
         }
@@ -102,89 +87,83 @@ impl Tally {
     }
 }
 
-/// Waits for the next item for at most STALL, and never past `deadline`.
-async fn next<F: std::future::Future>(deadline: tokio::time::Instant, f: F) -> Option<F::Output> {
-    let until = deadline.min(tokio::time::Instant::now() + STALL);
-    tokio::time::timeout_at(until, f).await.ok()
+/// A consumer's messages: a payload, something else (`None`), or the end.
+type Feed = Pin<Box<dyn Stream<Item = Result<Option<Bytes>, String>> + Send>>;
+
+/// Reads `feed` until all `m` messages arrived, it ends, STALL passes without
+/// news, or `deadline` passes.
+async fn receive(m: usize, deadline: Deadline, mut feed: Feed) -> Tally {
+    let mut t = Tally {
+        seen: vec![false; m],
+        ..Tally::default()
+    };
+    t.ending = loop {
+        if t.done() {
+            break "complete".into();
+        }
+        match timeout_at(deadline.min(Deadline::now() + STALL), feed.next()).await {
+            Ok(Some(Ok(Some(payload)))) => t.record(&payload),
+            Ok(Some(Ok(None))) => {}
+            Ok(Some(Err(ending))) => break ending,
+            Ok(None) => break "connection ended".into(),
+            Err(_) => break format!("stalled: nothing for {STALL:?} or past the deadline"),
+        }
+    };
+    t
 }
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn ws_send(ws: &mut Ws, thing: &str, kind: &str, extra: serde_json::Value) -> Result<()> {
-    let mut v = json!({"thingID": thing, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": kind});
-    for (k, x) in extra.as_object().expect("an object") {
-        v[k] = x.clone();
-    }
-    Ok(ws.send(WsMessage::Text(v.to_string().into())).await?)
+async fn ws_send(ws: &mut Ws, mut message: Value) -> Result<()> {
+    message["messageID"] = uuid::Uuid::new_v4().to_string().into();
+    Ok(ws.send(Message::Text(message.to_string().into())).await?)
 }
 
-/// Connects, subscribes to all events of THING, and waits until the
-/// subscription is live: a retained reading on a fresh Thing, observed over
-/// the same connection, comes back only after the earlier commands applied.
-async fn ws_consumer(url: &str) -> Result<Ws> {
+/// Connects and subscribes to THING's events, then waits until that is live:
+/// a retained reading on a fresh Thing, observed over the same connection,
+/// comes back only after the commands sent before it took effect.
+async fn ws_consumer(url: &str) -> Result<Feed> {
     let mut request = url.into_client_request()?;
     let protocol = HeaderValue::from_static("lmosprotocol");
     request
         .headers_mut()
         .insert("Sec-WebSocket-Protocol", protocol);
-    let (mut ws, _) = timeout(SETUP, tokio_tungstenite::connect_async(request)).await??;
-    ws_send(&mut ws, THING, "subscribeAllEvents", json!({})).await?;
+    let connect = tokio_tungstenite::connect_async(request);
+    let (mut ws, _) = timeout(SETUP, connect).await??;
+    let subscribe = json!({"thingID": THING, "messageType": "subscribeAllEvents"});
+    ws_send(&mut ws, subscribe).await?;
     let barrier = format!("urn:barrier:{}", uuid::Uuid::new_v4());
-    let reading = json!({"name": "barrier", "value": true, "timestamp": "2025-01-01T00:00:00Z"});
-    ws_send(&mut ws, &barrier, "propertyReading", reading).await?;
-    ws_send(
-        &mut ws,
-        &barrier,
-        "observeProperty",
-        json!({"name": "barrier"}),
-    )
-    .await?;
-    timeout(SETUP, async {
-        while let Some(frame) = ws.next().await {
-            if let WsMessage::Text(t) = frame? {
-                let v: serde_json::Value = serde_json::from_str(&t)?;
-                if v["thingID"] == barrier.as_str() && v["name"] == "barrier" {
-                    return Ok(());
-                }
+    let reading = json!({"thingID": barrier, "messageType": "propertyReading", "name": "barrier", "value": true, "timestamp": "2025-01-01T00:00:00Z"});
+    ws_send(&mut ws, reading).await?;
+    let observe = json!({"thingID": barrier, "messageType": "observeProperty", "name": "barrier"});
+    ws_send(&mut ws, observe).await?;
+    let arrived = timeout(SETUP, async {
+        while let Some(Ok(frame)) = ws.next().await {
+            let v: Value = serde_json::from_slice(&frame.into_data()).unwrap_or_default();
+            if v["thingID"] == barrier.as_str() && v["name"] == "barrier" {
+                return true;
             }
         }
-        bail!("connection closed during the barrier")
-    })
-    .await
-    .context("barrier timed out")??;
-    Ok(ws)
-}
-
-async fn ws_receive(mut ws: Ws, m: usize, deadline: tokio::time::Instant) -> Tally {
-    let mut tally = Tally::new(m);
-    while !tally.done() {
-        match next(deadline, ws.next()).await {
-            None => tally.ending = "stalled".into(),
-            Some(Some(Ok(WsMessage::Text(t)))) => {
-                tally.record(t.as_bytes());
-                continue;
-            }
-            Some(Some(Ok(WsMessage::Close(f)))) => tally.ending = format!("closed: {f:?}"),
-            Some(Some(Ok(_))) => continue,
-            Some(Some(Err(e))) => tally.ending = format!("error: {e}"),
-            Some(None) => tally.ending = "connection ended".into(),
-        }
-        break;
+        false
+    });
+    match arrived.await {
+        Ok(true) => Ok(Box::pin(ws.map(|frame| match frame {
+            Ok(Message::Text(text)) => Ok(Some(text.into())),
+            Ok(Message::Close(f)) => Err(format!("closed by the sidecar: {f:?}")),
+            Ok(_) => Ok(None),
+            Err(e) => Err(format!("error: {e}")),
+        }))),
+        Ok(false) => bail!("connection closed before the barrier came back"),
+        Err(_) => bail!("the barrier did not come back within {SETUP:?}"),
     }
-    let _ = timeout(Duration::from_secs(1), ws.close(None)).await;
-    tally
 }
 
-/// An MQTT client whose event loop has seen CONNACK and, when `filter` is
-/// given, the SUBACK for it.
-async fn mqtt_client(
-    addr: SocketAddr,
-    id: &str,
-    filter: Option<&str>,
-) -> Result<(AsyncClient, EventLoop)> {
+type Mqtt = (AsyncClient, EventLoop);
+
+/// An MQTT client that has seen its CONNACK and, with a filter, its SUBACK.
+async fn mqtt_client(addr: SocketAddr, id: &str, filter: Option<&str>) -> Result<Mqtt> {
     let mut options = MqttOptions::new(id, addr.ip().to_string(), addr.port());
-    options.set_keep_alive(Duration::from_secs(30));
     options.set_max_packet_size(4 << 20, 4 << 20);
     options.set_inflight(INFLIGHT);
     let (client, mut eventloop) = AsyncClient::new(options, 64);
@@ -194,237 +173,163 @@ async fn mqtt_client(
     timeout(SETUP, async {
         loop {
             match eventloop.poll().await? {
-                Event::Incoming(Packet::ConnAck(_)) if filter.is_none() => return Ok(()),
+                Event::Incoming(Packet::ConnAck(_)) if filter.is_none() => return anyhow::Ok(()),
                 Event::Incoming(Packet::SubAck(_)) => return Ok(()),
                 _ => {}
             }
         }
     })
     .await
-    .with_context(|| format!("{id}: no CONNACK/SUBACK from {addr}"))?
-    .map_err(|e: rumqttc::ConnectionError| anyhow::anyhow!("{id}: {e}"))?;
+    .with_context(|| format!("no CONNACK/SUBACK from {addr} within {SETUP:?}"))??;
     Ok((client, eventloop))
 }
 
-async fn mqtt_receive(
-    client: AsyncClient,
-    mut eventloop: EventLoop,
-    m: usize,
-    deadline: tokio::time::Instant,
-) -> Tally {
-    let mut tally = Tally::new(m);
-    while !tally.done() {
-        match next(deadline, eventloop.poll()).await {
-            None => tally.ending = "stalled".into(),
-            Some(Ok(Event::Incoming(Packet::Publish(p)))) => {
-                tally.record(&p.payload);
-                continue;
-            }
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => tally.ending = format!("error: {e}"),
-        }
-        break;
-    }
-    let _ = client.try_disconnect();
-    let _ = timeout(Duration::from_millis(200), eventloop.poll()).await;
-    tally
+/// An MQTT subscriber to every LMOS event, live once this returns.
+async fn mqtt_consumer(addr: SocketAddr, id: &str) -> Result<Feed> {
+    let state = mqtt_client(addr, id, Some("lmos/+/events/+")).await?;
+    let events = futures_util::stream::unfold(state, |(client, mut el)| async {
+        Some((el.poll().await, (client, el)))
+    });
+    Ok(Box::pin(events.map(|event| match event {
+        Ok(Event::Incoming(Packet::Publish(p))) => Ok(Some(p.payload)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(format!("error: {e}")),
+    })))
 }
 
-enum Consumers {
-    Ws(String),
-    Mqtt(SocketAddr),
-}
-
-enum Ready {
-    Ws(Ws),
-    Mqtt(AsyncClient, EventLoop),
-}
-
-struct Outcome {
-    tallies: Vec<Tally>,
-    start_ns: u64,
-    publish_secs: Option<f64>,
-}
-
-async fn scenario(
-    name: &str,
-    consumers: Consumers,
-    broker: SocketAddr,
+/// What to send: to how many consumers, how many messages, what padding.
+struct Load {
     n: usize,
     m: usize,
-    pad: &str,
-) -> Result<Outcome> {
+    pad: String,
+}
+
+/// Runs one scenario and prints its row; returns deliveries per second.
+/// Consumers use WebSocket at `ws` when given, else MQTT at `broker`.
+async fn scenario(name: &str, ws: Option<&str>, broker: SocketAddr, load: &Load) -> Result<f64> {
+    let Load { n, m, ref pad } = *load;
     let tag = name.replace(' ', "-");
-    let mut ready = Vec::new();
+    let mut feeds = Vec::new();
     for i in 0..n {
-        ready.push(match &consumers {
-            Consumers::Ws(url) => Ready::Ws(
-                ws_consumer(url)
-                    .await
-                    .with_context(|| format!("WS consumer {i}"))?,
-            ),
-            Consumers::Mqtt(addr) => {
-                let (client, el) =
-                    mqtt_client(*addr, &format!("{tag}-sub-{i}"), Some("lmos/+/events/+")).await?;
-                Ready::Mqtt(client, el)
-            }
-        });
+        let feed = match ws {
+            Some(url) => ws_consumer(url).await,
+            None => mqtt_consumer(broker, &format!("{tag}-sub-{i}")).await,
+        };
+        feeds.push(feed.with_context(|| format!("consumer {i}"))?);
     }
     let (publisher, mut pub_loop) = mqtt_client(broker, &format!("{tag}-pub"), None).await?;
-    let pub_task = tokio::spawn(async move { while pub_loop.poll().await.is_ok() {} });
-
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    let readers: Vec<_> = ready
-        .into_iter()
-        .map(|c| match c {
-            Ready::Ws(ws) => tokio::spawn(ws_receive(ws, m, deadline)),
-            Ready::Mqtt(client, el) => tokio::spawn(mqtt_receive(client, el, m, deadline)),
-        })
-        .collect();
-    let start_ns = now_ns();
-    let sender = publisher.clone();
-    let publishing = tokio::spawn(timeout(DEADLINE, async move {
-        for seq in 0..m {
-            let payload = format!(
-                r#"{{"thingID":"{THING}","messageID":"{}","messageType":"event","event":"tick","data":{{"seq":{seq},"sent":{},"pad":"{pad}"}},"timestamp":"2025-01-20T19:00:00Z"}}"#,
-                uuid::Uuid::new_v4(),
-                now_ns()
-            );
-            sender
-                .publish(TOPIC, QoS::AtLeastOnce, false, payload)
-                .await?;
+    let mut pub_task = tokio::spawn(async move {
+        loop {
+            if let Err(e) = pub_loop.poll().await {
+                break e;
+            }
         }
-        anyhow::Ok((now_ns() - start_ns) as f64 / 1e9)
-    }));
+    });
+    let (start_ns, deadline) = (now_ns(), Deadline::now() + DEADLINE);
+    let spawn = |feed| tokio::spawn(receive(m, deadline, feed));
+    let readers: Vec<_> = feeds.into_iter().map(spawn).collect();
+    let published = timeout(DEADLINE, async {
+        for seq in 0..m {
+            let (id, sent) = (uuid::Uuid::new_v4(), now_ns());
+            let payload = format!(
+                r#"{{"thingID":"{THING}","messageID":"{id}","messageType":"event","event":"tick","data":{{"seq":{seq},"sent":{sent},"pad":"{pad}"}},"timestamp":"2025-01-20T19:00:00Z"}}"#
+            );
+            let qos = QoS::AtLeastOnce;
+            publisher.publish(TOPIC, qos, false, payload).await?;
+        }
+        anyhow::Ok(m as f64 / secs(start_ns, now_ns()))
+    });
+    let publish_rate = match published.await {
+        Ok(Ok(rate)) => format!("{rate:.0}"),
+        Ok(Err(_)) if pub_task.is_finished() => format!("failed: {}", (&mut pub_task).await?),
+        Ok(Err(e)) => format!("failed: {e}"),
+        Err(_) => format!("unfinished after {DEADLINE:?}"),
+    };
     let mut tallies = Vec::new();
     for r in readers {
         tallies.push(r.await?);
     }
-    let publish_secs = match publishing.await? {
-        Ok(Ok(secs)) => Some(secs),
-        Ok(Err(e)) => {
-            println!("  {name}: publisher failed: {e}");
-            None
-        }
-        Err(_) => None,
-    };
     let _ = publisher.try_disconnect();
     tokio::time::sleep(Duration::from_millis(100)).await;
     pub_task.abort();
-    Ok(Outcome {
-        tallies,
-        start_ns,
-        publish_secs,
-    })
-}
 
-/// One table row; returns total deliveries per second.
-fn report(name: &str, o: &Outcome, n: usize, m: usize) -> f64 {
-    let delivered: u64 = o.tallies.iter().map(|t| t.unique).sum();
+    let delivered: u64 = tallies.iter().map(|t| t.unique).sum();
     let expected = (n * m) as u64;
-    let end = o
-        .tallies
+    let last_ns = tallies.iter().map(|t| t.last_ns).max().unwrap_or(0);
+    let rate = delivered as f64 / secs(start_ns, last_ns);
+    let rates = tallies
         .iter()
-        .map(|t| t.last_ns)
-        .max()
-        .unwrap_or(0)
-        .max(o.start_ns + 1);
-    let secs = (end - o.start_ns) as f64 / 1e9;
-    let rate = delivered as f64 / secs;
-    let per: Vec<f64> = o
-        .tallies
-        .iter()
-        .filter(|t| t.unique > 0)
-        .map(|t| t.unique as f64 / ((t.last_ns - o.start_ns) as f64 / 1e9))
-        .collect();
-    let per_mean = per.iter().sum::<f64>() / per.len().max(1) as f64;
-    let mut lat: Vec<u64> = o
-        .tallies
-        .iter()
-        .flat_map(|t| t.latencies.iter().copied())
-        .collect();
+        .map(|t| t.unique as f64 / secs(start_ns, t.last_ns));
+    let per_consumer = rates.sum::<f64>() / n as f64;
+    let mut lat: Vec<u64> = tallies.iter().flat_map(|t| t.latencies.clone()).collect();
     lat.sort_unstable();
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+    let at = |p: f64| (lat.len() as f64 * p) as usize;
+    let ms = |p: f64| {
+        lat.get(at(p).min(lat.len().saturating_sub(1)))
             .map_or(f64::NAN, |&v| v as f64 / 1e6)
     };
-    let publish = o
-        .publish_secs
-        .map_or("-".into(), |s| format!("{:.0}", m as f64 / s));
-    println!(
-        "{name:<15} {:>9}/{:<9} {:>6.1}% {secs:>7.2} {rate:>11.0} {per_mean:>11.0} {:>8.2} {:>8.2} {:>8.2} {publish:>10}",
-        delivered, expected, 100.0 * delivered as f64 / expected as f64, pct(0.5), pct(0.99), pct(1.0)
-    );
-    for (i, t) in o.tallies.iter().enumerate() {
-        if !t.done() || t.dups > 0 || t.other > 0 {
-            println!(
-                "    consumer {i}: {} of {m}, {} duplicates, {} other messages, {}",
-                t.unique, t.dups, t.other, t.ending
-            );
+    let pct = 100.0 * delivered as f64 / expected as f64;
+    println!("{name:<15} {delivered:>9}/{expected:<9} {pct:>5.1}% {rate:>11.0} {per_consumer:>11.0} {:>8.2} {:>8.2} {:>8.2} {publish_rate:>10}", ms(0.5), ms(0.99), ms(1.0));
+    for (i, t) in tallies.iter().enumerate() {
+        let (got, dups, other, ending) = (t.unique, t.dups, t.other, &t.ending);
+        if !t.done() || dups > 0 || other > 0 {
+            println!("    consumer {i}: {got} of {m}, {dups} duplicates, {other} other messages, {ending}");
         }
     }
-    rate
+    Ok(rate)
 }
 
-struct Mosquitto {
-    child: Child,
-    dir: std::path::PathBuf,
+/// Runs a scenario, reporting a failure; deliveries per second.
+async fn run(name: &str, ws: Option<&str>, broker: SocketAddr, load: &Load) -> Option<f64> {
+    let result = scenario(name, ws, broker, load).await;
+    let failed = |e: anyhow::Error| println!("{name:<15} failed: {e:#}");
+    result.map_err(failed).ok()
 }
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    a.zip(b.filter(|b| *b > 0.0))
+        .map_or("n/a".into(), |(a, b)| format!("{:.2}", a / b))
+}
+
+/// A Mosquitto child process, killed (and its config removed) on drop.
+struct Mosquitto(Child, std::path::PathBuf);
 
 impl Drop for Mosquitto {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
     }
 }
 
-/// Starts Mosquitto on a free port; `None` if it is not installed.
-async fn mosquitto() -> Result<Option<(Mosquitto, SocketAddr)>> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let dir = std::env::temp_dir().join(format!(
-        "fanout-mosquitto-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
+/// Starts Mosquitto on a free port.
+async fn mosquitto() -> Result<(Mosquitto, SocketAddr)> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if !std::env::split_paths(&path).any(|d| d.join("mosquitto").is_file()) {
+        bail!("`mosquitto` is not on PATH");
+    }
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let dir = std::env::temp_dir().join(format!("fanout-mosquitto-{}", addr.port()));
     std::fs::create_dir_all(&dir)?;
     let conf = dir.join("mosquitto.conf");
-    std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\nmax_inflight_messages {INFLIGHT}\n"))?;
-    let spawned = Command::new("mosquitto")
-        .arg("-c")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let mut broker = match spawned {
-        Ok(child) => Mosquitto { child, dir },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Ok(None);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        if let Some(status) = broker.child.try_wait()? {
-            bail!("mosquitto exited: {status}");
-        }
-        if started.elapsed() > SETUP {
-            bail!("mosquitto is not listening on {addr}");
+    let settings = format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\nmax_inflight_messages {INFLIGHT}\nlog_dest none\n", addr.port());
+    std::fs::write(&conf, settings)?;
+    let broker = Mosquitto(Command::new("mosquitto").arg("-c").arg(&conf).spawn()?, dir);
+    for _ in 0..SETUP.as_millis() / 20 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Ok((broker, addr));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(Some((broker, addr)))
+    bail!("mosquitto is not listening on {addr} after {SETUP:?}")
 }
 
 async fn bench() -> Result<()> {
-    let (n, m, pad) = (
-        env_or("FANOUT_N", 4),
-        env_or("FANOUT_MESSAGES", 20_000),
-        "x".repeat(env_or("FANOUT_PAYLOAD", 64)),
-    );
+    let load = Load {
+        n: env_or("FANOUT_N", 4),
+        m: env_or("FANOUT_MESSAGES", 20_000),
+        pad: "x".repeat(env_or("FANOUT_PAYLOAD", 64)),
+    };
     LazyLock::force(&BASE);
     let mut config = Config::default();
     config.mqtt.listen = "127.0.0.1:0".parse()?;
@@ -433,59 +338,37 @@ async fn bench() -> Result<()> {
     config.log.filter = "off".into();
     config.sidecar.shutdown_grace_ms = 1_000;
     let app = Application::build(config).await?;
-    let (http, mqtt) = (app.http_addr(), app.mqtt_addr());
+    let (ws_url, mqtt) = (format!("ws://{}/lmos", app.http_addr()), app.mqtt_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let sidecar = tokio::spawn(app.run(async move {
+    let running = tokio::spawn(app.run(async move {
         let _ = stopped.await;
     }));
 
+    let Load { n, m, ref pad } = load;
     println!("fan-out: {n} consumers x {m} messages, {} bytes of padding; publisher QoS 1, {INFLIGHT} in flight", pad.len());
-    println!(
-        "{:<15} {:>26} {:>7} {:>11} {:>11} {:>8} {:>8} {:>8} {:>10}",
-        "scenario",
-        "delivered/expected",
-        "secs",
-        "msg/s",
-        "msg/s/cons",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "pub msg/s"
-    );
-    let mut rates = [None; 3];
-    let ws = Consumers::Ws(format!("ws://{http}/lmos"));
-    match scenario("sidecar WS", ws, mqtt, n, m, &pad).await {
-        Ok(o) => rates[0] = Some(report("sidecar WS", &o, n, m)),
-        Err(e) => println!("sidecar WS      failed: {e:#}"),
-    }
-    match scenario("sidecar MQTT", Consumers::Mqtt(mqtt), mqtt, n, m, &pad).await {
-        Ok(o) => rates[1] = Some(report("sidecar MQTT", &o, n, m)),
-        Err(e) => println!("sidecar MQTT    failed: {e:#}"),
-    }
-    match mosquitto().await {
-        Ok(Some((_broker, addr))) => {
-            match scenario("mosquitto MQTT", Consumers::Mqtt(addr), addr, n, m, &pad).await {
-                Ok(o) => rates[2] = Some(report("mosquitto MQTT", &o, n, m)),
-                Err(e) => println!("mosquitto MQTT  failed: {e:#}"),
-            }
+    println!("scenario                delivered/expected       msg/s  msg/s/cons   p50 ms   p99 ms   max ms  pub msg/s");
+    let ws = run("sidecar WS", Some(&ws_url), mqtt, &load).await;
+    let sidecar = run("sidecar MQTT", None, mqtt, &load).await;
+    let mosquitto = match mosquitto().await {
+        Ok((_broker, addr)) => run("mosquitto MQTT", None, addr, &load).await,
+        Err(e) => {
+            println!("mosquitto MQTT  skipped: {e:#}");
+            None
         }
-        Ok(None) => println!("mosquitto MQTT  skipped: `mosquitto` is not on PATH"),
-        Err(e) => println!("mosquitto MQTT  skipped: {e:#}"),
-    }
-    if let [_, Some(side), Some(mosq)] = rates {
-        println!("sidecar MQTT / mosquitto MQTT: {:.2}x", side / mosq);
-    }
-    if let [Some(ws), Some(side), _] = rates {
-        println!("sidecar WS / sidecar MQTT:     {:.2}x", ws / side);
-    }
+    };
+    println!(
+        "msg/s, sidecar MQTT / mosquitto MQTT: {}",
+        ratio(sidecar, mosquitto)
+    );
+    println!(
+        "msg/s, sidecar WS / sidecar MQTT:     {}",
+        ratio(ws, sidecar)
+    );
     let _ = stop.send(());
-    let _ = timeout(SETUP, sidecar).await;
+    let _ = timeout(SETUP, running).await;
     Ok(())
 }
 
 fn main() -> Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(bench())
+    tokio::runtime::Runtime::new()?.block_on(bench())
 }

@@ -176,6 +176,11 @@ impl Dispatcher {
             }
             Route::ActionStatus { .. } => return,
         };
+        // Property readings are cached even without an observer yet; events
+        // nobody wants are not worth parsing.
+        if recipients.is_empty() && matches!(route, Route::Event { .. }) {
+            return;
+        }
         let prepared = match Prepared::from_payload(&delivery.payload, thing) {
             Ok(p) => Arc::new(p),
             Err(e) => {

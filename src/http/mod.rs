@@ -5,6 +5,7 @@ mod upgrade;
 use std::net::SocketAddr;
 
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +36,11 @@ pub fn router(state: HttpState) -> Router {
 pub async fn serve(listener: TcpListener, state: HttpState) -> std::io::Result<()> {
     let shutdown = state.shutdown.clone();
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    // Without TCP_NODELAY the last frames of a burst wait ~40 ms for the
+    // peer's delayed ACK (Nagle); WebSocket consumers want them now.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
