@@ -163,13 +163,7 @@ async fn garbage_published_over_mqtt_does_not_reach_or_break_websocket_consumers
         )
         .await
         .unwrap();
-    agent
-        .publish(
-            &format!("lmos/{THING}/events/e"),
-            &event(THING, "e", json!(1)),
-            false,
-        )
-        .await;
+    agent.publish_event(THING, "e", json!(1)).await;
     assert_eq!(consumer.recv().await["data"], 1);
     sidecar.stop().await;
 }

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{event, lmos, WsClient, WAIT};
+use common::{lmos, WsClient, WAIT};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -89,9 +89,7 @@ async fn starts_on_port_zero_logs_its_ports_serves_and_stops_on_sigterm() {
         .await;
     consumer.barrier().await;
     let mut agent = common::MqttClient::connect(mqtt, "agent").await;
-    agent
-        .publish("lmos/urn:t/events/e", &event("urn:t", "e", json!(1)), false)
-        .await;
+    agent.publish_event("urn:t", "e", json!(1)).await;
     assert_eq!(consumer.recv().await["event"], "e");
 
     let pid = child.0.id().to_string();

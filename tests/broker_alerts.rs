@@ -6,7 +6,7 @@ mod common;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use common::{event, TestSidecar, WAIT};
+use common::{TestSidecar, WAIT};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
@@ -64,11 +64,7 @@ async fn a_subscriber_that_misses_messages_is_logged() {
     // Far more than the subscriber's ring (128 KiB) and socket buffers hold.
     for i in 0..4000 {
         agent
-            .publish(
-                "lmos/urn:t/events/e",
-                &event("urn:t", "e", json!({"i": i, "blob": blob})),
-                false,
-            )
+            .publish_event("urn:t", "e", json!({"i": i, "blob": blob}))
             .await;
     }
     // rumqttd notices the overwritten messages when the subscriber reads on.
@@ -85,11 +81,7 @@ async fn a_subscriber_that_misses_messages_is_logged() {
     loop {
         for _ in 0..20 {
             agent
-                .publish(
-                    "lmos/urn:t/events/e",
-                    &event("urn:t", "e", json!({"i": i, "blob": blob})),
-                    false,
-                )
+                .publish_event("urn:t", "e", json!({"i": i, "blob": blob}))
                 .await;
             i += 1;
         }

@@ -53,20 +53,8 @@ async fn without_a_correlation_id_deliveries_carry_the_subscribe_message_id() {
     consumer.barrier().await;
 
     let mut agent = sidecar.mqtt("agent").await;
-    agent
-        .publish(
-            &format!("lmos/{THING}/events/a"),
-            &event(THING, "a", json!(1)),
-            false,
-        )
-        .await;
-    agent
-        .publish(
-            &format!("lmos/{THING}/events/b"),
-            &event(THING, "b", json!(2)),
-            false,
-        )
-        .await;
+    agent.publish_event(THING, "a", json!(1)).await;
+    agent.publish_event(THING, "b", json!(2)).await;
 
     let first = consumer.recv().await;
     let second = consumer.recv().await;
@@ -204,20 +192,8 @@ async fn unsubscribe_stops_delivery() {
     let mut agent = sidecar.mqtt("agent").await;
     // Published in order on one topic filter: if "a" were still delivered it
     // would arrive before "b".
-    agent
-        .publish(
-            &format!("lmos/{THING}/events/a"),
-            &event(THING, "a", json!(1)),
-            false,
-        )
-        .await;
-    agent
-        .publish(
-            &format!("lmos/{THING}/events/b"),
-            &event(THING, "b", json!(2)),
-            false,
-        )
-        .await;
+    agent.publish_event(THING, "a", json!(1)).await;
+    agent.publish_event(THING, "b", json!(2)).await;
     assert_eq!(consumer.recv().await["event"], "b");
 
     consumer
@@ -230,13 +206,7 @@ async fn unsubscribe_stops_delivery() {
         .send(lmos(THING, "unsubscribeAllEvents", json!({})))
         .await;
     consumer.barrier().await;
-    agent
-        .publish(
-            &format!("lmos/{THING}/events/b"),
-            &event(THING, "b", json!(3)),
-            false,
-        )
-        .await;
+    agent.publish_event(THING, "b", json!(3)).await;
     consumer.assert_nothing_pending().await;
     sidecar.stop().await;
 }

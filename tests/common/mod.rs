@@ -270,6 +270,14 @@ impl MqttClient {
         assert!(matches!(self.ack().await, Packet::PubAck(_)));
     }
 
+    /// Publishes an LMOS `event` on its topic, as an MQTT agent would.
+    pub async fn publish_event(&mut self, thing: &str, name: &str, data: Value) {
+        let topic = lmos_sidecar::topics::Topics::new("lmos")
+            .unwrap()
+            .event(thing, name);
+        self.publish(&topic, &event(thing, name, data), false).await;
+    }
+
     pub async fn recv(&mut self) -> rumqttc::Publish {
         tokio::time::timeout(WAIT, self.publishes.recv())
             .await
