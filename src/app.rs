@@ -58,7 +58,8 @@ impl Application {
                 addr: config.http.listen,
                 error,
             })?;
-        let broker = EmbeddedBroker::start(&config.mqtt).await?;
+        let topics = config.topics();
+        let broker = EmbeddedBroker::start(&config.mqtt, Gateway::bus_filters(&topics)).await?;
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
@@ -66,8 +67,9 @@ impl Application {
         let (gateway, dispatcher) = Gateway::new(
             broker.bus,
             broker.deliveries,
-            config.topics(),
+            topics,
             config.gateway.clone(),
+            &config.requests,
             thing_id,
         );
         Ok(Application {
@@ -91,6 +93,11 @@ impl Application {
 
     pub fn mqtt5_addr(&self) -> SocketAddr {
         self.mqtt5_addr
+    }
+
+    /// A handle on the gateway, e.g. for its statistics.
+    pub fn gateway(&self) -> Gateway {
+        self.gateway.clone()
     }
 
     /// Serves until `shutdown` resolves, then closes every WebSocket

@@ -23,6 +23,7 @@ pub struct Config {
     pub mqtt: MqttConfig,
     pub http: HttpConfig,
     pub gateway: GatewayConfig,
+    pub requests: RequestsConfig,
     pub topics: TopicsConfig,
     pub log: LogConfig,
 }
@@ -130,6 +131,31 @@ impl Default for GatewayConfig {
             outbound_queue: 1024,
             slow_consumer: SlowConsumerPolicy::Disconnect,
         }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestsConfig {
+    /// How long an agent has to answer a request (for `invokeAction`, to send
+    /// its first `actionStatus`; for `cancelAction`, its answer), in ms.
+    pub timeout_ms: u64,
+    /// Finished invocations remembered for `queryAction` and `cancelAction`.
+    pub finished_invocations: usize,
+}
+
+impl Default for RequestsConfig {
+    fn default() -> Self {
+        RequestsConfig {
+            timeout_ms: 10_000,
+            finished_invocations: 1_000,
+        }
+    }
+}
+
+impl RequestsConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
     }
 }
 
@@ -256,6 +282,7 @@ impl Config {
             ("mqtt.segment_count", self.mqtt.segment_count),
             ("mqtt.max_connections", self.mqtt.max_connections),
             ("mqtt.max_inflight_count", self.mqtt.max_inflight_count),
+            ("requests.timeout_ms", self.requests.timeout_ms as usize),
         ];
         for (key, v) in positive {
             if v == 0 {

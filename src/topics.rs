@@ -7,6 +7,11 @@
 //! | `event`                       | `{prefix}/{thing}/events/{event}`                      |
 //! | `propertyReading` (retained)  | `{prefix}/{thing}/properties/{property}`               |
 //! | `actionStatus`                | `{prefix}/{thing}/actions/{action}/status/{invocation}`|
+//! | a consumer's request          | `{prefix}/{thing}/requests/{messageType}`              |
+//! | reply to an MQTT 3.1.1 consumer | `{prefix}/{thing}/replies/{correlationID}`           |
+//! | a request for the agent       | `{prefix}/{thing}/agent/requests/{messageType}`        |
+//! | the agent's replies           | `{prefix}/{thing}/agent/replies`                       |
+//! | the agent's presence (retained) | `{prefix}/{thing}/agent/status`                      |
 //!
 //! `{thing}`, `{event}`, `{property}`, `{action}` and `{invocation}` are one
 //! topic level each, escaped by [`escape`] so that any thingID URI or name is
@@ -19,6 +24,9 @@ pub const EVENTS: &str = "events";
 pub const PROPERTIES: &str = "properties";
 pub const ACTIONS: &str = "actions";
 pub const STATUS: &str = "status";
+pub const REQUESTS: &str = "requests";
+pub const REPLIES: &str = "replies";
+pub const AGENT: &str = "agent";
 
 /// Characters with a meaning in MQTT topics, `%` itself (the escape
 /// character) and NUL (forbidden in MQTT strings).
@@ -103,6 +111,29 @@ pub enum Route {
         action: String,
         invocation: String,
     },
+    /// A consumer's request, for the sidecar to route to the agent.
+    Request {
+        thing: String,
+        message_type: String,
+    },
+    /// A reply to an MQTT 3.1.1 consumer without a reply topic of its own.
+    Reply {
+        thing: String,
+        correlation: String,
+    },
+    /// A request routed to the agent hosting the Thing.
+    AgentRequest {
+        thing: String,
+        message_type: String,
+    },
+    /// Replies of the agent hosting the Thing.
+    AgentReplies {
+        thing: String,
+    },
+    /// Presence of the agent hosting the Thing.
+    AgentStatus {
+        thing: String,
+    },
 }
 
 impl Route {
@@ -110,7 +141,12 @@ impl Route {
         match self {
             Route::Event { thing, .. }
             | Route::Property { thing, .. }
-            | Route::ActionStatus { thing, .. } => thing,
+            | Route::ActionStatus { thing, .. }
+            | Route::Request { thing, .. }
+            | Route::Reply { thing, .. }
+            | Route::AgentRequest { thing, .. }
+            | Route::AgentReplies { thing }
+            | Route::AgentStatus { thing } => thing,
         }
     }
 }
@@ -206,6 +242,46 @@ impl Topics {
         self.join(&[&escape(thing), ACTIONS, &escape(action), STATUS, "+"])
     }
 
+    pub fn request(&self, thing: &str, message_type: &str) -> String {
+        self.join(&[&escape(thing), REQUESTS, &escape(message_type)])
+    }
+
+    pub fn reply(&self, thing: &str, correlation: &str) -> String {
+        self.join(&[&escape(thing), REPLIES, &escape(correlation)])
+    }
+
+    pub fn agent_request(&self, thing: &str, message_type: &str) -> String {
+        self.join(&[&escape(thing), AGENT, REQUESTS, &escape(message_type)])
+    }
+
+    pub fn agent_replies(&self, thing: &str) -> String {
+        self.join(&[&escape(thing), AGENT, REPLIES])
+    }
+
+    pub fn agent_status(&self, thing: &str) -> String {
+        self.join(&[&escape(thing), AGENT, STATUS])
+    }
+
+    /// Consumers' requests to every Thing (the sidecar routes them).
+    pub fn all_requests_filter(&self) -> String {
+        self.join(&["+", REQUESTS, "+"])
+    }
+
+    /// Every agent's replies (the sidecar routes them back).
+    pub fn all_agent_replies_filter(&self) -> String {
+        self.join(&["+", AGENT, REPLIES])
+    }
+
+    /// Every agent's presence.
+    pub fn all_agent_status_filter(&self) -> String {
+        self.join(&["+", AGENT, STATUS])
+    }
+
+    /// What an agent hosting the Thing subscribes to.
+    pub fn agent_requests_filter(&self, thing: &str) -> String {
+        self.join(&[&escape(thing), AGENT, REQUESTS, "+"])
+    }
+
     /// Everything of one Thing.
     pub fn thing_filter(&self, thing: &str) -> String {
         self.join(&[&escape(thing), "#"])
@@ -231,6 +307,20 @@ impl Topics {
                 action: un(action)?,
                 invocation: un(invocation)?,
             }),
+            [thing, REQUESTS, message_type] => Some(Route::Request {
+                thing: un(thing)?,
+                message_type: un(message_type)?,
+            }),
+            [thing, REPLIES, correlation] => Some(Route::Reply {
+                thing: un(thing)?,
+                correlation: un(correlation)?,
+            }),
+            [thing, AGENT, REQUESTS, message_type] => Some(Route::AgentRequest {
+                thing: un(thing)?,
+                message_type: un(message_type)?,
+            }),
+            [thing, AGENT, REPLIES] => Some(Route::AgentReplies { thing: un(thing)? }),
+            [thing, AGENT, STATUS] => Some(Route::AgentStatus { thing: un(thing)? }),
             _ => None,
         }
     }
@@ -331,8 +421,13 @@ mod tests {
             prop_assert_eq!(t.parse(&t.property(&thing, &name)), Some(Route::Property { thing: thing.clone(), name: name.clone() }));
             prop_assert_eq!(
                 t.parse(&t.action_status(&thing, &name, &inv)),
-                Some(Route::ActionStatus { thing, action: name, invocation: inv })
+                Some(Route::ActionStatus { thing: thing.clone(), action: name.clone(), invocation: inv.clone() })
             );
+            prop_assert_eq!(t.parse(&t.request(&thing, &name)), Some(Route::Request { thing: thing.clone(), message_type: name.clone() }));
+            prop_assert_eq!(t.parse(&t.reply(&thing, &inv)), Some(Route::Reply { thing: thing.clone(), correlation: inv.clone() }));
+            prop_assert_eq!(t.parse(&t.agent_request(&thing, &name)), Some(Route::AgentRequest { thing: thing.clone(), message_type: name }));
+            prop_assert_eq!(t.parse(&t.agent_replies(&thing)), Some(Route::AgentReplies { thing: thing.clone() }));
+            prop_assert_eq!(t.parse(&t.agent_status(&thing)), Some(Route::AgentStatus { thing }));
         }
 
         #[test]

@@ -99,13 +99,14 @@ async fn every_class_of_bad_input_gets_a_correlated_error_and_the_connection_sur
     client
         .send(lmos(
             THING,
-            "invokeAction",
-            json!({"messageID": "m-invoke", "action": "getWeather"}),
+            "error",
+            json!({"messageID": "m-error", "type": "t", "title": "t", "status": "500", "detail": "d", "instance": "i"}),
         ))
         .await;
     let e = client.recv().await;
     assert_error(&e, "501", "not-supported");
-    assert_eq!(e["correlationID"], "m-invoke");
+    assert_eq!(e["correlationID"], "m-error");
+    assert!(e["detail"].as_str().unwrap().contains("host="), "{e}");
 
     // The same connection still works, and so does everyone else's.
     client

@@ -17,7 +17,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use rumqttd::alerts::AlertsLink;
 use rumqttd::local::{LinkRx, LinkTx};
-use rumqttd::protocol::{Filter, Packet, Publish, QoS, RetainForwardRule, Subscribe, Unsubscribe};
+use rumqttd::protocol::{
+    Filter, Packet, Publish, PublishProperties, QoS, RetainForwardRule, Subscribe, Unsubscribe,
+};
 use rumqttd::{
     Broker, ConnectionSettings, MetricSettings, MetricType, Notification, RouterConfig,
     ServerSettings,
@@ -26,7 +28,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use super::probe::{wait_ready, MqttVersion};
-use super::{Bus, BusCommand, Delivery};
+use super::{Bus, BusCommand, Delivery, ResponseInfo};
 use crate::config::MqttConfig;
 
 /// Commands queued towards the broker before publishers wait.
@@ -96,7 +98,11 @@ fn server_settings(name: &str, listen: SocketAddr, config: &MqttConfig) -> Serve
 
 impl EmbeddedBroker {
     /// Starts the broker and waits until both listeners accept connections.
-    pub async fn start(config: &MqttConfig) -> Result<EmbeddedBroker, BrokerError> {
+    /// `filters` are subscribed before the broker is declared ready.
+    pub async fn start(
+        config: &MqttConfig,
+        filters: Vec<String>,
+    ) -> Result<EmbeddedBroker, BrokerError> {
         let mqtt_addr = reserve("MQTT 3.1.1", config.listen)?;
         let mqtt5_addr = reserve("MQTT 5", config.listen_v5)?;
 
@@ -159,6 +165,11 @@ impl EmbeddedBroker {
         let probe_topic = format!("lmos-sidecar/probe/{}", uuid::Uuid::new_v4().simple());
         let (probe_tx, mut probes) = mpsc::unbounded_channel();
         let (delivery_tx, deliveries) = mpsc::channel(DELIVERY_QUEUE);
+        // The link's commands are applied in order: once a probe arrives,
+        // these subscriptions are live too.
+        for filter in filters {
+            let _ = command_tx.send(BusCommand::Subscribe(filter)).await;
+        }
         let _ = command_tx
             .send(BusCommand::Subscribe(probe_topic.clone()))
             .await;
@@ -219,11 +230,13 @@ fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
     runtime.block_on(async move {
         while let Some(command) = commands.recv().await {
             let packet = match command {
-                BusCommand::Publish {
-                    topic,
-                    payload,
-                    retain,
-                } => Packet::Publish(Publish::new(Bytes::from(topic), payload, retain), None),
+                BusCommand::Publish(p) => {
+                    let properties = p.correlation_data.map(|data| PublishProperties {
+                        correlation_data: Some(data),
+                        ..Default::default()
+                    });
+                    Packet::Publish(Publish::new(Bytes::from(p.topic), p.payload, p.retain), properties)
+                }
                 BusCommand::Subscribe(filter) => {
                     debug!(%filter, "Subscribing the gateway.");
                     subscribe_packet(filter)
@@ -261,9 +274,16 @@ async fn run_link_rx(
                 let _ = probes.send(String::from_utf8_lossy(&forward.publish.payload).into_owned());
             }
             Ok(Some(Notification::Forward(forward))) => {
+                let response = forward.properties.and_then(|p| {
+                    p.response_topic.map(|topic| ResponseInfo {
+                        topic,
+                        correlation_data: p.correlation_data,
+                    })
+                });
                 let delivery = Delivery {
                     topic: forward.publish.topic,
                     payload: forward.publish.payload,
+                    response,
                 };
                 if deliveries.send(delivery).await.is_err() {
                     return;

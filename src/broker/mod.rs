@@ -15,15 +15,41 @@ use tokio::sync::mpsc;
 pub struct Delivery {
     pub topic: Bytes,
     pub payload: Bytes,
+    /// MQTT 5 request/response properties, when the publisher set them.
+    pub response: Option<ResponseInfo>,
+}
+
+/// MQTT 5 Response Topic and Correlation Data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseInfo {
+    pub topic: String,
+    pub correlation_data: Option<Bytes>,
+}
+
+/// One message for the bus.
+#[derive(Debug, Clone)]
+pub struct Publication {
+    pub topic: String,
+    pub payload: Bytes,
+    pub retain: bool,
+    /// Correlation Data to send along (replies to MQTT 5 requesters).
+    pub correlation_data: Option<Bytes>,
+}
+
+impl Publication {
+    pub fn new(topic: String, payload: impl Into<Bytes>, retain: bool) -> Publication {
+        Publication {
+            topic,
+            payload: payload.into(),
+            retain,
+            correlation_data: None,
+        }
+    }
 }
 
 #[derive(Debug)]
 pub(crate) enum BusCommand {
-    Publish {
-        topic: String,
-        payload: Bytes,
-        retain: bool,
-    },
+    Publish(Publication),
     Subscribe(String),
     Unsubscribe(String),
 }
@@ -45,18 +71,16 @@ impl Bus {
 
     /// Publishes at QoS 0 from inside the sidecar. Waits (never drops) when
     /// the bus is busy, which slows the publishing connection down.
-    pub async fn publish(
-        &self,
-        topic: String,
-        payload: Bytes,
-        retain: bool,
-    ) -> Result<(), BusClosed> {
-        self.send(BusCommand::Publish {
-            topic,
-            payload,
-            retain,
-        })
-        .await
+    pub async fn publish(&self, publication: Publication) -> Result<(), BusClosed> {
+        self.send(BusCommand::Publish(publication)).await
+    }
+
+    /// Publishes without waiting; for the dispatcher, which must never stall
+    /// on a busy bus. Fails only when the queue is full or the bus stopped.
+    pub fn try_publish(&self, publication: Publication) -> Result<(), BusClosed> {
+        self.commands
+            .try_send(BusCommand::Publish(publication))
+            .map_err(|_| BusClosed)
     }
 
     /// Subscribes the sidecar. Retained messages matching the filter are

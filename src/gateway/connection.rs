@@ -20,7 +20,7 @@ use super::inbound::{route, Outcome};
 use super::outbound::Inbox;
 use super::subscriptions::ConnId;
 use super::Shared;
-use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::lmos::{Body, Direction, Message, Problem, ProblemKind};
 
 /// Frames written per flush when many are queued.
 const WRITE_BATCH: usize = 64;
@@ -30,6 +30,8 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Connection<S> {
     id: ConnId,
     peer: SocketAddr,
+    /// Things this connection serves as their agent (`?host=` at handshake).
+    hosts: Vec<String>,
     socket: WebSocketStream<S>,
     inbox: Inbox,
     shared: Arc<Shared>,
@@ -48,9 +50,11 @@ impl<S> Connection<S>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         id: ConnId,
         peer: SocketAddr,
+        hosts: Vec<String>,
         socket: WebSocketStream<S>,
         inbox: Inbox,
         shared: Arc<Shared>,
@@ -59,6 +63,7 @@ where
         Connection {
             id,
             peer,
+            hosts,
             socket,
             inbox,
             shared,
@@ -197,7 +202,27 @@ where
         };
         let thing = message.thing_id.clone();
         let correlation = message.reply_correlation_id().to_owned();
-        let outcome = route(self.id, &message, Bytes::from(text), &self.shared.topics);
+        let raw = Bytes::from(text);
+        let outcome = route(self.id, &message, raw.clone(), &self.shared.topics);
+        // What a hosting agent sends with a correlation ID may answer a
+        // request routed to it; the dispatcher decides, and publishes it as
+        // usual when it does not.
+        let answers = message.message_type().direction() == Direction::ThingToConsumer
+            && message.correlation_id.is_some()
+            && self.hosts.contains(&thing);
+        if answers {
+            let fallback = match outcome {
+                Outcome::Publish(publications) => publications,
+                _ => Vec::new(),
+            };
+            let command = Command::AgentMessage {
+                thing,
+                payload: raw,
+                fallback,
+            };
+            self.shared.command(command).await;
+            return Ok(());
+        }
         match outcome {
             Outcome::Command(command) => {
                 debug!(message_type = %message.message_type(), "Applying subscription change.");
@@ -205,14 +230,8 @@ where
                 Ok(())
             }
             Outcome::Publish(publications) => {
-                for (topic, payload, retain) in publications {
-                    if self
-                        .shared
-                        .bus
-                        .publish(topic, payload, retain)
-                        .await
-                        .is_err()
-                    {
+                for publication in publications {
+                    if self.shared.bus.publish(publication).await.is_err() {
                         let problem = Problem::new(
                             ProblemKind::Unavailable,
                             "The message bus has stopped; the message was not published.",

@@ -1,23 +1,35 @@
-//! The one task that owns the subscription table: it applies the
-//! connections' subscribe/unsubscribe commands, keeps the gateway's bus
-//! subscriptions in step, and fans each delivery out to its recipients.
+//! The one task that owns the gateway's state: the subscription table, the
+//! request router and every connection's outbound queue. It applies the
+//! connections' commands, keeps the gateway's bus subscriptions in step, fans
+//! deliveries out, and routes requests and replies.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::outbound::{Offer, Outbound};
+use super::requests::{ClaimError, Consumer, Effect, Requests};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
-use crate::broker::{Bus, Delivery};
+use crate::broker::{Bus, Delivery, Publication, ResponseInfo};
 use crate::lmos::splice::{json_string, Prepared};
+use crate::lmos::{Message, Problem};
 use crate::topics::{Route, Topics};
 
 #[derive(Debug)]
 pub enum Command {
+    /// A WebSocket agent declares the Things it hosts, before its handshake
+    /// is answered.
+    Claim {
+        conn: ConnId,
+        things: Vec<String>,
+        reply: oneshot::Sender<Result<(), ClaimError>>,
+    },
     Register {
         conn: ConnId,
         outbound: Outbound,
@@ -33,9 +45,36 @@ pub enum Command {
         thing: String,
         selector: Selector,
     },
+    /// A consumer's request.
+    Request {
+        conn: ConnId,
+        message: Message,
+    },
+    /// A hosting agent's message that may answer a request; published as
+    /// `fallback` when it does not.
+    AgentMessage {
+        thing: String,
+        payload: Bytes,
+        fallback: Vec<Publication>,
+    },
     Deregister {
         conn: ConnId,
     },
+    Stats {
+        reply: oneshot::Sender<GatewayStats>,
+    },
+}
+
+/// Counts for tests, health and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GatewayStats {
+    pub connections: usize,
+    pub subscriptions: usize,
+    /// Requests waiting for an agent's answer.
+    pub pending_requests: usize,
+    /// Requests and invocations remembered, finished ones included.
+    pub remembered_requests: usize,
+    pub hosted_things: usize,
 }
 
 pub struct Dispatcher {
@@ -45,6 +84,7 @@ pub struct Dispatcher {
     /// a new observer gets the current value at once even when the gateway's
     /// bus subscription (and the retained message it brought) predates it.
     latest: HashMap<String, HashMap<String, Arc<Prepared>>>,
+    requests: Requests,
     bus: Bus,
     topics: Topics,
     commands: mpsc::Receiver<Command>,
@@ -55,6 +95,7 @@ impl Dispatcher {
     pub fn new(
         bus: Bus,
         topics: Topics,
+        requests: Requests,
         commands: mpsc::Receiver<Command>,
         deliveries: mpsc::Receiver<Delivery>,
     ) -> Dispatcher {
@@ -62,6 +103,7 @@ impl Dispatcher {
             table: Table::default(),
             outbounds: HashMap::new(),
             latest: HashMap::new(),
+            requests,
             bus,
             topics,
             commands,
@@ -78,18 +120,39 @@ impl Dispatcher {
                     None => return,
                 },
                 delivery = self.deliveries.recv() => match delivery {
-                    Some(delivery) => self.deliver(delivery),
+                    Some(delivery) => self.deliver(delivery).await,
                     None => {
                         warn!("The message bus closed; the gateway stops delivering.");
                         return;
                     }
                 },
+                Some(effects) = self.requests.next_timeout(), if self.requests.has_timers() => {
+                    self.carry_out(effects).await;
+                }
             }
         }
     }
 
     async fn apply(&mut self, command: Command) {
         match command {
+            Command::Claim {
+                conn,
+                things,
+                reply,
+            } => {
+                let result = self.requests.claim(conn, &things);
+                let effects = match result {
+                    Ok(effects) => {
+                        let _ = reply.send(Ok(()));
+                        effects
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        Vec::new()
+                    }
+                };
+                self.carry_out(effects).await;
+            }
             Command::Register { conn, outbound } => {
                 self.outbounds.insert(conn, outbound);
             }
@@ -125,7 +188,32 @@ impl Dispatcher {
                     self.change_bus(change).await;
                 }
             }
+            Command::Request { conn, message } => {
+                let effects = self.requests.request(Consumer::WebSocket(conn), message);
+                self.carry_out(effects).await;
+            }
+            Command::AgentMessage {
+                thing,
+                payload,
+                fallback,
+            } => match self.requests.reply(&thing, &payload) {
+                Some(effects) => self.carry_out(effects).await,
+                None => {
+                    for publication in fallback {
+                        self.publish(publication).await;
+                    }
+                }
+            },
             Command::Deregister { conn } => self.forget(conn).await,
+            Command::Stats { reply } => {
+                let _ = reply.send(GatewayStats {
+                    connections: self.outbounds.len(),
+                    subscriptions: self.table.len(),
+                    pending_requests: self.requests.pending_count(),
+                    remembered_requests: self.requests.remembered_count(),
+                    hosted_things: self.requests.hosted_count(),
+                });
+            }
         }
     }
 
@@ -134,6 +222,8 @@ impl Dispatcher {
         for change in self.table.remove_connection(conn) {
             self.change_bus(change).await;
         }
+        let effects = self.requests.connection_gone(conn);
+        self.carry_out(effects).await;
     }
 
     async fn change_bus(&mut self, change: StreamChange) {
@@ -154,7 +244,34 @@ impl Dispatcher {
         }
     }
 
-    fn deliver(&mut self, delivery: Delivery) {
+    async fn carry_out(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::ToConsumer(Consumer::WebSocket(conn), text)
+                | Effect::ToAgent(conn, text) => self.send(conn, text),
+                Effect::ToConsumer(
+                    Consumer::Mqtt {
+                        topic,
+                        correlation_data,
+                    },
+                    text,
+                ) => {
+                    let mut publication = Publication::new(topic, text, false);
+                    publication.correlation_data = correlation_data;
+                    self.publish(publication).await;
+                }
+                Effect::Publish(publication) => self.publish(publication).await,
+            }
+        }
+    }
+
+    async fn publish(&self, publication: Publication) {
+        if self.bus.publish(publication).await.is_err() {
+            warn!("The message bus closed; a message could not be published.");
+        }
+    }
+
+    async fn deliver(&mut self, delivery: Delivery) {
         let Ok(topic) = std::str::from_utf8(&delivery.topic) else {
             return;
         };
@@ -162,46 +279,135 @@ impl Dispatcher {
             debug!(topic, "Ignoring a delivery outside the LMOS topics.");
             return;
         };
-        let (thing, recipients) = match &route {
-            Route::Event { thing, event } => (thing, self.table.event_recipients(thing, event)),
-            Route::Property { thing, name } => {
-                if delivery.payload.is_empty() {
-                    // An empty retained message clears the property.
-                    if let Some(m) = self.latest.get_mut(thing) {
-                        m.remove(name);
+        match route {
+            Route::Event { thing, event } => {
+                let recipients = self.table.event_recipients(&thing, &event);
+                // Events nobody wants are not worth parsing.
+                if !recipients.is_empty() {
+                    if let Some(prepared) = prepare(&delivery.payload, &thing) {
+                        self.fan_out(&prepared, recipients);
                     }
-                    return;
                 }
-                (thing, self.table.property_recipients(thing, name))
             }
-            Route::ActionStatus { .. } => return,
-        };
-        // Property readings are cached even without an observer yet; events
-        // nobody wants are not worth parsing.
-        if recipients.is_empty() && matches!(route, Route::Event { .. }) {
+            Route::Property { thing, name } => {
+                self.deliver_property(&thing, &name, &delivery.payload)
+            }
+            Route::Request {
+                thing,
+                message_type,
+            } => self.mqtt_request(&thing, &message_type, delivery).await,
+            Route::AgentReplies { thing } => match self.requests.reply(&thing, &delivery.payload) {
+                Some(effects) => self.carry_out(effects).await,
+                None => debug!("Dropped an agent reply that answers no pending request."),
+            },
+            Route::AgentStatus { thing } => {
+                let effects = self.requests.mqtt_presence(&thing, &delivery.payload);
+                self.carry_out(effects).await;
+            }
+            Route::ActionStatus { .. } | Route::Reply { .. } | Route::AgentRequest { .. } => {}
+        }
+    }
+
+    fn deliver_property(&mut self, thing: &str, name: &str, payload: &[u8]) {
+        if payload.is_empty() {
+            // An empty retained message clears the property.
+            if let Some(m) = self.latest.get_mut(thing) {
+                m.remove(name);
+            }
             return;
         }
-        let prepared = match Prepared::from_payload(&delivery.payload, thing) {
-            Ok(p) => Arc::new(p),
-            Err(e) => {
-                warn!(error = %e, kind = "invalid-payload", "Dropped a message published on an LMOS topic.");
-                return;
-            }
+        let Some(prepared) = prepare(payload, thing) else {
+            return;
         };
-        if let Route::Property { thing, name } = &route {
-            // Only while the gateway follows the Thing's properties: a reading
-            // still in flight after the last observer left must not leave a
-            // stale value behind.
-            if self.table.follows(thing, Stream::Properties) {
-                self.latest
-                    .entry(thing.clone())
-                    .or_default()
-                    .insert(name.clone(), prepared.clone());
-            }
+        // Cached even without an observer of this property yet, but only
+        // while the gateway follows the Thing's properties: a reading still
+        // in flight after the last observer left must not stay behind.
+        if self.table.follows(thing, Stream::Properties) {
+            self.latest
+                .entry(thing.to_owned())
+                .or_default()
+                .insert(name.to_owned(), prepared.clone());
         }
+        let recipients = self.table.property_recipients(thing, name);
+        self.fan_out(&prepared, recipients);
+    }
+
+    fn fan_out(&mut self, prepared: &Prepared, recipients: Vec<(ConnId, Arc<str>)>) {
         for (conn, correlation) in recipients {
             self.send(conn, prepared.with_correlation(&correlation));
         }
+    }
+
+    /// A request published by an MQTT consumer on
+    /// `{prefix}/{thing}/requests/{messageType}`. Replies go to its MQTT 5
+    /// Response Topic, else to the topic in its `replyTo` member, else to
+    /// `{prefix}/{thing}/replies/{correlationID}`.
+    async fn mqtt_request(&mut self, thing: &str, message_type: &str, delivery: Delivery) {
+        let raw: Option<Value> = serde_json::from_slice(&delivery.payload).ok();
+        let reply_to = raw
+            .as_ref()
+            .and_then(|v| v["replyTo"].as_str())
+            .map(str::to_owned);
+        let consumer = |correlation: Option<&str>| match (&delivery.response, &reply_to) {
+            (
+                Some(ResponseInfo {
+                    topic,
+                    correlation_data,
+                }),
+                _,
+            ) => Some(Consumer::Mqtt {
+                topic: topic.clone(),
+                correlation_data: correlation_data.clone(),
+            }),
+            (None, Some(topic)) => Some(Consumer::Mqtt {
+                topic: topic.clone(),
+                correlation_data: None,
+            }),
+            (None, None) => correlation.map(|c| Consumer::Mqtt {
+                topic: self.topics.reply(thing, c),
+                correlation_data: None,
+            }),
+        };
+        let message = match Message::parse(&delivery.payload) {
+            Ok(m) => m,
+            Err(rejection) => {
+                let Some(consumer) = consumer(rejection.reply_correlation_id()) else {
+                    warn!(
+                        kind = "invalid-request",
+                        "Dropped an MQTT request that names no one to answer."
+                    );
+                    return;
+                };
+                let problem = Problem::from(&rejection);
+                let text = problem
+                    .to_message(
+                        rejection.thing_id.as_deref().unwrap_or(thing),
+                        rejection.reply_correlation_id(),
+                    )
+                    .to_json();
+                self.carry_out(vec![Effect::ToConsumer(consumer, text)])
+                    .await;
+                return;
+            }
+        };
+        let consumer =
+            consumer(Some(message.reply_correlation_id())).expect("a correlation is given");
+        if message.thing_id != thing || message.message_type().as_str() != message_type {
+            let detail = format!(
+                "The request was published on the topic for `{message_type}` of `{thing}` but is a `{}` for `{}`.",
+                message.message_type(),
+                message.thing_id
+            );
+            let problem = Problem::new(crate::lmos::ProblemKind::InvalidMember, detail);
+            let text = problem
+                .to_message(&message.thing_id, Some(message.reply_correlation_id()))
+                .to_json();
+            self.carry_out(vec![Effect::ToConsumer(consumer, text)])
+                .await;
+            return;
+        }
+        let effects = self.requests.request(consumer, message);
+        self.carry_out(effects).await;
     }
 
     fn send(&mut self, conn: ConnId, text: String) {
@@ -214,6 +420,16 @@ impl Dispatcher {
             Offer::Closed => {
                 self.outbounds.remove(&conn);
             }
+        }
+    }
+}
+
+fn prepare(payload: &[u8], thing: &str) -> Option<Arc<Prepared>> {
+    match Prepared::from_payload(payload, thing) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            warn!(error = %e, kind = "invalid-payload", "Dropped a message published on an LMOS topic.");
+            None
         }
     }
 }

@@ -5,11 +5,9 @@ use bytes::Bytes;
 
 use super::dispatcher::Command;
 use super::subscriptions::{ConnId, Selector};
+use crate::broker::Publication;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
 use crate::topics::Topics;
-
-/// One MQTT publication: topic, payload, retain.
-pub type Publication = (String, Bytes, bool);
 
 #[derive(Debug)]
 pub enum Outcome {
@@ -48,26 +46,26 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
         Body::UnsubscribeAllEvents => unsubscribe(Selector::AllEvents),
         Body::ObserveProperty { name } => subscribe(Selector::Property(name.clone())),
         Body::UnobserveProperty { name } => unsubscribe(Selector::Property(name.clone())),
-        Body::Event { event, .. } => {
-            Outcome::Publish(vec![(topics.event(thing, event), raw, false)])
-        }
-        Body::PropertyReading { name, .. } => {
-            Outcome::Publish(vec![(topics.property(thing, name), raw, true)])
-        }
+        Body::Event { event, .. } => Outcome::Publish(vec![Publication::new(
+            topics.event(thing, event),
+            raw,
+            false,
+        )]),
+        Body::PropertyReading { name, .. } => Outcome::Publish(vec![Publication::new(
+            topics.property(thing, name),
+            raw,
+            true,
+        )]),
         Body::PropertyReadings { data, timestamp } => Outcome::Publish(
             data.iter()
                 .map(|(name, value)| {
                     let reading = split_reading(message, name, value, timestamp);
-                    (
-                        topics.property(thing, name),
-                        Bytes::from(reading.to_json()),
-                        true,
-                    )
+                    Publication::new(topics.property(thing, name), reading.to_json(), true)
                 })
                 .collect(),
         ),
         Body::ActionStatus { action, .. } => match &message.correlation_id {
-            Some(invocation) => Outcome::Publish(vec![(
+            Some(invocation) => Outcome::Publish(vec![Publication::new(
                 topics.action_status(thing, action, invocation),
                 raw,
                 false,
@@ -84,14 +82,15 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
         | Body::WriteMultipleProperties { .. }
         | Body::InvokeAction { .. }
         | Body::QueryAction { .. }
-        | Body::CancelAction { .. }
-        | Body::Error(_) => Outcome::Reject(Problem::new(
+        | Body::CancelAction { .. } => Outcome::Command(Command::Request {
+            conn,
+            message: message.clone(),
+        }),
+        Body::Error(_) => Outcome::Reject(Problem::new(
             ProblemKind::NotSupported,
-            format!(
-                "This sidecar does not route `{}` messages to agents yet; it carries events, \
-                 property readings and action status.",
-                message.message_type()
-            ),
+            "An `error` from an agent must answer a request it received: give it that \
+             request's correlationID, and connect with `?host=<thingID>` so the sidecar \
+             knows you host the Thing.",
         )),
     }
 }
@@ -155,25 +154,22 @@ mod tests {
         match route_json(v.clone()) {
             Outcome::Publish(p) => {
                 assert_eq!(p.len(), 1);
-                assert_eq!(p[0].0, "lmos/urn:t/properties/p");
-                assert_eq!(p[0].1, v.to_string());
-                assert!(p[0].2);
+                assert_eq!(p[0].topic, "lmos/urn:t/properties/p");
+                assert_eq!(p[0].payload, v.to_string());
+                assert!(p[0].retain);
             }
             other => panic!("{other:?}"),
         }
     }
 
     #[test]
-    fn requests_are_not_supported_yet() {
+    fn requests_go_to_the_router() {
         let outcome = route_json(
             json!({"thingID": "urn:t", "messageID": "m", "messageType": "readProperty", "name": "p"}),
         );
         assert!(matches!(
             outcome,
-            Outcome::Reject(Problem {
-                kind: ProblemKind::NotSupported,
-                ..
-            })
+            Outcome::Command(Command::Request { conn: 7, .. })
         ));
     }
 }

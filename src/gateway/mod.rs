@@ -9,6 +9,7 @@ mod connection;
 mod dispatcher;
 mod inbound;
 mod outbound;
+mod requests;
 pub mod subscriptions;
 
 use std::net::SocketAddr;
@@ -16,18 +17,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::broker::{Bus, Delivery};
-use crate::config::GatewayConfig;
+use crate::config::{GatewayConfig, RequestsConfig};
 use crate::topics::Topics;
 use connection::Connection;
 use dispatcher::Command;
-pub use dispatcher::Dispatcher;
+pub use dispatcher::{Dispatcher, GatewayStats};
+pub use requests::ClaimError;
+use subscriptions::ConnId;
 
 /// The WebSocket subprotocol this gateway speaks.
 pub const SUBPROTOCOL: &str = "lmosprotocol";
@@ -64,10 +67,17 @@ impl Gateway {
         deliveries: mpsc::Receiver<Delivery>,
         topics: Topics,
         config: GatewayConfig,
+        requests: &RequestsConfig,
         thing_id: String,
     ) -> (Gateway, Dispatcher) {
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
-        let dispatcher = Dispatcher::new(bus.clone(), topics.clone(), commands_rx, deliveries);
+        let router = requests::Requests::new(
+            topics.clone(),
+            requests.timeout(),
+            requests.finished_invocations,
+        );
+        let dispatcher =
+            Dispatcher::new(bus.clone(), topics.clone(), router, commands_rx, deliveries);
         let shared = Arc::new(Shared {
             bus,
             topics,
@@ -77,6 +87,46 @@ impl Gateway {
             next_id: AtomicU64::new(1),
         });
         (Gateway { shared }, dispatcher)
+    }
+
+    /// The bus filters the gateway needs from the start: consumers'
+    /// requests, agents' replies and agents' presence, for every Thing.
+    pub fn bus_filters(topics: &Topics) -> Vec<String> {
+        vec![
+            topics.all_requests_filter(),
+            topics.all_agent_replies_filter(),
+            topics.all_agent_status_filter(),
+        ]
+    }
+
+    /// A fresh connection ID.
+    pub fn next_connection(&self) -> ConnId {
+        self.shared.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Makes `conn` the agent of `things`, or refuses if another agent
+    /// hosts one of them.
+    pub async fn claim(&self, conn: ConnId, things: Vec<String>) -> Result<(), ClaimError> {
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .command(Command::Claim {
+                conn,
+                things,
+                reply,
+            })
+            .await;
+        answer.await.unwrap_or(Ok(()))
+    }
+
+    /// Releases what a connection that never started had claimed.
+    pub async fn release(&self, conn: ConnId) {
+        self.shared.command(Command::Deregister { conn }).await;
+    }
+
+    pub async fn stats(&self) -> GatewayStats {
+        let (reply, answer) = oneshot::channel();
+        self.shared.command(Command::Stats { reply }).await;
+        answer.await.unwrap_or_default()
     }
 
     /// tungstenite's own limit sits above `max_message_size` so that a
@@ -97,6 +147,8 @@ impl Gateway {
     /// Serves one upgraded connection until it closes or `shutdown` fires.
     pub async fn serve<S>(
         &self,
+        conn: ConnId,
+        hosts: Vec<String>,
         socket: WebSocketStream<S>,
         peer: SocketAddr,
         shutdown: CancellationToken,
@@ -104,14 +156,11 @@ impl Gateway {
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let shared = self.shared.clone();
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (outbound, inbox) =
             outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
-        shared
-            .command(Command::Register { conn: id, outbound })
-            .await;
-        let span = tracing::info_span!("ws", conn = id, peer = %peer);
-        Connection::new(id, peer, socket, inbox, shared, shutdown)
+        shared.command(Command::Register { conn, outbound }).await;
+        let span = tracing::info_span!("ws", conn, peer = %peer, hosts = ?hosts);
+        Connection::new(conn, peer, hosts, socket, inbox, shared, shutdown)
             .run()
             .instrument(span)
             .await;

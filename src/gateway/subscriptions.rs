@@ -202,6 +202,11 @@ impl Table {
         self.things.get(thing).is_some_and(|s| s.has(stream))
     }
 
+    /// Subscriptions of all connections.
+    pub fn len(&self) -> usize {
+        self.by_conn.values().map(HashSet::len).sum()
+    }
+
     pub fn subscription_count(&self, conn: ConnId) -> usize {
         self.by_conn.get(&conn).map_or(0, HashSet::len)
     }

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
@@ -36,9 +36,12 @@ fn refuse(status: StatusCode, text: &'static str) -> Response {
     response
 }
 
+/// `GET /lmos[?host=<thingID>...]`: each `host` names a Thing the connecting
+/// agent serves requests for.
 pub async fn lmos(
     State(state): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(params): Query<Vec<(String, String)>>,
     mut request: Request,
 ) -> Response {
     let headers = request.headers();
@@ -62,8 +65,27 @@ pub async fn lmos(
         );
     }
 
-    let on_upgrade = hyper::upgrade::on(&mut request);
+    let hosts: Vec<String> = params
+        .into_iter()
+        .filter(|(k, _)| k == "host")
+        .map(|(_, v)| v)
+        .collect();
+    if hosts.iter().any(String::is_empty) {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "A `host` parameter must name a thingID.\n",
+        );
+    }
     let gateway = state.gateway.clone();
+    let conn = gateway.next_connection();
+    if !hosts.is_empty() {
+        if let Err(e) = gateway.claim(conn, hosts.clone()).await {
+            debug!(%peer, error = %e, "Refused an agent for a Thing already hosted.");
+            return (StatusCode::CONFLICT, format!("Cannot host: {e}.\n")).into_response();
+        }
+    }
+
+    let on_upgrade = hyper::upgrade::on(&mut request);
     let shutdown = state.shutdown.child_token();
     let config = gateway.websocket_config();
     state.connections.spawn(
@@ -76,9 +98,12 @@ pub async fn lmos(
                         Some(config),
                     )
                     .await;
-                    gateway.serve(socket, peer, shutdown).await;
+                    gateway.serve(conn, hosts, socket, peer, shutdown).await;
                 }
-                Err(e) => debug!(error = %e, "WebSocket upgrade failed."),
+                Err(e) => {
+                    debug!(error = %e, "WebSocket upgrade failed.");
+                    gateway.release(conn).await;
+                }
             }
         }
         .in_current_span(),

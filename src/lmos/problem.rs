@@ -19,7 +19,10 @@ pub enum ProblemKind {
     UnknownMessageType,
     NotSupported,
     MessageTooLarge,
+    NotFound,
+    Conflict,
     Unavailable,
+    Timeout,
 }
 
 impl ProblemKind {
@@ -35,7 +38,10 @@ impl ProblemKind {
             ProblemKind::UnknownMessageType => "unknown-message-type",
             ProblemKind::NotSupported => "not-supported",
             ProblemKind::MessageTooLarge => "message-too-large",
+            ProblemKind::NotFound => "not-found",
+            ProblemKind::Conflict => "conflict",
             ProblemKind::Unavailable => "unavailable",
+            ProblemKind::Timeout => "timeout",
         }
     }
 
@@ -50,7 +56,10 @@ impl ProblemKind {
             ProblemKind::UnknownMessageType => "Unknown message type",
             ProblemKind::NotSupported => "Operation not supported",
             ProblemKind::MessageTooLarge => "Message too large",
-            ProblemKind::Unavailable => "Service unavailable",
+            ProblemKind::NotFound => "Not found",
+            ProblemKind::Conflict => "Conflict",
+            ProblemKind::Unavailable => "Agent unavailable",
+            ProblemKind::Timeout => "Agent did not answer in time",
         }
     }
 
@@ -58,7 +67,10 @@ impl ProblemKind {
         match self {
             ProblemKind::NotSupported => 501,
             ProblemKind::MessageTooLarge => 413,
+            ProblemKind::NotFound => 404,
+            ProblemKind::Conflict => 409,
             ProblemKind::Unavailable => 503,
+            ProblemKind::Timeout => 504,
             _ => 400,
         }
     }

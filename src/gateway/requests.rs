@@ -1,0 +1,658 @@
+//! Request routing: consumers' requests to the agent hosting the Thing, the
+//! agent's replies back to exactly the consumer that asked.
+//!
+//! Every forwarded request gets a fresh UUID as its `correlationID` (its
+//! *route*); agents answer with it, as the draft asks of any reply, and the
+//! router restores the consumer's own correlation ID. So two consumers using
+//! the same correlation ID, or none, never see each other's replies.
+//!
+//! No I/O here: each call returns the [`Effect`]s the dispatcher carries out.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio_util::time::delay_queue::{self, DelayQueue};
+use uuid::Uuid;
+
+use super::subscriptions::ConnId;
+use crate::broker::Publication;
+use crate::lmos::splice::{json_string, Prepared};
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::topics::Topics;
+
+/// Where a consumer's replies go.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Consumer {
+    WebSocket(ConnId),
+    /// An MQTT consumer: its reply topic and, for MQTT 5, its Correlation Data.
+    Mqtt {
+        topic: String,
+        correlation_data: Option<Bytes>,
+    },
+}
+
+impl Consumer {
+    /// Invocations are named per consumer: WebSocket connection, or MQTT
+    /// reply topic.
+    fn key(&self) -> String {
+        match self {
+            Consumer::WebSocket(c) => format!("ws:{c}"),
+            Consumer::Mqtt { topic, .. } => format!("mqtt:{topic}"),
+        }
+    }
+}
+
+/// Who serves a Thing's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    WebSocket(ConnId),
+    /// An MQTT agent that announced itself on `{prefix}/{thing}/agent/status`.
+    Mqtt,
+}
+
+#[derive(Debug)]
+pub enum Effect {
+    /// A reply or error for a consumer.
+    ToConsumer(Consumer, String),
+    /// A request for an agent connected over WebSocket.
+    ToAgent(ConnId, String),
+    Publish(Publication),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    ReadProperty,
+    WriteProperty,
+    Invocation,
+}
+
+struct Pending {
+    consumer: Consumer,
+    /// What the consumer's copies carry as `correlationID`.
+    correlation: String,
+    thing: String,
+    kind: Kind,
+    /// For invocations: the action, the latest status (as the consumer got
+    /// it) and who waits for the answer to a `cancelAction`.
+    action: Option<String>,
+    latest: Option<Value>,
+    finished: bool,
+    cancel_waiters: Vec<String>,
+}
+
+/// Timer keys: the first reply of a request, or the answer to a cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Timer {
+    Reply(String),
+    Cancel(String),
+}
+
+pub struct Requests {
+    topics: Topics,
+    timeout: Duration,
+    finished_limit: usize,
+    hosts: HashMap<String, Host>,
+    routes: HashMap<String, Pending>,
+    /// (consumer key, correlation) → route, for naming invocations.
+    invocations: HashMap<(String, String), String>,
+    /// (consumer key, action) → route of its latest invocation.
+    latest_invocation: HashMap<(String, String), String>,
+    finished: VecDeque<String>,
+    timers: DelayQueue<Timer>,
+    timer_keys: HashMap<Timer, delay_queue::Key>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ClaimError {
+    AlreadyHosted(String),
+}
+
+impl std::fmt::Display for ClaimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClaimError::AlreadyHosted(t) => {
+                write!(f, "the Thing `{t}` is already hosted by another agent")
+            }
+        }
+    }
+}
+
+fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled" | "canceled")
+}
+
+impl Requests {
+    pub fn new(topics: Topics, timeout: Duration, finished_limit: usize) -> Requests {
+        Requests {
+            topics,
+            timeout,
+            finished_limit,
+            hosts: HashMap::new(),
+            routes: HashMap::new(),
+            invocations: HashMap::new(),
+            latest_invocation: HashMap::new(),
+            finished: VecDeque::new(),
+            timers: DelayQueue::new(),
+            timer_keys: HashMap::new(),
+        }
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.routes.values().filter(|p| !p.finished).count()
+    }
+
+    pub fn remembered_count(&self) -> usize {
+        self.routes.len()
+    }
+
+    // ----- hosts -----
+
+    /// A WebSocket agent declares the Things it hosts; all or none.
+    pub fn claim(&mut self, conn: ConnId, things: &[String]) -> Result<Vec<Effect>, ClaimError> {
+        if let Some(t) = things.iter().find(|t| self.hosts.contains_key(*t)) {
+            return Err(ClaimError::AlreadyHosted(t.clone()));
+        }
+        let mut effects = Vec::new();
+        for t in things {
+            self.hosts.insert(t.clone(), Host::WebSocket(conn));
+            effects.push(self.presence(t, true));
+        }
+        Ok(effects)
+    }
+
+    fn presence(&self, thing: &str, online: bool) -> Effect {
+        let payload = json!({
+            "thingID": thing,
+            "status": if online { "online" } else { "offline" },
+            "transport": "websocket",
+        });
+        Effect::Publish(Publication::new(
+            self.topics.agent_status(thing),
+            payload.to_string(),
+            true,
+        ))
+    }
+
+    /// An MQTT agent's presence message (retained, with a last will).
+    pub fn mqtt_presence(&mut self, thing: &str, payload: &[u8]) -> Vec<Effect> {
+        if matches!(self.hosts.get(thing), Some(Host::WebSocket(_))) {
+            // The sidecar's own announcement for a WebSocket agent, or an
+            // MQTT agent competing with it: the connected one keeps the Thing.
+            return Vec::new();
+        }
+        let online = serde_json::from_slice::<Value>(payload)
+            .ok()
+            .is_some_and(|v| v["status"] == "online");
+        if online {
+            self.hosts.insert(thing.to_owned(), Host::Mqtt);
+            Vec::new()
+        } else if self.hosts.remove(thing).is_some() {
+            self.host_gone(thing)
+        } else {
+            Vec::new()
+        }
+    }
+
+    pub fn is_hosted_by(&self, thing: &str, conn: ConnId) -> bool {
+        self.hosts.get(thing) == Some(&Host::WebSocket(conn))
+    }
+
+    /// Everything waiting on the Thing's agent fails: requests with 503,
+    /// running invocations with a `failed` actionStatus.
+    fn host_gone(&mut self, thing: &str) -> Vec<Effect> {
+        let routes: Vec<String> = self
+            .routes
+            .iter()
+            .filter(|(_, p)| p.thing == thing && !p.finished)
+            .map(|(r, _)| r.clone())
+            .collect();
+        let mut effects = Vec::new();
+        for route in routes {
+            self.disarm(&Timer::Reply(route.clone()));
+            self.disarm(&Timer::Cancel(route.clone()));
+            let p = self.routes.get_mut(&route).expect("listed above");
+            let detail = format!("The agent hosting `{thing}` disconnected before it finished.");
+            match p.kind {
+                Kind::Invocation => {
+                    let action = p.action.clone().unwrap_or_default();
+                    let status = Message::new(
+                        thing,
+                        Body::ActionStatus {
+                            action,
+                            status: "failed".into(),
+                            output: Some(json!({ "error": detail })),
+                        },
+                    )
+                    .with_correlation_id(p.correlation.clone())
+                    .to_value();
+                    let consumer = p.consumer.clone();
+                    let waiters = std::mem::take(&mut p.cancel_waiters);
+                    p.latest = Some(status.clone());
+                    effects.push(Effect::ToConsumer(consumer.clone(), status.to_string()));
+                    effects.extend(self.answer_cancels(&consumer, &status, waiters, &route));
+                    self.finish(&route);
+                }
+                Kind::ReadProperty | Kind::WriteProperty => {
+                    let problem = Problem::new(ProblemKind::Unavailable, detail);
+                    let consumer = p.consumer.clone();
+                    let message = problem.to_message(thing, Some(&p.correlation)).to_json();
+                    effects.push(Effect::ToConsumer(consumer, message));
+                    self.forget(&route);
+                }
+            }
+        }
+        effects
+    }
+
+    // ----- requests -----
+
+    /// A consumer's request. Returns what to send where.
+    pub fn request(&mut self, consumer: Consumer, message: Message) -> Vec<Effect> {
+        let correlation = message.reply_correlation_id().to_owned();
+        let thing = message.thing_id.clone();
+        let error = |kind, detail: String| {
+            let m = Problem::new(kind, detail).to_message(&thing, Some(&correlation));
+            vec![Effect::ToConsumer(consumer.clone(), m.to_json())]
+        };
+        let kind = match &message.body {
+            Body::ReadProperty { .. } => Kind::ReadProperty,
+            Body::WriteProperty { .. } | Body::WriteMultipleProperties { .. } => {
+                Kind::WriteProperty
+            }
+            Body::InvokeAction { .. } => Kind::Invocation,
+            Body::QueryAction { action } => return self.query(consumer, &message, action.clone()),
+            Body::CancelAction { action, .. } => {
+                let action = action.clone();
+                return self.cancel(consumer, message, action);
+            }
+            _ => {
+                return error(
+                    ProblemKind::NotSupported,
+                    format!("`{}` is not a request.", message.message_type()),
+                )
+            }
+        };
+        let Some(host) = self.hosts.get(&thing).copied() else {
+            return error(
+                ProblemKind::Unavailable,
+                format!("No agent hosting the Thing `{thing}` is connected to this sidecar."),
+            );
+        };
+        let route = Uuid::new_v4().to_string();
+        let action = match &message.body {
+            Body::InvokeAction { action, .. } => Some(action.clone()),
+            _ => None,
+        };
+        let message_type = message.message_type();
+        let forwarded = message.with_correlation_id(route.clone());
+        let text = forwarded.to_json();
+        if let Some(action) = &action {
+            let key = consumer.key();
+            self.invocations
+                .insert((key.clone(), correlation.clone()), route.clone());
+            self.latest_invocation
+                .insert((key, action.clone()), route.clone());
+        }
+        self.routes.insert(
+            route.clone(),
+            Pending {
+                consumer,
+                correlation,
+                thing: thing.clone(),
+                kind,
+                action,
+                latest: None,
+                finished: false,
+                cancel_waiters: Vec::new(),
+            },
+        );
+        self.arm(Timer::Reply(route));
+        vec![self.to_host(host, &thing, message_type.as_str(), text)]
+    }
+
+    fn to_host(&self, host: Host, thing: &str, message_type: &str, text: String) -> Effect {
+        match host {
+            Host::WebSocket(conn) => Effect::ToAgent(conn, text),
+            Host::Mqtt => Effect::Publish(Publication::new(
+                self.topics.agent_request(thing, message_type),
+                text,
+                false,
+            )),
+        }
+    }
+
+    /// The invocation a `queryAction` / `cancelAction` names: by its
+    /// `correlationID` (= the invokeAction's), else the consumer's latest
+    /// invocation of that action.
+    fn find_invocation(
+        &self,
+        consumer: &Consumer,
+        message: &Message,
+        action: &str,
+    ) -> Option<String> {
+        let key = consumer.key();
+        let route = match &message.correlation_id {
+            Some(c) => self.invocations.get(&(key, c.clone())),
+            None => self.latest_invocation.get(&(key, action.to_owned())),
+        }?;
+        let p = self.routes.get(route)?;
+        (p.action.as_deref() == Some(action)).then(|| route.clone())
+    }
+
+    fn no_invocation(&self, consumer: Consumer, message: &Message, action: &str) -> Vec<Effect> {
+        let detail = match &message.correlation_id {
+            Some(c) => format!("No invocation of `{action}` with correlationID `{c}` is known for this consumer; name an invocation by the correlationID (or, without one, the messageID) of its invokeAction."),
+            None => format!("This consumer has not invoked `{action}` (or it was forgotten)."),
+        };
+        let m = Problem::new(ProblemKind::NotFound, detail)
+            .to_message(&message.thing_id, Some(message.reply_correlation_id()));
+        vec![Effect::ToConsumer(consumer, m.to_json())]
+    }
+
+    /// Answered by the sidecar, which saw every status of the invocation.
+    fn query(&mut self, consumer: Consumer, message: &Message, action: String) -> Vec<Effect> {
+        let Some(route) = self.find_invocation(&consumer, message, &action) else {
+            return self.no_invocation(consumer, message, &action);
+        };
+        let p = &self.routes[&route];
+        let mut status = p.latest.clone().unwrap_or_else(|| {
+            // Forwarded, no status from the agent yet.
+            Message::new(
+                p.thing.clone(),
+                Body::ActionStatus {
+                    action: action.clone(),
+                    status: "pending".into(),
+                    output: None,
+                },
+            )
+            .to_value()
+        });
+        status["correlationID"] = message.reply_correlation_id().into();
+        status["messageID"] = Uuid::new_v4().to_string().into();
+        vec![Effect::ToConsumer(consumer, status.to_string())]
+    }
+
+    fn cancel(&mut self, consumer: Consumer, message: Message, action: String) -> Vec<Effect> {
+        let Some(route) = self.find_invocation(&consumer, &message, &action) else {
+            return self.no_invocation(consumer, &message, &action);
+        };
+        let reply_correlation = message.reply_correlation_id().to_owned();
+        let p = self.routes.get_mut(&route).expect("found above");
+        if p.finished {
+            // Too late to cancel: the answer is how it ended.
+            let mut status = p.latest.clone().unwrap_or(Value::Null);
+            status["correlationID"] = reply_correlation.into();
+            status["messageID"] = Uuid::new_v4().to_string().into();
+            return vec![Effect::ToConsumer(consumer, status.to_string())];
+        }
+        p.cancel_waiters.push(reply_correlation);
+        let thing = p.thing.clone();
+        let Some(host) = self.hosts.get(&thing).copied() else {
+            return self.host_gone(&thing);
+        };
+        let forwarded = message.with_correlation_id(route.clone()).to_json();
+        self.arm(Timer::Cancel(route));
+        vec![self.to_host(host, &thing, "cancelAction", forwarded)]
+    }
+
+    // ----- replies -----
+
+    /// A message from the agent hosting `thing`. `None` when it answers no
+    /// request this sidecar routed (a late answer, or not a reply at all).
+    pub fn reply(&mut self, thing: &str, payload: &[u8]) -> Option<Vec<Effect>> {
+        let message = Message::parse(payload).ok()?;
+        let route = message.correlation_id.clone()?;
+        let p = self.routes.get_mut(&route)?;
+        if p.thing != thing || p.finished {
+            return None;
+        }
+        let consumer = p.consumer.clone();
+        let mut prepared_map = match serde_json::from_slice::<Value>(payload) {
+            Ok(Value::Object(m)) => m,
+            _ => return None,
+        };
+        let copy = Prepared::from_map(&mut prepared_map, thing)
+            .with_correlation(&json_string(&p.correlation));
+        let mut effects = vec![Effect::ToConsumer(consumer.clone(), copy.clone())];
+        match (&message.body, p.kind) {
+            (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
+                self.disarm(&Timer::Reply(route.clone()));
+                let p = self.routes.get_mut(&route).expect("present");
+                let value: Value = serde_json::from_str(&copy).expect("spliced JSON is valid");
+                p.latest = Some(value.clone());
+                let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
+                effects.push(Effect::Publish(Publication::new(
+                    invocation_topic,
+                    copy,
+                    false,
+                )));
+                if is_terminal(status) {
+                    let waiters = std::mem::take(&mut p.cancel_waiters);
+                    effects.extend(self.answer_cancels(&consumer, &value, waiters, &route));
+                    self.finish(&route);
+                }
+            }
+            (Body::Error(_), Kind::Invocation) => {
+                let p = self.routes.get_mut(&route).expect("present");
+                let waiters = std::mem::take(&mut p.cancel_waiters);
+                let value: Value = serde_json::from_str(&copy).expect("spliced JSON is valid");
+                p.latest = Some(value.clone());
+                effects.extend(self.answer_cancels(&consumer, &value, waiters, &route));
+                self.finish(&route);
+            }
+            (Body::PropertyReadings { data, timestamp }, _) => {
+                // Observers see what was written.
+                for (name, value) in data {
+                    let reading = Message::new(
+                        thing,
+                        Body::PropertyReading {
+                            name: name.clone(),
+                            value: value.clone(),
+                            timestamp: timestamp.clone(),
+                        },
+                    );
+                    effects.push(Effect::Publish(Publication::new(
+                        self.topics.property(thing, name),
+                        reading.to_json(),
+                        true,
+                    )));
+                }
+                self.forget(&route);
+            }
+            (Body::PropertyReading { name, .. }, Kind::WriteProperty) => {
+                let mut reading = message.clone();
+                reading.correlation_id = None;
+                effects.push(Effect::Publish(Publication::new(
+                    self.topics.property(thing, name),
+                    reading.to_json(),
+                    true,
+                )));
+                self.forget(&route);
+            }
+            _ => self.forget(&route),
+        }
+        Some(effects)
+    }
+
+    /// A `cancelAction` is answered by the invocation's final status; waiters
+    /// whose correlation differs from the invocation's get their own copy.
+    fn answer_cancels(
+        &mut self,
+        consumer: &Consumer,
+        status: &Value,
+        waiters: Vec<String>,
+        route: &str,
+    ) -> Vec<Effect> {
+        self.disarm(&Timer::Cancel(route.to_owned()));
+        let own = self.routes.get(route).map(|p| p.correlation.clone());
+        waiters
+            .into_iter()
+            .filter(|w| Some(w) != own.as_ref())
+            .map(|w| {
+                let mut copy = status.clone();
+                copy["correlationID"] = w.into();
+                Effect::ToConsumer(consumer.clone(), copy.to_string())
+            })
+            .collect()
+    }
+
+    // ----- time and cleanup -----
+
+    fn arm(&mut self, timer: Timer) {
+        self.disarm(&timer);
+        let key = self.timers.insert(timer.clone(), self.timeout);
+        self.timer_keys.insert(timer, key);
+    }
+
+    fn disarm(&mut self, timer: &Timer) {
+        if let Some(key) = self.timer_keys.remove(timer) {
+            self.timers.remove(&key);
+        }
+    }
+
+    /// Waits for the next request to time out.
+    pub async fn next_timeout(&mut self) -> Option<Vec<Effect>> {
+        let expired = std::future::poll_fn(|cx| self.timers.poll_expired(cx)).await?;
+        let timer = expired.into_inner();
+        self.timer_keys.remove(&timer);
+        Some(self.expire(timer))
+    }
+
+    /// Whether any request is waiting on a timer.
+    pub fn has_timers(&self) -> bool {
+        !self.timer_keys.is_empty()
+    }
+
+    fn expire(&mut self, timer: Timer) -> Vec<Effect> {
+        let (route, waiters) = match &timer {
+            Timer::Reply(route) => {
+                let Some(p) = self.routes.get(route) else {
+                    return Vec::new();
+                };
+                let detail = format!(
+                    "The agent hosting `{}` did not answer within {} ms (requests.timeout_ms).",
+                    p.thing,
+                    self.timeout.as_millis()
+                );
+                let m = Problem::new(ProblemKind::Timeout, detail)
+                    .to_message(&p.thing, Some(&p.correlation));
+                let effect = Effect::ToConsumer(p.consumer.clone(), m.to_json());
+                let route = route.clone();
+                self.forget(&route);
+                return vec![effect];
+            }
+            Timer::Cancel(route) => match self.routes.get_mut(route) {
+                Some(p) => (route.clone(), std::mem::take(&mut p.cancel_waiters)),
+                None => return Vec::new(),
+            },
+        };
+        let p = &self.routes[&route];
+        waiters
+            .into_iter()
+            .map(|w| {
+                let detail = format!(
+                    "The agent hosting `{}` did not answer the cancelAction within {} ms; the invocation may still be running.",
+                    p.thing,
+                    self.timeout.as_millis()
+                );
+                let m = Problem::new(ProblemKind::Timeout, detail).to_message(&p.thing, Some(&w));
+                Effect::ToConsumer(p.consumer.clone(), m.to_json())
+            })
+            .collect()
+    }
+
+    /// Keeps a finished invocation for queries, within the limit.
+    fn finish(&mut self, route: &str) {
+        if let Some(p) = self.routes.get_mut(route) {
+            p.finished = true;
+        }
+        self.finished.push_back(route.to_owned());
+        while self.finished.len() > self.finished_limit {
+            if let Some(old) = self.finished.pop_front() {
+                self.forget(&old);
+            }
+        }
+    }
+
+    fn forget(&mut self, route: &str) {
+        self.disarm(&Timer::Reply(route.to_owned()));
+        self.disarm(&Timer::Cancel(route.to_owned()));
+        if let Some(p) = self.routes.remove(route) {
+            let key = p.consumer.key();
+            if self
+                .invocations
+                .get(&(key.clone(), p.correlation.clone()))
+                .map(String::as_str)
+                == Some(route)
+            {
+                self.invocations.remove(&(key.clone(), p.correlation));
+            }
+            if let Some(action) = p.action {
+                if self
+                    .latest_invocation
+                    .get(&(key.clone(), action.clone()))
+                    .map(String::as_str)
+                    == Some(route)
+                {
+                    self.latest_invocation.remove(&(key, action));
+                }
+            }
+        }
+    }
+
+    /// A WebSocket connection closed: as a consumer, its requests are
+    /// forgotten (running invocations are asked to cancel); as an agent,
+    /// what waits on it fails.
+    pub fn connection_gone(&mut self, conn: ConnId) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let hosted: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| **h == Host::WebSocket(conn))
+            .map(|(t, _)| t.clone())
+            .collect();
+        for thing in hosted {
+            self.hosts.remove(&thing);
+            effects.push(self.presence(&thing, false));
+            effects.extend(self.host_gone(&thing));
+        }
+        let mine: Vec<String> = self
+            .routes
+            .iter()
+            .filter(|(_, p)| p.consumer == Consumer::WebSocket(conn))
+            .map(|(r, _)| r.clone())
+            .collect();
+        for route in mine {
+            let p = &self.routes[&route];
+            if p.kind == Kind::Invocation && !p.finished {
+                if let (Some(host), Some(action)) =
+                    (self.hosts.get(&p.thing).copied(), p.action.clone())
+                {
+                    let cancel = Message::new(
+                        p.thing.clone(),
+                        Body::CancelAction {
+                            action,
+                            reason: Some("The consumer disconnected.".into()),
+                        },
+                    )
+                    .with_correlation_id(route.clone());
+                    effects.push(self.to_host(
+                        host,
+                        &p.thing.clone(),
+                        "cancelAction",
+                        cancel.to_json(),
+                    ));
+                }
+            }
+            self.forget(&route);
+        }
+        self.finished.retain(|r| self.routes.contains_key(r));
+        effects
+    }
+
+    pub fn hosted_count(&self) -> usize {
+        self.hosts.len()
+    }
+}
