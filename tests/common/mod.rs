@@ -25,6 +25,7 @@ pub struct TestSidecar {
     pub http: SocketAddr,
     pub mqtt: SocketAddr,
     pub mqtt5: SocketAddr,
+    pub gateway: lmos_sidecar::gateway::Gateway,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -47,6 +48,7 @@ impl TestSidecar {
     pub async fn start_with(config: Config) -> TestSidecar {
         let app = Application::build(config).await.expect("sidecar starts");
         let (http, mqtt, mqtt5) = (app.http_addr(), app.mqtt_addr(), app.mqtt5_addr());
+        let gateway = app.gateway();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(app.run(async move {
             let _ = stopped.await;
@@ -55,6 +57,7 @@ impl TestSidecar {
             http,
             mqtt,
             mqtt5,
+            gateway,
             stop: Some(stop),
             task,
         }
@@ -66,6 +69,12 @@ impl TestSidecar {
 
     pub async fn ws(&self) -> WsClient {
         WsClient::connect(&self.ws_url()).await
+    }
+
+    /// A WebSocket agent hosting `thing`.
+    pub async fn ws_agent(&self, thing: &str) -> WsClient {
+        let url = format!("{}?host={}", self.ws_url(), urlencode(thing));
+        WsClient::connect(&url).await
     }
 
     pub async fn mqtt(&self, client_id: &str) -> MqttClient {
@@ -201,18 +210,42 @@ pub struct MqttClient {
     pub client: AsyncClient,
     pub publishes: mpsc::UnboundedReceiver<rumqttc::Publish>,
     acks: mpsc::UnboundedReceiver<Packet>,
+    task: JoinHandle<()>,
 }
 
 impl MqttClient {
     pub async fn connect(addr: SocketAddr, client_id: &str) -> MqttClient {
+        MqttClient::connect_with(addr, client_id, |_| {}).await
+    }
+
+    /// Connects with a last will: `will` (JSON, retained) on `topic`.
+    pub async fn connect_with_will(
+        addr: SocketAddr,
+        client_id: &str,
+        topic: &str,
+        will: Value,
+    ) -> MqttClient {
+        let will = rumqttc::LastWill::new(topic, will.to_string(), QoS::AtLeastOnce, true);
+        MqttClient::connect_with(addr, client_id, move |o| {
+            o.set_last_will(will);
+        })
+        .await
+    }
+
+    async fn connect_with(
+        addr: SocketAddr,
+        client_id: &str,
+        configure: impl FnOnce(&mut MqttOptions),
+    ) -> MqttClient {
         let mut options = MqttOptions::new(client_id, addr.ip().to_string(), addr.port());
         options.set_keep_alive(Duration::from_secs(30));
         options.set_max_packet_size(4 * 1024 * 1024, 4 * 1024 * 1024);
+        configure(&mut options);
         let (client, mut eventloop) = AsyncClient::new(options, 1000);
         let (pub_tx, publishes) = mpsc::unbounded_channel();
         let (ack_tx, acks) = mpsc::unbounded_channel();
         let (connected_tx, connected) = oneshot::channel();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut connected_tx = Some(connected_tx);
             loop {
                 match eventloop.poll().await {
@@ -242,7 +275,13 @@ impl MqttClient {
             client,
             publishes,
             acks,
+            task,
         }
+    }
+
+    /// Drops the connection without a DISCONNECT, as a crashed client would.
+    pub fn vanish(self) {
+        self.task.abort();
     }
 
     async fn ack(&mut self) -> Packet {
@@ -315,4 +354,35 @@ pub fn reading(thing: &str, name: &str, value: Value) -> Value {
         "propertyReading",
         json!({"name": name, "value": value, "timestamp": "2025-01-20T19:00:00Z"}),
     )
+}
+
+/// Percent-encodes a query parameter value.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Waits until `check` holds for the gateway's statistics.
+pub async fn wait_for_stats(
+    sidecar: &TestSidecar,
+    check: impl Fn(&lmos_sidecar::gateway::GatewayStats) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let stats = sidecar.gateway.stats().await;
+        if check(&stats) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gateway stats never matched: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
