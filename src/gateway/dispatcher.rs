@@ -48,7 +48,7 @@ pub enum Command {
     /// A consumer's request.
     Request {
         conn: ConnId,
-        message: Message,
+        message: Box<Message>,
     },
     /// A hosting agent's message that may answer a request; published as
     /// `fallback` when it does not.
@@ -189,7 +189,7 @@ impl Dispatcher {
                 }
             }
             Command::Request { conn, message } => {
-                let effects = self.requests.request(Consumer::WebSocket(conn), message);
+                let effects = self.requests.request(Consumer::WebSocket(conn), *message);
                 self.carry_out(effects).await;
             }
             Command::AgentMessage {

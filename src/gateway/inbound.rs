@@ -84,7 +84,7 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
         | Body::QueryAction { .. }
         | Body::CancelAction { .. } => Outcome::Command(Command::Request {
             conn,
-            message: message.clone(),
+            message: Box::new(message.clone()),
         }),
         Body::Error(_) => Outcome::Reject(Problem::new(
             ProblemKind::NotSupported,

@@ -656,3 +656,168 @@ impl Requests {
         self.hosts.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const T: &str = "urn:t";
+
+    fn router(limit: usize) -> Requests {
+        let mut r = Requests::new(Topics::new("lmos").unwrap(), Duration::from_secs(5), limit);
+        r.claim(1, &[T.to_owned()]).unwrap();
+        r
+    }
+
+    fn message(v: Value) -> Message {
+        Message::from_value(v).unwrap()
+    }
+
+    fn read(correlation: &str) -> Message {
+        message(
+            json!({"thingID": T, "messageID": "m", "messageType": "readProperty", "name": "p", "correlationID": correlation}),
+        )
+    }
+
+    /// The forwarded request's route, from the effect that sends it to agent 1.
+    fn forwarded(effects: &[Effect]) -> String {
+        match effects {
+            [Effect::ToAgent(1, text)] => {
+                let v: Value = serde_json::from_str(text).unwrap();
+                v["correlationID"].as_str().unwrap().to_owned()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn to_consumer(effects: &[Effect]) -> Vec<(Consumer, Value)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::ToConsumer(c, text) => {
+                    Some((c.clone(), serde_json::from_str(text).unwrap()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_request_times_out_after_the_configured_time() {
+        let mut r = router(10);
+        forwarded(&r.request(Consumer::WebSocket(2), read("c")));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(4_999), r.next_timeout())
+                .await
+                .is_err()
+        );
+        let effects = r.next_timeout().await.unwrap();
+        let replies = to_consumer(&effects);
+        assert_eq!(replies.len(), 1);
+        assert_eq!(replies[0].0, Consumer::WebSocket(2));
+        assert_eq!(
+            (
+                replies[0].1["status"].as_str(),
+                replies[0].1["correlationID"].as_str()
+            ),
+            (Some("504"), Some("c"))
+        );
+        assert_eq!(r.remembered_count(), 0);
+        assert!(!r.has_timers());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_disarms_the_timeout() {
+        let mut r = router(10);
+        let route = forwarded(&r.request(Consumer::WebSocket(2), read("c")));
+        let reply = json!({"thingID": T, "messageID": "r", "messageType": "propertyReading", "name": "p", "value": 1, "timestamp": "2025-01-20T19:00:00Z", "correlationID": route});
+        let effects = r.reply(T, reply.to_string().as_bytes()).unwrap();
+        assert_eq!(to_consumer(&effects)[0].1["correlationID"], "c");
+        assert!(!r.has_timers());
+        // A second answer to the same request goes nowhere.
+        assert!(r.reply(T, reply.to_string().as_bytes()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_cancel_times_out_but_the_invocation_stays() {
+        let mut r = router(10);
+        let invoke = message(
+            json!({"thingID": T, "messageID": "i", "messageType": "invokeAction", "action": "a", "correlationID": "inv"}),
+        );
+        let route = forwarded(&r.request(Consumer::WebSocket(2), invoke));
+        let pending = json!({"thingID": T, "messageID": "s", "messageType": "actionStatus", "action": "a", "status": "pending", "correlationID": route});
+        r.reply(T, pending.to_string().as_bytes()).unwrap();
+        let cancel = message(
+            json!({"thingID": T, "messageID": "k", "messageType": "cancelAction", "action": "a", "correlationID": "inv"}),
+        );
+        assert_eq!(forwarded(&r.request(Consumer::WebSocket(2), cancel)), route);
+        let effects = r.next_timeout().await.unwrap();
+        let replies = to_consumer(&effects);
+        assert_eq!(
+            (
+                replies[0].1["status"].as_str(),
+                replies[0].1["correlationID"].as_str()
+            ),
+            (Some("504"), Some("inv"))
+        );
+        assert_eq!(
+            r.pending_count(),
+            1,
+            "the invocation itself is still running"
+        );
+    }
+
+    // DelayQueue needs a runtime even when no timer fires.
+    #[tokio::test]
+    async fn colliding_correlation_ids_of_two_consumers_stay_apart() {
+        let mut r = router(10);
+        let a = forwarded(&r.request(Consumer::WebSocket(2), read("same")));
+        let b = forwarded(&r.request(Consumer::WebSocket(3), read("same")));
+        assert_ne!(a, b);
+        let answer = |route: &str| {
+            json!({"thingID": T, "messageID": "r", "messageType": "propertyReading", "name": "p", "value": route, "timestamp": "2025-01-20T19:00:00Z", "correlationID": route}).to_string()
+        };
+        let to_b = to_consumer(&r.reply(T, answer(&b).as_bytes()).unwrap());
+        assert_eq!(to_b[0].0, Consumer::WebSocket(3));
+        let to_a = to_consumer(&r.reply(T, answer(&a).as_bytes()).unwrap());
+        assert_eq!(to_a[0].0, Consumer::WebSocket(2));
+    }
+
+    #[tokio::test]
+    async fn finished_invocations_are_remembered_up_to_the_limit() {
+        let mut r = router(2);
+        for i in 0..3 {
+            let c = format!("inv-{i}");
+            let invoke = message(
+                json!({"thingID": T, "messageID": c, "messageType": "invokeAction", "action": "a", "correlationID": c}),
+            );
+            let route = forwarded(&r.request(Consumer::WebSocket(2), invoke));
+            let done = json!({"thingID": T, "messageID": "s", "messageType": "actionStatus", "action": "a", "status": "completed", "correlationID": route});
+            r.reply(T, done.to_string().as_bytes()).unwrap();
+        }
+        assert_eq!(r.remembered_count(), 2);
+        let query = |c: &str| {
+            message(
+                json!({"thingID": T, "messageID": "q", "messageType": "queryAction", "action": "a", "correlationID": c}),
+            )
+        };
+        let oldest = to_consumer(&r.request(Consumer::WebSocket(2), query("inv-0")));
+        assert_eq!(oldest[0].1["status"], "404");
+        let newest = to_consumer(&r.request(Consumer::WebSocket(2), query("inv-2")));
+        assert_eq!(newest[0].1["status"], "completed");
+    }
+
+    #[tokio::test]
+    async fn a_thing_can_have_one_agent() {
+        let mut r = router(10);
+        let refused = r.claim(9, &["urn:other".into(), T.into()]);
+        assert!(matches!(refused, Err(ClaimError::AlreadyHosted(t)) if t == T));
+        assert!(!r.is_hosted_by("urn:other", 9), "all or nothing");
+        assert!(r.mqtt_presence(T, br#"{"status":"online"}"#).is_empty());
+        assert!(
+            r.is_hosted_by(T, 1),
+            "a connected WebSocket agent keeps its Thing"
+        );
+    }
+}
