@@ -679,41 +679,43 @@ async fn a_second_agent_for_a_hosted_thing_is_refused() {
 #[tokio::test]
 async fn concurrent_consumers_with_colliding_or_absent_correlation_ids_get_only_their_replies() {
     let sidecar = TestSidecar::start().await;
-    let mut agent = sidecar.ws_agent(THING).await;
-    // The agent answers each read with the property's own name as value.
-    let agent_task = tokio::spawn(async move {
-        loop {
-            let request = agent.recv().await;
-            let name = request["name"].clone();
-            agent
-                .send(reply_to(
-                    &request,
-                    "propertyReading",
-                    json!({"name": name, "value": name, "timestamp": "2025-01-20T19:00:00Z"}),
-                ))
-                .await;
-        }
-    });
+    // Two agents, each answering a read with "<its thing>/<property name>".
+    let things = ["urn:agent:one", "urn:agent:two"];
+    let mut agents = Vec::new();
+    for thing in things {
+        let mut agent = sidecar.ws_agent(thing).await;
+        agents.push(tokio::spawn(async move {
+            loop {
+                let request = agent.recv().await;
+                let name = request["name"].as_str().unwrap().to_owned();
+                let mut reply = lmos(thing, "propertyReading", json!({"name": name, "value": format!("{thing}/{name}"), "timestamp": "2025-01-20T19:00:00Z"}));
+                reply["correlationID"] = request["correlationID"].clone();
+                agent.send(reply).await;
+            }
+        }));
+    }
     let mut tasks = Vec::new();
     for c in 0..6 {
         let url = sidecar.ws_url();
         tasks.push(tokio::spawn(async move {
             let mut consumer = WsClient::connect(&url).await;
             for i in 0..20 {
+                let thing = things[(c + i) % 2];
                 let name = format!("c{c}-p{i}");
-                // Half collide on one correlation ID, half send none.
+                // Half collide on one correlation ID, half send none; all
+                // are in flight at once across consumers.
                 let members = if i % 2 == 0 {
                     json!({"name": name, "correlationID": "same-for-everyone"})
                 } else {
                     json!({"name": name})
                 };
-                let read = lmos(THING, "readProperty", members);
+                let read = lmos(thing, "readProperty", members);
                 consumer.send(read.clone()).await;
                 let reply = consumer.recv().await;
                 assert_eq!(
                     reply["value"],
-                    name.as_str(),
-                    "a reply crossed between consumers"
+                    format!("{thing}/{name}"),
+                    "a reply crossed between consumers or agents"
                 );
                 let expected = read.get("correlationID").unwrap_or(&read["messageID"]);
                 assert_eq!(&reply["correlationID"], expected);
@@ -723,6 +725,9 @@ async fn concurrent_consumers_with_colliding_or_absent_correlation_ids_get_only_
     for t in tasks {
         t.await.unwrap();
     }
-    agent_task.abort();
+    for a in agents {
+        a.abort();
+    }
+    wait_for_stats(&sidecar, |s| s.pending_requests == 0).await;
     sidecar.stop().await;
 }
