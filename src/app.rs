@@ -13,6 +13,7 @@ use crate::broker::embedded::{BrokerError, EmbeddedBroker};
 use crate::config::Config;
 use crate::gateway::{Dispatcher, Gateway};
 use crate::http::{self, HttpState, LMOS_PATH};
+use crate::telemetry::{TelemetryError, Tracing};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -23,6 +24,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Broker(#[from] BrokerError),
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
 }
 
 /// A sidecar whose ports are bound and whose broker is accepting
@@ -35,6 +38,7 @@ pub struct Application {
     mqtt5_addr: SocketAddr,
     gateway: Gateway,
     dispatcher: Dispatcher,
+    tracing: Tracing,
 }
 
 impl Application {
@@ -44,13 +48,16 @@ impl Application {
         let http_listener = TcpListener::bind(addr)
             .await
             .map_err(|error| StartError::HttpBind { addr, error })?;
-        Application::with_listener(config, http_listener).await
+        let tracing = Tracing::from_config(&config.tracing).await?;
+        Application::with_parts(config, http_listener, tracing).await
     }
 
-    /// As [`Application::build`], with the HTTP listener already bound.
-    pub async fn with_listener(
+    /// As [`Application::build`], with the HTTP listener already bound and
+    /// the tracing chosen by the caller (tests use in-memory exporters).
+    pub async fn with_parts(
         config: Config,
         http_listener: TcpListener,
+        tracing: Tracing,
     ) -> Result<Application, StartError> {
         let http_addr = http_listener
             .local_addr()
@@ -71,6 +78,7 @@ impl Application {
             config.gateway.clone(),
             &config.requests,
             thing_id,
+            tracing.messages(),
         );
         Ok(Application {
             http_listener,
@@ -80,6 +88,7 @@ impl Application {
             gateway,
             dispatcher,
             config,
+            tracing,
         })
     }
 
@@ -141,6 +150,7 @@ impl Application {
             );
         }
         dispatcher.abort();
+        self.tracing.shutdown().await;
         info!("Sidecar stopped.");
         Ok(())
     }

@@ -26,6 +26,7 @@ pub struct Config {
     pub requests: RequestsConfig,
     pub topics: TopicsConfig,
     pub log: LogConfig,
+    pub tracing: TracingConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -192,8 +193,44 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            filter: "info,rumqttd=off".into(),
+            filter: "info,rumqttd=off,opentelemetry_sdk=off,opentelemetry_otlp=off".into(),
             format: LogFormat::Text,
+        }
+    }
+}
+
+/// How spans travel to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OtlpProtocol {
+    #[serde(rename = "grpc")]
+    Grpc,
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// OTLP collector, e.g. `http://127.0.0.1:4317` (gRPC) or
+    /// `http://127.0.0.1:4318` (HTTP). Empty: tracing is off (no spans, no
+    /// rewritten `traceparent`) unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    pub endpoint: String,
+    /// `grpc` or `http/protobuf`; `OTEL_EXPORTER_OTLP_PROTOCOL` wins.
+    pub protocol: OtlpProtocol,
+    /// Service name in traces; `OTEL_SERVICE_NAME` wins.
+    pub service_name: String,
+    /// Messages without trace context start a new trace, so agents that
+    /// never heard of tracing still show up.
+    pub new_trace_for_untraced: bool,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            endpoint: String::new(),
+            protocol: OtlpProtocol::Grpc,
+            service_name: "lmos-sidecar".into(),
+            new_trace_for_untraced: true,
         }
     }
 }

@@ -30,6 +30,7 @@ use tracing::{debug, error, info, warn};
 use super::probe::{wait_ready, MqttVersion};
 use super::{Bus, BusCommand, Delivery, ResponseInfo};
 use crate::config::MqttConfig;
+use crate::telemetry::TraceContext;
 
 /// Commands queued towards the broker before publishers wait.
 const COMMAND_QUEUE: usize = 4096;
@@ -231,10 +232,7 @@ fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
         while let Some(command) = commands.recv().await {
             let packet = match command {
                 BusCommand::Publish(p) => {
-                    let properties = p.correlation_data.map(|data| PublishProperties {
-                        correlation_data: Some(data),
-                        ..Default::default()
-                    });
+                    let properties = publish_properties(p.correlation_data, p.trace);
                     Packet::Publish(Publish::new(Bytes::from(p.topic), p.payload, p.retain), properties)
                 }
                 BusCommand::Subscribe(filter) => {
@@ -274,16 +272,22 @@ async fn run_link_rx(
                 let _ = probes.send(String::from_utf8_lossy(&forward.publish.payload).into_owned());
             }
             Ok(Some(Notification::Forward(forward))) => {
-                let response = forward.properties.and_then(|p| {
-                    p.response_topic.map(|topic| ResponseInfo {
-                        topic,
-                        correlation_data: p.correlation_data,
-                    })
-                });
+                let (response, trace) = match forward.properties {
+                    Some(p) => {
+                        let trace = trace_from_user_properties(&p.user_properties);
+                        let response = p.response_topic.map(|topic| ResponseInfo {
+                            topic,
+                            correlation_data: p.correlation_data,
+                        });
+                        (response, trace)
+                    }
+                    None => (None, None),
+                };
                 let delivery = Delivery {
                     topic: forward.publish.topic,
                     payload: forward.publish.payload,
                     response,
+                    trace,
                 };
                 if deliveries.send(delivery).await.is_err() {
                     return;
@@ -329,4 +333,41 @@ async fn log_alerts(alerts: AlertsLink) {
             }
         }
     }
+}
+
+/// MQTT 5 properties of a publication: Correlation Data for replies, and
+/// the W3C trace context as user properties (the MQTT binding of Trace
+/// Context). MQTT 3.1.1 subscribers get the same context in the payload.
+fn publish_properties(
+    correlation_data: Option<Bytes>,
+    trace: Option<TraceContext>,
+) -> Option<PublishProperties> {
+    if correlation_data.is_none() && trace.is_none() {
+        return None;
+    }
+    let mut user_properties = Vec::new();
+    if let Some(t) = trace {
+        user_properties.push(("traceparent".to_owned(), t.traceparent));
+        if let Some(s) = t.tracestate {
+            user_properties.push(("tracestate".to_owned(), s));
+        }
+    }
+    Some(PublishProperties {
+        correlation_data,
+        user_properties,
+        ..Default::default()
+    })
+}
+
+fn trace_from_user_properties(properties: &[(String, String)]) -> Option<TraceContext> {
+    let find = |name: &str| {
+        properties
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    Some(TraceContext {
+        traceparent: find("traceparent")?,
+        tracestate: find("tracestate"),
+    })
 }

@@ -10,6 +10,8 @@ mod probe;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use crate::telemetry::TraceContext;
+
 /// A message the bus delivered for one of the sidecar's subscriptions.
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -17,6 +19,8 @@ pub struct Delivery {
     pub payload: Bytes,
     /// MQTT 5 request/response properties, when the publisher set them.
     pub response: Option<ResponseInfo>,
+    /// Trace context from MQTT 5 user properties `traceparent`/`tracestate`.
+    pub trace: Option<TraceContext>,
 }
 
 /// MQTT 5 Response Topic and Correlation Data.
@@ -34,6 +38,8 @@ pub struct Publication {
     pub retain: bool,
     /// Correlation Data to send along (replies to MQTT 5 requesters).
     pub correlation_data: Option<Bytes>,
+    /// Trace context, also sent as MQTT 5 user properties.
+    pub trace: Option<TraceContext>,
 }
 
 impl Publication {
@@ -43,6 +49,7 @@ impl Publication {
             payload: payload.into(),
             retain,
             correlation_data: None,
+            trace: None,
         }
     }
 }

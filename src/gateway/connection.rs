@@ -19,7 +19,7 @@ use super::dispatcher::Command;
 use super::inbound::{route, Outcome};
 use super::outbound::Inbox;
 use super::subscriptions::ConnId;
-use super::Shared;
+use super::{trace_publication, Shared};
 use crate::lmos::{Body, Direction, Message, Problem, ProblemKind};
 
 /// Frames written per flush when many are queued.
@@ -217,6 +217,7 @@ where
             };
             let command = Command::AgentMessage {
                 thing,
+                message: Box::new(message),
                 payload: raw,
                 fallback,
             };
@@ -230,7 +231,8 @@ where
                 Ok(())
             }
             Outcome::Publish(publications) => {
-                for publication in publications {
+                for mut publication in publications {
+                    trace_publication(&self.shared.tracer, &message, &mut publication);
                     if self.shared.bus.publish(publication).await.is_err() {
                         let problem = Problem::new(
                             ProblemKind::Unavailable,

@@ -16,9 +16,11 @@ use tracing::{debug, warn};
 use super::outbound::{Offer, Outbound};
 use super::requests::{ClaimError, Consumer, Effect, Requests};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
+use super::{incoming_trace, message_info, trace_publication};
 use crate::broker::{Bus, Delivery, Publication, ResponseInfo};
 use crate::lmos::splice::{json_string, Prepared};
-use crate::lmos::{Message, Problem};
+use crate::lmos::{Body, Message, Problem};
+use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
 use crate::topics::{Route, Topics};
 
 #[derive(Debug)]
@@ -54,6 +56,7 @@ pub enum Command {
     /// `fallback` when it does not.
     AgentMessage {
         thing: String,
+        message: Box<Message>,
         payload: Bytes,
         fallback: Vec<Publication>,
     },
@@ -85,6 +88,7 @@ pub struct Dispatcher {
     /// bus subscription (and the retained message it brought) predates it.
     latest: HashMap<String, HashMap<String, Arc<Prepared>>>,
     requests: Requests,
+    tracer: MessageTracer,
     bus: Bus,
     topics: Topics,
     commands: mpsc::Receiver<Command>,
@@ -96,6 +100,7 @@ impl Dispatcher {
         bus: Bus,
         topics: Topics,
         requests: Requests,
+        tracer: MessageTracer,
         commands: mpsc::Receiver<Command>,
         deliveries: mpsc::Receiver<Delivery>,
     ) -> Dispatcher {
@@ -104,6 +109,7 @@ impl Dispatcher {
             outbounds: HashMap::new(),
             latest: HashMap::new(),
             requests,
+            tracer,
             bus,
             topics,
             commands,
@@ -172,7 +178,9 @@ impl Dispatcher {
                 if let Selector::Property(name) = &selector {
                     let cached = self.latest.get(&thing).and_then(|m| m.get(name)).cloned();
                     if let Some(prepared) = cached {
-                        self.send(conn, prepared.with_correlation(&correlation));
+                        let topic = self.topics.property(&thing, name);
+                        let recipient = vec![(conn, correlation.clone())];
+                        self.fan_out(&topic, &thing, name, &prepared, recipient);
                     }
                 }
                 if let Some(change) = change {
@@ -188,22 +196,26 @@ impl Dispatcher {
                     self.change_bus(change).await;
                 }
             }
-            Command::Request { conn, message } => {
+            Command::Request { conn, mut message } => {
+                self.trace_request(&mut message);
                 let effects = self.requests.request(Consumer::WebSocket(conn), *message);
                 self.carry_out(effects).await;
             }
             Command::AgentMessage {
                 thing,
+                message,
                 payload,
                 fallback,
-            } => match self.requests.reply(&thing, &payload) {
-                Some(effects) => self.carry_out(effects).await,
-                None => {
-                    for publication in fallback {
+            } => {
+                if self.requests.answers(&thing, &message) {
+                    self.agent_reply(&thing, &message, &payload).await;
+                } else {
+                    for mut publication in fallback {
+                        trace_publication(&self.tracer, &message, &mut publication);
                         self.publish(publication).await;
                     }
                 }
-            },
+            }
             Command::Deregister { conn } => self.forget(conn).await,
             Command::Stats { reply } => {
                 let _ = reply.send(GatewayStats {
@@ -284,21 +296,30 @@ impl Dispatcher {
                 let recipients = self.table.event_recipients(&thing, &event);
                 // Events nobody wants are not worth parsing.
                 if !recipients.is_empty() {
-                    if let Some(prepared) = prepare(&delivery.payload, &thing) {
-                        self.fan_out(&prepared, recipients);
+                    if let Some(prepared) = prepare(&delivery.payload, &thing, delivery.trace) {
+                        self.fan_out(topic, &thing, &event, &prepared, recipients);
                     }
                 }
             }
             Route::Property { thing, name } => {
-                self.deliver_property(&thing, &name, &delivery.payload)
+                self.deliver_property(topic, &thing, &name, &delivery.payload, delivery.trace)
             }
             Route::Request {
                 thing,
                 message_type,
             } => self.mqtt_request(&thing, &message_type, delivery).await,
-            Route::AgentReplies { thing } => match self.requests.reply(&thing, &delivery.payload) {
-                Some(effects) => self.carry_out(effects).await,
-                None => debug!("Dropped an agent reply that answers no pending request."),
+            Route::AgentReplies { thing } => match Message::parse(&delivery.payload) {
+                Ok(mut message) if self.requests.answers(&thing, &message) => {
+                    if message.traceparent.is_none() {
+                        // MQTT 5 agents may carry the context in user properties only.
+                        if let Some(t) = delivery.trace {
+                            message.traceparent = Some(t.traceparent);
+                            message.tracestate = t.tracestate;
+                        }
+                    }
+                    self.agent_reply(&thing, &message, &delivery.payload).await;
+                }
+                _ => debug!("Dropped an agent reply that answers no pending request."),
             },
             Route::AgentStatus { thing } => {
                 let effects = self.requests.mqtt_presence(&thing, &delivery.payload);
@@ -308,7 +329,14 @@ impl Dispatcher {
         }
     }
 
-    fn deliver_property(&mut self, thing: &str, name: &str, payload: &[u8]) {
+    fn deliver_property(
+        &mut self,
+        topic: &str,
+        thing: &str,
+        name: &str,
+        payload: &[u8],
+        trace: Option<TraceContext>,
+    ) {
         if payload.is_empty() {
             // An empty retained message clears the property.
             if let Some(m) = self.latest.get_mut(thing) {
@@ -316,7 +344,7 @@ impl Dispatcher {
             }
             return;
         }
-        let Some(prepared) = prepare(payload, thing) else {
+        let Some(prepared) = prepare(payload, thing, trace) else {
             return;
         };
         // Cached even without an observer of this property yet, but only
@@ -329,12 +357,47 @@ impl Dispatcher {
                 .insert(name.to_owned(), prepared.clone());
         }
         let recipients = self.table.property_recipients(thing, name);
-        self.fan_out(&prepared, recipients);
+        self.fan_out(topic, thing, name, &prepared, recipients);
     }
 
-    fn fan_out(&mut self, prepared: &Prepared, recipients: Vec<(ConnId, Arc<str>)>) {
+    /// One copy per recipient. Traced: one CONSUMER span per recipient, all
+    /// children of the message's publisher (or, for an untraced message, of a
+    /// PRODUCER span standing in for it), each copy carrying its own span.
+    fn fan_out(
+        &mut self,
+        topic: &str,
+        thing: &str,
+        affordance: &str,
+        prepared: &Prepared,
+        recipients: Vec<(ConnId, Arc<str>)>,
+    ) {
+        if !self.tracer.is_on() {
+            for (conn, correlation) in recipients {
+                self.send(conn, prepared.with_correlation(&correlation));
+            }
+            return;
+        }
+        let info = MessageInfo {
+            message_type: prepared.message_type.as_deref(),
+            thing_id: Some(thing),
+            affordance: Some(affordance),
+            message_id: prepared.message_id.as_deref(),
+            correlation_id: None,
+        };
+        let incoming = prepared.traceparent.as_ref().map(|tp| TraceContext {
+            traceparent: tp.clone(),
+            tracestate: prepared.tracestate.clone(),
+        });
+        let parent = incoming.or_else(|| {
+            self.tracer
+                .hop(Operation::Publish, topic, None, &info, None)
+        });
         for (conn, correlation) in recipients {
-            self.send(conn, prepared.with_correlation(&correlation));
+            let ctx = self
+                .tracer
+                .hop(Operation::Process, topic, parent.as_ref(), &info, None);
+            let text = prepared.with(&correlation, ctx.as_ref().map(|c| c.traceparent.as_str()));
+            self.send(conn, text);
         }
     }
 
@@ -406,8 +469,66 @@ impl Dispatcher {
                 .await;
             return;
         }
+        let mut message = message;
+        if message.traceparent.is_none() {
+            if let Some(t) = delivery.trace {
+                message.traceparent = Some(t.traceparent);
+                message.tracestate = t.tracestate;
+            }
+        }
+        self.trace_request(&mut message);
         let effects = self.requests.request(consumer, message);
         self.carry_out(effects).await;
+    }
+
+    /// Records a request on its way to the agent; the forwarded request
+    /// carries the new span's context.
+    fn trace_request(&self, message: &mut Message) {
+        if !self.tracer.is_on() {
+            return;
+        }
+        let destination = self
+            .topics
+            .agent_request(&message.thing_id, message.message_type().as_str());
+        let needs_agent = !matches!(message.body, Body::QueryAction { .. });
+        let error = (needs_agent && !self.requests.has_host(&message.thing_id))
+            .then_some("No agent hosts the Thing.");
+        let incoming = incoming_trace(message);
+        if let Some(ctx) = self.tracer.hop(
+            Operation::Publish,
+            &destination,
+            incoming.as_ref(),
+            &message_info(message),
+            error,
+        ) {
+            message.traceparent = Some(ctx.traceparent);
+        }
+    }
+
+    /// An agent's answer: recorded as processed, then routed to its consumer.
+    async fn agent_reply(&mut self, thing: &str, message: &Message, payload: &[u8]) {
+        let destination = self.topics.agent_replies(thing);
+        let error = match &message.body {
+            Body::Error(e) => Some(e.title.as_str()),
+            Body::ActionStatus { status, .. } if status == "failed" => Some("The action failed."),
+            _ => None,
+        };
+        let incoming = incoming_trace(message);
+        let ctx = self.tracer.hop(
+            Operation::Process,
+            &destination,
+            incoming.as_ref(),
+            &message_info(message),
+            error,
+        );
+        if let Some(effects) = self.requests.reply(
+            thing,
+            message,
+            payload,
+            ctx.as_ref().map(|c| c.traceparent.as_str()),
+        ) {
+            self.carry_out(effects).await;
+        }
     }
 
     fn send(&mut self, conn: ConnId, text: String) {
@@ -424,9 +545,17 @@ impl Dispatcher {
     }
 }
 
-fn prepare(payload: &[u8], thing: &str) -> Option<Arc<Prepared>> {
+/// Parses a delivery once for all its recipients. Trace context from MQTT 5
+/// user properties counts when the payload has none.
+fn prepare(payload: &[u8], thing: &str, trace: Option<TraceContext>) -> Option<Arc<Prepared>> {
     match Prepared::from_payload(payload, thing) {
-        Ok(p) => Some(Arc::new(p)),
+        Ok(mut p) => {
+            if let (None, Some(t)) = (&p.traceparent, trace) {
+                p.traceparent = Some(t.traceparent);
+                p.tracestate = t.tracestate;
+            }
+            Some(Arc::new(p))
+        }
         Err(e) => {
             warn!(error = %e, kind = "invalid-payload", "Dropped a message published on an LMOS topic.");
             None

@@ -23,8 +23,11 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::broker::{Bus, Delivery};
+use crate::broker::{Bus, Delivery, Publication};
 use crate::config::{GatewayConfig, RequestsConfig};
+use crate::lmos::splice::set_traceparent;
+use crate::lmos::Message;
+use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
 use crate::topics::Topics;
 use connection::Connection;
 use dispatcher::Command;
@@ -44,6 +47,7 @@ pub(crate) struct Shared {
     config: GatewayConfig,
     /// thingID for errors that concern no Thing.
     thing_id: String,
+    tracer: MessageTracer,
     dispatcher: mpsc::Sender<Command>,
     next_id: AtomicU64,
 }
@@ -69,6 +73,7 @@ impl Gateway {
         config: GatewayConfig,
         requests: &RequestsConfig,
         thing_id: String,
+        tracer: MessageTracer,
     ) -> (Gateway, Dispatcher) {
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let router = requests::Requests::new(
@@ -76,13 +81,20 @@ impl Gateway {
             requests.timeout(),
             requests.finished_invocations,
         );
-        let dispatcher =
-            Dispatcher::new(bus.clone(), topics.clone(), router, commands_rx, deliveries);
+        let dispatcher = Dispatcher::new(
+            bus.clone(),
+            topics.clone(),
+            router,
+            tracer.clone(),
+            commands_rx,
+            deliveries,
+        );
         let shared = Arc::new(Shared {
             bus,
             topics,
             config,
             thing_id,
+            tracer,
             dispatcher: commands_tx,
             next_id: AtomicU64::new(1),
         });
@@ -165,4 +177,50 @@ impl Gateway {
             .instrument(span)
             .await;
     }
+}
+
+/// What a span says about a parsed message.
+pub(crate) fn message_info(message: &Message) -> MessageInfo<'_> {
+    MessageInfo {
+        message_type: Some(message.message_type().as_str()),
+        thing_id: Some(&message.thing_id),
+        affordance: message.affordance(),
+        message_id: Some(&message.message_id),
+        correlation_id: message.correlation_id.as_deref(),
+    }
+}
+
+/// The trace context a message arrived with.
+pub(crate) fn incoming_trace(message: &Message) -> Option<TraceContext> {
+    message.traceparent.as_ref().map(|tp| TraceContext {
+        traceparent: tp.clone(),
+        tracestate: message.tracestate.clone(),
+    })
+}
+
+/// Records the sidecar publishing an agent's message and makes the copy on
+/// the bus carry the new span's context, in the JSON and as MQTT 5 user
+/// properties.
+pub(crate) fn trace_publication(
+    tracer: &MessageTracer,
+    message: &Message,
+    publication: &mut Publication,
+) {
+    if !tracer.is_on() {
+        return;
+    }
+    let incoming = incoming_trace(message);
+    let Some(ctx) = tracer.hop(
+        Operation::Publish,
+        &publication.topic,
+        incoming.as_ref(),
+        &message_info(message),
+        None,
+    ) else {
+        return;
+    };
+    if let Some(text) = set_traceparent(&publication.payload, &ctx.traceparent) {
+        publication.payload = text.into();
+    }
+    publication.trace = Some(ctx);
 }

@@ -371,6 +371,9 @@ impl Requests {
         });
         status["correlationID"] = message.reply_correlation_id().into();
         status["messageID"] = Uuid::new_v4().to_string().into();
+        if let Some(tp) = &message.traceparent {
+            status["traceparent"] = tp.as_str().into();
+        }
         vec![Effect::ToConsumer(consumer, status.to_string())]
     }
 
@@ -399,22 +402,39 @@ impl Requests {
 
     // ----- replies -----
 
-    /// A message from the agent hosting `thing`. `None` when it answers no
-    /// request this sidecar routed (a late answer, or not a reply at all).
-    pub fn reply(&mut self, thing: &str, payload: &[u8]) -> Option<Vec<Effect>> {
-        let message = Message::parse(payload).ok()?;
-        let route = message.correlation_id.clone()?;
-        let p = self.routes.get_mut(&route)?;
-        if p.thing != thing || p.finished {
+    /// Whether a message from the agent hosting `thing` answers a request
+    /// this sidecar routed and still waits on (not a late answer, not a
+    /// message of its own).
+    pub fn answers(&self, thing: &str, message: &Message) -> bool {
+        message
+            .correlation_id
+            .as_ref()
+            .and_then(|route| self.routes.get(route))
+            .is_some_and(|p| p.thing == thing && !p.finished)
+    }
+
+    /// The consumer's copy of an agent's answer (see [`Requests::answers`]);
+    /// `trace` is the `traceparent` it carries on, when traced. `None` when
+    /// it answers nothing.
+    pub fn reply(
+        &mut self,
+        thing: &str,
+        message: &Message,
+        payload: &[u8],
+        trace: Option<&str>,
+    ) -> Option<Vec<Effect>> {
+        if !self.answers(thing, message) {
             return None;
         }
+        let route = message.correlation_id.clone()?;
+        let p = self.routes.get_mut(&route)?;
         let consumer = p.consumer.clone();
         let mut prepared_map = match serde_json::from_slice::<Value>(payload) {
             Ok(Value::Object(m)) => m,
             _ => return None,
         };
-        let copy = Prepared::from_map(&mut prepared_map, thing)
-            .with_correlation(&json_string(&p.correlation));
+        let copy =
+            Prepared::from_map(&mut prepared_map, thing).with(&json_string(&p.correlation), trace);
         let mut effects = vec![Effect::ToConsumer(consumer.clone(), copy.clone())];
         match (&message.body, p.kind) {
             (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
@@ -652,6 +672,11 @@ impl Requests {
         effects
     }
 
+    /// Whether an agent serves the Thing's requests.
+    pub fn has_host(&self, thing: &str) -> bool {
+        self.hosts.contains_key(thing)
+    }
+
     pub fn hosted_count(&self) -> usize {
         self.hosts.len()
     }
@@ -689,6 +714,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    fn reply_to(r: &mut Requests, v: &Value) -> Option<Vec<Effect>> {
+        let text = v.to_string();
+        r.reply(
+            T,
+            &Message::parse(text.as_bytes()).unwrap(),
+            text.as_bytes(),
+            None,
+        )
     }
 
     fn to_consumer(effects: &[Effect]) -> Vec<(Consumer, Value)> {
@@ -732,11 +767,11 @@ mod tests {
         let mut r = router(10);
         let route = forwarded(&r.request(Consumer::WebSocket(2), read("c")));
         let reply = json!({"thingID": T, "messageID": "r", "messageType": "propertyReading", "name": "p", "value": 1, "timestamp": "2025-01-20T19:00:00Z", "correlationID": route});
-        let effects = r.reply(T, reply.to_string().as_bytes()).unwrap();
+        let effects = reply_to(&mut r, &reply).unwrap();
         assert_eq!(to_consumer(&effects)[0].1["correlationID"], "c");
         assert!(!r.has_timers());
         // A second answer to the same request goes nowhere.
-        assert!(r.reply(T, reply.to_string().as_bytes()).is_none());
+        assert!(reply_to(&mut r, &reply).is_none());
     }
 
     #[tokio::test(start_paused = true)]
@@ -747,7 +782,7 @@ mod tests {
         );
         let route = forwarded(&r.request(Consumer::WebSocket(2), invoke));
         let pending = json!({"thingID": T, "messageID": "s", "messageType": "actionStatus", "action": "a", "status": "pending", "correlationID": route});
-        r.reply(T, pending.to_string().as_bytes()).unwrap();
+        reply_to(&mut r, &pending).unwrap();
         let cancel = message(
             json!({"thingID": T, "messageID": "k", "messageType": "cancelAction", "action": "a", "correlationID": "inv"}),
         );
@@ -778,9 +813,11 @@ mod tests {
         let answer = |route: &str| {
             json!({"thingID": T, "messageID": "r", "messageType": "propertyReading", "name": "p", "value": route, "timestamp": "2025-01-20T19:00:00Z", "correlationID": route}).to_string()
         };
-        let to_b = to_consumer(&r.reply(T, answer(&b).as_bytes()).unwrap());
+        let to_b =
+            to_consumer(&reply_to(&mut r, &serde_json::from_str(&answer(&b)).unwrap()).unwrap());
         assert_eq!(to_b[0].0, Consumer::WebSocket(3));
-        let to_a = to_consumer(&r.reply(T, answer(&a).as_bytes()).unwrap());
+        let to_a =
+            to_consumer(&reply_to(&mut r, &serde_json::from_str(&answer(&a)).unwrap()).unwrap());
         assert_eq!(to_a[0].0, Consumer::WebSocket(2));
     }
 
@@ -794,7 +831,7 @@ mod tests {
             );
             let route = forwarded(&r.request(Consumer::WebSocket(2), invoke));
             let done = json!({"thingID": T, "messageID": "s", "messageType": "actionStatus", "action": "a", "status": "completed", "correlationID": route});
-            r.reply(T, done.to_string().as_bytes()).unwrap();
+            reply_to(&mut r, &done).unwrap();
         }
         assert_eq!(r.remembered_count(), 2);
         let query = |c: &str| {

@@ -140,6 +140,25 @@ impl Message {
         self.body.message_type()
     }
 
+    /// The event, property or action the message is about, if any.
+    pub fn affordance(&self) -> Option<&str> {
+        match &self.body {
+            Body::ReadProperty { name }
+            | Body::WriteProperty { name, .. }
+            | Body::PropertyReading { name, .. }
+            | Body::ObserveProperty { name }
+            | Body::UnobserveProperty { name } => Some(name),
+            Body::InvokeAction { action, .. }
+            | Body::QueryAction { action }
+            | Body::CancelAction { action, .. }
+            | Body::ActionStatus { action, .. } => Some(action),
+            Body::SubscribeEvent { event }
+            | Body::UnsubscribeEvent { event }
+            | Body::Event { event, .. } => Some(event),
+            _ => None,
+        }
+    }
+
     /// The correlation ID a reply to this message carries: the request's own
     /// `correlationID` when it gave one, otherwise its `messageID`.
     pub fn reply_correlation_id(&self) -> &str {

@@ -12,8 +12,14 @@ use super::message::canonicalize_envelope;
 /// A message serialized once for many recipients.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    /// The canonical JSON text minus its opening brace, e.g. `"thingID":"x"}`.
+    /// The canonical JSON text minus its opening brace, without
+    /// `correlationID` and `traceparent`, e.g. `"thingID":"x"}`.
     tail: String,
+    /// The trace context and identity it arrived with, for tracing.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+    pub message_type: Option<String>,
+    pub message_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,6 +28,10 @@ pub enum PrepareError {
     NotJson(String),
     #[error("payload is not a JSON object")]
     NotAnObject,
+}
+
+fn take_string(map: &Map<String, Value>, key: &str) -> Option<String> {
+    map.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 impl Prepared {
@@ -41,12 +51,22 @@ impl Prepared {
     pub fn from_map(map: &mut Map<String, Value>, thing_id: &str) -> Prepared {
         canonicalize_envelope(map);
         map.shift_remove("correlationID");
+        let traceparent = map
+            .shift_remove("traceparent")
+            .and_then(|v| v.as_str().map(str::to_owned));
         if !map.contains_key("thingID") {
             map.insert("thingID".into(), thing_id.into());
         }
+        let tracestate = take_string(map, "tracestate");
+        let message_type = take_string(map, "messageType");
+        let message_id = take_string(map, "messageID");
         let text = Value::Object(std::mem::take(map)).to_string();
         Prepared {
             tail: text[1..].to_owned(),
+            traceparent,
+            tracestate,
+            message_type,
+            message_id,
         }
     }
 
@@ -54,17 +74,43 @@ impl Prepared {
     /// already encoded as a JSON string (see [`json_string`]), so that it is
     /// escaped once per subscription rather than once per message.
     pub fn with_correlation(&self, correlation_json: &str) -> String {
+        self.with(correlation_json, None)
+    }
+
+    /// As [`Prepared::with_correlation`], with the recipient's own
+    /// `traceparent` when tracing gave it one (else the original, if any).
+    pub fn with(&self, correlation_json: &str, traceparent: Option<&str>) -> String {
         const KEY: &str = "{\"correlationID\":";
-        let mut out =
-            String::with_capacity(KEY.len() + correlation_json.len() + 1 + self.tail.len());
+        const TRACE_KEY: &str = ",\"traceparent\":";
+        let traceparent = traceparent.or(self.traceparent.as_deref()).map(json_string);
+        let trace_len = traceparent
+            .as_ref()
+            .map_or(0, |t| TRACE_KEY.len() + t.len());
+        let mut out = String::with_capacity(
+            KEY.len() + correlation_json.len() + trace_len + 1 + self.tail.len(),
+        );
         out.push_str(KEY);
         out.push_str(correlation_json);
+        if let Some(t) = traceparent {
+            out.push_str(TRACE_KEY);
+            out.push_str(&t);
+        }
         if self.tail != "}" {
             out.push(',');
         }
         out.push_str(&self.tail);
         out
     }
+}
+
+/// The payload with its `traceparent` replaced (or added), everything else,
+/// spelling and order included, as it was. `None` if it is not a JSON object.
+pub fn set_traceparent(payload: &[u8], traceparent: &str) -> Option<String> {
+    let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(payload) else {
+        return None;
+    };
+    map.insert("traceparent".into(), traceparent.into());
+    Some(Value::Object(map).to_string())
 }
 
 /// A string encoded as a JSON string literal, quotes included.
@@ -102,6 +148,30 @@ mod tests {
         let p = Prepared::from_map(&mut map, "t");
         let v: Value = serde_json::from_str(&p.with_correlation("\"c\"")).unwrap();
         assert_eq!(v, json!({"correlationID": "c", "thingID": "t"}));
+    }
+
+    #[test]
+    fn each_recipient_can_get_its_own_traceparent() {
+        let payload = br#"{"thingID":"t","messageType":"event","traceparent":"00-aa-bb-01","tracestate":"k=v"}"#;
+        let p = Prepared::from_payload(payload, "t").unwrap();
+        assert_eq!(p.traceparent.as_deref(), Some("00-aa-bb-01"));
+        let kept: Value = serde_json::from_str(&p.with_correlation("\"c\"")).unwrap();
+        assert_eq!(
+            (kept["traceparent"].as_str(), kept["tracestate"].as_str()),
+            (Some("00-aa-bb-01"), Some("k=v"))
+        );
+        let own: Value = serde_json::from_str(&p.with("\"c\"", Some("00-aa-cc-01"))).unwrap();
+        assert_eq!(
+            (own["traceparent"].as_str(), own["tracestate"].as_str()),
+            (Some("00-aa-cc-01"), Some("k=v"))
+        );
+    }
+
+    #[test]
+    fn set_traceparent_keeps_everything_else() {
+        let out = set_traceparent(br#"{"thingId":"t","traceparent":"old","x":1}"#, "new").unwrap();
+        assert_eq!(out, r#"{"thingId":"t","traceparent":"new","x":1}"#);
+        assert!(set_traceparent(b"[1]", "new").is_none());
     }
 
     #[test]

@@ -1,0 +1,111 @@
+//! Telemetry set-up, in one place: logs, and the OpenTelemetry tracer
+//! behind the message spans.
+
+pub mod messaging;
+pub mod otlp;
+
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{LogConfig, LogFormat, TracingConfig};
+pub use messaging::{MessageInfo, MessageTracer, Operation, TraceContext};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("invalid log filter `{filter}`: {reason}")]
+    Filter { filter: String, reason: String },
+    #[error("a global logger is already installed")]
+    AlreadyInstalled,
+    #[error("cannot set up the OTLP exporter: {0}")]
+    Otlp(String),
+}
+
+/// Message tracing: off, or a tracer provider exporting somewhere.
+#[derive(Clone, Default)]
+pub struct Tracing {
+    provider: Option<SdkTracerProvider>,
+    new_trace_for_untraced: bool,
+}
+
+/// How long shutdown waits for the last spans to reach the collector.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Tracing {
+    pub fn off() -> Tracing {
+        Tracing::default()
+    }
+
+    /// From the configuration and the standard `OTEL_*` variables.
+    pub async fn from_config(config: &TracingConfig) -> Result<Tracing, TelemetryError> {
+        let Some(export) = otlp::export_target(config)? else {
+            return Ok(Tracing::off());
+        };
+        let service = config.service_name.clone();
+        let target = export.clone();
+        // The HTTP exporter's client blocks; the gRPC one needs the runtime.
+        let provider = tokio::task::spawn_blocking(move || otlp::provider(&target, &service))
+            .await
+            .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
+        tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "Exporting traces over OTLP.");
+        Ok(Tracing::with_provider(
+            provider,
+            config.new_trace_for_untraced,
+        ))
+    }
+
+    /// Any provider, e.g. one with an in-memory exporter in tests.
+    pub fn with_provider(provider: SdkTracerProvider, new_trace_for_untraced: bool) -> Tracing {
+        Tracing {
+            provider: Some(provider),
+            new_trace_for_untraced,
+        }
+    }
+
+    pub fn messages(&self) -> MessageTracer {
+        let tracer = self.provider.as_ref().map(|p| p.tracer("lmos-sidecar"));
+        MessageTracer::new(tracer, self.new_trace_for_untraced)
+    }
+
+    /// Exports what is left. The SDK's shutdown blocks, and on a
+    /// current-thread runtime it would wait for the very runtime it blocks
+    /// (the gRPC exporter runs there), so it runs on a blocking thread,
+    /// bounded in time.
+    pub async fn shutdown(&self) {
+        let Some(provider) = self.provider.clone() else {
+            return;
+        };
+        let flush =
+            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(FLUSH_TIMEOUT));
+        match tokio::time::timeout(FLUSH_TIMEOUT + Duration::from_secs(1), flush).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "Could not export the last spans."),
+            _ => tracing::warn!("Gave up exporting the last spans."),
+        }
+    }
+}
+
+/// Installs the global subscriber: `RUST_LOG` when set, else `log.filter`.
+pub fn init(config: &LogConfig) -> Result<(), TelemetryError> {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(f) if !f.is_empty() => f,
+        _ => config.filter.clone(),
+    };
+    let env_filter = EnvFilter::try_new(&filter).map_err(|e| TelemetryError::Filter {
+        filter: filter.clone(),
+        reason: e.to_string(),
+    })?;
+    let registry = tracing_subscriber::registry().with(env_filter);
+    let result = match config.format {
+        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer()).try_init(),
+        LogFormat::Json => registry
+            .with(tracing_subscriber::fmt::layer().json().flatten_event(true))
+            .try_init(),
+    };
+    result.map_err(|_| TelemetryError::AlreadyInstalled)
+}
