@@ -124,6 +124,7 @@ pub async fn serve(sidecar: &str) -> Result<(), Box<dyn std::error::Error>> {
         out,
         model: json!({"modelName": "gpt-4o", "temperature": 0.7, "maxTokens": 1000}),
         running: HashMap::new(),
+        trace: Vec::new(),
     };
     agent.publish_model(None);
     println!("Weather agent serving {THING_ID} through {sidecar}.");
@@ -149,11 +150,20 @@ struct Agent {
     model: Value,
     /// Running getWeather invocations by their correlation ID.
     running: HashMap<String, JoinHandle<()>>,
+    /// Trace context of the request being answered.
+    trace: Vec<(&'static str, Value)>,
+}
+
+fn with_trace(mut m: Value, trace: &[(&'static str, Value)]) -> Value {
+    for (k, v) in trace {
+        m[*k] = v.clone();
+    }
+    m
 }
 
 impl Agent {
     fn send(&self, m: Value) {
-        let _ = self.out.send(m);
+        let _ = self.out.send(with_trace(m, &self.trace));
     }
 
     /// The current value, retained by the sidecar for observers.
@@ -166,6 +176,11 @@ impl Agent {
     fn handle(&mut self, m: Value) {
         let correlation = m.get("correlationID").or(m.get("correlationId")).cloned();
         let c = correlation.as_ref();
+        // Replies continue the request's trace.
+        self.trace = ["traceparent", "tracestate"]
+            .into_iter()
+            .filter_map(|k| m.get(k).map(|v| (k, v.clone())))
+            .collect();
         match m["messageType"].as_str().unwrap_or_default() {
             "readProperty" => match m["name"].as_str() {
                 Some("modelConfiguration") => self.publish_model(c),
@@ -254,6 +269,7 @@ impl Agent {
         let key = c.and_then(Value::as_str).unwrap_or_default().to_owned();
         let out = self.out.clone();
         let correlation = c.cloned();
+        let trace = self.trace.clone();
         let task = tokio::spawn(async move {
             let c = correlation.as_ref();
             let status = |status: &str, output: Option<Value>| {
@@ -261,7 +277,7 @@ impl Agent {
                 if let Some(o) = output {
                     members["output"] = o;
                 }
-                message("actionStatus", c, members)
+                with_trace(message("actionStatus", c, members), &trace)
             };
             let _ = out.send(status("pending", None));
             for step in PROGRESS {

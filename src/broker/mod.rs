@@ -38,8 +38,6 @@ pub struct Publication {
     pub retain: bool,
     /// Correlation Data to send along (replies to MQTT 5 requesters).
     pub correlation_data: Option<Bytes>,
-    /// Trace context, also sent as MQTT 5 user properties.
-    pub trace: Option<TraceContext>,
 }
 
 impl Publication {
@@ -49,7 +47,6 @@ impl Publication {
             payload: payload.into(),
             retain,
             correlation_data: None,
-            trace: None,
         }
     }
 }

@@ -199,8 +199,7 @@ pub(crate) fn incoming_trace(message: &Message) -> Option<TraceContext> {
 }
 
 /// Records the sidecar publishing an agent's message and makes the copy on
-/// the bus carry the new span's context, in the JSON and as MQTT 5 user
-/// properties.
+/// the bus carry the new span's context in its JSON.
 pub(crate) fn trace_publication(
     tracer: &MessageTracer,
     message: &Message,
@@ -222,5 +221,4 @@ pub(crate) fn trace_publication(
     if let Some(text) = set_traceparent(&publication.payload, &ctx.traceparent) {
         publication.payload = text.into();
     }
-    publication.trace = Some(ctx);
 }

@@ -36,9 +36,11 @@ pub fn export_target(config: &TracingConfig) -> Result<Option<Export>, Telemetry
         None => config.protocol,
         Some(p) if p == "grpc" => OtlpProtocol::Grpc,
         Some(p) if p == "http/protobuf" => OtlpProtocol::HttpProtobuf,
-        Some(p) => return Err(TelemetryError::Otlp(format!(
+        Some(p) => {
+            return Err(TelemetryError::Otlp(format!(
             "OTEL_EXPORTER_OTLP_PROTOCOL is `{p}`; the sidecar speaks `grpc` and `http/protobuf`"
-        ))),
+        )))
+        }
     };
     Ok(Some(Export { endpoint, protocol }))
 }

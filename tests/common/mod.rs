@@ -47,6 +47,24 @@ impl TestSidecar {
 
     pub async fn start_with(config: Config) -> TestSidecar {
         let app = Application::build(config).await.expect("sidecar starts");
+        TestSidecar::run(app)
+    }
+
+    /// With tracing chosen by the test (e.g. an in-memory exporter).
+    pub async fn start_traced(
+        config: Config,
+        tracing: lmos_sidecar::telemetry::Tracing,
+    ) -> TestSidecar {
+        let listener = tokio::net::TcpListener::bind(config.http.listen)
+            .await
+            .unwrap();
+        let app = Application::with_parts(config, listener, tracing)
+            .await
+            .expect("sidecar starts");
+        TestSidecar::run(app)
+    }
+
+    fn run(app: Application) -> TestSidecar {
         let (http, mqtt, mqtt5) = (app.http_addr(), app.mqtt_addr(), app.mqtt5_addr());
         let gateway = app.gateway();
         let (stop, stopped) = oneshot::channel::<()>();
