@@ -271,3 +271,44 @@ async fn untraced_messages_pass_untouched_when_new_traces_are_off() {
     assert!(spans_named(&exporter, &format!("process lmos/{THING}/events/plain")).is_empty());
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn mqtt5_user_properties_carry_the_context_when_the_json_does_not() {
+    use rumqttc::v5::mqttbytes::v5::PublishProperties;
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::{AsyncClient, MqttOptions};
+
+    let (sidecar, _exporter) = traced(true).await;
+    let mut consumer = sidecar.ws().await;
+    consumer
+        .send(lmos(THING, "subscribeEvent", json!({"event": "v5"})))
+        .await;
+    consumer.barrier().await;
+
+    let mut options = MqttOptions::new("agent5", "127.0.0.1", sidecar.mqtt5.port());
+    options.set_keep_alive(std::time::Duration::from_secs(30));
+    let (client, mut eventloop) = AsyncClient::new(options, 10);
+    let driver = tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });
+    let properties = PublishProperties {
+        user_properties: vec![
+            ("traceparent".into(), format!("00-{TRACE}-{PARENT}-01")),
+            ("tracestate".into(), STATE.into()),
+        ],
+        ..Default::default()
+    };
+    client
+        .publish_with_properties(
+            format!("lmos/{THING}/events/v5"),
+            QoS::AtLeastOnce,
+            false,
+            event(THING, "v5", json!(1)).to_string(),
+            properties,
+        )
+        .await
+        .unwrap();
+    let got = consumer.recv().await;
+    assert_eq!(traceparent(&got).0, TRACE);
+    assert_eq!(got["tracestate"], STATE);
+    driver.abort();
+    sidecar.stop().await;
+}

@@ -13,7 +13,7 @@ use super::message::canonicalize_envelope;
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// The canonical JSON text minus its opening brace, without
-    /// `correlationID` and `traceparent`, e.g. `"thingID":"x"}`.
+    /// `correlationID`, `traceparent` and `tracestate`, e.g. `"thingID":"x"}`.
     tail: String,
     /// The trace context and identity it arrived with, for tracing.
     pub traceparent: Option<String>,
@@ -57,7 +57,9 @@ impl Prepared {
         if !map.contains_key("thingID") {
             map.insert("thingID".into(), thing_id.into());
         }
-        let tracestate = take_string(map, "tracestate");
+        let tracestate = map
+            .shift_remove("tracestate")
+            .and_then(|v| v.as_str().map(str::to_owned));
         let message_type = take_string(map, "messageType");
         let message_id = take_string(map, "messageID");
         let text = Value::Object(std::mem::take(map)).to_string();
@@ -80,19 +82,22 @@ impl Prepared {
     /// As [`Prepared::with_correlation`], with the recipient's own
     /// `traceparent` when tracing gave it one (else the original, if any).
     pub fn with(&self, correlation_json: &str, traceparent: Option<&str>) -> String {
-        const KEY: &str = "{\"correlationID\":";
-        const TRACE_KEY: &str = ",\"traceparent\":";
         let traceparent = traceparent.or(self.traceparent.as_deref()).map(json_string);
-        let trace_len = traceparent
-            .as_ref()
-            .map_or(0, |t| TRACE_KEY.len() + t.len());
+        let tracestate = self.tracestate.as_deref().map(json_string);
         let mut out = String::with_capacity(
-            KEY.len() + correlation_json.len() + trace_len + 1 + self.tail.len(),
+            64 + correlation_json.len()
+                + traceparent.as_ref().map_or(0, String::len)
+                + tracestate.as_ref().map_or(0, String::len)
+                + self.tail.len(),
         );
-        out.push_str(KEY);
+        out.push_str("{\"correlationID\":");
         out.push_str(correlation_json);
         if let Some(t) = traceparent {
-            out.push_str(TRACE_KEY);
+            out.push_str(",\"traceparent\":");
+            out.push_str(&t);
+        }
+        if let Some(t) = tracestate {
+            out.push_str(",\"tracestate\":");
             out.push_str(&t);
         }
         if self.tail != "}" {
