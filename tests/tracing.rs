@@ -312,3 +312,22 @@ async fn mqtt5_user_properties_carry_the_context_when_the_json_does_not() {
     driver.abort();
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn what_the_sidecar_says_for_a_vanished_agent_continues_the_trace() {
+    let (sidecar, _exporter) = traced(true).await;
+    let mut agent = sidecar.ws_agent(THING).await;
+    let mut consumer = sidecar.ws().await;
+    consumer
+        .send(lmos(THING, "invokeAction", json!({"action": "go", "correlationID": "x", "traceparent": format!("00-{TRACE}-{PARENT}-01")})))
+        .await;
+    let request = agent.recv().await;
+    drop(agent);
+    let failed = consumer.recv().await;
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(
+        failed["traceparent"], request["traceparent"],
+        "in the trace of the request"
+    );
+    sidecar.stop().await;
+}

@@ -80,6 +80,17 @@ struct Pending {
     latest: Option<Value>,
     finished: bool,
     cancel_waiters: Vec<String>,
+    /// The forwarded request's `traceparent`: what the sidecar says in the
+    /// agent's stead (timeouts, failures) continues its trace.
+    traceparent: Option<String>,
+}
+
+impl Pending {
+    /// A message the sidecar writes to the consumer about this request.
+    fn speak(&self, mut message: Message) -> Message {
+        message.traceparent = self.traceparent.clone();
+        message
+    }
 }
 
 /// Timer keys: the first reply of a request, or the answer to a cancel.
@@ -217,16 +228,17 @@ impl Requests {
             match p.kind {
                 Kind::Invocation => {
                     let action = p.action.clone().unwrap_or_default();
-                    let status = Message::new(
-                        thing,
-                        Body::ActionStatus {
-                            action,
-                            status: "failed".into(),
-                            output: Some(json!({ "error": detail })),
-                        },
-                    )
-                    .with_correlation_id(p.correlation.clone())
-                    .to_value();
+                    let status = p
+                        .speak(Message::new(
+                            thing,
+                            Body::ActionStatus {
+                                action,
+                                status: "failed".into(),
+                                output: Some(json!({ "error": detail })),
+                            },
+                        ))
+                        .with_correlation_id(p.correlation.clone())
+                        .to_value();
                     let consumer = p.consumer.clone();
                     let waiters = std::mem::take(&mut p.cancel_waiters);
                     p.latest = Some(status.clone());
@@ -237,7 +249,9 @@ impl Requests {
                 Kind::ReadProperty | Kind::WriteProperty => {
                     let problem = Problem::new(ProblemKind::Unavailable, detail);
                     let consumer = p.consumer.clone();
-                    let message = problem.to_message(thing, Some(&p.correlation)).to_json();
+                    let message = p
+                        .speak(problem.to_message(thing, Some(&p.correlation)))
+                        .to_json();
                     effects.push(Effect::ToConsumer(consumer, message));
                     self.forget(&route);
                 }
@@ -286,6 +300,7 @@ impl Requests {
             _ => None,
         };
         let message_type = message.message_type();
+        let forwarded_traceparent = message.traceparent.clone();
         let forwarded = message.with_correlation_id(route.clone());
         let text = forwarded.to_json();
         if let Some(action) = &action {
@@ -306,6 +321,7 @@ impl Requests {
                 latest: None,
                 finished: false,
                 cancel_waiters: Vec::new(),
+                traceparent: forwarded_traceparent,
             },
         );
         self.arm(Timer::Reply(route));
@@ -556,8 +572,10 @@ impl Requests {
                     p.thing,
                     self.timeout.as_millis()
                 );
-                let m = Problem::new(ProblemKind::Timeout, detail)
-                    .to_message(&p.thing, Some(&p.correlation));
+                let m = p.speak(
+                    Problem::new(ProblemKind::Timeout, detail)
+                        .to_message(&p.thing, Some(&p.correlation)),
+                );
                 let effect = Effect::ToConsumer(p.consumer.clone(), m.to_json());
                 let route = route.clone();
                 self.forget(&route);
@@ -577,7 +595,7 @@ impl Requests {
                     p.thing,
                     self.timeout.as_millis()
                 );
-                let m = Problem::new(ProblemKind::Timeout, detail).to_message(&p.thing, Some(&w));
+                let m = p.speak(Problem::new(ProblemKind::Timeout, detail).to_message(&p.thing, Some(&w)));
                 Effect::ToConsumer(p.consumer.clone(), m.to_json())
             })
             .collect()
