@@ -1,32 +1,63 @@
 //! Fan-out: one MQTT publisher, N consumers of one event stream, against the
-//! sidecar's WebSocket gateway, the sidecar's MQTT port and a Mosquitto.
+//! sidecar's WebSocket gateway, the sidecar's MQTT port and a Mosquitto; the
+//! sidecar with tracing off, exporting to a collector, and exporting to a
+//! collector that is down.
 //!
 //! `cargo bench --bench fanout`; settings: FANOUT_N consumers (4),
 //! FANOUT_MESSAGES (20000), FANOUT_PAYLOAD bytes of padding in each event's
-//! data (64). The publisher sends at QoS 1 with at most 100 messages in flight
-//! and never pauses, so latencies (publish call to receipt) are mostly
-//! queueing under saturation. MQTT subscribers use QoS 1. Clients and brokers
-//! keep their TCP defaults (no TCP_NODELAY); everything shares this machine.
+//! data (64), FANOUT_TRACING a comma list of the sidecar's tracing modes
+//! (off,collector,down):
+//! - off: no OTLP endpoint;
+//! - collector: OTLP/gRPC to a receiver in this process (its own thread and
+//!   runtime) that counts the spans it gets;
+//! - down: OTLP/gRPC to a port on which nothing listens.
+//!
+//! Each (scenario, mode) row gets a fresh sidecar, stopped afterwards through
+//! its shutdown future, which flushes its spans. Every event carries its own
+//! `traceparent`, so with tracing on each delivery to a WebSocket consumer is
+//! a span; deliveries to MQTT subscribers are the broker's and not traced.
+//! The standard `OTEL_BSP_*` variables tune the exporter's batching; an
+//! `OTEL_EXPORTER_OTLP_*ENDPOINT` would override the modes and is refused.
+//!
+//! The publisher sends at QoS 1 with at most 100 messages in flight and never
+//! pauses, so latencies (publish call to receipt) are mostly queueing under
+//! saturation. MQTT subscribers use QoS 1. Clients and brokers keep their TCP
+//! defaults (no TCP_NODELAY); everything shares this machine.
 //!
 //! Columns: msg/s is deliveries to all consumers per second from the first
 //! publish to the last delivery; msg/s/cons the mean of each consumer's own
-//! rate; pub msg/s the publisher's rate. Loss, duplicates and why a consumer
-//! stopped early are printed under the row.
+//! rate; pub msg/s the publisher's rate; spans what the collector received
+//! once the sidecar had stopped. Loss, duplicates, why a consumer stopped
+//! early, spans missing, a slow stop and the warnings and errors logged
+//! (by the sidecar or the OpenTelemetry SDK; its broker's are muted) are
+//! printed under the row.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::process::{Child, Command};
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use futures_util::{SinkExt, Stream, StreamExt};
+use lmos_sidecar::config::OtlpProtocol;
 use lmos_sidecar::{Application, Config};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 use tokio::time::{timeout, timeout_at, Instant as Deadline};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 const THING: &str = "urn:bench:thing";
 const TOPIC: &str = "lmos/urn:bench:thing/events/tick";
@@ -37,6 +68,11 @@ const SETUP: Duration = Duration::from_secs(10);
 const STALL: Duration = Duration::from_secs(5);
 /// Longest a whole scenario may take.
 const DEADLINE: Duration = Duration::from_secs(60);
+/// Longest a sidecar may take to stop: its 1 s grace for connections, then
+/// at most 6 s for flushing spans.
+const STOP: Duration = Duration::from_secs(15);
+/// A stop taking longer than this is reported.
+const SLOW_STOP: Duration = Duration::from_secs(2);
 
 static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
 
@@ -204,9 +240,65 @@ struct Load {
     pad: String,
 }
 
-/// Runs one scenario and prints its row; returns deliveries per second.
-/// Consumers use WebSocket at `ws` when given, else MQTT at `broker`.
-async fn scenario(name: &str, ws: Option<&str>, broker: SocketAddr, load: &Load) -> Result<f64> {
+/// One scenario's results: a table row and the notes under it.
+struct Measured {
+    delivered: u64,
+    expected: u64,
+    /// Deliveries per second.
+    rate: f64,
+    per_consumer: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    publish_rate: String,
+    notes: Vec<String>,
+}
+
+impl Measured {
+    fn print(&self, name: &str, tracing: &str, spans: &str) {
+        let Measured {
+            delivered,
+            expected,
+            rate,
+            per_consumer,
+            p50,
+            p99,
+            max,
+            ref publish_rate,
+            ..
+        } = *self;
+        let pct = 100.0 * delivered as f64 / expected as f64;
+        println!("{name:<15} {tracing:<9} {delivered:>9}/{expected:<9} {pct:>5.1}% {rate:>11.0} {per_consumer:>11.0} {p50:>8.2} {p99:>8.2} {max:>8.2} {publish_rate:>10} {spans:>9}");
+        for note in &self.notes {
+            println!("    {note}");
+        }
+    }
+}
+
+fn print_header() {
+    println!(
+        "{:<15} {:<9} {:>26} {:>11} {:>11} {:>8} {:>8} {:>8} {:>10} {:>9}",
+        "scenario",
+        "tracing",
+        "delivered/expected",
+        "msg/s",
+        "msg/s/cons",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "pub msg/s",
+        "spans"
+    );
+}
+
+/// Runs one scenario; consumers use WebSocket at `ws` when given, else MQTT
+/// at `broker`.
+async fn scenario(
+    name: &str,
+    ws: Option<&str>,
+    broker: SocketAddr,
+    load: &Load,
+) -> Result<Measured> {
     let Load { n, m, ref pad } = *load;
     let tag = name.replace(' ', "-");
     let mut feeds = Vec::new();
@@ -231,8 +323,10 @@ async fn scenario(name: &str, ws: Option<&str>, broker: SocketAddr, load: &Load)
     let published = timeout(DEADLINE, async {
         for seq in 0..m {
             let (id, sent) = (uuid::Uuid::new_v4(), now_ns());
+            // Every event starts a trace of its own.
+            let traceparent = format!("00-{}-{:016x}-01", id.simple(), seq + 1);
             let payload = format!(
-                r#"{{"thingID":"{THING}","messageID":"{id}","messageType":"event","event":"tick","data":{{"seq":{seq},"sent":{sent},"pad":"{pad}"}},"timestamp":"2025-01-20T19:00:00Z"}}"#
+                r#"{{"thingID":"{THING}","messageID":"{id}","messageType":"event","event":"tick","traceparent":"{traceparent}","data":{{"seq":{seq},"sent":{sent},"pad":"{pad}"}},"timestamp":"2025-01-20T19:00:00Z"}}"#
             );
             let qos = QoS::AtLeastOnce;
             publisher.publish(TOPIC, qos, false, payload).await?;
@@ -254,13 +348,10 @@ async fn scenario(name: &str, ws: Option<&str>, broker: SocketAddr, load: &Load)
     pub_task.abort();
 
     let delivered: u64 = tallies.iter().map(|t| t.unique).sum();
-    let expected = (n * m) as u64;
     let last_ns = tallies.iter().map(|t| t.last_ns).max().unwrap_or(0);
-    let rate = delivered as f64 / secs(start_ns, last_ns);
     let rates = tallies
         .iter()
         .map(|t| t.unique as f64 / secs(start_ns, t.last_ns));
-    let per_consumer = rates.sum::<f64>() / n as f64;
     let mut lat: Vec<u64> = tallies.iter().flat_map(|t| t.latencies.clone()).collect();
     lat.sort_unstable();
     let at = |p: f64| (lat.len() as f64 * p) as usize;
@@ -268,22 +359,300 @@ async fn scenario(name: &str, ws: Option<&str>, broker: SocketAddr, load: &Load)
         lat.get(at(p).min(lat.len().saturating_sub(1)))
             .map_or(f64::NAN, |&v| v as f64 / 1e6)
     };
-    let pct = 100.0 * delivered as f64 / expected as f64;
-    println!("{name:<15} {delivered:>9}/{expected:<9} {pct:>5.1}% {rate:>11.0} {per_consumer:>11.0} {:>8.2} {:>8.2} {:>8.2} {publish_rate:>10}", ms(0.5), ms(0.99), ms(1.0));
+    let mut notes = Vec::new();
     for (i, t) in tallies.iter().enumerate() {
         let (got, dups, other, ending) = (t.unique, t.dups, t.other, &t.ending);
         if !t.done() || dups > 0 || other > 0 {
-            println!("    consumer {i}: {got} of {m}, {dups} duplicates, {other} other messages, {ending}");
+            notes.push(format!(
+                "consumer {i}: {got} of {m}, {dups} duplicates, {other} other messages, {ending}"
+            ));
         }
     }
-    Ok(rate)
+    Ok(Measured {
+        delivered,
+        expected: (n * m) as u64,
+        rate: delivered as f64 / secs(start_ns, last_ns),
+        per_consumer: rates.sum::<f64>() / n as f64,
+        p50: ms(0.5),
+        p99: ms(0.99),
+        max: ms(1.0),
+        publish_rate,
+        notes,
+    })
 }
 
-/// Runs a scenario, reporting a failure; deliveries per second.
-async fn run(name: &str, ws: Option<&str>, broker: SocketAddr, load: &Load) -> Option<f64> {
-    let result = scenario(name, ws, broker, load).await;
-    let failed = |e: anyhow::Error| println!("{name:<15} failed: {e:#}");
-    result.map_err(failed).ok()
+/// The sidecar's tracing in one row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Off,
+    Collector,
+    Down,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::Off, Mode::Collector, Mode::Down];
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Collector => "collector",
+            Mode::Down => "down",
+        }
+    }
+
+    /// FANOUT_TRACING, e.g. `off,down`; all modes when unset.
+    fn selected() -> Result<Vec<Mode>> {
+        let Ok(list) = std::env::var("FANOUT_TRACING") else {
+            return Ok(Mode::ALL.to_vec());
+        };
+        let modes = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| match Mode::ALL.into_iter().find(|m| m.name() == s) {
+                Some(mode) => Ok(mode),
+                None => bail!("FANOUT_TRACING: unknown mode `{s}`; use off, collector, down"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if modes.is_empty() {
+            bail!("FANOUT_TRACING is empty; use off, collector, down");
+        }
+        Ok(modes)
+    }
+}
+
+/// Spans a collector received: all of them, and those of the deliveries of
+/// the benchmark's events.
+#[derive(Default)]
+struct SpanCounts {
+    all: AtomicU64,
+    events: AtomicU64,
+}
+
+struct CountSpans(Arc<SpanCounts>);
+
+#[tonic::async_trait]
+impl TraceService for CountSpans {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let delivery = format!("process {TOPIC}");
+        let request = request.into_inner();
+        let scopes = request.resource_spans.iter().flat_map(|r| &r.scope_spans);
+        for span in scopes.flat_map(|s| &s.spans) {
+            self.0.all.fetch_add(1, Relaxed);
+            if span.name == delivery {
+                self.0.events.fetch_add(1, Relaxed);
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// An OTLP/gRPC collector that counts spans, on a thread and runtime of its
+/// own as if it were another process; it stops when dropped.
+struct Collector {
+    addr: SocketAddr,
+    spans: Arc<SpanCounts>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Collector {
+    fn start() -> Result<Collector> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let listener = {
+            let _in_runtime = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
+        let addr = listener.local_addr()?;
+        let spans = Arc::new(SpanCounts::default());
+        let server = tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(CountSpans(spans.clone())))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+        let (stop, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("otlp-collector".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    tokio::select! {
+                        _ = server => {}
+                        _ = stopped => {}
+                    }
+                })
+            })?;
+        Ok(Collector {
+            addr,
+            spans,
+            _stop: stop,
+        })
+    }
+}
+
+/// Warnings and errors logged in this process (by the sidecar and the
+/// OpenTelemetry SDK), counted by level, target and message; the fields of
+/// the first of each kind are kept.
+static LOGGED: Mutex<BTreeMap<String, (u64, String)>> = Mutex::new(BTreeMap::new());
+
+struct CountLogged;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountLogged {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let meta = event.metadata();
+        // OpenTelemetry's own events have a short `name` and a long message.
+        let what = fields.name.or(fields.message).unwrap_or_default();
+        let key = format!("{} {}: {what}", meta.level(), meta.target());
+        let mut logged = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+        let (count, first) = logged.entry(key).or_default();
+        if *count == 0 {
+            *first = fields.rest.join(", ");
+        }
+        *count += 1;
+    }
+}
+
+#[derive(Default)]
+struct Fields {
+    name: Option<String>,
+    message: Option<String>,
+    rest: Vec<String>,
+}
+
+impl Fields {
+    fn put(&mut self, field: &tracing::field::Field, mut text: String) {
+        if text.len() > 200 {
+            let cut = (0..=200).rev().find(|&i| text.is_char_boundary(i));
+            text.truncate(cut.unwrap_or(0));
+            text.push('…');
+        }
+        match field.name() {
+            "name" => self.name = Some(text),
+            "message" => self.message = Some(text),
+            other => self.rest.push(format!("{other}={text}")),
+        }
+    }
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.put(field, value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.put(field, format!("{value:?}"));
+    }
+}
+
+/// What was logged since the last call, one line per kind.
+fn take_logged() -> Vec<String> {
+    let logged = std::mem::take(&mut *LOGGED.lock().unwrap_or_else(|e| e.into_inner()));
+    let line = |(what, (count, first)): (String, (u64, String))| {
+        if first.is_empty() {
+            format!("logged {count}x {what}")
+        } else {
+            format!("logged {count}x {what} (first: {first})")
+        }
+    };
+    logged.into_iter().map(line).collect()
+}
+
+/// A port on 127.0.0.1 that nothing listens on.
+fn closed_port() -> Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// A sidecar tracing in `mode`, and the collector it exports to, if any.
+async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
+    let (endpoint, collector) = match mode {
+        Mode::Off => (String::new(), None),
+        Mode::Collector => {
+            let collector = Collector::start().context("cannot start the collector")?;
+            (format!("http://{}", collector.addr), Some(collector))
+        }
+        Mode::Down => (format!("http://{}", closed_port()?), None),
+    };
+    let mut config = Config::default();
+    config.mqtt.listen = "127.0.0.1:0".parse()?;
+    config.mqtt.listen_v5 = "127.0.0.1:0".parse()?;
+    config.http.listen = "127.0.0.1:0".parse()?;
+    config.log.filter = "off".into();
+    config.sidecar.shutdown_grace_ms = 1_000;
+    config.tracing.endpoint = endpoint;
+    config.tracing.protocol = OtlpProtocol::Grpc;
+    Ok((Application::build(config).await?, collector))
+}
+
+/// One row: a fresh sidecar tracing in `mode`, one scenario against it
+/// (consumers on its WebSocket gateway when `ws`, else on its MQTT port),
+/// then the sidecar stopped, which flushes its spans. Prints the row.
+async fn sidecar_row(name: &str, ws: bool, mode: Mode, load: &Load) -> Option<Measured> {
+    let report = |failure: String, notes: Vec<String>| {
+        println!("{name:<15} {:<9} failed: {failure}", mode.name());
+        for note in notes {
+            println!("    {note}");
+        }
+    };
+    let (app, collector) = match start_sidecar(mode).await {
+        Ok(started) => started,
+        Err(e) => {
+            report(format!("{e:#}"), take_logged());
+            return None;
+        }
+    };
+    let ws_url = format!("ws://{}/lmos", app.http_addr());
+    let mqtt = app.mqtt_addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(app.run(async move {
+        let _ = stopped.await;
+    }));
+
+    let result = scenario(name, ws.then_some(ws_url.as_str()), mqtt, load).await;
+
+    let _ = stop.send(());
+    let stopping = Instant::now();
+    let mut notes: Vec<String> = match timeout(STOP, running).await {
+        Ok(Ok(Ok(()))) if stopping.elapsed() < SLOW_STOP => None,
+        Ok(Ok(Ok(()))) => Some(format!(
+            "the sidecar took {:.1?} to stop",
+            stopping.elapsed()
+        )),
+        Ok(Ok(Err(e))) => Some(format!("the sidecar failed: {e}")),
+        Ok(Err(e)) => Some(format!("the sidecar's task failed: {e}")),
+        Err(_) => Some(format!("the sidecar did not stop within {STOP:?}")),
+    }
+    .into_iter()
+    .collect();
+    let mut measured = match result {
+        Ok(measured) => measured,
+        Err(e) => {
+            notes.extend(take_logged());
+            report(format!("{e:#}"), notes);
+            return None;
+        }
+    };
+    let spans = match &collector {
+        Some(c) => {
+            let (all, events) = (c.spans.all.load(Relaxed), c.spans.events.load(Relaxed));
+            if ws && events != measured.delivered {
+                measured.notes.push(format!(
+                    "the collector got spans for {events} of the {} deliveries ({all} spans in all)",
+                    measured.delivered
+                ));
+            }
+            all.to_string()
+        }
+        None => "-".into(),
+    };
+    measured.notes.extend(notes);
+    measured.notes.extend(take_logged());
+    measured.print(name, mode.name(), &spans);
+    Some(measured)
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> String {
@@ -330,42 +699,87 @@ async fn bench() -> Result<()> {
         m: env_or("FANOUT_MESSAGES", 20_000),
         pad: "x".repeat(env_or("FANOUT_PAYLOAD", 64)),
     };
+    let modes = Mode::selected()?;
+    for var in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ] {
+        if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
+            bail!("{var} is set; it would override the benchmark's tracing modes");
+        }
+    }
+    tracing_subscriber::registry()
+        .with(
+            // rumqttd logs every client that goes without DISCONNECT as an
+            // error, as the benchmark's clients do; the sidecar's own default
+            // filter mutes it too.
+            tracing_subscriber::filter::Targets::new()
+                .with_default(tracing::Level::WARN)
+                .with_target("rumqttd", tracing::level_filters::LevelFilter::OFF),
+        )
+        .with(CountLogged)
+        .try_init()?;
     LazyLock::force(&BASE);
-    let mut config = Config::default();
-    config.mqtt.listen = "127.0.0.1:0".parse()?;
-    config.mqtt.listen_v5 = "127.0.0.1:0".parse()?;
-    config.http.listen = "127.0.0.1:0".parse()?;
-    config.log.filter = "off".into();
-    config.sidecar.shutdown_grace_ms = 1_000;
-    let app = Application::build(config).await?;
-    let (ws_url, mqtt) = (format!("ws://{}/lmos", app.http_addr()), app.mqtt_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(app.run(async move {
-        let _ = stopped.await;
-    }));
 
     let Load { n, m, ref pad } = load;
-    println!("fan-out: {n} consumers x {m} messages, {} bytes of padding; publisher QoS 1, {INFLIGHT} in flight", pad.len());
-    println!("scenario                delivered/expected       msg/s  msg/s/cons   p50 ms   p99 ms   max ms  pub msg/s");
-    let ws = run("sidecar WS", Some(&ws_url), mqtt, &load).await;
-    let sidecar = run("sidecar MQTT", None, mqtt, &load).await;
+    println!("fan-out: {n} consumers x {m} messages, {} bytes of padding, a traceparent each; publisher QoS 1, {INFLIGHT} in flight", pad.len());
+    print_header();
+    let scenarios = [("sidecar WS", true), ("sidecar MQTT", false)];
+    let mut rows = Vec::new();
+    for &mode in &modes {
+        for (name, ws) in scenarios {
+            let measured = sidecar_row(name, ws, mode, &load).await;
+            rows.push(((name, mode), measured));
+        }
+    }
     let mosquitto = match mosquitto().await {
-        Ok((_broker, addr)) => run("mosquitto MQTT", None, addr, &load).await,
+        Ok((_broker, addr)) => match scenario("mosquitto MQTT", None, addr, &load).await {
+            Ok(measured) => {
+                measured.print("mosquitto MQTT", "-", "-");
+                Some(measured)
+            }
+            Err(e) => {
+                println!("mosquitto MQTT  -         failed: {e:#}");
+                None
+            }
+        },
         Err(e) => {
-            println!("mosquitto MQTT  skipped: {e:#}");
+            println!("mosquitto MQTT  -         skipped: {e:#}");
             None
         }
     };
-    println!(
-        "msg/s, sidecar MQTT / mosquitto MQTT: {}",
-        ratio(sidecar, mosquitto)
+
+    let row = |name: &str, mode: Mode| {
+        rows.iter()
+            .find(|((n, m), _)| *n == name && *m == mode)
+            .and_then(|(_, measured)| measured.as_ref())
+    };
+    let rate = |name, mode| row(name, mode).map(|r| r.rate);
+    let p99 = |name, mode| row(name, mode).map(|r| r.p99);
+    println!();
+    println!("relative to tracing off          msg/s    p99");
+    for (name, _) in scenarios {
+        for mode in [Mode::Collector, Mode::Down] {
+            if modes.contains(&mode) {
+                let rates = ratio(rate(name, mode), rate(name, Mode::Off));
+                let p99s = ratio(p99(name, mode), p99(name, Mode::Off));
+                println!("{name:<15} {:<9} {rates:>12} {p99s:>6}", mode.name());
+            }
+        }
+    }
+    println!();
+    let (ws, sidecar) = (
+        rate("sidecar WS", Mode::Off),
+        rate("sidecar MQTT", Mode::Off),
     );
     println!(
-        "msg/s, sidecar WS / sidecar MQTT:     {}",
+        "msg/s, sidecar MQTT / mosquitto MQTT (tracing off): {}",
+        ratio(sidecar, mosquitto.map(|m| m.rate))
+    );
+    println!(
+        "msg/s, sidecar WS / sidecar MQTT (tracing off):     {}",
         ratio(ws, sidecar)
     );
-    let _ = stop.send(());
-    let _ = timeout(SETUP, running).await;
     Ok(())
 }
 
