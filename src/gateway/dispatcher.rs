@@ -388,14 +388,19 @@ impl Dispatcher {
             traceparent: tp.clone(),
             tracestate: prepared.tracestate.clone(),
         });
-        let parent = incoming.or_else(|| {
-            self.tracer
-                .hop(Operation::Publish, topic, None, &info, None)
-        });
-        for (conn, correlation) in recipients {
-            let ctx = self
+        let parent = match (&incoming, self.tracer.parent(incoming.as_ref())) {
+            // An untraced message: a producer span stands in for its publisher.
+            (None, Some(root)) => self
                 .tracer
-                .hop(Operation::Process, topic, parent.as_ref(), &info, None);
+                .hop_from(&root, Operation::Publish, topic, &info, None)
+                .and_then(|stand_in| root.child(&stand_in)),
+            (_, parent) => parent,
+        };
+        for (conn, correlation) in recipients {
+            let ctx = parent.as_ref().and_then(|p| {
+                self.tracer
+                    .hop_from(p, Operation::Process, topic, &info, None)
+            });
             let text = prepared.with(&correlation, ctx.as_ref().map(|c| c.traceparent.as_str()));
             self.send(conn, text);
         }

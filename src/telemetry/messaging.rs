@@ -85,8 +85,7 @@ impl MessageTracer {
         self.tracer.is_some()
     }
 
-    fn parent(incoming: Option<&TraceContext>) -> Option<Context> {
-        let incoming = incoming?;
+    fn extract(incoming: &TraceContext) -> Option<Context> {
         let mut carrier = HashMap::with_capacity(2);
         carrier.insert("traceparent".to_owned(), incoming.traceparent.clone());
         if let Some(s) = &incoming.tracestate {
@@ -96,9 +95,23 @@ impl MessageTracer {
         cx.span().span_context().is_valid().then_some(cx)
     }
 
+    /// The parent of the spans for one message, read once however many
+    /// recipients it has. `None` when tracing is off, or the message has no
+    /// (valid) trace context and untraced messages do not start traces.
+    pub fn parent(&self, incoming: Option<&TraceContext>) -> Option<Parent> {
+        self.tracer.as_ref()?;
+        let context = match incoming.and_then(Self::extract) {
+            Some(cx) => cx,
+            None if self.new_trace_for_untraced => Context::new(),
+            None => return None,
+        };
+        Some(Parent {
+            context,
+            tracestate: incoming.and_then(|i| i.tracestate.clone()),
+        })
+    }
+
     /// Records one hop and returns the trace context the message carries on.
-    /// `None` when tracing is off, or the message has no (valid) trace context
-    /// and untraced messages do not start traces.
     pub fn hop(
         &self,
         operation: Operation,
@@ -107,19 +120,28 @@ impl MessageTracer {
         info: &MessageInfo<'_>,
         error: Option<&str>,
     ) -> Option<TraceContext> {
+        let parent = self.parent(incoming)?;
+        self.hop_from(&parent, operation, destination, info, error)
+    }
+
+    /// As [`MessageTracer::hop`], under a parent already read.
+    pub fn hop_from(
+        &self,
+        parent: &Parent,
+        operation: Operation,
+        destination: &str,
+        info: &MessageInfo<'_>,
+        error: Option<&str>,
+    ) -> Option<TraceContext> {
         let tracer = self.tracer.as_ref()?;
-        let parent = match Self::parent(incoming) {
-            Some(cx) => cx,
-            None if self.new_trace_for_untraced => Context::new(),
-            None => return None,
-        };
         let (operation_type, kind) = operation.kind();
-        let mut attributes = vec![
+        let mut attributes = Vec::with_capacity(9);
+        attributes.extend([
             KeyValue::new("messaging.system", "lmos"),
             KeyValue::new("messaging.destination.name", destination.to_owned()),
             KeyValue::new("messaging.operation.type", operation_type),
             KeyValue::new("messaging.operation.name", operation.name()),
-        ];
+        ]);
         let optional = [
             ("messaging.message.id", info.message_id),
             ("lmos.message_type", info.message_type),
@@ -136,18 +158,40 @@ impl MessageTracer {
             .span_builder(format!("{} {destination}", operation.name()))
             .with_kind(kind)
             .with_attributes(attributes)
-            .start_with_context(tracer, &parent);
+            .start_with_context(tracer, &parent.context);
         if let Some(e) = error {
             span.set_status(Status::error(e.to_owned()));
         }
-        let cx = parent.with_span(span);
-        let mut carrier: HashMap<String, String> = HashMap::with_capacity(2);
-        TraceContextPropagator::new().inject_context(&cx, &mut carrier);
-        cx.span().end();
+        let span_context = span.span_context().clone();
+        span.end();
         Some(TraceContext {
-            traceparent: carrier.remove("traceparent")?,
+            traceparent: format!(
+                "00-{}-{}-{:02x}",
+                span_context.trace_id(),
+                span_context.span_id(),
+                span_context.trace_flags().to_u8()
+            ),
             // Passed on as it came, not as the propagator re-encodes it.
-            tracestate: incoming.and_then(|i| i.tracestate.clone()),
+            tracestate: parent.tracestate.clone(),
+        })
+    }
+}
+
+/// The parent of a message's spans.
+#[derive(Debug, Clone)]
+pub struct Parent {
+    context: Context,
+    tracestate: Option<String>,
+}
+
+impl Parent {
+    /// The context of a span of this message, as the parent of further ones
+    /// (e.g. the consumer spans under a stand-in producer).
+    pub fn child(&self, span: &TraceContext) -> Option<Parent> {
+        let context = MessageTracer::extract(span)?;
+        Some(Parent {
+            context,
+            tracestate: self.tracestate.clone(),
         })
     }
 }

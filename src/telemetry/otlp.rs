@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
+};
 use opentelemetry_sdk::Resource;
 use tracing::{info, warn};
 
@@ -77,7 +79,7 @@ pub fn provider(export: &Export, service_name: &str) -> Result<SdkTracerProvider
                 .build()
                 .map_err(failure)?;
             builder
-                .with_batch_exporter(ReportFailures::new(exporter, export))
+                .with_span_processor(batch(ReportFailures::new(exporter, export)))
                 .build()
         }
         OtlpProtocol::HttpProtobuf => {
@@ -89,11 +91,27 @@ pub fn provider(export: &Export, service_name: &str) -> Result<SdkTracerProvider
                 .build()
                 .map_err(failure)?;
             builder
-                .with_batch_exporter(ReportFailures::new(exporter, export))
+                .with_span_processor(batch(ReportFailures::new(exporter, export)))
                 .build()
         }
     };
     Ok(provider)
+}
+
+/// Spans waiting for export before new ones are dropped. The SDK's 2048 is
+/// gone in a few milliseconds of fan-out (one span per recipient);
+/// `OTEL_BSP_MAX_QUEUE_SIZE` still wins. At roughly 1 KiB a span this bounds
+/// the exporter's memory to some 32 MiB.
+const MAX_QUEUE_SIZE: usize = 32 * 1024;
+
+fn batch<E: SpanExporter + 'static>(exporter: E) -> BatchSpanProcessor {
+    let mut config = BatchConfigBuilder::default();
+    if std::env::var_os("OTEL_BSP_MAX_QUEUE_SIZE").is_none() {
+        config = config.with_max_queue_size(MAX_QUEUE_SIZE);
+    }
+    BatchSpanProcessor::builder(exporter)
+        .with_batch_config(config.build())
+        .build()
 }
 
 /// Logs the first failed export (collector down, wrong address) and the
