@@ -222,6 +222,10 @@ pub struct TracingConfig {
     /// Messages without trace context start a new trace, so agents that
     /// never heard of tracing still show up.
     pub new_trace_for_untraced: bool,
+    /// Also send the context as MQTT 5 user properties. Off by default:
+    /// rumqttd 0.20 drops the connection of any MQTT 3.1.1 subscriber sent a
+    /// message with properties; turn on only without 3.1.1 subscribers.
+    pub mqtt5_user_properties: bool,
 }
 
 impl Default for TracingConfig {
@@ -231,6 +235,7 @@ impl Default for TracingConfig {
             protocol: OtlpProtocol::Grpc,
             service_name: "lmos-sidecar".into(),
             new_trace_for_untraced: true,
+            mqtt5_user_properties: false,
         }
     }
 }

@@ -232,7 +232,7 @@ fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
         while let Some(command) = commands.recv().await {
             let packet = match command {
                 BusCommand::Publish(p) => {
-                    let properties = publish_properties(p.correlation_data);
+                    let properties = publish_properties(p.correlation_data, p.trace);
                     Packet::Publish(Publish::new(Bytes::from(p.topic), p.payload, p.retain), properties)
                 }
                 BusCommand::Subscribe(filter) => {
@@ -335,14 +335,27 @@ async fn log_alerts(alerts: AlertsLink) {
     }
 }
 
-/// MQTT 5 properties of a publication: only Correlation Data, for replies
-/// to MQTT 5 requesters. Trace context travels in the JSON payload alone:
-/// rumqttd 0.20 panics in the connection of any MQTT 3.1.1 subscriber that
-/// is sent a message with properties, so user properties on shared topics
-/// would cut 3.1.1 clients off.
-fn publish_properties(correlation_data: Option<Bytes>) -> Option<PublishProperties> {
-    correlation_data.map(|data| PublishProperties {
-        correlation_data: Some(data),
+/// MQTT 5 properties of a publication: Correlation Data for replies to MQTT
+/// 5 requesters, trace context as user properties when asked for. Nothing
+/// else: rumqttd 0.20 panics in the connection of any MQTT 3.1.1 subscriber
+/// that is sent a message with properties.
+fn publish_properties(
+    correlation_data: Option<Bytes>,
+    trace: Option<TraceContext>,
+) -> Option<PublishProperties> {
+    if correlation_data.is_none() && trace.is_none() {
+        return None;
+    }
+    let mut user_properties = Vec::new();
+    if let Some(t) = trace {
+        user_properties.push(("traceparent".to_owned(), t.traceparent));
+        if let Some(s) = t.tracestate {
+            user_properties.push(("tracestate".to_owned(), s));
+        }
+    }
+    Some(PublishProperties {
+        correlation_data,
+        user_properties,
         ..Default::default()
     })
 }

@@ -38,6 +38,8 @@ pub struct Publication {
     pub retain: bool,
     /// Correlation Data to send along (replies to MQTT 5 requesters).
     pub correlation_data: Option<Bytes>,
+    /// Trace context to send as MQTT 5 user properties.
+    pub trace: Option<TraceContext>,
 }
 
 impl Publication {
@@ -47,6 +49,7 @@ impl Publication {
             payload: payload.into(),
             retain,
             correlation_data: None,
+            trace: None,
         }
     }
 }

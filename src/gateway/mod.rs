@@ -221,4 +221,7 @@ pub(crate) fn trace_publication(
     if let Some(text) = set_traceparent(&publication.payload, &ctx.traceparent) {
         publication.payload = text.into();
     }
+    if tracer.mqtt5_user_properties() {
+        publication.trace = Some(ctx);
+    }
 }

@@ -63,6 +63,7 @@ pub struct MessageInfo<'a> {
 pub struct MessageTracer {
     tracer: Option<SdkTracer>,
     new_trace_for_untraced: bool,
+    mqtt5_user_properties: bool,
 }
 
 impl std::fmt::Debug for MessageTracer {
@@ -74,11 +75,21 @@ impl std::fmt::Debug for MessageTracer {
 }
 
 impl MessageTracer {
-    pub fn new(tracer: Option<SdkTracer>, new_trace_for_untraced: bool) -> MessageTracer {
+    pub fn new(
+        tracer: Option<SdkTracer>,
+        new_trace_for_untraced: bool,
+        mqtt5_user_properties: bool,
+    ) -> MessageTracer {
         MessageTracer {
             tracer,
             new_trace_for_untraced,
+            mqtt5_user_properties,
         }
+    }
+
+    /// Whether publications carry the context as MQTT 5 user properties too.
+    pub fn mqtt5_user_properties(&self) -> bool {
+        self.mqtt5_user_properties
     }
 
     pub fn is_on(&self) -> bool {

@@ -31,6 +31,7 @@ pub enum TelemetryError {
 pub struct Tracing {
     provider: Option<SdkTracerProvider>,
     new_trace_for_untraced: bool,
+    mqtt5_user_properties: bool,
 }
 
 /// How long shutdown waits for the last spans to reach the collector.
@@ -53,10 +54,10 @@ impl Tracing {
             .await
             .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
         tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "Exporting traces over OTLP.");
-        Ok(Tracing::with_provider(
-            provider,
-            config.new_trace_for_untraced,
-        ))
+        Ok(
+            Tracing::with_provider(provider, config.new_trace_for_untraced)
+                .with_mqtt5_user_properties(config.mqtt5_user_properties),
+        )
     }
 
     /// Any provider, e.g. one with an in-memory exporter in tests.
@@ -64,12 +65,23 @@ impl Tracing {
         Tracing {
             provider: Some(provider),
             new_trace_for_untraced,
+            mqtt5_user_properties: false,
         }
+    }
+
+    /// See `tracing.mqtt5_user_properties`.
+    pub fn with_mqtt5_user_properties(mut self, on: bool) -> Tracing {
+        self.mqtt5_user_properties = on;
+        self
     }
 
     pub fn messages(&self) -> MessageTracer {
         let tracer = self.provider.as_ref().map(|p| p.tracer("lmos-sidecar"));
-        MessageTracer::new(tracer, self.new_trace_for_untraced)
+        MessageTracer::new(
+            tracer,
+            self.new_trace_for_untraced,
+            self.mqtt5_user_properties,
+        )
     }
 
     /// Exports what is left. The SDK's shutdown blocks, and on a
