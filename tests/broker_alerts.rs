@@ -3,35 +3,13 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use common::{TestSidecar, WAIT};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_subscriber_that_misses_messages_is_logged() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("warn")
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .init();
+    let logs = common::CapturedLogs::install("warn");
 
     let mut config = common::test_config();
     config.mqtt.max_payload_size = 4096;
@@ -85,7 +63,7 @@ async fn a_subscriber_that_misses_messages_is_logged() {
                 .await;
             i += 1;
         }
-        let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+        let text = logs.text();
         if text.contains("fell behind") {
             assert!(text.contains("slow"), "names the client: {text}");
             break;

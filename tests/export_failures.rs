@@ -3,34 +3,12 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use common::{event, lmos, TestSidecar, WAIT};
 use serde_json::json;
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_collector_that_is_down_is_logged_once_and_messages_still_flow() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter(lmos_sidecar::Config::default().log.filter)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .init();
+    let logs = common::CapturedLogs::install(&lmos_sidecar::Config::default().log.filter);
 
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -60,6 +38,6 @@ async fn a_collector_that_is_down_is_logged_once_and_messages_still_flow() {
     tokio::time::timeout(WAIT, sidecar.stop())
         .await
         .expect("shutdown ends");
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let text = logs.text();
     assert_eq!(text.matches("Cannot export spans").count(), 1, "{text}");
 }

@@ -177,13 +177,15 @@ fn assert_one_trace(spans: &[Span], services: &[String]) {
     );
 }
 
-#[tokio::test]
-async fn spans_arrive_over_otlp_grpc_and_are_flushed_on_shutdown() {
-    let (addr, mut rx) = grpc_collector().await;
-    let sidecar = sidecar_exporting_to(format!("http://{addr}"), OtlpProtocol::Grpc).await;
+/// The round trip against a running collector, then shutdown (which
+/// flushes the batch), then what the collector got.
+async fn export_and_check(
+    addr: SocketAddr,
+    protocol: OtlpProtocol,
+    mut rx: mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
+) {
+    let sidecar = sidecar_exporting_to(format!("http://{addr}"), protocol).await;
     invoke_round_trip(&sidecar).await;
-    // Shutdown flushes the batch; on this current-thread runtime it must
-    // not wait for itself.
     tokio::time::timeout(WAIT, sidecar.stop())
         .await
         .expect("shutdown does not hang");
@@ -192,15 +194,16 @@ async fn spans_arrive_over_otlp_grpc_and_are_flushed_on_shutdown() {
 }
 
 #[tokio::test]
+async fn spans_arrive_over_otlp_grpc_and_are_flushed_on_shutdown() {
+    // On this current-thread runtime the flush must not wait for itself.
+    let (addr, rx) = grpc_collector().await;
+    export_and_check(addr, OtlpProtocol::Grpc, rx).await;
+}
+
+#[tokio::test]
 async fn spans_arrive_over_otlp_http_protobuf() {
-    let (addr, mut rx) = http_collector().await;
-    let sidecar = sidecar_exporting_to(format!("http://{addr}"), OtlpProtocol::HttpProtobuf).await;
-    invoke_round_trip(&sidecar).await;
-    tokio::time::timeout(WAIT, sidecar.stop())
-        .await
-        .expect("shutdown does not hang");
-    let (spans, services) = received(&mut rx).await;
-    assert_one_trace(&spans, &services);
+    let (addr, rx) = http_collector().await;
+    export_and_check(addr, OtlpProtocol::HttpProtobuf, rx).await;
 }
 
 #[tokio::test]

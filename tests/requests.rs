@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{lmos, wait_for_stats, MqttClient, TestSidecar, WsClient};
 use serde_json::{json, Value};
 
@@ -363,34 +361,13 @@ async fn mqtt_311_consumer_uses_the_reply_topic_convention() {
 
 #[tokio::test]
 async fn mqtt5_consumer_gets_replies_on_its_response_topic_with_its_correlation_data() {
-    use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
+    use rumqttc::v5::mqttbytes::v5::PublishProperties;
     use rumqttc::v5::mqttbytes::QoS;
-    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 
     let sidecar = TestSidecar::start().await;
     let mut agent = sidecar.ws_agent(THING).await;
-    let mut options = MqttOptions::new("consumer5", "127.0.0.1", sidecar.mqtt5.port());
-    options.set_keep_alive(Duration::from_secs(30));
-    let (client, mut eventloop) = AsyncClient::new(options, 10);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok(event) = eventloop.poll().await {
-            let _ = tx.send(event);
-        }
-    });
-    client
-        .subscribe("consumer5/replies", QoS::AtLeastOnce)
-        .await
-        .unwrap();
-    loop {
-        if let Event::Incoming(Packet::SubAck(_)) = tokio::time::timeout(common::WAIT, rx.recv())
-            .await
-            .unwrap()
-            .unwrap()
-        {
-            break;
-        }
-    }
+    let (client, mut rx) =
+        common::mqtt5_client(sidecar.mqtt5, "consumer5", "consumer5/replies").await;
     let properties = PublishProperties {
         response_topic: Some("consumer5/replies".into()),
         correlation_data: Some(bytes::Bytes::from_static(b"opaque-42")),
@@ -415,15 +392,7 @@ async fn mqtt5_consumer_gets_replies_on_its_response_topic_with_its_correlation_
             json!({"name": "p", "value": 5, "timestamp": "2025-01-20T19:00:00Z"}),
         ))
         .await;
-    let publish = loop {
-        if let Event::Incoming(Packet::Publish(p)) = tokio::time::timeout(common::WAIT, rx.recv())
-            .await
-            .unwrap()
-            .unwrap()
-        {
-            break p;
-        }
-    };
+    let publish = common::mqtt5_next_publish(&mut rx).await;
     assert_eq!(publish.topic, "consumer5/replies");
     let data = publish.properties.and_then(|p| p.correlation_data);
     assert_eq!(data.as_deref(), Some(&b"opaque-42"[..]));

@@ -334,10 +334,6 @@ async fn what_the_sidecar_says_for_a_vanished_agent_continues_the_trace() {
 
 #[tokio::test]
 async fn mqtt5_subscribers_can_get_the_context_as_user_properties_too() {
-    use rumqttc::v5::mqttbytes::v5::Packet;
-    use rumqttc::v5::mqttbytes::QoS;
-    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
-
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
@@ -345,42 +341,18 @@ async fn mqtt5_subscribers_can_get_the_context_as_user_properties_too() {
     let tracing = Tracing::with_provider(provider, true).with_mqtt5_user_properties(true);
     let sidecar = TestSidecar::start_traced(common::test_config(), tracing).await;
 
-    let mut options = MqttOptions::new("subscriber5", "127.0.0.1", sidecar.mqtt5.port());
-    options.set_keep_alive(std::time::Duration::from_secs(30));
-    let (client, mut eventloop) = AsyncClient::new(options, 10);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let driver = tokio::spawn(async move {
-        while let Ok(e) = eventloop.poll().await {
-            let _ = tx.send(e);
-        }
-    });
-    client
-        .subscribe(format!("lmos/{THING}/events/+"), QoS::AtLeastOnce)
-        .await
-        .unwrap();
-    loop {
-        if let Event::Incoming(Packet::SubAck(_)) = tokio::time::timeout(common::WAIT, rx.recv())
-            .await
-            .unwrap()
-            .unwrap()
-        {
-            break;
-        }
-    }
+    let (_client, mut rx) = common::mqtt5_client(
+        sidecar.mqtt5,
+        "subscriber5",
+        &format!("lmos/{THING}/events/+"),
+    )
+    .await;
     let mut agent = sidecar.ws().await;
     let mut sent = event(THING, "e", json!(1));
     sent["traceparent"] = json!(format!("00-{TRACE}-{PARENT}-01"));
     sent["tracestate"] = json!(STATE);
     agent.send(sent).await;
-    let publish = loop {
-        if let Event::Incoming(Packet::Publish(p)) = tokio::time::timeout(common::WAIT, rx.recv())
-            .await
-            .unwrap()
-            .unwrap()
-        {
-            break p;
-        }
-    };
+    let publish = common::mqtt5_next_publish(&mut rx).await;
     let payload: Value = serde_json::from_slice(&publish.payload).unwrap();
     let user = publish
         .properties
@@ -397,6 +369,5 @@ async fn mqtt5_subscribers_can_get_the_context_as_user_properties_too() {
         "the same context in both places"
     );
     assert_eq!(find("tracestate").as_deref(), Some(STATE));
-    driver.abort();
     sidecar.stop().await;
 }

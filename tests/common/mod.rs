@@ -404,3 +404,88 @@ pub async fn wait_for_stats(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Everything the process logs, for tests that check what operators see.
+/// Installs the global logger: one such test per test binary.
+#[derive(Clone, Default)]
+pub struct CapturedLogs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    pub fn install(filter: &str) -> CapturedLogs {
+        let logs = CapturedLogs::default();
+        let writer = logs.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .init();
+        logs
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An MQTT 5 client whose events arrive on a channel, subscribed to
+/// `filter` (SUBACK awaited).
+pub async fn mqtt5_client(
+    addr: SocketAddr,
+    client_id: &str,
+    filter: &str,
+) -> (
+    rumqttc::v5::AsyncClient,
+    mpsc::UnboundedReceiver<rumqttc::v5::Event>,
+) {
+    use rumqttc::v5::mqttbytes::v5::Packet;
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    let mut options = MqttOptions::new(client_id, addr.ip().to_string(), addr.port());
+    options.set_keep_alive(Duration::from_secs(30));
+    let (client, mut eventloop) = AsyncClient::new(options, 10);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(event) = eventloop.poll().await {
+            let _ = tx.send(event);
+        }
+    });
+    client
+        .subscribe(filter, rumqttc::v5::mqttbytes::QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    loop {
+        let event = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .expect("SUBACK in time")
+            .expect("client alive");
+        if let Event::Incoming(Packet::SubAck(_)) = event {
+            return (client, rx);
+        }
+    }
+}
+
+/// The next PUBLISH an MQTT 5 client receives.
+pub async fn mqtt5_next_publish(
+    rx: &mut mpsc::UnboundedReceiver<rumqttc::v5::Event>,
+) -> rumqttc::v5::mqttbytes::v5::Publish {
+    use rumqttc::v5::mqttbytes::v5::Packet;
+    use rumqttc::v5::Event;
+    loop {
+        let event = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .expect("a publish in time")
+            .expect("client alive");
+        if let Event::Incoming(Packet::Publish(p)) = event {
+            return p;
+        }
+    }
+}
