@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{event, lmos, TestSidecar};
+use common::{event, lmos, TestSidecar, WsClient};
 use lmos_sidecar::telemetry::Tracing;
 use opentelemetry::trace::{SpanId, SpanKind, Status};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -211,9 +211,12 @@ async fn invoke_status_and_reply_form_one_trace() {
     sidecar.stop().await;
 }
 
-#[tokio::test]
-async fn untraced_messages_start_a_trace_and_errors_are_recorded() {
-    let (sidecar, exporter) = traced(true).await;
+/// An MQTT agent's event without trace context, as a WebSocket subscriber
+/// receives it.
+async fn plain_event(
+    new_trace_for_untraced: bool,
+) -> (TestSidecar, InMemorySpanExporter, WsClient, Value) {
+    let (sidecar, exporter) = traced(new_trace_for_untraced).await;
     let mut consumer = sidecar.ws().await;
     consumer
         .send(lmos(THING, "subscribeEvent", json!({"event": "plain"})))
@@ -222,6 +225,12 @@ async fn untraced_messages_start_a_trace_and_errors_are_recorded() {
     let mut agent = sidecar.mqtt("agent").await;
     agent.publish_event(THING, "plain", json!(1)).await;
     let got = consumer.recv().await;
+    (sidecar, exporter, consumer, got)
+}
+
+#[tokio::test]
+async fn untraced_messages_start_a_trace_and_errors_are_recorded() {
+    let (sidecar, exporter, mut consumer, got) = plain_event(true).await;
     let (trace, span) = traceparent(&got);
     let spans = exporter.get_finished_spans().unwrap();
     let process = spans
@@ -258,15 +267,7 @@ async fn untraced_messages_start_a_trace_and_errors_are_recorded() {
 
 #[tokio::test]
 async fn untraced_messages_pass_untouched_when_new_traces_are_off() {
-    let (sidecar, exporter) = traced(false).await;
-    let mut consumer = sidecar.ws().await;
-    consumer
-        .send(lmos(THING, "subscribeEvent", json!({"event": "plain"})))
-        .await;
-    consumer.barrier().await;
-    let mut agent = sidecar.mqtt("agent").await;
-    agent.publish_event(THING, "plain", json!(1)).await;
-    let got = consumer.recv().await;
+    let (sidecar, exporter, _consumer, got) = plain_event(false).await;
     assert!(got.get("traceparent").is_none(), "{got}");
     assert!(spans_named(&exporter, &format!("process lmos/{THING}/events/plain")).is_empty());
     sidecar.stop().await;
