@@ -11,7 +11,9 @@ use tracing::{info, warn};
 
 use crate::broker::embedded::{BrokerError, EmbeddedBroker};
 use crate::config::Config;
+use crate::directory::{Directory, Endpoints};
 use crate::gateway::{Dispatcher, Gateway};
+use crate::http::directory::DirectoryService;
 use crate::http::{self, HttpState, LMOS_PATH};
 use crate::telemetry::{TelemetryError, Tracing};
 
@@ -26,6 +28,8 @@ pub enum StartError {
     Broker(#[from] BrokerError),
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
+    #[error("cannot register a Thing Description from discovery.things: {0}")]
+    Thing(String),
 }
 
 /// A sidecar whose ports are bound and whose broker is accepting
@@ -39,6 +43,7 @@ pub struct Application {
     gateway: Gateway,
     dispatcher: Dispatcher,
     tracing: Tracing,
+    directory: DirectoryService,
 }
 
 impl Application {
@@ -71,6 +76,20 @@ impl Application {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
         };
+        let directory = directory_service(
+            &config,
+            broker.bus.clone(),
+            http_addr,
+            broker.mqtt_addr,
+            &thing_id,
+        );
+        for path in &config.discovery.things {
+            let id = directory
+                .register_file(path)
+                .await
+                .map_err(StartError::Thing)?;
+            info!(thing = %id, file = %path.display(), "Registered a Thing Description.");
+        }
         let (gateway, dispatcher) = Gateway::new(
             broker.bus,
             broker.deliveries,
@@ -89,6 +108,7 @@ impl Application {
             dispatcher,
             config,
             tracing,
+            directory,
         })
     }
 
@@ -127,6 +147,7 @@ impl Application {
             gateway: self.gateway,
             connections: connections.clone(),
             shutdown: token.clone(),
+            directory: self.directory,
         };
         let server = tokio::spawn(http::serve(self.http_listener, state));
 
@@ -154,4 +175,43 @@ impl Application {
         info!("Sidecar stopped.");
         Ok(())
     }
+}
+
+/// The host consumers use: `discovery.public_host`, else the listening
+/// address (`localhost` for one that listens on all interfaces).
+fn public_host(config: &Config, bound: SocketAddr) -> String {
+    if !config.discovery.public_host.is_empty() {
+        return config.discovery.public_host.clone();
+    }
+    match bound.ip() {
+        ip if ip.is_unspecified() => "localhost".to_owned(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    }
+}
+
+fn directory_service(
+    config: &Config,
+    bus: crate::broker::Bus,
+    http: SocketAddr,
+    mqtt: SocketAddr,
+    thing_id: &str,
+) -> DirectoryService {
+    let http_base = format!("http://{}:{}", public_host(config, http), http.port());
+    let endpoints = Endpoints {
+        websocket: format!(
+            "ws://{}:{}{LMOS_PATH}",
+            public_host(config, http),
+            http.port()
+        ),
+        mqtt: format!("mqtt://{}:{}", public_host(config, mqtt), mqtt.port()),
+        topics: config.topics(),
+    };
+    DirectoryService::new(
+        Directory::new(endpoints),
+        bus,
+        config.topics(),
+        thing_id.to_owned(),
+        &http_base,
+    )
 }

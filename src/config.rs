@@ -27,6 +27,7 @@ pub struct Config {
     pub topics: TopicsConfig,
     pub log: LogConfig,
     pub tracing: TracingConfig,
+    pub discovery: DiscoveryConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,6 +198,17 @@ impl Default for LogConfig {
             format: LogFormat::Text,
         }
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryConfig {
+    /// Host name consumers use to reach this sidecar, written into the
+    /// forms of every Thing Description served. Empty: the address each
+    /// port listens on (`localhost` when it listens on all interfaces).
+    pub public_host: String,
+    /// Thing Description files registered at start-up.
+    pub things: Vec<std::path::PathBuf>,
 }
 
 /// How spans travel to the collector.

@@ -10,6 +10,7 @@
 pub mod app;
 pub mod broker;
 pub mod config;
+pub mod directory;
 pub mod gateway;
 pub mod http;
 pub mod lmos;

@@ -12,6 +12,7 @@
 //! | a request for the agent       | `{prefix}/{thing}/agent/requests/{messageType}`        |
 //! | the agent's replies           | `{prefix}/{thing}/agent/replies`                       |
 //! | the agent's presence (retained) | `{prefix}/{thing}/agent/status`                      |
+//! | the Thing Description (retained) | `{prefix}/{thing}/td`                               |
 //!
 //! `{thing}`, `{event}`, `{property}`, `{action}` and `{invocation}` are one
 //! topic level each, escaped by [`escape`] so that any thingID URI or name is
@@ -27,6 +28,7 @@ pub const STATUS: &str = "status";
 pub const REQUESTS: &str = "requests";
 pub const REPLIES: &str = "replies";
 pub const AGENT: &str = "agent";
+pub const TD: &str = "td";
 
 /// Characters with a meaning in MQTT topics, `%` itself (the escape
 /// character) and NUL (forbidden in MQTT strings).
@@ -256,6 +258,11 @@ impl Topics {
 
     pub fn agent_replies(&self, thing: &str) -> String {
         self.join(&[&escape(thing), AGENT, REPLIES])
+    }
+
+    /// The Thing's description, retained.
+    pub fn td(&self, thing: &str) -> String {
+        self.join(&[&escape(thing), TD])
     }
 
     pub fn agent_status(&self, thing: &str) -> String {

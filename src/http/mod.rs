@@ -1,5 +1,7 @@
-//! The HTTP port: `/lmos` (WebSocket gateway) and `/healthz`.
+//! The HTTP port: `/lmos` (WebSocket gateway), the Thing Description
+//! directory (`/.well-known/wot`, `/things`) and `/healthz`.
 
+pub mod directory;
 mod upgrade;
 
 use std::net::SocketAddr;
@@ -12,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::gateway::Gateway;
+use directory::DirectoryService;
 
 /// Path of the WebSocket endpoint.
 pub const LMOS_PATH: &str = "/lmos";
@@ -23,13 +26,26 @@ pub struct HttpState {
     /// here so shutdown can wait for them.
     pub connections: TaskTracker,
     pub shutdown: CancellationToken,
+    pub directory: DirectoryService,
 }
 
 pub fn router(state: HttpState) -> Router {
+    let things = Router::new()
+        .route("/.well-known/wot", get(directory::well_known))
+        .route("/things", get(directory::list).post(directory::post))
+        .route(
+            "/things/{id}",
+            get(directory::get)
+                .put(directory::put)
+                .patch(directory::patch)
+                .delete(directory::delete),
+        )
+        .with_state(state.directory.clone());
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(state)
+        .merge(things)
 }
 
 /// Serves HTTP on an already bound listener until `shutdown` fires.

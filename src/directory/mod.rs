@@ -1,0 +1,253 @@
+//! The Thing Description directory: agents register their TDs (Agent
+//! Description Format), the sidecar validates them, rewrites their forms so
+//! every affordance is reachable through the sidecar, and serves them the
+//! WoT Discovery way. No I/O here; `http/directory.rs` serves it.
+
+pub mod forms;
+pub mod validate;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+pub use forms::Endpoints;
+pub use validate::{TdError, TdValidator, Violation};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectoryError {
+    #[error(transparent)]
+    Td(#[from] TdError),
+    #[error("the Thing Description's `id` is `{found}`, but it was sent for `{expected}`")]
+    IdMismatch { expected: String, found: String },
+    #[error("an anonymous Thing Description must not have an `id`; use PUT /things/{{id}} to register `{0}`")]
+    HasId(String),
+    #[error("no Thing Description with id `{0}`")]
+    NotFound(String),
+}
+
+/// What a registration did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registered {
+    Created,
+    Updated,
+}
+
+/// The registered TDs, as served (forms rewritten), by id.
+#[derive(Debug)]
+pub struct Directory {
+    things: BTreeMap<String, Value>,
+    validator: TdValidator,
+    endpoints: Endpoints,
+}
+
+impl Directory {
+    pub fn new(endpoints: Endpoints) -> Directory {
+        Directory {
+            things: BTreeMap::new(),
+            validator: TdValidator::new(),
+            endpoints,
+        }
+    }
+
+    pub fn validator(&self) -> &TdValidator {
+        &self.validator
+    }
+
+    /// Registers (or replaces) a TD under its own `id`, or under `id` when
+    /// given, which must then match it. Returns the TD as served.
+    pub fn put(
+        &mut self,
+        id: Option<&str>,
+        text: &[u8],
+    ) -> Result<(Registered, Value), DirectoryError> {
+        let mut td = self.validator.parse(text)?;
+        let own = td["id"].as_str().map(str::to_owned);
+        let id = match (id, own) {
+            (Some(expected), Some(found)) if expected != found => {
+                return Err(DirectoryError::IdMismatch {
+                    expected: expected.to_owned(),
+                    found,
+                })
+            }
+            (Some(id), _) => id.to_owned(),
+            (None, Some(found)) => found,
+            (None, None) => {
+                return Err(DirectoryError::Td(TdError::Invalid(vec![Violation {
+                    pointer: "/id".into(),
+                    message: "a Thing Description registered this way needs an `id`".into(),
+                }])))
+            }
+        };
+        td["id"] = Value::String(id.clone());
+        Ok(self.store(id, td))
+    }
+
+    /// Registers an anonymous TD under a fresh `urn:uuid:` id.
+    pub fn post(&mut self, text: &[u8]) -> Result<(String, Value), DirectoryError> {
+        let mut td = self.validator.parse(text)?;
+        if let Some(id) = td["id"].as_str() {
+            return Err(DirectoryError::HasId(id.to_owned()));
+        }
+        let id = format!("urn:uuid:{}", uuid::Uuid::new_v4());
+        td["id"] = Value::String(id.clone());
+        let (_, served) = self.store(id.clone(), td);
+        Ok((id, served))
+    }
+
+    /// Applies a JSON merge patch (RFC 7396) and checks the result.
+    pub fn patch(&mut self, id: &str, patch: &[u8]) -> Result<Value, DirectoryError> {
+        let current = self
+            .things
+            .get(id)
+            .ok_or_else(|| DirectoryError::NotFound(id.to_owned()))?;
+        let patch: Value = serde_json::from_slice(patch).map_err(|e| {
+            DirectoryError::Td(TdError::Json {
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })
+        })?;
+        let mut td = current.clone();
+        validate::merge_patch(&mut td, &patch);
+        td["id"] = Value::String(id.to_owned());
+        self.validator.check(&td)?;
+        Ok(self.store(id.to_owned(), td).1)
+    }
+
+    fn store(&mut self, id: String, mut td: Value) -> (Registered, Value) {
+        forms::rewrite(&mut td, &self.endpoints);
+        let registered = match self.things.insert(id, td.clone()) {
+            Some(_) => Registered::Updated,
+            None => Registered::Created,
+        };
+        (registered, td)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Value> {
+        self.things.get(id)
+    }
+
+    pub fn delete(&mut self, id: &str) -> Result<(), DirectoryError> {
+        self.things
+            .remove(id)
+            .map(|_| ())
+            .ok_or_else(|| DirectoryError::NotFound(id.to_owned()))
+    }
+
+    /// One page, in id order, and the total count.
+    pub fn list(&self, offset: usize, limit: usize) -> (Vec<&Value>, usize) {
+        (
+            self.things.values().skip(offset).take(limit).collect(),
+            self.things.len(),
+        )
+    }
+
+    pub fn len(&self) -> usize {
+        self.things.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.things.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topics::Topics;
+    use serde_json::json;
+
+    const WEATHER: &str = include_str!("../../tests/fixtures/weather-agent-td.json");
+
+    fn directory() -> Directory {
+        Directory::new(Endpoints {
+            websocket: "ws://h:8080/lmos".into(),
+            mqtt: "mqtt://h:1883".into(),
+            topics: Topics::new("lmos").unwrap(),
+        })
+    }
+
+    #[test]
+    fn put_creates_then_replaces() {
+        let mut d = directory();
+        let (r, served) = d.put(None, WEATHER.as_bytes()).unwrap();
+        assert_eq!(r, Registered::Created);
+        assert!(
+            served["properties"]["modelConfiguration"]["forms"]
+                .as_array()
+                .unwrap()
+                .len()
+                > 1
+        );
+        assert_eq!(
+            d.put(
+                Some("urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77"),
+                WEATHER.as_bytes()
+            )
+            .unwrap()
+            .0,
+            Registered::Updated
+        );
+        assert!(matches!(
+            d.put(Some("urn:other"), WEATHER.as_bytes()),
+            Err(DirectoryError::IdMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn anonymous_tds_get_a_uuid_urn() {
+        let mut d = directory();
+        let mut td: Value = serde_json::from_str(WEATHER).unwrap();
+        td.as_object_mut().unwrap().remove("id");
+        let (id, served) = d.post(td.to_string().as_bytes()).unwrap();
+        assert!(id.starts_with("urn:uuid:"));
+        assert_eq!(served["id"], id.as_str());
+        assert!(matches!(
+            d.post(WEATHER.as_bytes()),
+            Err(DirectoryError::HasId(_))
+        ));
+    }
+
+    #[test]
+    fn patches_are_merged_and_checked() {
+        let mut d = directory();
+        d.put(None, WEATHER.as_bytes()).unwrap();
+        let id = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
+        let served = d
+            .patch(id, br#"{"title": "Weather 2", "links": null}"#)
+            .unwrap();
+        assert_eq!(served["title"], "Weather 2");
+        assert!(served.get("links").is_none());
+        assert!(matches!(
+            d.patch(id, br#"{"@type": "Thing"}"#),
+            Err(DirectoryError::Td(TdError::Invalid(_)))
+        ));
+        assert_eq!(
+            d.get(id).unwrap()["@type"],
+            "lmos:Agent",
+            "a refused patch changes nothing"
+        );
+        assert!(matches!(
+            d.patch("urn:none", b"{}"),
+            Err(DirectoryError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn pages_are_in_id_order() {
+        let mut d = directory();
+        for i in 0..5 {
+            let mut td: Value = serde_json::from_str(WEATHER).unwrap();
+            td["id"] = json!(format!("urn:t:{i}"));
+            d.put(None, td.to_string().as_bytes()).unwrap();
+        }
+        let (page, total) = d.list(1, 2);
+        assert_eq!(total, 5);
+        assert_eq!(
+            page.iter()
+                .map(|t| t["id"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["urn:t:1", "urn:t:2"]
+        );
+    }
+}

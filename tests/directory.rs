@@ -1,0 +1,302 @@
+//! The Thing Description directory over HTTP, its MQTT side, and the forms
+//! it serves, followed to the running example agent.
+
+mod common;
+
+#[path = "../examples/weather_agent.rs"]
+mod weather_agent;
+
+use common::{http, lmos, wait_for_stats, TestSidecar};
+use serde_json::{json, Value};
+
+const WEATHER: &str = include_str!("fixtures/weather-agent-td.json");
+const AS_PRINTED: &str = include_str!("fixtures/short-example-td-as-printed.json");
+const ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
+const TD_JSON: &str = "application/td+json";
+
+#[tokio::test]
+async fn register_read_page_patch_and_remove_over_http() {
+    let sidecar = TestSidecar::start().await;
+    let a = sidecar.http;
+    assert_eq!(
+        http(
+            a,
+            "PUT",
+            &format!("/things/{ID}"),
+            Some(TD_JSON),
+            WEATHER.as_bytes()
+        )
+        .await
+        .status,
+        201
+    );
+    assert_eq!(
+        http(
+            a,
+            "PUT",
+            &format!("/things/{ID}"),
+            Some(TD_JSON),
+            WEATHER.as_bytes()
+        )
+        .await
+        .status,
+        204,
+        "re-registering replaces"
+    );
+
+    let got = http(a, "GET", &format!("/things/{ID}"), None, b"").await;
+    assert_eq!(
+        (got.status, got.header("content-type")),
+        (200, Some(TD_JSON))
+    );
+    let td = got.json();
+    assert_eq!(td["title"], "WeatherAgent");
+    let forms = td["actions"]["getWeather"]["forms"].as_array().unwrap();
+    assert!(
+        forms
+            .iter()
+            .any(|f| f["subprotocol"] == "lmosprotocol" && f["href"] == sidecar.ws_url().as_str()),
+        "{forms:?}"
+    );
+
+    let mut anonymous: Value = serde_json::from_str(WEATHER).unwrap();
+    anonymous.as_object_mut().unwrap().remove("id");
+    let created = http(
+        a,
+        "POST",
+        "/things",
+        Some(TD_JSON),
+        anonymous.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let location = created.header("location").unwrap().to_owned();
+    assert!(location.starts_with("/things/urn:uuid:"), "{location}");
+    assert_eq!(http(a, "GET", &location, None, b"").await.status, 200);
+
+    let page = http(a, "GET", "/things?offset=0&limit=1", None, b"").await;
+    assert_eq!(page.json().as_array().unwrap().len(), 1);
+    assert!(
+        page.header("link").unwrap().contains("offset=1"),
+        "{:?}",
+        page.headers
+    );
+    assert_eq!(
+        http(a, "GET", "/things", None, b"")
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let patched = http(
+        a,
+        "PATCH",
+        &format!("/things/{ID}"),
+        Some("application/merge-patch+json"),
+        br#"{"title": "WeatherAgent 2"}"#,
+    )
+    .await;
+    assert_eq!(patched.status, 204);
+    assert_eq!(
+        http(a, "GET", &format!("/things/{ID}"), None, b"")
+            .await
+            .json()["title"],
+        "WeatherAgent 2"
+    );
+    assert_eq!(
+        http(a, "PATCH", &format!("/things/{ID}"), Some(TD_JSON), b"{}")
+            .await
+            .status,
+        415
+    );
+
+    assert_eq!(
+        http(a, "DELETE", &format!("/things/{ID}"), None, b"")
+            .await
+            .status,
+        204
+    );
+    let gone = http(a, "GET", &format!("/things/{ID}"), None, b"").await;
+    assert_eq!(
+        (gone.status, gone.header("content-type")),
+        (404, Some("application/problem+json"))
+    );
+    assert_eq!(
+        http(a, "DELETE", &format!("/things/{ID}"), None, b"")
+            .await
+            .status,
+        404
+    );
+
+    let wot = http(a, "GET", "/.well-known/wot", None, b"").await;
+    assert_eq!(wot.json()["@type"], "ThingDirectory");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_descriptions_are_refused_with_every_violation() {
+    let sidecar = TestSidecar::start().await;
+    let a = sidecar.http;
+    let bad_json = http(
+        a,
+        "PUT",
+        "/things/urn:x",
+        Some(TD_JSON),
+        AS_PRINTED.as_bytes(),
+    )
+    .await;
+    assert_eq!(bad_json.status, 400);
+    let detail = bad_json.json()["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("trailing comma") && detail.contains("line 6, column 7"),
+        "the draft's trailing comma is pointed at: {detail}"
+    );
+
+    let mut td: Value = serde_json::from_str(WEATHER).unwrap();
+    td["@type"] = json!("Thing");
+    td["properties"]["modelConfiguration"]["readOnly"] = json!("yes");
+    let refused = http(
+        a,
+        "PUT",
+        &format!("/things/{ID}"),
+        Some(TD_JSON),
+        td.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(refused.status, 400);
+    let problem = refused.json();
+    let pointers: Vec<&str> = problem["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["pointer"].as_str().unwrap())
+        .collect();
+    assert!(
+        pointers.contains(&"/@type")
+            && pointers.contains(&"/properties/modelConfiguration/readOnly"),
+        "{problem}"
+    );
+    assert_eq!(
+        http(a, "GET", &format!("/things/{ID}"), None, b"")
+            .await
+            .status,
+        404,
+        "nothing was registered"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn changes_are_published_on_mqtt_and_as_events_of_the_sidecar() {
+    let sidecar = TestSidecar::start().await;
+    let mut watcher = sidecar.ws().await;
+    watcher
+        .send(lmos(
+            "urn:lmos:test-sidecar",
+            "subscribeAllEvents",
+            json!({}),
+        ))
+        .await;
+    watcher.barrier().await;
+    let mut mqtt = sidecar.mqtt("td-watcher").await;
+    mqtt.subscribe(&format!("lmos/{ID}/td")).await;
+
+    http(
+        sidecar.http,
+        "PUT",
+        &format!("/things/{ID}"),
+        Some(TD_JSON),
+        WEATHER.as_bytes(),
+    )
+    .await;
+    let (_, td, _) = mqtt.recv_json().await;
+    assert_eq!(td["id"], ID);
+    assert!(
+        td["actions"]["getWeather"]["forms"]
+            .as_array()
+            .unwrap()
+            .len()
+            > 1
+    );
+    let created = watcher.recv().await;
+    assert_eq!(
+        (created["event"].as_str(), created["data"]["id"].as_str()),
+        (Some("thingCreated"), Some(ID))
+    );
+
+    let mut late = sidecar.mqtt("late").await;
+    late.subscribe(&format!("lmos/{ID}/td")).await;
+    let (_, retained_td, retained) = late.recv_json().await;
+    assert!(
+        retained && retained_td["id"] == ID,
+        "the TD is retained for MQTT-only consumers"
+    );
+
+    http(sidecar.http, "DELETE", &format!("/things/{ID}"), None, b"").await;
+    let cleared = mqtt.recv().await;
+    assert!(cleared.payload.is_empty(), "removal clears the retained TD");
+    assert_eq!(watcher.recv().await["event"], "thingDeleted");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn the_forms_served_reach_the_running_agent() {
+    let dir = std::env::temp_dir().join(format!("lmos-sidecar-td-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("weather.td.json");
+    std::fs::write(&file, WEATHER).unwrap();
+    let mut config = common::test_config();
+    config.discovery.things = vec![file];
+    let sidecar = TestSidecar::start_with(config).await;
+    let url = sidecar.ws_url();
+    tokio::spawn(async move { weather_agent::serve(&url).await.map_err(|e| e.to_string()) });
+    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+
+    // Registered from the file at start-up; follow its forms.
+    let td = http(sidecar.http, "GET", &format!("/things/{ID}"), None, b"")
+        .await
+        .json();
+    let event_forms = td["events"]["userFeedbackReceived"]["forms"]
+        .as_array()
+        .unwrap();
+    let filter = event_forms
+        .iter()
+        .find_map(|f| f["mqv:filter"].as_str())
+        .unwrap();
+    let mqtt_href = event_forms
+        .iter()
+        .find_map(|f| f["href"].as_str().filter(|h| h.starts_with("mqtt://")))
+        .unwrap();
+    assert_eq!(
+        mqtt_href,
+        format!("mqtt://127.0.0.1:{}/{filter}", sidecar.mqtt.port())
+    );
+    let mut mqtt = sidecar.mqtt("follower").await;
+    mqtt.subscribe(filter).await;
+
+    let action_forms = td["actions"]["getWeather"]["forms"].as_array().unwrap();
+    let ws_href = action_forms
+        .iter()
+        .find(|f| f["subprotocol"] == "lmosprotocol")
+        .unwrap()["href"]
+        .as_str()
+        .unwrap();
+    let mut consumer = common::WsClient::connect(ws_href).await;
+    consumer
+        .send(lmos(ID, "invokeAction", json!({"action": "getWeather", "input": {"question": "Sun in Rome?"}, "correlationID": "f"})))
+        .await;
+    loop {
+        let status = consumer.recv().await;
+        if status["status"] == "completed" {
+            assert!(status["output"].as_str().unwrap().contains("Rome"));
+            break;
+        }
+    }
+    let (_, feedback, _) = mqtt.recv_json().await;
+    assert_eq!(feedback["event"], "userFeedbackReceived");
+    sidecar.stop().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
