@@ -11,9 +11,8 @@ use tracing::{info, warn};
 
 use crate::broker::embedded::{BrokerError, EmbeddedBroker};
 use crate::config::Config;
-use crate::directory::{Directory, Endpoints};
-use crate::gateway::{Dispatcher, Gateway};
-use crate::http::directory::DirectoryService;
+use crate::directory::{Directory, DirectoryService, Endpoints};
+use crate::gateway::{Dispatcher, Gateway, GatewaySetup};
 use crate::http::{self, HttpState, LMOS_PATH};
 use crate::telemetry::{TelemetryError, Tracing};
 
@@ -90,15 +89,17 @@ impl Application {
                 .map_err(StartError::Thing)?;
             info!(thing = %id, file = %path.display(), "Registered a Thing Description.");
         }
-        let (gateway, dispatcher) = Gateway::new(
-            broker.bus,
-            broker.deliveries,
+        let (gateway, dispatcher) = Gateway::new(GatewaySetup {
+            bus: broker.bus,
+            deliveries: broker.deliveries,
             topics,
-            config.gateway.clone(),
-            &config.requests,
+            config: config.gateway.clone(),
+            requests: config.requests.clone(),
             thing_id,
-            tracing.messages(),
-        );
+            tracer: tracing.messages(),
+            directory: directory.clone(),
+            validate_agent_data: config.discovery.validate_agent_data,
+        });
         Ok(Application {
             http_listener,
             http_addr,

@@ -209,6 +209,9 @@ pub struct DiscoveryConfig {
     pub public_host: String,
     /// Thing Description files registered at start-up.
     pub things: Vec<std::path::PathBuf>,
+    /// Also check what agents publish over WebSocket (event data, property
+    /// values) against their TD; requests are always checked.
+    pub validate_agent_data: bool,
 }
 
 /// How spans travel to the collector.

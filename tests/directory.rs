@@ -286,7 +286,7 @@ async fn the_forms_served_reach_the_running_agent() {
         .unwrap();
     let mut consumer = common::WsClient::connect(ws_href).await;
     consumer
-        .send(lmos(ID, "invokeAction", json!({"action": "getWeather", "input": {"question": "Sun in Rome?"}, "correlationID": "f"})))
+        .send(lmos(ID, "invokeAction", json!({"action": "getWeather", "input": {"question": "Sun in Rome?", "interactionMode": "text"}, "correlationID": "f"})))
         .await;
     loop {
         let status = consumer.recv().await;
@@ -299,4 +299,136 @@ async fn the_forms_served_reach_the_running_agent() {
     assert_eq!(feedback["event"], "userFeedbackReceived");
     sidecar.stop().await;
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn requests_are_checked_against_the_registered_description() {
+    let sidecar = TestSidecar::start().await;
+    http(
+        sidecar.http,
+        "PUT",
+        &format!("/things/{ID}"),
+        Some(TD_JSON),
+        WEATHER.as_bytes(),
+    )
+    .await;
+    let mut agent = sidecar.ws_agent(ID).await;
+    let mut consumer = sidecar.ws().await;
+
+    consumer
+        .send(lmos(
+            ID,
+            "invokeAction",
+            json!({"action": "getWether", "correlationID": "typo"}),
+        ))
+        .await;
+    let e = consumer.recv().await;
+    assert_eq!(
+        (e["status"].as_str(), e["correlationID"].as_str()),
+        (Some("404"), Some("typo"))
+    );
+    assert!(
+        e["detail"].as_str().unwrap().contains("getWeather"),
+        "names what exists: {e}"
+    );
+
+    consumer
+        .send(lmos(
+            ID,
+            "invokeAction",
+            json!({"action": "getWeather", "input": {"question": 42}, "correlationID": "bad"}),
+        ))
+        .await;
+    let e = consumer.recv().await;
+    assert_eq!(
+        e["type"],
+        "https://eclipse.dev/lmos/protocol/v1/errors#invalid-data"
+    );
+    assert!(e["detail"].as_str().unwrap().contains("/question"), "{e}");
+
+    consumer
+        .send(lmos(
+            ID,
+            "writeProperty",
+            json!({"name": "modelConfiguration", "data": {}}),
+        ))
+        .await;
+    assert!(consumer.recv().await["detail"]
+        .as_str()
+        .unwrap()
+        .contains("read-only"));
+    consumer
+        .send(lmos(ID, "subscribeEvent", json!({"event": "noSuchEvent"})))
+        .await;
+    assert_eq!(consumer.recv().await["status"], "404");
+
+    // Nothing refused reached the agent; a valid request does.
+    consumer
+        .send(lmos(
+            ID,
+            "invokeAction",
+            json!({"action": "getWeather", "input": {"question": "Rain?", "interactionMode": "text"}}),
+        ))
+        .await;
+    let request = agent.recv().await;
+    assert_eq!(request["input"]["question"], "Rain?");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_hosting_agent_registers_its_description_over_the_websocket() {
+    let mut config = common::test_config();
+    config.discovery.validate_agent_data = true;
+    let sidecar = TestSidecar::start_with(config).await;
+    let mut agent = sidecar.ws_agent(ID).await;
+
+    let mut other: Value = serde_json::from_str(WEATHER).unwrap();
+    other["id"] = json!("urn:not-mine");
+    agent.send(other).await;
+    assert_eq!(agent.recv().await["status"], "403");
+
+    let mut invalid: Value = serde_json::from_str(WEATHER).unwrap();
+    invalid["@type"] = json!("Thing");
+    agent.send(invalid).await;
+    let e = agent.recv().await;
+    assert_eq!(e["status"], "400");
+    assert!(e["detail"].as_str().unwrap().contains("/@type"), "{e}");
+
+    agent.send(serde_json::from_str(WEATHER).unwrap()).await;
+    agent.barrier().await;
+    let got = http(sidecar.http, "GET", &format!("/things/{ID}"), None, b"").await;
+    assert_eq!(got.status, 200, "registered over the WebSocket");
+
+    // With validate_agent_data, what the agent publishes is checked too.
+    let mut subscriber = sidecar.ws().await;
+    subscriber
+        .send(lmos(
+            ID,
+            "subscribeEvent",
+            json!({"event": "userFeedbackReceived"}),
+        ))
+        .await;
+    subscriber.barrier().await;
+    agent
+        .send(common::event(
+            ID,
+            "userFeedbackReceived",
+            json!({"rating": 9}),
+        ))
+        .await;
+    let e = agent.recv().await;
+    assert!(e["detail"].as_str().unwrap().contains("/rating"), "{e}");
+    agent
+        .send(common::event(
+            ID,
+            "userFeedbackReceived",
+            json!({"rating": 5}),
+        ))
+        .await;
+    assert_eq!(
+        subscriber.recv().await["data"]["rating"],
+        5,
+        "only the valid event was published"
+    );
+    sidecar.stop().await;
 }

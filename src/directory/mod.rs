@@ -3,7 +3,9 @@
 //! every affordance is reachable through the sidecar, and serves them the
 //! WoT Discovery way. No I/O here; `http/directory.rs` serves it.
 
+pub mod affordances;
 pub mod forms;
+mod service;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -11,6 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 pub use forms::Endpoints;
+pub use service::DirectoryService;
 pub use validate::{TdError, TdValidator, Violation};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

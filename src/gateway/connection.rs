@@ -20,6 +20,7 @@ use super::inbound::{route, Outcome};
 use super::outbound::Inbox;
 use super::subscriptions::ConnId;
 use super::{trace_publication, Shared};
+use crate::directory::affordances;
 use crate::lmos::{Body, Direction, Message, Problem, ProblemKind};
 
 /// Frames written per flush when many are queued.
@@ -188,6 +189,7 @@ where
         }
         let message = match Message::parse(text.as_bytes()) {
             Ok(m) => m,
+            Err(_) if looks_like_td(&text) => return self.register_td(&text).await,
             Err(rejection) => {
                 let problem = Problem::from(&rejection);
                 let correlation = rejection.reply_correlation_id().map(str::to_owned);
@@ -202,6 +204,17 @@ where
         };
         let thing = message.thing_id.clone();
         let correlation = message.reply_correlation_id().to_owned();
+        if self.shared.validate_agent_data {
+            let refused = {
+                let directory = self.shared.directory.directory();
+                directory
+                    .get(&thing)
+                    .and_then(|td| affordances::check_agent_data(td, &message).err())
+            };
+            if let Some(problem) = refused {
+                return self.reply(problem, Some(&thing), Some(&correlation)).await;
+            }
+        }
         let raw = Bytes::from(text);
         let outcome = route(self.id, &message, raw.clone(), &self.shared.topics);
         // What a hosting agent sends with a correlation ID may answer a
@@ -247,6 +260,38 @@ where
         }
     }
 
+    /// A hosting agent sends its Thing Description: registered as by
+    /// `PUT /things/{id}`. Errors go back as LMOS `error`s; success is quiet.
+    async fn register_td(&mut self, text: &str) -> Result<(), WsError> {
+        let id = serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|td| td["id"].as_str().map(str::to_owned));
+        let Some(id) = id.filter(|id| self.hosts.contains(id)) else {
+            let detail = "A Thing Description sent over the WebSocket must have an `id` naming a Thing this connection hosts (`?host=<thingID>`); others go to PUT /things/{id}.";
+            return self
+                .reply(Problem::new(ProblemKind::Forbidden, detail), None, None)
+                .await;
+        };
+        let result = self
+            .shared
+            .directory
+            .directory()
+            .put(Some(&id), text.as_bytes());
+        match result {
+            Ok((registered, td)) => {
+                self.shared
+                    .directory
+                    .announce(&id, Some(&td), registered)
+                    .await;
+                Ok(())
+            }
+            Err(e) => {
+                let problem = Problem::new(ProblemKind::InvalidData, e.to_string());
+                self.reply(problem, Some(&id), None).await
+            }
+        }
+    }
+
     /// Sends an LMOS `error` to this connection, ahead of queued deliveries.
     async fn reply(
         &mut self,
@@ -263,4 +308,12 @@ where
             .send(WsMessage::Text(message.to_json().into()))
             .await
     }
+}
+
+/// A JSON object with `@context` and no `messageType`: a Thing Description,
+/// not an LMOS message.
+fn looks_like_td(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .is_some_and(|v| v.get("@context").is_some() && v.get("messageType").is_none())
 }

@@ -18,6 +18,7 @@ use super::requests::{ClaimError, Consumer, Effect, Requests};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
 use super::{incoming_trace, message_info, trace_publication};
 use crate::broker::{Bus, Delivery, Publication, ResponseInfo};
+use crate::directory::{affordances, DirectoryService};
 use crate::lmos::splice::{json_string, Prepared};
 use crate::lmos::{Body, Message, Problem};
 use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
@@ -89,6 +90,7 @@ pub struct Dispatcher {
     latest: HashMap<String, HashMap<String, Arc<Prepared>>>,
     requests: Requests,
     tracer: MessageTracer,
+    directory: DirectoryService,
     bus: Bus,
     topics: Topics,
     commands: mpsc::Receiver<Command>,
@@ -101,6 +103,7 @@ impl Dispatcher {
         topics: Topics,
         requests: Requests,
         tracer: MessageTracer,
+        directory: DirectoryService,
         commands: mpsc::Receiver<Command>,
         deliveries: mpsc::Receiver<Delivery>,
     ) -> Dispatcher {
@@ -110,6 +113,7 @@ impl Dispatcher {
             latest: HashMap::new(),
             requests,
             tracer,
+            directory,
             bus,
             topics,
             commands,
@@ -171,6 +175,11 @@ impl Dispatcher {
                 if !self.outbounds.contains_key(&conn) {
                     return;
                 }
+                if let Some(problem) = self.selector_against_td(&thing, &selector) {
+                    let text = problem.to_message(&thing, Some(&correlation_id)).to_json();
+                    self.send(conn, text);
+                    return;
+                }
                 let correlation: Arc<str> = json_string(&correlation_id).into();
                 let change = self
                     .table
@@ -197,6 +206,11 @@ impl Dispatcher {
                 }
             }
             Command::Request { conn, mut message } => {
+                if let Some(problem) = self.against_td(&message) {
+                    self.refuse(Consumer::WebSocket(conn), &message, problem)
+                        .await;
+                    return;
+                }
                 self.trace_request(&mut message);
                 let effects = self.requests.request(Consumer::WebSocket(conn), *message);
                 self.carry_out(effects).await;
@@ -227,6 +241,18 @@ impl Dispatcher {
                 });
             }
         }
+    }
+
+    /// A subscription to an event or property the Thing's TD lacks.
+    fn selector_against_td(&self, thing: &str, selector: &Selector) -> Option<Problem> {
+        let directory = self.directory.directory();
+        let td = directory.get(thing)?;
+        let result = match selector {
+            Selector::Event(e) => affordances::require(td, "events", e),
+            Selector::Property(p) => affordances::require(td, "properties", p),
+            Selector::AllEvents => Ok(()),
+        };
+        result.err()
     }
 
     async fn forget(&mut self, conn: ConnId) {
@@ -481,9 +507,29 @@ impl Dispatcher {
                 message.tracestate = t.tracestate;
             }
         }
+        if let Some(problem) = self.against_td(&message) {
+            self.refuse(consumer, &message, problem).await;
+            return;
+        }
         self.trace_request(&mut message);
         let effects = self.requests.request(consumer, message);
         self.carry_out(effects).await;
+    }
+
+    /// What the Thing's registered TD has against a request; nothing when
+    /// the Thing has no TD.
+    fn against_td(&self, message: &Message) -> Option<Problem> {
+        let directory = self.directory.directory();
+        let td = directory.get(&message.thing_id)?;
+        affordances::check_request(td, message).err()
+    }
+
+    async fn refuse(&mut self, consumer: Consumer, message: &Message, problem: Problem) {
+        let text = problem
+            .to_message(&message.thing_id, Some(message.reply_correlation_id()))
+            .to_json();
+        self.carry_out(vec![Effect::ToConsumer(consumer, text)])
+            .await;
     }
 
     /// Records a request on its way to the agent; the forwarded request

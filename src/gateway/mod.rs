@@ -25,6 +25,7 @@ use tracing::Instrument;
 
 use crate::broker::{Bus, Delivery, Publication};
 use crate::config::{GatewayConfig, RequestsConfig};
+use crate::directory::DirectoryService;
 use crate::lmos::splice::set_traceparent;
 use crate::lmos::Message;
 use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
@@ -48,6 +49,8 @@ pub(crate) struct Shared {
     /// thingID for errors that concern no Thing.
     thing_id: String,
     tracer: MessageTracer,
+    directory: DirectoryService,
+    validate_agent_data: bool,
     dispatcher: mpsc::Sender<Command>,
     next_id: AtomicU64,
 }
@@ -64,17 +67,35 @@ pub struct Gateway {
     shared: Arc<Shared>,
 }
 
+/// What the gateway is made of.
+pub struct GatewaySetup {
+    pub bus: Bus,
+    pub deliveries: mpsc::Receiver<Delivery>,
+    pub topics: Topics,
+    pub config: GatewayConfig,
+    pub requests: RequestsConfig,
+    /// thingID for errors that concern no Thing.
+    pub thing_id: String,
+    pub tracer: MessageTracer,
+    /// Registered Thing Descriptions, which requests are checked against.
+    pub directory: DirectoryService,
+    pub validate_agent_data: bool,
+}
+
 impl Gateway {
     /// The gateway and the dispatcher task that must run for it to deliver.
-    pub fn new(
-        bus: Bus,
-        deliveries: mpsc::Receiver<Delivery>,
-        topics: Topics,
-        config: GatewayConfig,
-        requests: &RequestsConfig,
-        thing_id: String,
-        tracer: MessageTracer,
-    ) -> (Gateway, Dispatcher) {
+    pub fn new(setup: GatewaySetup) -> (Gateway, Dispatcher) {
+        let GatewaySetup {
+            bus,
+            deliveries,
+            topics,
+            config,
+            requests,
+            thing_id,
+            tracer,
+            directory,
+            validate_agent_data,
+        } = setup;
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let router = requests::Requests::new(
             topics.clone(),
@@ -86,6 +107,7 @@ impl Gateway {
             topics.clone(),
             router,
             tracer.clone(),
+            directory.clone(),
             commands_rx,
             deliveries,
         );
@@ -95,6 +117,8 @@ impl Gateway {
             config,
             thing_id,
             tracer,
+            directory,
+            validate_agent_data,
             dispatcher: commands_tx,
             next_id: AtomicU64::new(1),
         });

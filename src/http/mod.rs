@@ -13,8 +13,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::directory::DirectoryService;
 use crate::gateway::Gateway;
-use directory::DirectoryService;
 
 /// Path of the WebSocket endpoint.
 pub const LMOS_PATH: &str = "/lmos";
