@@ -5,7 +5,9 @@
 //! ```
 //!
 //! It connects to the sidecar's WebSocket gateway declaring that it hosts
-//! `urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77` (`?host=...`), and serves:
+//! `urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77` (`?host=...`), registers
+//! its Thing Description (`weather_agent.td.json`) on the same socket, and
+//! serves:
 //! - property `modelConfiguration` (read, write, observe);
 //! - action `getWeather`: `pending`, three `running` updates with partial
 //!   output over about a second, then `completed` (or `cancelled`);
@@ -25,6 +27,8 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 pub const THING_ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
+/// The draft's WeatherAgent description, with `modelConfiguration` writable.
+pub const THING_DESCRIPTION: &str = include_str!("weather_agent.td.json");
 const PROGRESS: [&str; 3] = [
     "Reading the question...",
     "Looking at the sky...",
@@ -120,6 +124,8 @@ pub async fn serve(sidecar: &str) -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
+    // The description first: the sidecar checks requests against it.
+    let _ = out.send(serde_json::from_str(THING_DESCRIPTION)?);
     let mut agent = Agent {
         out,
         model: json!({"modelName": "gpt-4o", "temperature": 0.7, "maxTokens": 1000}),
@@ -222,6 +228,7 @@ impl Agent {
                     ));
                 }
             }
+            "error" => eprintln!("The sidecar refused something: {}", m["detail"]),
             other => eprintln!("Ignoring a `{other}` message."),
         }
     }

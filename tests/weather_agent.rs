@@ -15,6 +15,26 @@ async fn sidecar_with_agent() -> TestSidecar {
     let url = sidecar.ws_url();
     tokio::spawn(async move { weather_agent::serve(&url).await.map_err(|e| e.to_string()) });
     wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+    // The agent registers its description on its socket; requests are then
+    // checked against it.
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    while common::http(
+        sidecar.http,
+        "GET",
+        &format!("/things/{THING_ID}"),
+        None,
+        b"",
+    )
+    .await
+    .status
+        != 200
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent's TD was never registered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     sidecar
 }
 
@@ -126,7 +146,7 @@ async fn a_running_forecast_can_be_cancelled() {
     let sidecar = sidecar_with_agent().await;
     let mut consumer = sidecar.ws().await;
     consumer
-        .send(lmos(THING_ID, "invokeAction", json!({"action": "getWeather", "input": {"question": "Rain in Paris?"}, "correlationID": "x"})))
+        .send(lmos(THING_ID, "invokeAction", json!({"action": "getWeather", "input": {"question": "Rain in Paris?", "interactionMode": "text"}, "correlationID": "x"})))
         .await;
     assert_eq!(consumer.recv().await["status"], "pending");
     consumer
