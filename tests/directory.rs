@@ -14,37 +14,29 @@ const AS_PRINTED: &str = include_str!("fixtures/short-example-td-as-printed.json
 const ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
 const TD_JSON: &str = "application/td+json";
 
+async fn put_weather(addr: std::net::SocketAddr) -> common::HttpResponse {
+    http(
+        addr,
+        "PUT",
+        &format!("/things/{ID}"),
+        Some(TD_JSON),
+        WEATHER.as_bytes(),
+    )
+    .await
+}
+
+async fn get_weather(addr: std::net::SocketAddr) -> common::HttpResponse {
+    http(addr, "GET", &format!("/things/{ID}"), None, b"").await
+}
+
 #[tokio::test]
 async fn register_read_page_patch_and_remove_over_http() {
     let sidecar = TestSidecar::start().await;
     let a = sidecar.http;
-    assert_eq!(
-        http(
-            a,
-            "PUT",
-            &format!("/things/{ID}"),
-            Some(TD_JSON),
-            WEATHER.as_bytes()
-        )
-        .await
-        .status,
-        201
-    );
-    assert_eq!(
-        http(
-            a,
-            "PUT",
-            &format!("/things/{ID}"),
-            Some(TD_JSON),
-            WEATHER.as_bytes()
-        )
-        .await
-        .status,
-        204,
-        "re-registering replaces"
-    );
+    assert_eq!(put_weather(a).await.status, 201);
+    assert_eq!(put_weather(a).await.status, 204, "re-registering replaces");
 
-    let got = http(a, "GET", &format!("/things/{ID}"), None, b"").await;
+    let got = get_weather(a).await;
     assert_eq!(
         (got.status, got.header("content-type")),
         (200, Some(TD_JSON))
@@ -100,12 +92,7 @@ async fn register_read_page_patch_and_remove_over_http() {
     )
     .await;
     assert_eq!(patched.status, 204);
-    assert_eq!(
-        http(a, "GET", &format!("/things/{ID}"), None, b"")
-            .await
-            .json()["title"],
-        "WeatherAgent 2"
-    );
+    assert_eq!(get_weather(a).await.json()["title"], "WeatherAgent 2");
     assert_eq!(
         http(a, "PATCH", &format!("/things/{ID}"), Some(TD_JSON), b"{}")
             .await
@@ -119,7 +106,7 @@ async fn register_read_page_patch_and_remove_over_http() {
             .status,
         204
     );
-    let gone = http(a, "GET", &format!("/things/{ID}"), None, b"").await;
+    let gone = get_weather(a).await;
     assert_eq!(
         (gone.status, gone.header("content-type")),
         (404, Some("application/problem+json"))
@@ -179,13 +166,7 @@ async fn invalid_descriptions_are_refused_with_every_violation() {
             && pointers.contains(&"/properties/modelConfiguration/readOnly"),
         "{problem}"
     );
-    assert_eq!(
-        http(a, "GET", &format!("/things/{ID}"), None, b"")
-            .await
-            .status,
-        404,
-        "nothing was registered"
-    );
+    assert_eq!(get_weather(a).await.status, 404, "nothing was registered");
     sidecar.stop().await;
 }
 
@@ -204,14 +185,7 @@ async fn changes_are_published_on_mqtt_and_as_events_of_the_sidecar() {
     let mut mqtt = sidecar.mqtt("td-watcher").await;
     mqtt.subscribe(&format!("lmos/{ID}/td")).await;
 
-    http(
-        sidecar.http,
-        "PUT",
-        &format!("/things/{ID}"),
-        Some(TD_JSON),
-        WEATHER.as_bytes(),
-    )
-    .await;
+    put_weather(sidecar.http).await;
     let (_, td, _) = mqtt.recv_json().await;
     assert_eq!(td["id"], ID);
     assert!(
@@ -256,9 +230,7 @@ async fn the_forms_served_reach_the_running_agent() {
     wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
 
     // Registered from the file at start-up; follow its forms.
-    let td = http(sidecar.http, "GET", &format!("/things/{ID}"), None, b"")
-        .await
-        .json();
+    let td = get_weather(sidecar.http).await.json();
     let event_forms = td["events"]["userFeedbackReceived"]["forms"]
         .as_array()
         .unwrap();
@@ -304,14 +276,7 @@ async fn the_forms_served_reach_the_running_agent() {
 #[tokio::test]
 async fn requests_are_checked_against_the_registered_description() {
     let sidecar = TestSidecar::start().await;
-    http(
-        sidecar.http,
-        "PUT",
-        &format!("/things/{ID}"),
-        Some(TD_JSON),
-        WEATHER.as_bytes(),
-    )
-    .await;
+    put_weather(sidecar.http).await;
     let mut agent = sidecar.ws_agent(ID).await;
     let mut consumer = sidecar.ws().await;
 
@@ -396,7 +361,7 @@ async fn a_hosting_agent_registers_its_description_over_the_websocket() {
 
     agent.send(serde_json::from_str(WEATHER).unwrap()).await;
     agent.barrier().await;
-    let got = http(sidecar.http, "GET", &format!("/things/{ID}"), None, b"").await;
+    let got = get_weather(sidecar.http).await;
     assert_eq!(got.status, 200, "registered over the WebSocket");
 
     // With validate_agent_data, what the agent publishes is checked too.
