@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::directory::{Directory, DirectoryService, Endpoints};
 use crate::gateway::{Dispatcher, Gateway, GatewaySetup};
 use crate::http::{self, HttpState, LMOS_PATH};
+use crate::telemetry::metrics::Metrics;
 use crate::telemetry::{TelemetryError, Tracing};
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,7 @@ pub struct Application {
     dispatcher: Dispatcher,
     tracing: Tracing,
     directory: DirectoryService,
+    metrics: Metrics,
 }
 
 impl Application {
@@ -75,6 +77,7 @@ impl Application {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
         };
+        let metrics = Metrics::new();
         let directory = directory_service(
             &config,
             broker.bus.clone(),
@@ -99,6 +102,7 @@ impl Application {
             tracer: tracing.messages(),
             directory: directory.clone(),
             validate_agent_data: config.discovery.validate_agent_data,
+            metrics: metrics.clone(),
         });
         Ok(Application {
             http_listener,
@@ -110,6 +114,7 @@ impl Application {
             config,
             tracing,
             directory,
+            metrics,
         })
     }
 
@@ -149,6 +154,7 @@ impl Application {
             connections: connections.clone(),
             shutdown: token.clone(),
             directory: self.directory,
+            metrics: self.metrics,
         };
         let server = tokio::spawn(http::serve(self.http_listener, state));
 

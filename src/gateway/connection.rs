@@ -22,6 +22,7 @@ use super::subscriptions::ConnId;
 use super::{trace_publication, Shared};
 use crate::directory::affordances;
 use crate::lmos::{Body, Direction, Message, Problem, ProblemKind};
+use crate::telemetry::metrics;
 
 /// Frames written per flush when many are queued.
 const WRITE_BATCH: usize = 64;
@@ -188,7 +189,12 @@ where
                 .await;
         }
         let message = match Message::parse(text.as_bytes()) {
-            Ok(m) => m,
+            Ok(m) => {
+                self.shared
+                    .metrics
+                    .received(metrics::WEBSOCKET, m.message_type().as_str());
+                m
+            }
             Err(_) if looks_like_td(&text) => return self.register_td(&text).await,
             Err(rejection) => {
                 let problem = Problem::from(&rejection);
@@ -300,6 +306,11 @@ where
         correlation: Option<&str>,
     ) -> Result<(), WsError> {
         let thing = thing.unwrap_or(&self.shared.thing_id);
+        self.shared.metrics.error(problem.kind.slug());
+        self.shared.metrics.sent(metrics::WEBSOCKET, "error");
+        if problem.kind == ProblemKind::MessageTooLarge {
+            self.shared.metrics.dropped("too_large");
+        }
         let message = problem.to_message(thing, correlation);
         if let Body::Error(e) = &message.body {
             info!(kind = problem.kind.slug(), instance = %e.instance, "Rejected a WebSocket message.");

@@ -19,8 +19,10 @@ use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
 use super::{incoming_trace, message_info, trace_publication};
 use crate::broker::{Bus, Delivery, Publication, ResponseInfo};
 use crate::directory::{affordances, DirectoryService};
+use crate::lmos::splice::peek_member;
 use crate::lmos::splice::{json_string, Prepared};
-use crate::lmos::{Body, Message, Problem};
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
 use crate::topics::{Route, Topics};
 
@@ -69,6 +71,14 @@ pub enum Command {
     },
 }
 
+/// What the dispatcher reports to and consults besides the bus.
+#[derive(Clone)]
+pub struct Services {
+    pub tracer: MessageTracer,
+    pub directory: DirectoryService,
+    pub metrics: Metrics,
+}
+
 /// Counts for tests, health and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GatewayStats {
@@ -91,6 +101,7 @@ pub struct Dispatcher {
     requests: Requests,
     tracer: MessageTracer,
     directory: DirectoryService,
+    metrics: Metrics,
     bus: Bus,
     topics: Topics,
     commands: mpsc::Receiver<Command>,
@@ -102,11 +113,15 @@ impl Dispatcher {
         bus: Bus,
         topics: Topics,
         requests: Requests,
-        tracer: MessageTracer,
-        directory: DirectoryService,
+        services: Services,
         commands: mpsc::Receiver<Command>,
         deliveries: mpsc::Receiver<Delivery>,
     ) -> Dispatcher {
+        let Services {
+            tracer,
+            directory,
+            metrics,
+        } = services;
         Dispatcher {
             table: Table::default(),
             outbounds: HashMap::new(),
@@ -114,6 +129,7 @@ impl Dispatcher {
             requests,
             tracer,
             directory,
+            metrics,
             bus,
             topics,
             commands,
@@ -177,6 +193,7 @@ impl Dispatcher {
                 }
                 if let Some(problem) = self.selector_against_td(&thing, &selector) {
                     let text = problem.to_message(&thing, Some(&correlation_id)).to_json();
+                    self.count_sent(metrics::WEBSOCKET, &text);
                     self.send(conn, text);
                     return;
                 }
@@ -282,8 +299,31 @@ impl Dispatcher {
         }
     }
 
+    /// Counts a message the sidecar sends; errors by kind too.
+    fn count_sent(&self, transport: &'static str, text: &str) {
+        let message_type = peek_member(text, "messageType").unwrap_or_default();
+        self.metrics.sent(transport, message_type);
+        if message_type == "error" {
+            let kind = peek_member(text, "type").and_then(ProblemKind::from_type_uri);
+            self.metrics.error(kind.map_or("agent", ProblemKind::slug));
+        }
+    }
+
     async fn carry_out(&mut self, effects: Vec<Effect>) {
         for effect in effects {
+            match &effect {
+                Effect::ToConsumer(Consumer::WebSocket(_), text) | Effect::ToAgent(_, text) => {
+                    self.count_sent(metrics::WEBSOCKET, text)
+                }
+                Effect::ToConsumer(Consumer::Mqtt { .. }, text) => {
+                    self.count_sent(metrics::MQTT, text)
+                }
+                Effect::Publish(p) => {
+                    if let Ok(text) = std::str::from_utf8(&p.payload) {
+                        self.count_sent(metrics::MQTT, text);
+                    }
+                }
+            }
             match effect {
                 Effect::ToConsumer(Consumer::WebSocket(conn), text)
                 | Effect::ToAgent(conn, text) => self.send(conn, text),
@@ -317,13 +357,29 @@ impl Dispatcher {
             debug!(topic, "Ignoring a delivery outside the LMOS topics.");
             return;
         };
+        match &route {
+            Route::Event { .. } => self.metrics.received(metrics::MQTT, "event"),
+            Route::Property { .. } => self.metrics.received(metrics::MQTT, "propertyReading"),
+            Route::Request { message_type, .. } => {
+                self.metrics.received(metrics::MQTT, message_type)
+            }
+            Route::AgentReplies { .. } => {
+                let payload = std::str::from_utf8(&delivery.payload).unwrap_or_default();
+                let message_type = peek_member(payload, "messageType").unwrap_or_default();
+                self.metrics.received(metrics::MQTT, message_type);
+            }
+            _ => {}
+        }
         match route {
             Route::Event { thing, event } => {
                 let recipients = self.table.event_recipients(&thing, &event);
                 // Events nobody wants are not worth parsing.
                 if !recipients.is_empty() {
-                    if let Some(prepared) = prepare(&delivery.payload, &thing, delivery.trace) {
-                        self.fan_out(topic, &thing, &event, &prepared, recipients);
+                    match prepare(&delivery.payload, &thing, delivery.trace) {
+                        Some(prepared) => {
+                            self.fan_out(topic, &thing, &event, &prepared, recipients)
+                        }
+                        None => self.metrics.dropped("invalid_payload"),
                     }
                 }
             }
@@ -371,6 +427,7 @@ impl Dispatcher {
             return;
         }
         let Some(prepared) = prepare(payload, thing, trace) else {
+            self.metrics.dropped("invalid_payload");
             return;
         };
         // Cached even without an observer of this property yet, but only
@@ -397,6 +454,9 @@ impl Dispatcher {
         prepared: &Prepared,
         recipients: Vec<(ConnId, Arc<str>)>,
     ) {
+        let message_type = prepared.message_type.as_deref().unwrap_or_default();
+        self.metrics
+            .sent_many(metrics::WEBSOCKET, message_type, recipients.len() as u64);
         if !self.tracer.is_on() {
             for (conn, correlation) in recipients {
                 self.send(conn, prepared.with_correlation(&correlation));
@@ -587,8 +647,13 @@ impl Dispatcher {
             return;
         };
         match outbound.offer(Utf8Bytes::from(text)) {
-            Offer::Queued | Offer::Dropped => {}
+            Offer::Queued => {}
+            Offer::Dropped => self.metrics.dropped("slow_consumer"),
             // The connection closes itself and deregisters; stop offering now.
+            Offer::Disconnected => {
+                self.metrics.dropped("slow_consumer_disconnected");
+                self.outbounds.remove(&conn);
+            }
             Offer::Closed => {
                 self.outbounds.remove(&conn);
             }

@@ -28,6 +28,7 @@ use crate::config::{GatewayConfig, RequestsConfig};
 use crate::directory::DirectoryService;
 use crate::lmos::splice::set_traceparent;
 use crate::lmos::Message;
+use crate::telemetry::metrics::Metrics;
 use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
 use crate::topics::Topics;
 use connection::Connection;
@@ -51,6 +52,7 @@ pub(crate) struct Shared {
     tracer: MessageTracer,
     directory: DirectoryService,
     validate_agent_data: bool,
+    metrics: Metrics,
     dispatcher: mpsc::Sender<Command>,
     next_id: AtomicU64,
 }
@@ -80,6 +82,7 @@ pub struct GatewaySetup {
     /// Registered Thing Descriptions, which requests are checked against.
     pub directory: DirectoryService,
     pub validate_agent_data: bool,
+    pub metrics: Metrics,
 }
 
 impl Gateway {
@@ -95,19 +98,25 @@ impl Gateway {
             tracer,
             directory,
             validate_agent_data,
+            metrics,
         } = setup;
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let router = requests::Requests::new(
             topics.clone(),
             requests.timeout(),
             requests.finished_invocations,
-        );
+        )
+        .with_metrics(metrics.clone());
+        let services = dispatcher::Services {
+            tracer: tracer.clone(),
+            directory: directory.clone(),
+            metrics: metrics.clone(),
+        };
         let dispatcher = Dispatcher::new(
             bus.clone(),
             topics.clone(),
             router,
-            tracer.clone(),
-            directory.clone(),
+            services,
             commands_rx,
             deliveries,
         );
@@ -119,6 +128,7 @@ impl Gateway {
             tracer,
             directory,
             validate_agent_data,
+            metrics,
             dispatcher: commands_tx,
             next_id: AtomicU64::new(1),
         });

@@ -17,7 +17,9 @@ pub enum Offer {
     Queued,
     /// The queue was full and the policy is to drop.
     Dropped,
-    /// The queue was full and the connection is being closed, or it is gone.
+    /// The queue was full and the connection is now being closed.
+    Disconnected,
+    /// The connection is gone.
     Closed,
 }
 
@@ -69,7 +71,7 @@ impl Outbound {
                 }
                 SlowConsumerPolicy::Disconnect => {
                     self.too_slow.cancel();
-                    Offer::Closed
+                    Offer::Disconnected
                 }
             },
         }
@@ -90,7 +92,7 @@ mod tests {
 
         let (out, inbox) = channel(1, SlowConsumerPolicy::Disconnect);
         out.offer("a".into());
-        assert_eq!(out.offer("b".into()), Offer::Closed);
+        assert_eq!(out.offer("b".into()), Offer::Disconnected);
         assert!(inbox.too_slow.is_cancelled());
         drop(inbox);
         assert_eq!(out.offer("c".into()), Offer::Closed);

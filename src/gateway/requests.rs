@@ -9,7 +9,7 @@
 //! No I/O here: each call returns the [`Effect`]s the dispatcher carries out.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -19,7 +19,8 @@ use uuid::Uuid;
 use super::subscriptions::ConnId;
 use crate::broker::Publication;
 use crate::lmos::splice::{json_string, Prepared};
-use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::lmos::{Body, Message, MessageType, Problem, ProblemKind};
+use crate::telemetry::metrics::Metrics;
 use crate::topics::Topics;
 
 /// Where a consumer's replies go.
@@ -83,6 +84,8 @@ struct Pending {
     /// The forwarded request's `traceparent`: what the sidecar says in the
     /// agent's stead (timeouts, failures) continues its trace.
     traceparent: Option<String>,
+    /// When it was forwarded and as what, until its first answer.
+    started: Option<(Instant, MessageType)>,
 }
 
 impl Pending {
@@ -113,6 +116,7 @@ pub struct Requests {
     finished: VecDeque<String>,
     timers: DelayQueue<Timer>,
     timer_keys: HashMap<Timer, delay_queue::Key>,
+    metrics: Metrics,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -147,7 +151,14 @@ impl Requests {
             finished: VecDeque::new(),
             timers: DelayQueue::new(),
             timer_keys: HashMap::new(),
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Reports request latencies here.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Requests {
+        self.metrics = metrics;
+        self
     }
 
     pub fn pending_count(&self) -> usize {
@@ -322,6 +333,7 @@ impl Requests {
                 finished: false,
                 cancel_waiters: Vec::new(),
                 traceparent: forwarded_traceparent,
+                started: Some((Instant::now(), message_type)),
             },
         );
         self.arm(Timer::Reply(route));
@@ -444,6 +456,10 @@ impl Requests {
         }
         let route = message.correlation_id.clone()?;
         let p = self.routes.get_mut(&route)?;
+        if let Some((started, message_type)) = p.started.take() {
+            self.metrics
+                .request_done(message_type.as_str(), started.elapsed());
+        }
         let consumer = p.consumer.clone();
         let mut prepared_map = match serde_json::from_slice::<Value>(payload) {
             Ok(Value::Object(m)) => m,

@@ -1,11 +1,17 @@
 //! The HTTP port: `/lmos` (WebSocket gateway), the Thing Description
-//! directory (`/.well-known/wot`, `/things`) and `/healthz`.
+//! directory (`/.well-known/wot`, `/things`), `/healthz`, `/readyz` and
+//! `/metrics`.
 
 pub mod directory;
 mod upgrade;
 
 use std::net::SocketAddr;
 
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::serve::ListenerExt;
 use axum::Router;
@@ -15,6 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::directory::DirectoryService;
 use crate::gateway::Gateway;
+use crate::telemetry::metrics::Metrics;
 
 /// Path of the WebSocket endpoint.
 pub const LMOS_PATH: &str = "/lmos";
@@ -27,6 +34,7 @@ pub struct HttpState {
     pub connections: TaskTracker,
     pub shutdown: CancellationToken,
     pub directory: DirectoryService,
+    pub metrics: Metrics,
 }
 
 pub fn router(state: HttpState) -> Router {
@@ -44,8 +52,41 @@ pub fn router(state: HttpState) -> Router {
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(state)
         .merge(things)
+}
+
+/// Ready while the gateway's dispatcher answers and the sidecar is not
+/// shutting down. (The broker and the TDs from `discovery.things` are ready
+/// before the HTTP port serves at all.)
+async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
+    if state.shutdown.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+    }
+    match tokio::time::timeout(Duration::from_secs(2), state.gateway.stats()).await {
+        Ok(_) => (StatusCode::OK, "ready\n"),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "gateway not responding\n"),
+    }
+}
+
+/// Prometheus / OpenMetrics text.
+async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
+    let stats = state.gateway.stats().await;
+    state.metrics.set_gauges(
+        stats.connections,
+        stats.subscriptions,
+        stats.pending_requests,
+        stats.hosted_things,
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
 }
 
 /// Serves HTTP on an already bound listener until `shutdown` fires.

@@ -82,6 +82,30 @@ impl ProblemKind {
         }
     }
 
+    pub const ALL: [ProblemKind; 15] = [
+        ProblemKind::InvalidJson,
+        ProblemKind::BinaryFrame,
+        ProblemKind::NotAnObject,
+        ProblemKind::MissingMember,
+        ProblemKind::InvalidMember,
+        ProblemKind::ConflictingMembers,
+        ProblemKind::UnknownMessageType,
+        ProblemKind::NotSupported,
+        ProblemKind::MessageTooLarge,
+        ProblemKind::NotFound,
+        ProblemKind::InvalidData,
+        ProblemKind::Forbidden,
+        ProblemKind::Conflict,
+        ProblemKind::Unavailable,
+        ProblemKind::Timeout,
+    ];
+
+    /// The kind an error `type` URI names, if it is one of ours.
+    pub fn from_type_uri(uri: &str) -> Option<ProblemKind> {
+        let slug = uri.strip_prefix(ERROR_TYPE_BASE)?;
+        ProblemKind::ALL.into_iter().find(|k| k.slug() == slug)
+    }
+
     pub fn type_uri(self) -> String {
         format!("{ERROR_TYPE_BASE}{}", self.slug())
     }

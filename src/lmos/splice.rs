@@ -118,6 +118,15 @@ pub fn set_traceparent(payload: &[u8], traceparent: &str) -> Option<String> {
     Some(Value::Object(map).to_string())
 }
 
+/// The value of a top-level string member of a message the sidecar wrote
+/// (compact JSON), without parsing it: for counting what goes out.
+pub fn peek_member<'a>(text: &'a str, member: &str) -> Option<&'a str> {
+    let key = format!("\"{member}\":\"");
+    let start = text.find(&key)? + key.len();
+    let end = text[start..].find('"')?;
+    Some(&text[start..start + end])
+}
+
 /// A string encoded as a JSON string literal, quotes included.
 pub fn json_string(s: &str) -> String {
     Value::String(s.to_owned()).to_string()
@@ -177,6 +186,14 @@ mod tests {
         let out = set_traceparent(br#"{"thingId":"t","traceparent":"old","x":1}"#, "new").unwrap();
         assert_eq!(out, r#"{"thingId":"t","traceparent":"new","x":1}"#);
         assert!(set_traceparent(b"[1]", "new").is_none());
+    }
+
+    #[test]
+    fn members_can_be_peeked() {
+        let t = r#"{"correlationID":"c","messageType":"error","type":"x#y"}"#;
+        assert_eq!(peek_member(t, "messageType"), Some("error"));
+        assert_eq!(peek_member(t, "type"), Some("x#y"));
+        assert_eq!(peek_member(t, "nope"), None);
     }
 
     #[test]

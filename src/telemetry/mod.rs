@@ -2,6 +2,7 @@
 //! behind the message spans.
 
 pub mod messaging;
+pub mod metrics;
 pub mod otlp;
 
 use std::time::Duration;

@@ -1,0 +1,214 @@
+//! Prometheus metrics, one registry per sidecar (no global state, so
+//! several sidecars in one process, as in the tests, do not mix counts).
+//! Labels stay low-cardinality: message types, transports, error kinds and
+//! drop reasons are fixed sets; no Thing IDs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::lmos::MessageType;
+
+type Labels = Vec<(&'static str, &'static str)>;
+
+pub const WEBSOCKET: &str = "websocket";
+pub const MQTT: &str = "mqtt";
+
+/// A message type as a label: one of the 17, or `unknown`.
+fn type_label(message_type: &str) -> &'static str {
+    message_type
+        .parse::<MessageType>()
+        .map_or("unknown", MessageType::as_str)
+}
+
+struct Inner {
+    registry: Registry,
+    received: Family<Labels, Counter>,
+    sent: Family<Labels, Counter>,
+    errors: Family<Labels, Counter>,
+    dropped: Family<Labels, Counter>,
+    request_seconds: Family<Labels, Histogram>,
+    connections: Family<Labels, Gauge>,
+    subscriptions: Gauge,
+    pending_requests: Gauge,
+    hosted_things: Gauge,
+}
+
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("lmos_sidecar");
+        let received = Family::<Labels, Counter>::default();
+        let sent = Family::<Labels, Counter>::default();
+        let errors = Family::<Labels, Counter>::default();
+        let dropped = Family::<Labels, Counter>::default();
+        let request_seconds = Family::<Labels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+        });
+        let connections = Family::<Labels, Gauge>::default();
+        let subscriptions = Gauge::default();
+        let pending_requests = Gauge::default();
+        let hosted_things = Gauge::default();
+        registry.register(
+            "messages_received",
+            "LMOS messages received, by message type and transport",
+            received.clone(),
+        );
+        registry.register(
+            "messages_sent",
+            "LMOS messages sent, by message type and transport",
+            sent.clone(),
+        );
+        registry.register(
+            "errors",
+            "LMOS errors sent to clients, by kind",
+            errors.clone(),
+        );
+        registry.register(
+            "dropped_messages",
+            "Messages dropped, by reason",
+            dropped.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Time from a request to the agent's first answer, by message type",
+            request_seconds.clone(),
+        );
+        registry.register(
+            "connections",
+            "Open client connections, by transport",
+            connections.clone(),
+        );
+        registry.register(
+            "subscriptions",
+            "WebSocket subscriptions (events and observed properties)",
+            subscriptions.clone(),
+        );
+        registry.register(
+            "pending_requests",
+            "Requests waiting for an agent's answer",
+            pending_requests.clone(),
+        );
+        registry.register(
+            "hosted_things",
+            "Things whose agent is connected",
+            hosted_things.clone(),
+        );
+        Metrics(Arc::new(Inner {
+            registry,
+            received,
+            sent,
+            errors,
+            dropped,
+            request_seconds,
+            connections,
+            subscriptions,
+            pending_requests,
+            hosted_things,
+        }))
+    }
+
+    pub fn received(&self, transport: &'static str, message_type: &str) {
+        let labels = vec![
+            ("message_type", type_label(message_type)),
+            ("transport", transport),
+        ];
+        self.0.received.get_or_create(&labels).inc();
+    }
+
+    pub fn sent(&self, transport: &'static str, message_type: &str) {
+        self.sent_many(transport, message_type, 1);
+    }
+
+    pub fn sent_many(&self, transport: &'static str, message_type: &str, n: u64) {
+        let labels = vec![
+            ("message_type", type_label(message_type)),
+            ("transport", transport),
+        ];
+        self.0.sent.get_or_create(&labels).inc_by(n);
+    }
+
+    /// `kind` is a problem slug (`invalid-json`, `timeout`, ...).
+    pub fn error(&self, kind: &'static str) {
+        self.0.errors.get_or_create(&vec![("kind", kind)]).inc();
+    }
+
+    /// `reason`: `slow_consumer`, `slow_consumer_disconnected`,
+    /// `invalid_payload`, `too_large`.
+    pub fn dropped(&self, reason: &'static str) {
+        self.0
+            .dropped
+            .get_or_create(&vec![("reason", reason)])
+            .inc();
+    }
+
+    pub fn request_done(&self, message_type: &str, elapsed: Duration) {
+        let labels = vec![("message_type", type_label(message_type))];
+        self.0
+            .request_seconds
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn set_gauges(
+        &self,
+        websocket_connections: usize,
+        subscriptions: usize,
+        pending: usize,
+        hosted: usize,
+    ) {
+        self.0
+            .connections
+            .get_or_create(&vec![("transport", WEBSOCKET)])
+            .set(websocket_connections as i64);
+        self.0.subscriptions.set(subscriptions as i64);
+        self.0.pending_requests.set(pending as i64);
+        self.0.hosted_things.set(hosted as i64);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.0.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_render_with_low_cardinality_labels() {
+        let m = Metrics::new();
+        m.received(WEBSOCKET, "subscribeEvent");
+        m.received(WEBSOCKET, "madeUp");
+        m.error("invalid-json");
+        m.request_done("readProperty", Duration::from_millis(3));
+        let text = m.render();
+        assert!(text.contains(r#"lmos_sidecar_messages_received_total{message_type="subscribeEvent",transport="websocket"} 1"#), "{text}");
+        assert!(text.contains(r#"message_type="unknown""#));
+        assert!(text.contains(r#"lmos_sidecar_errors_total{kind="invalid-json"} 1"#));
+        assert!(text.contains("lmos_sidecar_request_duration_seconds_bucket"));
+    }
+}
