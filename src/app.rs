@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -148,11 +149,15 @@ impl Application {
             "Sidecar ready."
         );
 
-        let dispatcher = tokio::spawn(self.dispatcher.run(token.clone()));
+        // WebSocket connections close only after the dispatcher has told
+        // consumers what becomes of their requests.
+        let closing = CancellationToken::new();
+        let dispatcher = tokio::spawn(self.dispatcher.run(token.clone(), closing.clone()));
         let state = HttpState {
             gateway: self.gateway,
             connections: connections.clone(),
             shutdown: token.clone(),
+            closing: closing.clone(),
             directory: self.directory,
             metrics: self.metrics,
         };
@@ -163,6 +168,9 @@ impl Application {
             _ = token.cancelled() => {}
         }
         token.cancel();
+        // Should the dispatcher be stuck, connections close anyway.
+        let _ = tokio::time::timeout(Duration::from_secs(1), closing.cancelled()).await;
+        closing.cancel();
 
         let grace = self.config.shutdown_grace();
         connections.close();

@@ -700,3 +700,71 @@ async fn concurrent_consumers_with_colliding_or_absent_correlation_ids_get_only_
     wait_for_stats(&sidecar, |s| s.pending_requests == 0).await;
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_answers_the_requests_still_waiting_then_closes() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+    let sidecar = TestSidecar::start().await;
+    let mut agent = sidecar.ws_agent(THING).await;
+    let mut consumer = sidecar.ws().await;
+    let mut mqtt_consumer = sidecar.mqtt("mqtt-consumer").await;
+    mqtt_consumer
+        .subscribe(&format!("lmos/{THING}/replies/mq"))
+        .await;
+    consumer
+        .send(lmos(
+            THING,
+            "invokeAction",
+            json!({"action": "long", "correlationID": "ws"}),
+        ))
+        .await;
+    let read = lmos(
+        THING,
+        "readProperty",
+        json!({"name": "p", "correlationID": "mq"}),
+    );
+    mqtt_consumer
+        .publish(&format!("lmos/{THING}/requests/readProperty"), &read, false)
+        .await;
+    // From two consumers on two transports: in either order.
+    let mut received = vec![
+        agent.recv().await["messageType"].clone(),
+        agent.recv().await["messageType"].clone(),
+    ];
+    received.sort_by_key(|v| v.to_string());
+    assert_eq!(received, [json!("invokeAction"), json!("readProperty")]);
+
+    let stopping = tokio::spawn(sidecar.stop());
+    let error = consumer.recv().await;
+    assert_eq!(
+        (error["status"].as_str(), error["correlationID"].as_str()),
+        (Some("503"), Some("ws"))
+    );
+    assert!(
+        error["detail"].as_str().unwrap().contains("shutting down"),
+        "{error}"
+    );
+    let close = loop {
+        match tokio::time::timeout(common::WAIT, consumer.stream.next())
+            .await
+            .expect("closed in time")
+        {
+            Some(Ok(WsMessage::Close(frame))) => break frame,
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(close.unwrap().code, CloseCode::Away);
+    let (_, mqtt_error, _) = mqtt_consumer.recv_json().await;
+    assert_eq!(
+        (
+            mqtt_error["status"].as_str(),
+            mqtt_error["correlationID"].as_str()
+        ),
+        (Some("503"), Some("mq"))
+    );
+    stopping.await.unwrap();
+}

@@ -125,13 +125,23 @@ where
         let shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return Ending::Shutdown,
+                _ = shutdown.cancelled() => {
+                    // Deliver what is already queued (e.g. the errors for
+                    // requests the shutdown leaves unanswered), briefly.
+                    if let Ok(frame) = self.inbox.rx.try_recv() {
+                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.write_batch(frame)).await;
+                    }
+                    return Ending::Shutdown;
+                }
                 _ = too_slow.cancelled() => return Ending::TooSlow,
                 frame = self.inbox.rx.recv() => {
                     let Some(frame) = frame else { return Ending::Shutdown };
                     // A consumer that stops reading blocks this write; the
                     // slow-consumer signal and shutdown must still get through.
+                    // Biased: a write that can finish at once does, even
+                    // when shutdown is already under way.
                     tokio::select! {
+                        biased;
                         result = self.write_batch(frame) => if let Err(e) = result { return Ending::Failed(e) },
                         _ = too_slow.cancelled() => return Ending::TooSlow,
                         _ = shutdown.cancelled() => return Ending::Shutdown,

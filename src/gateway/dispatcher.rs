@@ -137,10 +137,17 @@ impl Dispatcher {
         }
     }
 
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    /// Runs until `shutdown`; then answers every request still waiting
+    /// (503) and cancels `closing`, so connections close after that.
+    pub async fn run(mut self, shutdown: CancellationToken, closing: CancellationToken) {
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => {
+                    let effects = self.requests.shutdown();
+                    self.carry_out(effects).await;
+                    closing.cancel();
+                    return;
+                }
                 command = self.commands.recv() => match command {
                     Some(command) => self.apply(command).await,
                     None => return,

@@ -656,6 +656,32 @@ impl Requests {
         }
     }
 
+    /// The sidecar is stopping: every request still waiting is answered with
+    /// a 503, so no consumer waits for an answer that will never come.
+    pub fn shutdown(&mut self) -> Vec<Effect> {
+        let waiting: Vec<String> = self
+            .routes
+            .iter()
+            .filter(|(_, p)| !p.finished)
+            .map(|(r, _)| r.clone())
+            .collect();
+        let mut effects = Vec::new();
+        for route in waiting {
+            let p = &self.routes[&route];
+            let detail = format!(
+                "The sidecar is shutting down; the request to `{}` was not answered.",
+                p.thing
+            );
+            let message = p.speak(
+                Problem::new(ProblemKind::Unavailable, detail)
+                    .to_message(&p.thing, Some(&p.correlation)),
+            );
+            effects.push(Effect::ToConsumer(p.consumer.clone(), message.to_json()));
+            self.forget(&route);
+        }
+        effects
+    }
+
     /// A WebSocket connection closed: as a consumer, its requests are
     /// forgotten (running invocations are asked to cancel); as an agent,
     /// what waits on it fails.

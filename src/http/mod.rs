@@ -33,6 +33,9 @@ pub struct HttpState {
     /// here so shutdown can wait for them.
     pub connections: TaskTracker,
     pub shutdown: CancellationToken,
+    /// Cancelled once in-flight requests have been answered on shutdown;
+    /// WebSocket connections then close.
+    pub closing: CancellationToken,
     pub directory: DirectoryService,
     pub metrics: Metrics,
 }

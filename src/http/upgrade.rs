@@ -86,7 +86,7 @@ pub async fn lmos(
     }
 
     let on_upgrade = hyper::upgrade::on(&mut request);
-    let shutdown = state.shutdown.child_token();
+    let shutdown = state.closing.child_token();
     let config = gateway.websocket_config();
     state.connections.spawn(
         async move {
