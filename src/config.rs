@@ -261,6 +261,34 @@ pub enum ConfigError {
     Load(Box<figment::Error>),
     #[error("invalid value for `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
+    /// The file on its own does not parse: TOML's message names the line,
+    /// the column and the key.
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+}
+
+/// TOML's multi-line report as one line: the message, where, and the line
+/// of the file it is about.
+fn toml_error(report: &str) -> String {
+    let lines: Vec<&str> = report
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let position = lines
+        .first()
+        .map(|l| l.trim_start_matches("TOML parse error at "))
+        .unwrap_or_default();
+    let source = lines
+        .iter()
+        .find_map(|l| {
+            l.split_once('|')
+                .filter(|(n, rest)| !n.trim().is_empty() && !rest.trim().is_empty())
+        })
+        .map(|(_, rest)| rest.trim())
+        .unwrap_or_default();
+    let message = lines.last().copied().unwrap_or_default();
+    format!("{message} ({position}: `{source}`)")
 }
 
 /// One line per problem, naming the key as written in the file (figment's
@@ -307,6 +335,16 @@ impl Config {
                     reason: format!("the file {} does not exist", file.display()),
                 });
             }
+            // Checked on its own first: TOML's own error names line and
+            // column, which the merged view no longer knows.
+            let text = std::fs::read_to_string(file).map_err(|e| ConfigError::File {
+                path: file.display().to_string(),
+                message: e.to_string(),
+            })?;
+            toml::from_str::<Config>(&text).map_err(|e| ConfigError::File {
+                path: file.display().to_string(),
+                message: toml_error(&e.to_string()),
+            })?;
             figment = figment.merge(Toml::file(file));
         }
         figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));

@@ -26,9 +26,19 @@ struct Cli {
     /// Log format: text or json.
     #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
     log_format: Option<String>,
-    /// Print the effective configuration as TOML and exit.
+    /// Print the effective configuration as TOML and exit (same as the
+    /// `config` subcommand).
     #[arg(long)]
     print_config: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Print the effective configuration (defaults < file < environment <
+    /// flags) as TOML and exit.
+    Config,
 }
 
 fn main() {
@@ -54,7 +64,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             LogFormat::Text
         };
     }
-    if cli.print_config {
+    if cli.print_config || matches!(cli.command, Some(Command::Config)) {
         print!("{}", config.to_toml());
         return Ok(());
     }

@@ -138,16 +138,52 @@ fn a_taken_port_fails_start_up_with_a_clear_message() {
 
 #[test]
 fn print_config_shows_the_effective_configuration() {
-    let out = sidecar()
-        .env("LMOS_SIDECAR_TOPICS__PREFIX", "org/lmos")
-        .args(["--http-addr", "127.0.0.1:9999", "--print-config"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let printed: toml::Value = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
-    assert_eq!(printed["topics"]["prefix"].as_str(), Some("org/lmos"));
-    assert_eq!(printed["http"]["listen"].as_str(), Some("127.0.0.1:9999"));
-    assert_eq!(printed["mqtt"]["listen"].as_str(), Some("127.0.0.1:1883"));
+    // defaults < file < environment < flags
+    let dir = std::env::temp_dir().join(format!("lmos-sidecar-precedence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.toml");
+    std::fs::write(&file, "[topics]\nprefix = \"from-file\"\n[gateway]\noutbound_queue = 7\n[http]\nlisten = \"127.0.0.1:7777\"\n").unwrap();
+    for form in [&["--print-config"][..], &["config"][..]] {
+        let out = sidecar()
+            .env("LMOS_SIDECAR_TOPICS__PREFIX", "org/lmos")
+            .env("LMOS_SIDECAR_HTTP__LISTEN", "127.0.0.1:8888")
+            .args([
+                "--config",
+                file.to_str().unwrap(),
+                "--http-addr",
+                "127.0.0.1:9999",
+            ])
+            .args(form)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{form:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: toml::Value = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+        assert_eq!(
+            printed["gateway"]["outbound_queue"].as_integer(),
+            Some(7),
+            "the file beats the defaults"
+        );
+        assert_eq!(
+            printed["topics"]["prefix"].as_str(),
+            Some("org/lmos"),
+            "the environment beats the file"
+        );
+        assert_eq!(
+            printed["http"]["listen"].as_str(),
+            Some("127.0.0.1:9999"),
+            "flags beat the environment"
+        );
+        assert_eq!(
+            printed["mqtt"]["listen"].as_str(),
+            Some("127.0.0.1:1883"),
+            "defaults stay"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -171,7 +207,9 @@ fn the_shipped_config_file_loads_and_bad_files_name_the_key() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("outbound_queu") && stderr.contains("bad.toml"),
+        stderr.contains("outbound_queu")
+            && stderr.contains("bad.toml")
+            && stderr.contains("line 2"),
         "{stderr}"
     );
 
