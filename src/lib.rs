@@ -9,6 +9,7 @@
 
 pub mod app;
 pub mod broker;
+pub mod client;
 pub mod config;
 pub mod directory;
 pub mod gateway;

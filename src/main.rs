@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use lmos_sidecar::config::{Config, LogFormat, Overrides};
-use lmos_sidecar::{telemetry, Application};
+use lmos_sidecar::{client, telemetry, Application};
 
 /// Publish-subscribe sidecar for LMOS agents: an embedded MQTT broker and an
 /// `lmosprotocol` WebSocket gateway.
@@ -39,14 +39,239 @@ enum Command {
     /// Print the effective configuration (defaults < file < environment <
     /// flags) as TOML and exit.
     Config,
+    /// Print a Thing's events and property changes as they come.
+    Sub {
+        #[command(flatten)]
+        to: Target,
+        /// Events to subscribe to; none: all events.
+        #[arg(long = "event")]
+        events: Vec<String>,
+        /// Properties to observe.
+        #[arg(long = "property")]
+        properties: Vec<String>,
+        /// Stop after this many messages.
+        #[arg(long)]
+        count: Option<usize>,
+    },
+    /// Read a property.
+    Read {
+        #[command(flatten)]
+        to: Target,
+        name: String,
+    },
+    /// Write a property (VALUE is JSON; a bare word is taken as a string).
+    Write {
+        #[command(flatten)]
+        to: Target,
+        name: String,
+        value: String,
+    },
+    /// Invoke an action and print its actionStatus stream.
+    Invoke {
+        #[command(flatten)]
+        to: Target,
+        action: String,
+        /// The input (JSON).
+        input: Option<String>,
+        /// Names the invocation for later query/cancel.
+        #[arg(long)]
+        correlation_id: Option<String>,
+    },
+    /// The latest status of an invocation.
+    Query {
+        #[command(flatten)]
+        to: Target,
+        action: String,
+        #[arg(long)]
+        correlation_id: Option<String>,
+    },
+    /// Cancel an invocation.
+    Cancel {
+        #[command(flatten)]
+        to: Target,
+        action: String,
+        #[arg(long)]
+        correlation_id: Option<String>,
+    },
+    /// List the Thing Descriptions in a directory.
+    Things {
+        /// The directory, e.g. http://127.0.0.1:8080
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that an lmosprotocol WebSocket endpoint behaves as the draft asks.
+    Check {
+        /// e.g. ws://127.0.0.1:8080/lmos
+        url: String,
+    },
 }
 
-fn main() {
-    if let Err(e) = run(Cli::parse()) {
+/// Where a client subcommand goes and how it prints.
+#[derive(Debug, clap::Args)]
+struct Target {
+    /// The Thing's ID.
+    #[arg(long)]
+    thing: String,
+    /// The lmosprotocol endpoint.
+    #[arg(long, default_value = "ws://127.0.0.1:8080/lmos")]
+    url: String,
+    /// One JSON message per line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Seconds to wait for each answer.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+}
+
+impl Target {
+    fn output(&self) -> client::Output {
+        if self.json {
+            client::Output::Json
+        } else {
+            client::Output::Human
+        }
+    }
+}
+
+fn json_arg(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
+}
+
+/// Runs a client subcommand; the exit code says how it went: 0 success,
+/// 1 the Thing answered with an error or a failed action, 2 no answer.
+fn run_client(command: Command) -> std::process::ExitCode {
+    use serde_json::json;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("Error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async move {
+        let ask = |to: &Target, message_type: &str, members: serde_json::Value| {
+            let request = client::message(&to.thing, message_type, members);
+            (
+                to.url.clone(),
+                request,
+                to.output(),
+                std::time::Duration::from_secs(to.timeout),
+            )
+        };
+        let correlated = |c: Option<String>| c.map_or(json!({}), |c| json!({"correlationID": c}));
+        let (url, request, output, timeout) = match command {
+            Command::Sub {
+                to,
+                events,
+                properties,
+                count,
+            } => {
+                let mut requests = Vec::new();
+                if events.is_empty() && properties.is_empty() {
+                    requests.push(client::message(&to.thing, "subscribeAllEvents", json!({})));
+                }
+                for e in events {
+                    requests.push(client::message(
+                        &to.thing,
+                        "subscribeEvent",
+                        json!({"event": e}),
+                    ));
+                }
+                for p in properties {
+                    requests.push(client::message(
+                        &to.thing,
+                        "observeProperty",
+                        json!({"name": p}),
+                    ));
+                }
+                return client::subscribe(&to.url, requests, to.output(), count).await;
+            }
+            Command::Things { url, json } => {
+                let output = if json {
+                    client::Output::Json
+                } else {
+                    client::Output::Human
+                };
+                return client::things(&url, output).await;
+            }
+            Command::Check { url } => {
+                let report = client::check::run(&url).await;
+                print!("{}", client::check::table(&report));
+                return Ok(report.iter().all(|c| c.passed));
+            }
+            Command::Read { to, name } => ask(&to, "readProperty", json!({"name": name})),
+            Command::Write { to, name, value } => ask(
+                &to,
+                "writeProperty",
+                json!({"name": name, "data": json_arg(&value)}),
+            ),
+            Command::Invoke {
+                to,
+                action,
+                input,
+                correlation_id,
+            } => {
+                let mut members = correlated(correlation_id);
+                members["action"] = json!(action);
+                if let Some(input) = input {
+                    members["input"] = json_arg(&input);
+                }
+                ask(&to, "invokeAction", members)
+            }
+            Command::Query {
+                to,
+                action,
+                correlation_id,
+            } => {
+                let mut members = correlated(correlation_id);
+                members["action"] = json!(action);
+                ask(&to, "queryAction", members)
+            }
+            Command::Cancel {
+                to,
+                action,
+                correlation_id,
+            } => {
+                let mut members = correlated(correlation_id);
+                members["action"] = json!(action);
+                ask(&to, "cancelAction", members)
+            }
+            Command::Config => unreachable!("handled before"),
+        };
+        if request["messageType"] == "queryAction" {
+            // queryAction answers once: the latest status, final or not.
+            return client::request_once(&url, request, output, timeout).await;
+        }
+        client::request(&url, request, output, timeout).await
+    });
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("Error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let mut cli = Cli::parse();
+    match cli.command.take() {
+        Some(Command::Config) => cli.print_config = true,
+        Some(client_command) => return run_client(client_command),
+        None => {}
+    }
+    if let Err(e) = run(cli) {
         // One line with the whole chain of causes, not a backtrace.
         eprintln!("Error: {e:#}");
-        std::process::exit(1);
+        return std::process::ExitCode::from(1);
     }
+    std::process::ExitCode::SUCCESS
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -64,7 +289,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             LogFormat::Text
         };
     }
-    if cli.print_config || matches!(cli.command, Some(Command::Config)) {
+    if cli.print_config {
         print!("{}", config.to_toml());
         return Ok(());
     }

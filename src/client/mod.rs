@@ -1,0 +1,294 @@
+//! The command-line client: what people would otherwise do with
+//! mosquitto_sub and websocat, in LMOS terms. It speaks `lmosprotocol` to
+//! any gateway (this sidecar's or another's).
+
+pub mod check;
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::lmos::now_timestamp;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("the connection closed before an answer came")]
+    Closed,
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Usage(String),
+    #[error("HTTP request failed: {0}")]
+    Http(String),
+}
+
+/// How the results are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Human,
+    Json,
+}
+
+pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Opens an `lmosprotocol` WebSocket.
+pub async fn connect(url: &str) -> Result<Socket, ClientError> {
+    let failed = |reason: String| ClientError::Connect {
+        url: url.to_owned(),
+        reason,
+    };
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| failed(e.to_string()))?;
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        HeaderValue::from_static("lmosprotocol"),
+    );
+    let (socket, _) = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_tungstenite::connect_async(request),
+    )
+    .await
+    .map_err(|_| failed("timed out".into()))?
+    .map_err(|e| failed(e.to_string()))?;
+    Ok(socket)
+}
+
+/// A new LMOS message with a fresh ID; `members` are merged in.
+pub fn message(thing: &str, message_type: &str, members: Value) -> Value {
+    let mut m = json!({
+        "thingID": thing,
+        "messageID": uuid::Uuid::new_v4().to_string(),
+        "messageType": message_type,
+    });
+    if let Value::Object(extra) = members {
+        for (k, v) in extra {
+            m[k] = v;
+        }
+    }
+    m
+}
+
+pub async fn send(socket: &mut Socket, message: &Value) -> Result<(), ClientError> {
+    socket
+        .send(WsMessage::Text(message.to_string().into()))
+        .await
+        .map_err(|_| ClientError::Closed)
+}
+
+/// The next LMOS message, or `None` when the connection closes.
+pub async fn next(socket: &mut Socket) -> Option<Value> {
+    while let Some(frame) = socket.next().await {
+        match frame {
+            Ok(WsMessage::Text(t)) => {
+                if let Ok(v) = serde_json::from_str(&t) {
+                    return Some(v);
+                }
+            }
+            Ok(WsMessage::Close(_)) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+    None
+}
+
+/// One line for a person, or the JSON as it came.
+pub fn render(m: &Value, output: Output) -> String {
+    if output == Output::Json {
+        return m.to_string();
+    }
+    let t = m["messageType"].as_str().unwrap_or("?");
+    let thing = m["thingID"].as_str().unwrap_or("?");
+    match t {
+        "event" => format!(
+            "{thing} event {} {}",
+            m["event"].as_str().unwrap_or("?"),
+            m["data"]
+        ),
+        "propertyReading" => format!(
+            "{thing} {} = {}",
+            m["name"].as_str().unwrap_or("?"),
+            m["value"]
+        ),
+        "propertyReadings" => format!("{thing} {}", m["data"]),
+        "actionStatus" => {
+            let output = m.get("output").map(|o| format!(" {o}")).unwrap_or_default();
+            format!(
+                "{thing} {} {}{output}",
+                m["action"].as_str().unwrap_or("?"),
+                m["status"].as_str().unwrap_or("?")
+            )
+        }
+        "error" => format!(
+            "error {} {}: {}",
+            m["status"].as_str().unwrap_or("?"),
+            m["title"].as_str().unwrap_or(""),
+            m["detail"].as_str().unwrap_or("")
+        ),
+        other => format!("{other} {m}"),
+    }
+}
+
+/// Whether a message ends a request's answer, and whether it succeeded.
+fn outcome(m: &Value) -> Option<bool> {
+    match m["messageType"].as_str()? {
+        "error" => Some(false),
+        "propertyReading" | "propertyReadings" => Some(true),
+        "actionStatus" => match m["status"].as_str()? {
+            "completed" | "cancelled" | "canceled" => Some(true),
+            "failed" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Sends a request and prints every answer correlated to it until the final
+/// one (an `actionStatus` stream included). `Ok(true)` when it succeeded.
+pub async fn request(
+    url: &str,
+    request: Value,
+    output: Output,
+    timeout: Duration,
+) -> Result<bool, ClientError> {
+    let mut socket = connect(url).await?;
+    let correlation = request
+        .get("correlationID")
+        .or(request.get("messageID"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    send(&mut socket, &request).await?;
+    loop {
+        let m = tokio::time::timeout(timeout, next(&mut socket))
+            .await
+            .map_err(|_| ClientError::Timeout(timeout))?
+            .ok_or(ClientError::Closed)?;
+        if m["correlationID"] != correlation {
+            continue;
+        }
+        println!("{}", render(&m, output));
+        if let Some(ok) = outcome(&m) {
+            let _ = socket.close(None).await;
+            return Ok(ok);
+        }
+    }
+}
+
+/// A request answered once (queryAction: the latest status, whatever it is).
+pub async fn request_once(
+    url: &str,
+    request: Value,
+    output: Output,
+    timeout: Duration,
+) -> Result<bool, ClientError> {
+    let mut socket = connect(url).await?;
+    let correlation = request
+        .get("correlationID")
+        .or(request.get("messageID"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    send(&mut socket, &request).await?;
+    loop {
+        let m = tokio::time::timeout(timeout, next(&mut socket))
+            .await
+            .map_err(|_| ClientError::Timeout(timeout))?
+            .ok_or(ClientError::Closed)?;
+        if m["correlationID"] == correlation {
+            println!("{}", render(&m, output));
+            let _ = socket.close(None).await;
+            return Ok(m["messageType"] != "error");
+        }
+    }
+}
+
+/// Subscribes and prints what arrives until interrupted (or `limit`).
+pub async fn subscribe(
+    url: &str,
+    requests: Vec<Value>,
+    output: Output,
+    limit: Option<usize>,
+) -> Result<bool, ClientError> {
+    let mut socket = connect(url).await?;
+    for r in &requests {
+        send(&mut socket, r).await?;
+    }
+    let mut seen = 0;
+    while let Some(m) = next(&mut socket).await {
+        println!("{}", render(&m, output));
+        if m["messageType"] == "error" {
+            return Ok(false);
+        }
+        seen += 1;
+        if limit.is_some_and(|l| seen >= l) {
+            return Ok(true);
+        }
+    }
+    Ok(true)
+}
+
+/// A property reading, as an agent would publish it (for `publish`).
+pub fn reading(thing: &str, name: &str, value: Value) -> Value {
+    message(
+        thing,
+        "propertyReading",
+        json!({"name": name, "value": value, "timestamp": now_timestamp()}),
+    )
+}
+
+/// `GET /things` from the directory at `base` (e.g. `http://127.0.0.1:8080`).
+pub async fn things(base: &str, output: Output) -> Result<bool, ClientError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = base
+        .strip_prefix("http://")
+        .ok_or_else(|| ClientError::Usage("the directory URL must start with http://".into()))?;
+    let host = rest.trim_end_matches('/');
+    let mut stream = TcpStream::connect(host)
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))?;
+    let request = format!("GET /things HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))?;
+    let mut raw = String::new();
+    stream
+        .read_to_string(&mut raw)
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))?;
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let list: Value =
+        serde_json::from_str(body).map_err(|e| ClientError::Http(format!("not a TD list: {e}")))?;
+    for td in list.as_array().into_iter().flatten() {
+        if output == Output::Json {
+            println!("{td}");
+            continue;
+        }
+        let names = |k: &str| {
+            td[k]
+                .as_object()
+                .map(|m| m.keys().cloned().collect::<Vec<_>>().join(","))
+                .unwrap_or_default()
+        };
+        println!(
+            "{} {} ({}) properties=[{}] actions=[{}] events=[{}]",
+            td["id"].as_str().unwrap_or("?"),
+            td["title"].as_str().unwrap_or("?"),
+            td["@type"],
+            names("properties"),
+            names("actions"),
+            names("events"),
+        );
+    }
+    Ok(true)
+}
