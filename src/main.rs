@@ -52,6 +52,13 @@ enum Command {
         /// Stop after this many messages.
         #[arg(long)]
         count: Option<usize>,
+        /// Subscribe over MQTT instead (e.g. mqtt://127.0.0.1:1883), on the
+        /// sidecar's topics.
+        #[arg(long)]
+        mqtt: Option<String>,
+        /// Topic prefix, with --mqtt.
+        #[arg(long, default_value = "lmos")]
+        prefix: String,
     },
     /// Read a property.
     Read {
@@ -170,6 +177,25 @@ fn run_client(command: Command) -> std::process::ExitCode {
                 events,
                 properties,
                 count,
+                mqtt: Some(mqtt),
+                prefix,
+            } => {
+                let topics = lmos_sidecar::topics::Topics::new(&prefix)
+                    .map_err(|e| client::ClientError::Usage(e.to_string()))?;
+                let mut filters: Vec<String> =
+                    events.iter().map(|e| topics.event(&to.thing, e)).collect();
+                filters.extend(properties.iter().map(|p| topics.property(&to.thing, p)));
+                if filters.is_empty() {
+                    filters.push(topics.thing_events_filter(&to.thing));
+                }
+                return client::subscribe_mqtt(&mqtt, filters, to.output(), count).await;
+            }
+            Command::Sub {
+                to,
+                events,
+                properties,
+                count,
+                ..
             } => {
                 let mut requests = Vec::new();
                 if events.is_empty() && properties.is_empty() {

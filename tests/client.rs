@@ -196,3 +196,92 @@ async fn check_reports_the_failures_of_a_broken_endpoint() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn sub_over_mqtt_and_ctrl_c_cancels_a_running_invocation() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let sidecar = sidecar_with_agent().await;
+    let url = sidecar.ws_url();
+    let mqtt = format!("mqtt://127.0.0.1:{}", sidecar.mqtt.port());
+
+    let sub_args = vec![
+        "sub".to_owned(),
+        "--thing".into(),
+        THING_ID.into(),
+        "--mqtt".into(),
+        mqtt,
+        "--count".into(),
+        "1".into(),
+    ];
+    let sub = tokio::spawn(async move {
+        let args: Vec<&str> = sub_args.iter().map(String::as_str).collect();
+        cli(&args).await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let input = r#"{"question":"What is the weather in Lima?","interactionMode":"text"}"#;
+    let (code, out) = cli(&[
+        "invoke",
+        "--url",
+        &url,
+        "--thing",
+        THING_ID,
+        "getWeather",
+        input,
+    ])
+    .await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = tokio::time::timeout(common::WAIT, sub)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("event userFeedbackReceived"),
+        "over MQTT: {out}"
+    );
+
+    // Ctrl-C during an invocation cancels it at the agent.
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lmos-sidecar"))
+        .args([
+            "invoke",
+            "--url",
+            &url,
+            "--thing",
+            THING_ID,
+            "getWeather",
+            input,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(common::WAIT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(first.contains("pending"), "{first}");
+    let pid = libc::pid_t::try_from(child.id().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let mut rest = Vec::new();
+    while let Ok(Some(line)) = tokio::time::timeout(common::WAIT, lines.next_line())
+        .await
+        .unwrap()
+    {
+        rest.push(line);
+    }
+    let status = tokio::time::timeout(common::WAIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        rest.last().is_some_and(|l| l.contains("cancelled")),
+        "{rest:?}"
+    );
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "a cancelled action is not a success"
+    );
+    sidecar.stop().await;
+}

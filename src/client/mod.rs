@@ -143,8 +143,8 @@ fn outcome(m: &Value) -> Option<bool> {
         "error" => Some(false),
         "propertyReading" | "propertyReadings" => Some(true),
         "actionStatus" => match m["status"].as_str()? {
-            "completed" | "cancelled" | "canceled" => Some(true),
-            "failed" => Some(false),
+            "completed" => Some(true),
+            "failed" | "cancelled" | "canceled" => Some(false),
             _ => None,
         },
         _ => None,
@@ -166,11 +166,26 @@ pub async fn request(
         .cloned()
         .unwrap_or(Value::Null);
     send(&mut socket, &request).await?;
+    // Ctrl-C while an action runs asks the agent to cancel it, on the same
+    // connection (invocations belong to the connection that started them).
+    let invocation = (request["messageType"] == "invokeAction").then(|| request["action"].clone());
+    let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
+    let mut cancelled = false;
     loop {
-        let m = tokio::time::timeout(timeout, next(&mut socket))
-            .await
-            .map_err(|_| ClientError::Timeout(timeout))?
-            .ok_or(ClientError::Closed)?;
+        let m = tokio::select! {
+            m = tokio::time::timeout(timeout, next(&mut socket)) => m
+                .map_err(|_| ClientError::Timeout(timeout))?
+                .ok_or(ClientError::Closed)?,
+            _ = &mut interrupt, if invocation.is_some() && !cancelled => {
+                cancelled = true;
+                let action = invocation.clone().unwrap_or_default();
+                let thing = request["thingID"].as_str().unwrap_or_default();
+                let cancel = message(thing, "cancelAction", json!({"action": action, "correlationID": correlation, "reason": "Interrupted by the user."}));
+                eprintln!("Cancelling...");
+                send(&mut socket, &cancel).await?;
+                continue;
+            }
+        };
         if m["correlationID"] != correlation {
             continue;
         }
@@ -232,6 +247,66 @@ pub async fn subscribe(
         }
     }
     Ok(true)
+}
+
+/// Subscribes over MQTT (`mqtt://host:port`) to a Thing's topics and prints
+/// what arrives, until interrupted (or `limit`).
+pub async fn subscribe_mqtt(
+    url: &str,
+    filters: Vec<String>,
+    output: Output,
+    limit: Option<usize>,
+) -> Result<bool, ClientError> {
+    use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+    let failed = |reason: String| ClientError::Connect {
+        url: url.to_owned(),
+        reason,
+    };
+    let rest = url
+        .strip_prefix("mqtt://")
+        .ok_or_else(|| ClientError::Usage("the MQTT URL must look like mqtt://host:port".into()))?;
+    let (host, port) = rest
+        .trim_end_matches('/')
+        .rsplit_once(':')
+        .unwrap_or((rest, "1883"));
+    let port: u16 = port
+        .parse()
+        .map_err(|_| ClientError::Usage(format!("bad port in {url}")))?;
+    let id = format!("lmos-sidecar-sub-{}", uuid::Uuid::new_v4().simple());
+    let mut options = MqttOptions::new(id, host, port);
+    options.set_keep_alive(Duration::from_secs(30));
+    options.set_max_packet_size(16 * 1024 * 1024, 16 * 1024 * 1024);
+    let (client, mut eventloop) = AsyncClient::new(options, 100);
+    for f in &filters {
+        client
+            .subscribe(f, QoS::AtLeastOnce)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+    }
+    let mut seen = 0;
+    loop {
+        match eventloop.poll().await {
+            Ok(Event::Incoming(Packet::Publish(p))) => {
+                match serde_json::from_slice::<Value>(&p.payload) {
+                    Ok(m) => println!("{}", render(&m, output)),
+                    // Retained values cleared on removal are empty.
+                    Err(_) if p.payload.is_empty() => continue,
+                    Err(_) => println!(
+                        "{} (not JSON) {}",
+                        p.topic,
+                        String::from_utf8_lossy(&p.payload)
+                    ),
+                }
+                seen += 1;
+                if limit.is_some_and(|l| seen >= l) {
+                    let _ = client.disconnect().await;
+                    return Ok(true);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => return Err(failed(e.to_string())),
+        }
+    }
 }
 
 /// A property reading, as an agent would publish it (for `publish`).
