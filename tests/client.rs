@@ -204,7 +204,7 @@ async fn sub_over_mqtt_and_ctrl_c_cancels_a_running_invocation() {
     let url = sidecar.ws_url();
     let mqtt = format!("mqtt://127.0.0.1:{}", sidecar.mqtt.port());
 
-    let sub_args = vec![
+    let sub_args = [
         "sub".to_owned(),
         "--thing".into(),
         THING_ID.into(),
