@@ -3,6 +3,8 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -46,6 +48,7 @@ pub struct Application {
     tracing: Tracing,
     directory: DirectoryService,
     metrics: Metrics,
+    mqtt_connections: Arc<AtomicUsize>,
 }
 
 impl Application {
@@ -110,6 +113,7 @@ impl Application {
             http_addr,
             mqtt_addr: broker.mqtt_addr,
             mqtt5_addr: broker.mqtt5_addr,
+            mqtt_connections: broker.mqtt_connections,
             gateway,
             dispatcher,
             config,
@@ -160,6 +164,7 @@ impl Application {
             closing: closing.clone(),
             directory: self.directory,
             metrics: self.metrics,
+            mqtt_connections: self.mqtt_connections,
         };
         let server = tokio::spawn(http::serve(self.http_listener, state));
 

@@ -82,6 +82,19 @@ async fn metrics_count_real_traffic() {
     );
     assert_eq!(m(r#"lmos_sidecar_errors_total{kind="invalid-json"}"#), 1.0);
     assert_eq!(m(r#"lmos_sidecar_connections{transport="websocket"}"#), 2.0);
+    // rumqttd reports its connections every second.
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    loop {
+        let text = http(sidecar.http, "GET", "/metrics", None, b"").await.body;
+        if metric(&text, r#"lmos_sidecar_connections{transport="mqtt"}"#) == Some(1.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the MQTT agent is never counted:\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert_eq!(
         m(r#"lmos_sidecar_request_duration_seconds_count{message_type="readProperty"}"#),
         1.0

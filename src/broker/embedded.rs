@@ -12,11 +12,14 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use rumqttd::alerts::AlertsLink;
 use rumqttd::local::{LinkRx, LinkTx};
+use rumqttd::meters::MetersLink;
 use rumqttd::protocol::{
     Filter, Packet, Publish, PublishProperties, QoS, RetainForwardRule, Subscribe, Unsubscribe,
 };
@@ -63,6 +66,8 @@ pub struct EmbeddedBroker {
     pub mqtt5_addr: SocketAddr,
     pub bus: Bus,
     pub deliveries: mpsc::Receiver<Delivery>,
+    /// MQTT client connections, from rumqttd's meters (every second).
+    pub mqtt_connections: Arc<AtomicUsize>,
 }
 
 /// Resolves an address by binding it, then frees it for rumqttd. The window
@@ -147,6 +152,11 @@ impl EmbeddedBroker {
             .alerts()
             .map_err(|e| BrokerError::Link(e.to_string()))?;
         tokio::spawn(log_alerts(alerts));
+        let meters = broker
+            .meters()
+            .map_err(|e| BrokerError::Link(e.to_string()))?;
+        let mqtt_connections = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(count_connections(meters, mqtt_connections.clone()));
 
         std::thread::Builder::new()
             .name("rumqttd".into())
@@ -197,6 +207,7 @@ impl EmbeddedBroker {
             mqtt5_addr,
             bus: Bus::new(command_tx),
             deliveries,
+            mqtt_connections,
         })
     }
 }
@@ -371,4 +382,19 @@ fn trace_from_user_properties(properties: &[(String, String)]) -> Option<TraceCo
         traceparent: find("traceparent")?,
         tracestate: find("tracestate"),
     })
+}
+
+/// rumqttd counts the router's connections, the sidecar's own link
+/// included; the rest are MQTT clients.
+async fn count_connections(meters: MetersLink, mqtt_connections: Arc<AtomicUsize>) {
+    while let Ok(batch) = meters.next().await {
+        for meter in batch {
+            if let rumqttd::Meter::Router(_, router) = meter {
+                mqtt_connections.store(
+                    router.total_connections.saturating_sub(1),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
 }

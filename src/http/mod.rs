@@ -7,6 +7,8 @@ mod upgrade;
 
 use std::net::SocketAddr;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -38,6 +40,8 @@ pub struct HttpState {
     pub closing: CancellationToken,
     pub directory: DirectoryService,
     pub metrics: Metrics,
+    /// MQTT client connections, as the broker reports them.
+    pub mqtt_connections: Arc<AtomicUsize>,
 }
 
 pub fn router(state: HttpState) -> Router {
@@ -77,6 +81,10 @@ async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
 /// Prometheus / OpenMetrics text.
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     let stats = state.gateway.stats().await;
+    let mqtt = state.mqtt_connections.load(Ordering::Relaxed);
+    state
+        .metrics
+        .set_connections(crate::telemetry::metrics::MQTT, mqtt);
     state.metrics.set_gauges(
         stats.connections,
         stats.subscriptions,

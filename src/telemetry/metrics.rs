@@ -170,6 +170,13 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    pub fn set_connections(&self, transport: &'static str, n: usize) {
+        self.0
+            .connections
+            .get_or_create(&vec![("transport", transport)])
+            .set(n as i64);
+    }
+
     pub fn set_gauges(
         &self,
         websocket_connections: usize,
