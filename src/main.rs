@@ -170,7 +170,12 @@ fn run_client(command: Command) -> std::process::ExitCode {
                 std::time::Duration::from_secs(to.timeout),
             )
         };
-        let correlated = |c: Option<String>| c.map_or(json!({}), |c| json!({"correlationID": c}));
+        // An action, and the correlation ID that names the invocation.
+        let named = |action: &str, c: Option<String>| {
+            let mut members = c.map_or(json!({}), |c| json!({"correlationID": c}));
+            members["action"] = json!(action);
+            members
+        };
         let (url, request, output, timeout) = match command {
             Command::Sub {
                 to,
@@ -242,8 +247,7 @@ fn run_client(command: Command) -> std::process::ExitCode {
                 input,
                 correlation_id,
             } => {
-                let mut members = correlated(correlation_id);
-                members["action"] = json!(action);
+                let mut members = named(&action, correlation_id);
                 if let Some(input) = input {
                     members["input"] = json_arg(&input);
                 }
@@ -253,26 +257,14 @@ fn run_client(command: Command) -> std::process::ExitCode {
                 to,
                 action,
                 correlation_id,
-            } => {
-                let mut members = correlated(correlation_id);
-                members["action"] = json!(action);
-                ask(&to, "queryAction", members)
-            }
+            } => ask(&to, "queryAction", named(&action, correlation_id)),
             Command::Cancel {
                 to,
                 action,
                 correlation_id,
-            } => {
-                let mut members = correlated(correlation_id);
-                members["action"] = json!(action);
-                ask(&to, "cancelAction", members)
-            }
+            } => ask(&to, "cancelAction", named(&action, correlation_id)),
             Command::Config => unreachable!("handled before"),
         };
-        if request["messageType"] == "queryAction" {
-            // queryAction answers once: the latest status, final or not.
-            return client::request_once(&url, request, output, timeout).await;
-        }
         client::request(&url, request, output, timeout).await
     });
     match result {

@@ -6,7 +6,7 @@ mod common;
 #[path = "../examples/weather_agent.rs"]
 mod weather_agent;
 
-use common::{http, wait_for_stats, TestSidecar};
+use common::{wait_for_stats, TestSidecar};
 use weather_agent::THING_ID;
 
 async fn cli(args: &[&str]) -> (i32, String) {
@@ -25,21 +25,7 @@ async fn sidecar_with_agent() -> TestSidecar {
     let url = sidecar.ws_url();
     tokio::spawn(async move { weather_agent::serve(&url).await.map_err(|e| e.to_string()) });
     wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while http(
-        sidecar.http,
-        "GET",
-        &format!("/things/{THING_ID}"),
-        None,
-        b"",
-    )
-    .await
-    .status
-        != 200
-    {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    common::wait_for_td(&sidecar, THING_ID).await;
     sidecar
 }
 

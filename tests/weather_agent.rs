@@ -17,24 +17,7 @@ async fn sidecar_with_agent() -> TestSidecar {
     wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
     // The agent registers its description on its socket; requests are then
     // checked against it.
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while common::http(
-        sidecar.http,
-        "GET",
-        &format!("/things/{THING_ID}"),
-        None,
-        b"",
-    )
-    .await
-    .status
-        != 200
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the agent's TD was never registered"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    common::wait_for_td(&sidecar, THING_ID).await;
     sidecar
 }
 

@@ -152,7 +152,8 @@ fn outcome(m: &Value) -> Option<bool> {
 }
 
 /// Sends a request and prints every answer correlated to it until the final
-/// one (an `actionStatus` stream included). `Ok(true)` when it succeeded.
+/// one (an `actionStatus` stream included; a `queryAction` is answered once,
+/// with the latest status, final or not). `Ok(true)` when it succeeded.
 pub async fn request(
     url: &str,
     request: Value,
@@ -190,36 +191,14 @@ pub async fn request(
             continue;
         }
         println!("{}", render(&m, output));
-        if let Some(ok) = outcome(&m) {
+        let ended = match outcome(&m) {
+            Some(ok) => Some(ok),
+            None if request["messageType"] == "queryAction" => Some(m["messageType"] != "error"),
+            None => None,
+        };
+        if let Some(ok) = ended {
             let _ = socket.close(None).await;
             return Ok(ok);
-        }
-    }
-}
-
-/// A request answered once (queryAction: the latest status, whatever it is).
-pub async fn request_once(
-    url: &str,
-    request: Value,
-    output: Output,
-    timeout: Duration,
-) -> Result<bool, ClientError> {
-    let mut socket = connect(url).await?;
-    let correlation = request
-        .get("correlationID")
-        .or(request.get("messageID"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    send(&mut socket, &request).await?;
-    loop {
-        let m = tokio::time::timeout(timeout, next(&mut socket))
-            .await
-            .map_err(|_| ClientError::Timeout(timeout))?
-            .ok_or(ClientError::Closed)?;
-        if m["correlationID"] == correlation {
-            println!("{}", render(&m, output));
-            let _ = socket.close(None).await;
-            return Ok(m["messageType"] != "error");
         }
     }
 }

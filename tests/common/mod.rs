@@ -490,6 +490,22 @@ pub async fn mqtt5_next_publish(
     }
 }
 
+/// Waits until the directory serves the Thing's description.
+pub async fn wait_for_td(sidecar: &TestSidecar, thing: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while http(sidecar.http, "GET", &format!("/things/{thing}"), None, b"")
+        .await
+        .status
+        != 200
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the TD of {thing} was never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// An HTTP/1.1 response as a test sees it.
 #[derive(Debug)]
 pub struct HttpResponse {
