@@ -15,7 +15,9 @@ use prometheus_client::registry::Registry;
 
 use crate::lmos::MessageType;
 
-type Labels = Vec<(&'static str, &'static str)>;
+/// Label sets as arrays: no allocation per message.
+type Labels1 = [(&'static str, &'static str); 1];
+type Labels2 = [(&'static str, &'static str); 2];
 
 pub const WEBSOCKET: &str = "websocket";
 pub const MQTT: &str = "mqtt";
@@ -29,12 +31,12 @@ fn type_label(message_type: &str) -> &'static str {
 
 struct Inner {
     registry: Registry,
-    received: Family<Labels, Counter>,
-    sent: Family<Labels, Counter>,
-    errors: Family<Labels, Counter>,
-    dropped: Family<Labels, Counter>,
-    request_seconds: Family<Labels, Histogram>,
-    connections: Family<Labels, Gauge>,
+    received: Family<Labels2, Counter>,
+    sent: Family<Labels2, Counter>,
+    errors: Family<Labels1, Counter>,
+    dropped: Family<Labels1, Counter>,
+    request_seconds: Family<Labels1, Histogram>,
+    connections: Family<Labels1, Gauge>,
     subscriptions: Gauge,
     pending_requests: Gauge,
     hosted_things: Gauge,
@@ -58,14 +60,14 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("lmos_sidecar");
-        let received = Family::<Labels, Counter>::default();
-        let sent = Family::<Labels, Counter>::default();
-        let errors = Family::<Labels, Counter>::default();
-        let dropped = Family::<Labels, Counter>::default();
-        let request_seconds = Family::<Labels, Histogram>::new_with_constructor(|| {
+        let received = Family::<Labels2, Counter>::default();
+        let sent = Family::<Labels2, Counter>::default();
+        let errors = Family::<Labels1, Counter>::default();
+        let dropped = Family::<Labels1, Counter>::default();
+        let request_seconds = Family::<Labels1, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0005, 2.0, 16))
         });
-        let connections = Family::<Labels, Gauge>::default();
+        let connections = Family::<Labels1, Gauge>::default();
         let subscriptions = Gauge::default();
         let pending_requests = Gauge::default();
         let hosted_things = Gauge::default();
@@ -129,7 +131,7 @@ impl Metrics {
     }
 
     pub fn received(&self, transport: &'static str, message_type: &str) {
-        let labels = vec![
+        let labels = [
             ("message_type", type_label(message_type)),
             ("transport", transport),
         ];
@@ -141,7 +143,7 @@ impl Metrics {
     }
 
     pub fn sent_many(&self, transport: &'static str, message_type: &str, n: u64) {
-        let labels = vec![
+        let labels = [
             ("message_type", type_label(message_type)),
             ("transport", transport),
         ];
@@ -150,20 +152,17 @@ impl Metrics {
 
     /// `kind` is a problem slug (`invalid-json`, `timeout`, ...).
     pub fn error(&self, kind: &'static str) {
-        self.0.errors.get_or_create(&vec![("kind", kind)]).inc();
+        self.0.errors.get_or_create(&[("kind", kind)]).inc();
     }
 
     /// `reason`: `slow_consumer`, `slow_consumer_disconnected`,
     /// `invalid_payload`, `too_large`.
     pub fn dropped(&self, reason: &'static str) {
-        self.0
-            .dropped
-            .get_or_create(&vec![("reason", reason)])
-            .inc();
+        self.0.dropped.get_or_create(&[("reason", reason)]).inc();
     }
 
     pub fn request_done(&self, message_type: &str, elapsed: Duration) {
-        let labels = vec![("message_type", type_label(message_type))];
+        let labels = [("message_type", type_label(message_type))];
         self.0
             .request_seconds
             .get_or_create(&labels)
@@ -173,7 +172,7 @@ impl Metrics {
     pub fn set_connections(&self, transport: &'static str, n: usize) {
         self.0
             .connections
-            .get_or_create(&vec![("transport", transport)])
+            .get_or_create(&[("transport", transport)])
             .set(n as i64);
     }
 
@@ -186,7 +185,7 @@ impl Metrics {
     ) {
         self.0
             .connections
-            .get_or_create(&vec![("transport", WEBSOCKET)])
+            .get_or_create(&[("transport", WEBSOCKET)])
             .set(websocket_connections as i64);
         self.0.subscriptions.set(subscriptions as i64);
         self.0.pending_requests.set(pending as i64);
