@@ -231,8 +231,7 @@ where
                 return self.reply(problem, Some(&thing), Some(&correlation)).await;
             }
         }
-        let raw = Bytes::from(text);
-        let outcome = route(self.id, &message, raw.clone(), &self.shared.topics);
+        let outcome = route(self.id, &message, Bytes::from(text), &self.shared.topics);
         // What a hosting agent sends with a correlation ID may answer a
         // request routed to it; the dispatcher decides, and publishes it as
         // usual when it does not.
@@ -247,7 +246,6 @@ where
             let command = Command::AgentMessage {
                 thing,
                 message: Box::new(message),
-                payload: raw,
                 fallback,
             };
             self.shared.command(command).await;

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
@@ -60,7 +59,6 @@ pub enum Command {
     AgentMessage {
         thing: String,
         message: Box<Message>,
-        payload: Bytes,
         fallback: Vec<Publication>,
     },
     Deregister {
@@ -242,11 +240,10 @@ impl Dispatcher {
             Command::AgentMessage {
                 thing,
                 message,
-                payload,
                 fallback,
             } => {
                 if self.requests.answers(&thing, &message) {
-                    self.agent_reply(&thing, &message, &payload).await;
+                    self.agent_reply(&thing, &message).await;
                 } else {
                     for mut publication in fallback {
                         trace_publication(&self.tracer, &message, &mut publication);
@@ -406,7 +403,7 @@ impl Dispatcher {
                             message.tracestate = t.tracestate;
                         }
                     }
-                    self.agent_reply(&thing, &message, &delivery.payload).await;
+                    self.agent_reply(&thing, &message).await;
                 }
                 _ => debug!("Dropped an agent reply that answers no pending request."),
             },
@@ -624,7 +621,7 @@ impl Dispatcher {
     }
 
     /// An agent's answer: recorded as processed, then routed to its consumer.
-    async fn agent_reply(&mut self, thing: &str, message: &Message, payload: &[u8]) {
+    async fn agent_reply(&mut self, thing: &str, message: &Message) {
         let destination = self.topics.agent_replies(thing);
         let error = match &message.body {
             Body::Error(e) => Some(e.title.as_str()),
@@ -639,12 +636,10 @@ impl Dispatcher {
             &message_info(message),
             error,
         );
-        if let Some(effects) = self.requests.reply(
-            thing,
-            message,
-            payload,
-            ctx.as_ref().map(|c| c.traceparent.as_str()),
-        ) {
+        if let Some(effects) =
+            self.requests
+                .reply(thing, message, ctx.as_ref().map(|c| c.traceparent.as_str()))
+        {
             self.carry_out(effects).await;
         }
     }

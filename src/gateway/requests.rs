@@ -448,7 +448,6 @@ impl Requests {
         &mut self,
         thing: &str,
         message: &Message,
-        payload: &[u8],
         trace: Option<&str>,
     ) -> Option<Vec<Effect>> {
         if !self.answers(thing, message) {
@@ -461,9 +460,9 @@ impl Requests {
                 .request_done(message_type.as_str(), started.elapsed());
         }
         let consumer = p.consumer.clone();
-        let mut prepared_map = match serde_json::from_slice::<Value>(payload) {
-            Ok(Value::Object(m)) => m,
-            _ => return None,
+        // The parsed message keeps every member it arrived with.
+        let Value::Object(mut prepared_map) = message.to_value() else {
+            return None;
         };
         let copy =
             Prepared::from_map(&mut prepared_map, thing).with(&json_string(&p.correlation), trace);
@@ -778,12 +777,7 @@ mod tests {
 
     fn reply_to(r: &mut Requests, v: &Value) -> Option<Vec<Effect>> {
         let text = v.to_string();
-        r.reply(
-            T,
-            &Message::parse(text.as_bytes()).unwrap(),
-            text.as_bytes(),
-            None,
-        )
+        r.reply(T, &Message::parse(text.as_bytes()).unwrap(), None)
     }
 
     fn to_consumer(effects: &[Effect]) -> Vec<(Consumer, Value)> {
