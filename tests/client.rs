@@ -6,7 +6,7 @@ mod common;
 #[path = "../examples/weather_agent.rs"]
 mod weather_agent;
 
-use common::{wait_for_stats, TestSidecar};
+use common::TestSidecar;
 use weather_agent::THING_ID;
 
 async fn cli(args: &[&str]) -> (i32, String) {
@@ -21,12 +21,10 @@ async fn cli(args: &[&str]) -> (i32, String) {
 }
 
 async fn sidecar_with_agent() -> TestSidecar {
-    let sidecar = TestSidecar::start().await;
-    let url = sidecar.ws_url();
-    tokio::spawn(async move { weather_agent::serve(&url).await.map_err(|e| e.to_string()) });
-    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
-    common::wait_for_td(&sidecar, THING_ID).await;
-    sidecar
+    common::start_with_agent(common::test_config(), THING_ID, |url| async move {
+        weather_agent::serve(&url).await.map_err(|e| e.to_string())
+    })
+    .await
 }
 
 #[tokio::test]

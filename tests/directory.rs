@@ -6,7 +6,7 @@ mod common;
 #[path = "../examples/weather_agent.rs"]
 mod weather_agent;
 
-use common::{http, lmos, wait_for_stats, TestSidecar};
+use common::{http, lmos, TestSidecar};
 use serde_json::{json, Value};
 
 const WEATHER: &str = include_str!("fixtures/weather-agent-td.json");
@@ -224,10 +224,10 @@ async fn the_forms_served_reach_the_running_agent() {
     std::fs::write(&file, WEATHER).unwrap();
     let mut config = common::test_config();
     config.discovery.things = vec![file];
-    let sidecar = TestSidecar::start_with(config).await;
-    let url = sidecar.ws_url();
-    tokio::spawn(async move { weather_agent::serve(&url).await.map_err(|e| e.to_string()) });
-    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+    let sidecar = common::start_with_agent(config, ID, |url| async move {
+        weather_agent::serve(&url).await.map_err(|e| e.to_string())
+    })
+    .await;
 
     // Registered from the file at start-up; follow its forms.
     let td = get_weather(sidecar.http).await.json();

@@ -490,6 +490,24 @@ pub async fn mqtt5_next_publish(
     }
 }
 
+/// A sidecar on `config` with an agent running beside it: `agent` gets the
+/// WebSocket URL and serves until the test ends. Returns once the agent
+/// hosts `thing` and its description is registered.
+pub async fn start_with_agent<F, Fut, E>(config: Config, thing: &str, agent: F) -> TestSidecar
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let sidecar = TestSidecar::start_with(config).await;
+    tokio::spawn(agent(sidecar.ws_url()));
+    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+    // The agent registers its description on its socket; requests are then
+    // checked against it.
+    wait_for_td(&sidecar, thing).await;
+    sidecar
+}
+
 /// Waits until the directory serves the Thing's description.
 pub async fn wait_for_td(sidecar: &TestSidecar, thing: &str) {
     let deadline = tokio::time::Instant::now() + WAIT;
