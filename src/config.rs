@@ -28,6 +28,7 @@ pub struct Config {
     pub log: LogConfig,
     pub tracing: TracingConfig,
     pub discovery: DiscoveryConfig,
+    pub auth: AuthConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,6 +72,15 @@ pub struct MqttConfig {
     pub segment_count: usize,
     /// Messages the broker hands a connection per scheduling round.
     pub max_outgoing_packet_count: u64,
+    /// Subscription filters one MQTT connection may hold.
+    pub max_subscriptions: usize,
+    /// Require a username and password (or token) of a principal in
+    /// `[auth]` in every CONNECT.
+    pub authentication: bool,
+    /// PEM certificate chain and private key: both set, the MQTT listeners
+    /// speak TLS only (mqtts).
+    pub tls_cert: String,
+    pub tls_key: String,
 }
 
 impl Default for MqttConfig {
@@ -85,6 +95,10 @@ impl Default for MqttConfig {
             segment_size: 16 * 1024 * 1024,
             segment_count: 4,
             max_outgoing_packet_count: 200,
+            max_subscriptions: 1_000,
+            authentication: false,
+            tls_cert: String::new(),
+            tls_key: String::new(),
         }
     }
 }
@@ -94,14 +108,42 @@ impl Default for MqttConfig {
 pub struct HttpConfig {
     /// Address of the HTTP port; `/lmos` upgrades to the WebSocket gateway.
     pub listen: SocketAddr,
+    /// Schemes a client must use: empty (no authentication), or any of
+    /// `basic` and `bearer`.
+    pub authentication: Vec<HttpScheme>,
+    /// PEM certificate chain and private key: both set, the port speaks
+    /// HTTPS and WebSocket over TLS only (wss).
+    pub tls_cert: String,
+    pub tls_key: String,
+    /// Open TCP connections on the HTTP port (WebSockets included); beyond
+    /// this, new connections are closed at once and counted.
+    pub max_connections: usize,
+    /// Time a new connection has to complete its TLS and HTTP handshake
+    /// (request headers received), in milliseconds.
+    pub handshake_timeout_ms: u64,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            authentication: Vec::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            max_connections: 10_000,
+            handshake_timeout_ms: 10_000,
         }
     }
+}
+
+/// How WebSocket and HTTP clients authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpScheme {
+    /// `Authorization: Basic` with a principal's name and password.
+    Basic,
+    /// `Authorization: Bearer` with one of a principal's tokens.
+    Bearer,
 }
 
 /// What happens to a WebSocket consumer whose outbound queue is full.
@@ -124,6 +166,14 @@ pub struct GatewayConfig {
     /// policy applies.
     pub outbound_queue: usize,
     pub slow_consumer: SlowConsumerPolicy,
+    /// Subscriptions (events, all events, observed properties) one
+    /// WebSocket connection may hold.
+    pub max_subscriptions: usize,
+    /// Requests one WebSocket connection may have waiting for an agent.
+    pub max_pending_requests: usize,
+    /// A connection that sends nothing (not even a pong to the sidecar's
+    /// pings, sent every third of this) for this long is closed, in ms.
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for GatewayConfig {
@@ -132,6 +182,9 @@ impl Default for GatewayConfig {
             max_message_size: 1024 * 1024,
             outbound_queue: 1024,
             slow_consumer: SlowConsumerPolicy::Disconnect,
+            max_subscriptions: 1_000,
+            max_pending_requests: 1_000,
+            idle_timeout_ms: 60_000,
         }
     }
 }
@@ -212,6 +265,69 @@ pub struct DiscoveryConfig {
     /// Also check what agents publish over WebSocket (event data, property
     /// values) against their TD; requests are always checked.
     pub validate_agent_data: bool,
+}
+
+/// Who may connect, and what each principal may do with which Thing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// What clients may do on listeners without authentication.
+    pub anonymous: Grants,
+    pub principals: Vec<PrincipalConfig>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            anonymous: Grants::everything(),
+            principals: Vec::new(),
+        }
+    }
+}
+
+/// Thing patterns: an exact thingID, `*` for every Thing, or a prefix
+/// followed by `*` (e.g. `urn:acme:*`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Grants {
+    /// Act as the agent of these Things: host them, register their TDs,
+    /// receive their requests, publish their events, readings and replies.
+    pub host: Vec<String>,
+    /// Subscribe to events, observe and read properties, read TDs.
+    pub consume: Vec<String>,
+    /// Write properties, invoke, query and cancel actions.
+    pub operate: Vec<String>,
+}
+
+impl Grants {
+    pub fn everything() -> Self {
+        let all = vec!["*".to_string()];
+        Grants {
+            host: all.clone(),
+            consume: all.clone(),
+            operate: all,
+        }
+    }
+}
+
+/// A user or service that can authenticate. Secrets are never kept in
+/// clear in this file: a password as an Argon2 hash (`lmos-sidecar
+/// hash-password`), a token as its SHA-256, or either read from a file or
+/// an environment variable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrincipalConfig {
+    pub name: String,
+    pub password_hash: String,
+    pub password_file: String,
+    pub password_env: String,
+    /// Hex SHA-256 of a bearer token.
+    pub token_sha256: String,
+    pub token_file: String,
+    pub token_env: String,
+    pub host: Vec<String>,
+    pub consume: Vec<String>,
+    pub operate: Vec<String>,
 }
 
 /// How spans travel to the collector.
