@@ -16,6 +16,7 @@ pub mod gateway;
 pub mod http;
 pub mod lmos;
 pub mod telemetry;
+pub mod tls;
 pub mod topics;
 
 pub use app::Application;
