@@ -8,6 +8,7 @@
 //! - [`config`], [`telemetry`], [`app`]: wiring.
 
 pub mod app;
+pub mod auth;
 pub mod broker;
 pub mod client;
 pub mod config;

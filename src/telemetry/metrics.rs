@@ -40,6 +40,9 @@ struct Inner {
     subscriptions: Gauge,
     pending_requests: Gauge,
     hosted_things: Gauge,
+    auth_failures: Family<Labels2, Counter>,
+    denied: Family<Labels2, Counter>,
+    limits: Family<Labels2, Counter>,
 }
 
 #[derive(Clone)]
@@ -71,6 +74,24 @@ impl Metrics {
         let subscriptions = Gauge::default();
         let pending_requests = Gauge::default();
         let hosted_things = Gauge::default();
+        let auth_failures = Family::<Labels2, Counter>::default();
+        let denied = Family::<Labels2, Counter>::default();
+        let limits = Family::<Labels2, Counter>::default();
+        registry.register(
+            "auth_failures",
+            "Connections refused for missing or wrong credentials, by transport and reason",
+            auth_failures.clone(),
+        );
+        registry.register(
+            "denied",
+            "Operations refused by authorization, by transport and access (host, consume, operate)",
+            denied.clone(),
+        );
+        registry.register(
+            "limit_hits",
+            "Times a configured limit was reached, by transport and limit",
+            limits.clone(),
+        );
         registry.register(
             "messages_received",
             "LMOS messages received, by message type and transport",
@@ -127,6 +148,9 @@ impl Metrics {
             subscriptions,
             pending_requests,
             hosted_things,
+            auth_failures,
+            denied,
+            limits,
         }))
     }
 
@@ -190,6 +214,24 @@ impl Metrics {
         self.0.subscriptions.set(subscriptions as i64);
         self.0.pending_requests.set(pending as i64);
         self.0.hosted_things.set(hosted as i64);
+    }
+
+    /// `reason`: `missing`, `invalid`.
+    pub fn auth_failure(&self, transport: &'static str, reason: &'static str) {
+        let labels = [("reason", reason), ("transport", transport)];
+        self.0.auth_failures.get_or_create(&labels).inc();
+    }
+
+    /// `access`: `host`, `consume`, `operate`.
+    pub fn denied(&self, transport: &'static str, access: &'static str) {
+        let labels = [("access", access), ("transport", transport)];
+        self.0.denied.get_or_create(&labels).inc();
+    }
+
+    /// `limit`: the configuration key's last part, e.g. `max_subscriptions`.
+    pub fn limit_hit(&self, transport: &'static str, limit: &'static str) {
+        let labels = [("limit", limit), ("transport", transport)];
+        self.0.limits.get_or_create(&labels).inc();
     }
 
     /// The Prometheus text exposition.

@@ -1,0 +1,308 @@
+//! The authorization rules for MQTT, on topics and filters. Pure: the MQTT
+//! guard in front of the broker asks, for every SUBSCRIBE filter and every
+//! PUBLISH topic.
+//!
+//! What each part of a Thing's subtree takes:
+//!
+//! | subtree                                   | subscribe | publish |
+//! |-------------------------------------------|-----------|---------|
+//! | `events/…`, `properties/…`, `actions/…`, `td`, `agent/status` | consume | host |
+//! | `requests/{type}`                         | host (others' requests) | consume for `readProperty`, else operate |
+//! | `replies/{correlationID}`                 | consume; host with a wildcard | host |
+//! | `agent/requests/…`, `agent/replies`       | host | host |
+//! | anything else under the Thing             | consume | host |
+//!
+//! A wildcard in the Thing's level needs the access for every Thing (`*`).
+//! Topics outside the prefix are not LMOS's business and are left alone.
+
+use super::{Access, Principal};
+use crate::topics::{
+    unescape, Topics, ACTIONS, AGENT, EVENTS, PROPERTIES, REPLIES, REQUESTS, STATUS, TD,
+};
+
+/// Why an operation is refused: the access it needed, and for which Thing
+/// (`None`: every Thing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub access: Access,
+    pub thing: Option<String>,
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.thing {
+            Some(t) => write!(f, "needs `{}` access to {t}", self.access),
+            None => write!(f, "needs `{}` access to every Thing", self.access),
+        }
+    }
+}
+
+enum Things {
+    One(String),
+    All,
+}
+
+fn check(principal: &Principal, things: &Things, access: Access) -> Result<(), Denial> {
+    let ok = match things {
+        Things::One(t) => principal.may(access, t),
+        Things::All => principal.may_all(access),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Denial {
+            access,
+            thing: match things {
+                Things::One(t) => Some(t.clone()),
+                Things::All => None,
+            },
+        })
+    }
+}
+
+/// The levels of `topic` under the prefix, or `None` when the topic or
+/// filter cannot reach into the LMOS subtree at all.
+fn under_prefix<'a>(topics: &Topics, filter: &'a str) -> Option<Vec<&'a str>> {
+    let mut levels = filter.split('/');
+    for prefix_level in topics.prefix().split('/') {
+        match levels.next() {
+            Some("#") => return Some(vec!["#"]),
+            Some("+") => {}
+            Some(l) if l == prefix_level => {}
+            _ => return None,
+        }
+    }
+    let rest: Vec<&str> = levels.collect();
+    // The prefix itself as a topic, or `prefix/#` reaching everything.
+    Some(rest)
+}
+
+/// Shared subscriptions (`$share/{group}/{filter}`) are checked on the filter.
+fn strip_share(filter: &str) -> &str {
+    filter
+        .strip_prefix("$share/")
+        .and_then(|rest| rest.split_once('/'))
+        .map_or(filter, |(_, f)| f)
+}
+
+/// Can `filter` (levels, MQTT wildcards) match a topic of this template
+/// (literal levels, `*` for any one level)?
+fn overlaps(filter: &[&str], template: &[&str]) -> bool {
+    match (filter.first(), template.first()) {
+        (Some(&"#"), _) => true,
+        (None, None) => true,
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some(f), Some(t)) => {
+            (*f == "+" || *t == "*" || f == t) && overlaps(&filter[1..], &template[1..])
+        }
+    }
+}
+
+const CONSUMED: &[&[&str]] = &[
+    &[EVENTS, "*"],
+    &[PROPERTIES, "*"],
+    &[ACTIONS, "*", STATUS, "*"],
+    &[TD],
+    &[AGENT, STATUS],
+];
+const HOSTED: &[&[&str]] = &[&[REQUESTS, "*"], &[AGENT, REQUESTS, "*"], &[AGENT, REPLIES]];
+
+pub fn may_subscribe(topics: &Topics, principal: &Principal, filter: &str) -> Result<(), Denial> {
+    let Some(rest) = under_prefix(topics, strip_share(filter)) else {
+        return Ok(());
+    };
+    let (things, kind) = match rest.split_first() {
+        None => return Ok(()),
+        Some((&"#", _)) => (Things::All, &["#"][..]),
+        Some((&"+", kind)) => (Things::All, kind),
+        Some((thing, kind)) => match unescape(thing) {
+            Ok(t) => (Things::One(t.into_owned()), kind),
+            // Not a level the sidecar writes: no Thing lives there.
+            Err(_) => return Ok(()),
+        },
+    };
+    if kind.is_empty() {
+        return Ok(());
+    }
+    let mut needs = Vec::new();
+    if HOSTED.iter().any(|t| overlaps(kind, t)) {
+        needs.push(Access::Host);
+    }
+    match kind {
+        [REPLIES, c] if *c != "+" && *c != "#" => needs.push(Access::Consume),
+        _ if overlaps(kind, &[REPLIES, "*"]) => needs.push(Access::Host),
+        _ => {}
+    }
+    let known = CONSUMED
+        .iter()
+        .chain(HOSTED)
+        .chain([&[REPLIES, "*"][..]].iter())
+        .any(|t| overlaps(kind, t));
+    if CONSUMED.iter().any(|t| overlaps(kind, t)) || !known {
+        needs.push(Access::Consume);
+    }
+    for access in needs {
+        check(principal, &things, access)?;
+    }
+    Ok(())
+}
+
+pub fn may_publish(topics: &Topics, principal: &Principal, topic: &str) -> Result<(), Denial> {
+    let Some(rest) = under_prefix(topics, topic) else {
+        return Ok(());
+    };
+    let Some((thing, kind)) = rest.split_first() else {
+        return Ok(());
+    };
+    let Ok(thing) = unescape(thing) else {
+        // Only the agent's side writes into a Thing's subtree, and this is
+        // no Thing's; treat it as the agent's side of nobody.
+        return Err(Denial {
+            access: Access::Host,
+            thing: Some((*thing).to_owned()),
+        });
+    };
+    let access = match kind {
+        [REQUESTS, message_type] => {
+            match unescape(message_type).ok().and_then(|t| t.parse().ok()) {
+                Some(t) if Access::to_send(t) != Access::Host => Access::to_send(t),
+                // Not a request type: the sidecar refuses it anyway; reading
+                // its error takes no more than consuming.
+                _ => Access::Consume,
+            }
+        }
+        _ => Access::Host,
+    };
+    check(principal, &Things::One(thing.into_owned()), access)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Authority;
+    use crate::config::{AuthConfig, Grants, PrincipalConfig};
+
+    fn principal(host: &[&str], consume: &[&str], operate: &[&str]) -> Principal {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
+        let config = AuthConfig {
+            anonymous: Grants {
+                host: v(host),
+                consume: v(consume),
+                operate: v(operate),
+            },
+            principals: Vec::<PrincipalConfig>::new(),
+        };
+        Authority::from_config(&config).unwrap().anonymous()
+    }
+
+    fn t() -> Topics {
+        Topics::new("lmos").unwrap()
+    }
+
+    #[test]
+    fn consumers_subscribe_to_what_they_consume_only() {
+        let p = principal(&[], &["urn:a"], &[]);
+        for ok in [
+            "lmos/urn:a/events/e",
+            "lmos/urn:a/events/+",
+            "lmos/urn:a/properties/#",
+            "lmos/urn:a/actions/+/status/+",
+            "lmos/urn:a/td",
+            "lmos/urn:a/replies/my-correlation",
+            "$share/g/lmos/urn:a/events/e",
+            "other/#",
+            "$SYS/#",
+        ] {
+            assert_eq!(may_subscribe(&t(), &p, ok), Ok(()), "{ok}");
+        }
+        for (denied, access) in [
+            ("lmos/urn:b/events/e", Access::Consume),
+            ("lmos/+/events/e", Access::Consume),
+            ("#", Access::Host),
+            ("lmos/#", Access::Host),
+            ("+/urn:b/events/e", Access::Consume),
+            ("lmos/urn:a/#", Access::Host),
+            ("lmos/urn:a/requests/+", Access::Host),
+            ("lmos/urn:a/agent/requests/+", Access::Host),
+            ("lmos/urn:a/replies/+", Access::Host),
+            ("$share/g/lmos/urn:b/events/e", Access::Consume),
+        ] {
+            let e = may_subscribe(&t(), &p, denied).unwrap_err();
+            assert_eq!(e.access, access, "{denied}");
+        }
+    }
+
+    #[test]
+    fn agents_subscribe_to_their_requests() {
+        let agent = principal(&["urn:a"], &[], &[]);
+        assert_eq!(
+            may_subscribe(&t(), &agent, "lmos/urn:a/agent/requests/+"),
+            Ok(())
+        );
+        assert_eq!(
+            may_subscribe(&t(), &agent, "lmos/urn:a/agent/#"),
+            Err(Denial {
+                access: Access::Consume,
+                thing: Some("urn:a".into())
+            })
+        );
+        assert!(may_subscribe(&t(), &agent, "lmos/urn:b/agent/requests/+").is_err());
+    }
+
+    #[test]
+    fn only_the_agent_publishes_for_its_thing() {
+        let agent = principal(&["urn:a"], &["*"], &[]);
+        let consumer = principal(&[], &["*"], &["urn:a"]);
+        for topic in [
+            "lmos/urn:a/events/e",
+            "lmos/urn:a/properties/p",
+            "lmos/urn:a/actions/x/status/1",
+            "lmos/urn:a/agent/replies",
+            "lmos/urn:a/agent/status",
+            "lmos/urn:a/td",
+            "lmos/urn:a/replies/c",
+            "lmos/urn:a/agent/requests/invokeAction",
+        ] {
+            assert_eq!(may_publish(&t(), &agent, topic), Ok(()), "{topic}");
+            assert_eq!(
+                may_publish(&t(), &consumer, topic).unwrap_err().access,
+                Access::Host,
+                "{topic}"
+            );
+        }
+        assert!(may_publish(&t(), &agent, "lmos/urn:b/events/e").is_err());
+        assert_eq!(may_publish(&t(), &consumer, "elsewhere/x"), Ok(()));
+    }
+
+    #[test]
+    fn requests_take_consume_or_operate_by_type() {
+        let reader = principal(&[], &["urn:a"], &[]);
+        assert_eq!(
+            may_publish(&t(), &reader, "lmos/urn:a/requests/readProperty"),
+            Ok(())
+        );
+        for ty in [
+            "invokeAction",
+            "writeProperty",
+            "writeMultipleProperties",
+            "cancelAction",
+            "queryAction",
+        ] {
+            let e = may_publish(&t(), &reader, &format!("lmos/urn:a/requests/{ty}")).unwrap_err();
+            assert_eq!(e.access, Access::Operate, "{ty}");
+        }
+        let operator = principal(&[], &[], &["urn:a"]);
+        assert_eq!(
+            may_publish(&t(), &operator, "lmos/urn:a/requests/invokeAction"),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn escaped_thing_ids_are_checked_as_the_ids_they_are() {
+        let p = principal(&[], &["https://x.org/a"], &[]);
+        let topic = t().event("https://x.org/a", "e");
+        assert_eq!(may_subscribe(&t(), &p, &topic), Ok(()));
+        assert!(may_subscribe(&t(), &p, &t().event("https://x.org/b", "e")).is_err());
+    }
+}
