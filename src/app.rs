@@ -12,13 +12,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::auth::{AuthError, Authority};
 use crate::broker::embedded::{BrokerError, EmbeddedBroker};
 use crate::config::Config;
 use crate::directory::{Directory, DirectoryService, Endpoints};
 use crate::gateway::{Dispatcher, Gateway, GatewaySetup};
+use crate::http::auth::HttpAuth;
+use crate::http::server::ServeOptions;
 use crate::http::{self, HttpState, LMOS_PATH};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::{TelemetryError, Tracing};
+use crate::tls::TlsError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -33,6 +37,10 @@ pub enum StartError {
     Telemetry(#[from] TelemetryError),
     #[error("cannot register a Thing Description from discovery.things: {0}")]
     Thing(String),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// A sidecar whose ports are bound and whose broker is accepting
@@ -49,6 +57,8 @@ pub struct Application {
     directory: DirectoryService,
     metrics: Metrics,
     mqtt_connections: Arc<AtomicUsize>,
+    authority: Authority,
+    http_tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Application {
@@ -75,6 +85,12 @@ impl Application {
                 addr: config.http.listen,
                 error,
             })?;
+        let authority = authority(&config)?;
+        let http_tls = crate::tls::acceptor(
+            &config.http.tls_cert,
+            &config.http.tls_key,
+            ("http.tls_cert", "http.tls_key"),
+        )?;
         let topics = config.topics();
         let broker = EmbeddedBroker::start(&config.mqtt, Gateway::bus_filters(&topics)).await?;
         let thing_id = match config.sidecar.thing_id.as_str() {
@@ -120,6 +136,8 @@ impl Application {
             tracing,
             directory,
             metrics,
+            authority,
+            http_tls,
         })
     }
 
@@ -149,7 +167,11 @@ impl Application {
             mqtt = %self.mqtt_addr,
             mqtt5 = %self.mqtt5_addr,
             http = %self.http_addr,
-            websocket = %format!("ws://{}{LMOS_PATH}", self.http_addr),
+            websocket = %format!(
+                "{}://{}{LMOS_PATH}",
+                if self.http_tls.is_some() { "wss" } else { "ws" },
+                self.http_addr
+            ),
             "Sidecar ready."
         );
 
@@ -163,10 +185,20 @@ impl Application {
             shutdown: token.clone(),
             closing: closing.clone(),
             directory: self.directory,
-            metrics: self.metrics,
+            metrics: self.metrics.clone(),
             mqtt_connections: self.mqtt_connections,
+            auth: HttpAuth {
+                authority: self.authority,
+                schemes: self.config.http.authentication.clone(),
+                metrics: self.metrics,
+            },
         };
-        let server = tokio::spawn(http::serve(self.http_listener, state));
+        let options = ServeOptions {
+            tls: self.http_tls,
+            max_connections: self.config.http.max_connections,
+            handshake_timeout: Duration::from_millis(self.config.http.handshake_timeout_ms),
+        };
+        let server = tokio::spawn(http::serve(self.http_listener, state, options));
 
         tokio::select! {
             _ = shutdown => info!("Shutting down."),
@@ -217,15 +249,32 @@ fn directory_service(
     mqtt: SocketAddr,
     thing_id: &str,
 ) -> DirectoryService {
-    let http_base = format!("http://{}:{}", public_host(config, http), http.port());
+    let tls = |cert: &str| !cert.is_empty();
+    let (web, ws) = if tls(&config.http.tls_cert) {
+        ("https", "wss")
+    } else {
+        ("http", "ws")
+    };
+    let mqtt_scheme = if tls(&config.mqtt.tls_cert) {
+        "mqtts"
+    } else {
+        "mqtt"
+    };
+    let http_base = format!("{web}://{}:{}", public_host(config, http), http.port());
     let endpoints = Endpoints {
         websocket: format!(
-            "ws://{}:{}{LMOS_PATH}",
+            "{ws}://{}:{}{LMOS_PATH}",
             public_host(config, http),
             http.port()
         ),
-        mqtt: format!("mqtt://{}:{}", public_host(config, mqtt), mqtt.port()),
+        mqtt: format!(
+            "{mqtt_scheme}://{}:{}",
+            public_host(config, mqtt),
+            mqtt.port()
+        ),
         topics: config.topics(),
+        http_schemes: config.http.authentication.clone(),
+        mqtt_password: config.mqtt.authentication,
     };
     DirectoryService::new(
         Directory::new(endpoints),
@@ -234,4 +283,26 @@ fn directory_service(
         thing_id.to_owned(),
         &http_base,
     )
+}
+
+/// The principals, checked once; a listener that requires authentication
+/// with no one able to pass it is a configuration mistake, not a lock-out.
+fn authority(config: &Config) -> Result<Authority, AuthError> {
+    let authority = Authority::from_config(&config.auth)?;
+    if authority.is_empty() {
+        if !config.http.authentication.is_empty() {
+            return Err(AuthError::NoOne("http.authentication"));
+        }
+        if config.mqtt.authentication {
+            return Err(AuthError::NoOne("mqtt.authentication"));
+        }
+    }
+    let open = |addr: SocketAddr| !addr.ip().is_loopback();
+    if config.http.authentication.is_empty() && open(config.http.listen) {
+        warn!(listen = %config.http.listen, "The HTTP port is reachable from other hosts without authentication (http.authentication).");
+    }
+    if !config.mqtt.authentication && (open(config.mqtt.listen) || open(config.mqtt.listen_v5)) {
+        warn!("The MQTT listeners are reachable from other hosts without authentication (mqtt.authentication).");
+    }
+    Ok(authority)
 }

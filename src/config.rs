@@ -494,6 +494,21 @@ impl Config {
             ("mqtt.max_connections", self.mqtt.max_connections),
             ("mqtt.max_inflight_count", self.mqtt.max_inflight_count),
             ("requests.timeout_ms", self.requests.timeout_ms as usize),
+            ("gateway.max_subscriptions", self.gateway.max_subscriptions),
+            (
+                "gateway.max_pending_requests",
+                self.gateway.max_pending_requests,
+            ),
+            (
+                "gateway.idle_timeout_ms",
+                self.gateway.idle_timeout_ms as usize,
+            ),
+            ("mqtt.max_subscriptions", self.mqtt.max_subscriptions),
+            ("http.max_connections", self.http.max_connections),
+            (
+                "http.handshake_timeout_ms",
+                self.http.handshake_timeout_ms as usize,
+            ),
         ];
         for (key, v) in positive {
             if v == 0 {

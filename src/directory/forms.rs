@@ -5,6 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::config::HttpScheme;
 use crate::topics::Topics;
 
 pub const MQTT_NAMESPACE: &str = "https://www.w3.org/2019/wot/mqtt#";
@@ -18,7 +19,17 @@ pub struct Endpoints {
     /// e.g. `mqtt://sidecar.example:1883`
     pub mqtt: String,
     pub topics: Topics,
+    /// Schemes the HTTP port requires (empty: none).
+    pub http_schemes: Vec<HttpScheme>,
+    /// Whether MQTT clients must give a username and password.
+    pub mqtt_password: bool,
 }
+
+const NOSEC: &str = "nosec_sc";
+const BASIC: &str = "basic_sc";
+const BEARER: &str = "bearer_sc";
+const WS_COMBO: &str = "lmos_ws_sc";
+const MQTT_PASSWORD: &str = "lmos_mqtt_sc";
 
 /// A topic as the path of an `mqtt://` URI: decoding the href gives the
 /// topic back (`%`, `#`, `?` and spaces would not survive otherwise). The
@@ -38,12 +49,65 @@ fn uri_path(topic: &str) -> String {
 }
 
 impl Endpoints {
+    /// The security scheme names in force for the WebSocket and for MQTT,
+    /// and their definitions.
+    fn security(&self) -> (&'static str, &'static str, Map<String, Value>) {
+        let mut definitions = Map::new();
+        let mut define = |name: &str, v: Value| {
+            definitions.insert(name.to_owned(), v);
+        };
+        let basic = self.http_schemes.contains(&HttpScheme::Basic);
+        let bearer = self.http_schemes.contains(&HttpScheme::Bearer);
+        if basic {
+            define(
+                BASIC,
+                json!({"scheme": "basic", "in": "header", "name": "Authorization"}),
+            );
+        }
+        if bearer {
+            define(
+                BEARER,
+                json!({"scheme": "bearer", "in": "header", "name": "Authorization", "format": "opaque"}),
+            );
+        }
+        let ws = match (basic, bearer) {
+            (true, true) => {
+                define(
+                    WS_COMBO,
+                    json!({"scheme": "combo", "oneOf": [BASIC, BEARER]}),
+                );
+                WS_COMBO
+            }
+            (true, false) => BASIC,
+            (false, true) => BEARER,
+            (false, false) => NOSEC,
+        };
+        let mqtt = if self.mqtt_password {
+            define(
+                MQTT_PASSWORD,
+                json!({
+                    "scheme": "basic",
+                    "in": "auto",
+                    "description": "MQTT CONNECT username and password (the password may also be one of the principal's bearer tokens)",
+                }),
+            );
+            MQTT_PASSWORD
+        } else {
+            NOSEC
+        };
+        if ws == NOSEC || mqtt == NOSEC {
+            define(NOSEC, json!({"scheme": "nosec"}));
+        }
+        (ws, mqtt, definitions)
+    }
+
     fn ws(&self, ops: &[&str]) -> Value {
         json!({
             "href": self.websocket,
             "subprotocol": "lmosprotocol",
             "op": ops,
             "contentType": "application/json",
+            "security": self.security().0,
         })
     }
 
@@ -56,6 +120,7 @@ impl Endpoints {
             "mqv:topic": topic,
             "mqv:qos": "1",
             "mqv:retain": false,
+            "security": self.security().1,
         })
     }
 
@@ -67,6 +132,7 @@ impl Endpoints {
             "mqv:controlPacket": "subscribe",
             "mqv:filter": filter,
             "mqv:qos": "1",
+            "security": self.security().1,
         })
     }
 }
@@ -106,6 +172,7 @@ pub fn rewrite(td: &mut Value, endpoints: &Endpoints) {
         return;
     };
     let t = &endpoints.topics;
+    declare_security(td, endpoints);
 
     let mut properties = Map::new();
     for (name, mut p) in affordances(td, "properties") {
@@ -176,6 +243,44 @@ pub fn rewrite(td: &mut Value, endpoints: &Endpoints) {
     add_mqtt_context(td);
 }
 
+/// The schemes actually in force join the agent's own definitions, and
+/// become the Thing's default; the agent's own forms for other protocols
+/// keep the security they had.
+fn declare_security(td: &mut Value, endpoints: &Endpoints) {
+    let (ws, _, ours) = endpoints.security();
+    let original = td.get("security").cloned();
+    let Some(map) = td.as_object_mut() else {
+        return;
+    };
+    let definitions = map
+        .entry("securityDefinitions")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !definitions.is_object() {
+        *definitions = Value::Object(Map::new());
+    }
+    let definitions = definitions.as_object_mut().expect("made an object above");
+    for (name, definition) in ours {
+        definitions.insert(name, definition);
+    }
+    if let Some(original) = original.filter(|o| o.as_str() != Some(ws)) {
+        for kind in ["properties", "actions", "events"] {
+            let Some(affordances) = map.get_mut(kind).and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for affordance in affordances.values_mut() {
+                let forms = affordance.get_mut("forms").and_then(Value::as_array_mut);
+                for form in forms.into_iter().flatten() {
+                    let theirs = !is_ours(form);
+                    if let Some(f) = form.as_object_mut().filter(|_| theirs) {
+                        f.entry("security").or_insert_with(|| original.clone());
+                    }
+                }
+            }
+        }
+    }
+    map.insert("security".into(), Value::String(ws.to_owned()));
+}
+
 /// Brings the `mqv:` prefix into `@context`, once.
 fn add_mqtt_context(td: &mut Value) {
     let mqv = json!({ "mqv": MQTT_NAMESPACE });
@@ -206,6 +311,8 @@ mod tests {
             websocket: "ws://sidecar:8080/lmos".into(),
             mqtt: "mqtt://sidecar:1883".into(),
             topics: Topics::new("lmos").unwrap(),
+            http_schemes: Vec::new(),
+            mqtt_password: false,
         }
     }
 

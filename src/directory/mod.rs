@@ -167,6 +167,8 @@ mod tests {
             websocket: "ws://h:8080/lmos".into(),
             mqtt: "mqtt://h:1883".into(),
             topics: Topics::new("lmos").unwrap(),
+            http_schemes: Vec::new(),
+            mqtt_password: false,
         })
     }
 

@@ -19,7 +19,8 @@ use super::dispatcher::Command;
 use super::inbound::{route, Outcome};
 use super::outbound::Inbox;
 use super::subscriptions::ConnId;
-use super::{trace_publication, Shared};
+use super::{trace_publication, Client, Shared};
+use crate::auth::{Access, Principal};
 use crate::directory::affordances;
 use crate::lmos::{Body, Direction, Message, Problem, ProblemKind};
 use crate::telemetry::metrics;
@@ -32,6 +33,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Connection<S> {
     id: ConnId,
     peer: SocketAddr,
+    principal: Principal,
     /// Things this connection serves as their agent (`?host=` at handshake).
     hosts: Vec<String>,
     socket: WebSocketStream<S>,
@@ -45,6 +47,7 @@ enum Ending {
     PeerClosed,
     Shutdown,
     TooSlow,
+    Idle,
     Failed(WsError),
 }
 
@@ -52,20 +55,18 @@ impl<S> Connection<S>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
-        id: ConnId,
-        peer: SocketAddr,
-        hosts: Vec<String>,
+        client: Client,
         socket: WebSocketStream<S>,
         inbox: Inbox,
         shared: Arc<Shared>,
         shutdown: CancellationToken,
     ) -> Self {
         Connection {
-            id,
-            peer,
-            hosts,
+            id: client.conn,
+            peer: client.addr,
+            principal: client.principal,
+            hosts: client.hosts,
             socket,
             inbox,
             shared,
@@ -102,6 +103,17 @@ where
                     ),
                 ))
             }
+            Ending::Idle => {
+                let idle = self.shared.config.idle_timeout_ms;
+                self.shared
+                    .metrics
+                    .limit_hit(metrics::WEBSOCKET, "idle_timeout_ms");
+                info!(idle_ms = idle, "Closing an idle WebSocket connection.");
+                Some((
+                    CloseCode::Away,
+                    format!("Idle timeout: nothing received for {idle} ms (gateway.idle_timeout_ms), not even a pong."),
+                ))
+            }
             Ending::Failed(WsError::Capacity(e)) => {
                 Some((CloseCode::Size, format!("Message too big: {e}.")))
             }
@@ -123,8 +135,20 @@ where
     async fn serve(&mut self) -> Ending {
         let too_slow = self.inbox.too_slow.clone();
         let shutdown = self.shutdown.clone();
+        // Pings make a live peer answer; a peer that vanished without a FIN
+        // (host down, cable out) answers nothing and is closed.
+        let idle = Duration::from_millis(self.shared.config.idle_timeout_ms);
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_heard = tokio::time::Instant::now();
         loop {
             tokio::select! {
+                _ = ping.tick() => {
+                    if last_heard.elapsed() >= idle {
+                        return Ending::Idle;
+                    }
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.socket.send(WsMessage::Ping(Bytes::new()))).await;
+                }
                 _ = shutdown.cancelled() => {
                     // Deliver what is already queued (e.g. the errors for
                     // requests the shutdown leaves unanswered), briefly.
@@ -150,9 +174,12 @@ where
                 incoming = self.socket.next() => match incoming {
                     None => return Ending::PeerClosed,
                     Some(Err(e)) => return Ending::Failed(e),
-                    Some(Ok(message)) => if let Err(e) = self.handle(message).await {
-                        return Ending::Failed(e);
-                    },
+                    Some(Ok(message)) => {
+                        last_heard = tokio::time::Instant::now();
+                        if let Err(e) = self.handle(message).await {
+                            return Ending::Failed(e);
+                        }
+                    }
                 },
             }
         }
@@ -220,6 +247,24 @@ where
         };
         let thing = message.thing_id.clone();
         let correlation = message.reply_correlation_id().to_owned();
+        let access = Access::to_send(message.message_type());
+        if !self.principal.may(access, &thing) {
+            self.shared
+                .metrics
+                .denied(metrics::WEBSOCKET, access.as_str());
+            info!(
+                access = access.as_str(),
+                message_type = %message.message_type(),
+                "Denied a WebSocket message."
+            );
+            let detail = format!(
+                "`{}` may not send `{}` for `{thing}`: that needs `{access}` access to the Thing, which [auth] does not grant.",
+                self.principal.name(),
+                message.message_type()
+            );
+            let problem = Problem::new(ProblemKind::Forbidden, detail);
+            return self.reply(problem, Some(&thing), Some(&correlation)).await;
+        }
         if self.shared.validate_agent_data {
             let refused = {
                 let directory = self.shared.directory.directory();

@@ -75,6 +75,15 @@ pub struct Services {
     pub tracer: MessageTracer,
     pub directory: DirectoryService,
     pub metrics: Metrics,
+    pub limits: Limits,
+}
+
+/// Per-connection limits the dispatcher enforces, because it owns the state
+/// they count.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_subscriptions: usize,
+    pub max_pending_requests: usize,
 }
 
 /// Counts for tests, health and metrics.
@@ -100,6 +109,7 @@ pub struct Dispatcher {
     tracer: MessageTracer,
     directory: DirectoryService,
     metrics: Metrics,
+    limits: Limits,
     bus: Bus,
     topics: Topics,
     commands: mpsc::Receiver<Command>,
@@ -119,6 +129,7 @@ impl Dispatcher {
             tracer,
             directory,
             metrics,
+            limits,
         } = services;
         Dispatcher {
             table: Table::default(),
@@ -128,6 +139,7 @@ impl Dispatcher {
             tracer,
             directory,
             metrics,
+            limits,
             bus,
             topics,
             commands,
@@ -196,7 +208,10 @@ impl Dispatcher {
                 if !self.outbounds.contains_key(&conn) {
                     return;
                 }
-                if let Some(problem) = self.selector_against_td(&thing, &selector) {
+                let refused = self.subscription_limit(conn, &thing, &selector);
+                if let Some(problem) =
+                    refused.or_else(|| self.selector_against_td(&thing, &selector))
+                {
                     let text = problem.to_message(&thing, Some(&correlation_id)).to_json();
                     self.count_sent(metrics::WEBSOCKET, &text);
                     self.send(conn, text);
@@ -228,6 +243,16 @@ impl Dispatcher {
                 }
             }
             Command::Request { conn, mut message } => {
+                let consumer = Consumer::WebSocket(conn);
+                let max = self.limits.max_pending_requests;
+                if self.requests.pending_for(&consumer) >= max {
+                    self.metrics
+                        .limit_hit(metrics::WEBSOCKET, "max_pending_requests");
+                    let detail = format!("This connection already has {max} requests waiting for an agent (gateway.max_pending_requests); send more when some are answered.");
+                    let problem = Problem::new(crate::lmos::ProblemKind::TooManyRequests, detail);
+                    self.refuse(consumer, &message, problem).await;
+                    return;
+                }
                 if let Some(problem) = self.against_td(&message) {
                     self.refuse(Consumer::WebSocket(conn), &message, problem)
                         .await;
@@ -586,6 +611,27 @@ impl Dispatcher {
         let directory = self.directory.directory();
         let td = directory.get(&message.thing_id)?;
         affordances::check_request(td, message).err()
+    }
+
+    /// A new subscription beyond `gateway.max_subscriptions` is refused;
+    /// renewing one the connection holds is not.
+    fn subscription_limit(
+        &self,
+        conn: ConnId,
+        thing: &str,
+        selector: &Selector,
+    ) -> Option<Problem> {
+        let max = self.limits.max_subscriptions;
+        if self.table.subscription_count(conn) < max || self.table.holds(conn, thing, selector) {
+            return None;
+        }
+        self.metrics
+            .limit_hit(metrics::WEBSOCKET, "max_subscriptions");
+        let detail = format!("This connection already holds {max} subscriptions (gateway.max_subscriptions); unsubscribe from some first.");
+        Some(Problem::new(
+            crate::lmos::ProblemKind::TooManyRequests,
+            detail,
+        ))
     }
 
     async fn refuse(&mut self, consumer: Consumer, message: &Message, problem: Problem) {

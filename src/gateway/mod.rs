@@ -23,6 +23,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::auth::Principal;
 use crate::broker::{Bus, Delivery, Publication};
 use crate::config::{GatewayConfig, RequestsConfig};
 use crate::directory::DirectoryService;
@@ -62,6 +63,16 @@ impl Shared {
         // Fails only once the dispatcher has stopped, i.e. during shutdown.
         let _ = self.dispatcher.send(command).await;
     }
+}
+
+/// Who is at the other end of a WebSocket connection.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub conn: ConnId,
+    pub addr: SocketAddr,
+    pub principal: Principal,
+    /// Things this connection serves as their agent (`?host=` at handshake).
+    pub hosts: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -111,6 +122,10 @@ impl Gateway {
             tracer: tracer.clone(),
             directory: directory.clone(),
             metrics: metrics.clone(),
+            limits: dispatcher::Limits {
+                max_subscriptions: config.max_subscriptions,
+                max_pending_requests: config.max_pending_requests,
+            },
         };
         let dispatcher = Dispatcher::new(
             bus.clone(),
@@ -193,10 +208,8 @@ impl Gateway {
     /// Serves one upgraded connection until it closes or `shutdown` fires.
     pub async fn serve<S>(
         &self,
-        conn: ConnId,
-        hosts: Vec<String>,
+        client: Client,
         socket: WebSocketStream<S>,
-        peer: SocketAddr,
         shutdown: CancellationToken,
     ) where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -204,9 +217,16 @@ impl Gateway {
         let shared = self.shared.clone();
         let (outbound, inbox) =
             outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
+        let conn = client.conn;
         shared.command(Command::Register { conn, outbound }).await;
-        let span = tracing::info_span!("ws", conn, peer = %peer, hosts = ?hosts);
-        Connection::new(conn, peer, hosts, socket, inbox, shared, shutdown)
+        let span = tracing::info_span!(
+            "ws",
+            conn,
+            peer = %client.addr,
+            principal = client.principal.name(),
+            hosts = ?client.hosts
+        );
+        Connection::new(client, socket, inbox, shared, shutdown)
             .run()
             .instrument(span)
             .await;

@@ -165,6 +165,14 @@ impl Requests {
         self.routes.values().filter(|p| !p.finished).count()
     }
 
+    /// Requests of one consumer still waiting, running invocations included.
+    pub fn pending_for(&self, consumer: &Consumer) -> usize {
+        self.routes
+            .values()
+            .filter(|p| !p.finished && p.consumer == *consumer)
+            .count()
+    }
+
     pub fn remembered_count(&self) -> usize {
         self.routes.len()
     }

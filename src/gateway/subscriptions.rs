@@ -207,6 +207,12 @@ impl Table {
         self.by_conn.values().map(HashSet::len).sum()
     }
 
+    pub fn holds(&self, conn: ConnId, thing: &str, selector: &Selector) -> bool {
+        self.by_conn
+            .get(&conn)
+            .is_some_and(|s| s.contains(&(thing.to_owned(), selector.clone())))
+    }
+
     pub fn subscription_count(&self, conn: ConnId) -> usize {
         self.by_conn.get(&conn).map_or(0, HashSet::len)
     }

@@ -7,6 +7,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::auth::Caller;
+use crate::auth::Access;
 use crate::directory::{DirectoryError, DirectoryService, Registered, TdError};
 
 const TD_JSON: &str = "application/td+json";
@@ -85,12 +87,34 @@ pub struct Page {
     limit: Option<usize>,
 }
 
-pub async fn list(State(service): State<DirectoryService>, Query(page): Query<Page>) -> Response {
+/// Lists the Things the caller may consume.
+pub async fn list(
+    State(service): State<DirectoryService>,
+    caller: Caller,
+    Query(page): Query<Page>,
+) -> Response {
     let offset = page.offset.unwrap_or(0);
     let limit = page.limit.unwrap_or(DEFAULT_PAGE).max(1);
     let (body, total) = {
         let directory = service.directory();
-        let (things, total) = directory.list(offset, limit);
+        let (things, total) = if caller.principal.may_all(Access::Consume) {
+            directory.list(offset, limit)
+        } else {
+            let (all, _) = directory.list(0, usize::MAX);
+            let visible: Vec<&Value> = all
+                .into_iter()
+                .filter(|td| {
+                    td["id"]
+                        .as_str()
+                        .is_some_and(|id| caller.principal.may(Access::Consume, id))
+                })
+                .collect();
+            let total = visible.len();
+            (
+                visible.into_iter().skip(offset).take(limit).collect(),
+                total,
+            )
+        };
         (
             Value::Array(things.into_iter().cloned().collect()).to_string(),
             total,
@@ -113,7 +137,14 @@ pub async fn list(State(service): State<DirectoryService>, Query(page): Query<Pa
     (StatusCode::OK, headers, body).into_response()
 }
 
-pub async fn get(State(service): State<DirectoryService>, Path(id): Path<String>) -> Response {
+pub async fn get(
+    State(service): State<DirectoryService>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(denied) = caller.may(Access::Consume, &id) {
+        return denied;
+    }
     let td = service.directory().get(&id).cloned();
     match td {
         Some(td) => td_response(StatusCode::OK, &td),
@@ -123,9 +154,13 @@ pub async fn get(State(service): State<DirectoryService>, Path(id): Path<String>
 
 pub async fn put(
     State(service): State<DirectoryService>,
+    caller: Caller,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
+    if let Err(denied) = caller.may(Access::Host, &id) {
+        return denied;
+    }
     let result = service.directory().put(Some(&id), &body);
     match result {
         Ok((registered, td)) => {
@@ -139,7 +174,16 @@ pub async fn put(
     }
 }
 
-pub async fn post(State(service): State<DirectoryService>, body: Bytes) -> Response {
+/// An anonymous TD gets a new `urn:uuid:` id, so the caller must be
+/// allowed to host whatever id that is.
+pub async fn post(
+    State(service): State<DirectoryService>,
+    caller: Caller,
+    body: Bytes,
+) -> Response {
+    if let Err(denied) = caller.may(Access::Host, "urn:uuid:") {
+        return denied;
+    }
     let result = service.directory().post(&body);
     match result {
         Ok((id, td)) => {
@@ -153,10 +197,14 @@ pub async fn post(State(service): State<DirectoryService>, body: Bytes) -> Respo
 
 pub async fn patch(
     State(service): State<DirectoryService>,
+    caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Err(denied) = caller.may(Access::Host, &id) {
+        return denied;
+    }
     let merge = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -181,7 +229,14 @@ pub async fn patch(
     }
 }
 
-pub async fn delete(State(service): State<DirectoryService>, Path(id): Path<String>) -> Response {
+pub async fn delete(
+    State(service): State<DirectoryService>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(denied) = caller.may(Access::Host, &id) {
+        return denied;
+    }
     let result = service.directory().delete(&id);
     match result {
         Ok(()) => {

@@ -2,10 +2,10 @@
 //! directory (`/.well-known/wot`, `/things`), `/healthz`, `/readyz` and
 //! `/metrics`.
 
+pub mod auth;
 pub mod directory;
+pub mod server;
 mod upgrade;
-
-use std::net::SocketAddr;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,8 +15,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::serve::ListenerExt;
-use axum::Router;
+use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -42,6 +41,7 @@ pub struct HttpState {
     pub metrics: Metrics,
     /// MQTT client connections, as the broker reports them.
     pub mqtt_connections: Arc<AtomicUsize>,
+    pub auth: auth::HttpAuth,
 }
 
 pub fn router(state: HttpState) -> Router {
@@ -56,6 +56,7 @@ pub fn router(state: HttpState) -> Router {
                 .delete(directory::delete),
         )
         .with_state(state.directory.clone());
+    let auth = state.auth.clone();
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -63,6 +64,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .with_state(state)
         .merge(things)
+        .layer(Extension(auth))
 }
 
 /// Ready while the gateway's dispatcher answers and the sidecar is not
@@ -101,15 +103,12 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 /// Serves HTTP on an already bound listener until `shutdown` fires.
-pub async fn serve(listener: TcpListener, state: HttpState) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    state: HttpState,
+    options: server::ServeOptions,
+) -> std::io::Result<()> {
     let shutdown = state.shutdown.clone();
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    // Without TCP_NODELAY the last frames of a burst wait ~40 ms for the
-    // peer's delayed ACK (Nagle); WebSocket consumers want them now.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    let metrics = state.metrics.clone();
+    server::serve(listener, router(state), options, metrics, shutdown).await
 }

@@ -12,10 +12,13 @@ use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
-use tracing::{debug, Instrument};
+use tracing::{debug, info, Instrument};
 
+use super::server::Slot;
 use super::HttpState;
-use crate::gateway::SUBPROTOCOL;
+use crate::auth::Access;
+use crate::gateway::{Client, SUBPROTOCOL};
+use crate::telemetry::metrics;
 
 fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers
@@ -65,6 +68,10 @@ pub async fn lmos(
         );
     }
 
+    let principal = match state.auth.authenticate(request.headers()).await {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
     let hosts: Vec<String> = params
         .into_iter()
         .filter(|(k, _)| k == "host")
@@ -76,6 +83,18 @@ pub async fn lmos(
             "A `host` parameter must name a thingID.\n",
         );
     }
+    if let Some(thing) = hosts.iter().find(|t| !principal.may(Access::Host, t)) {
+        state.metrics.denied(metrics::HTTP, Access::Host.as_str());
+        info!(principal = principal.name(), thing = %thing, "Refused to let a client host a Thing.");
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "`{}` may not host `{thing}` (it needs `host` access to it in [auth]).\n",
+                principal.name()
+            ),
+        )
+            .into_response();
+    }
     let gateway = state.gateway.clone();
     let conn = gateway.next_connection();
     if !hosts.is_empty() {
@@ -85,6 +104,7 @@ pub async fn lmos(
         }
     }
 
+    let slot = request.extensions().get::<Slot>().cloned();
     let on_upgrade = hyper::upgrade::on(&mut request);
     let shutdown = state.closing.child_token();
     let config = gateway.websocket_config();
@@ -98,7 +118,14 @@ pub async fn lmos(
                         Some(config),
                     )
                     .await;
-                    gateway.serve(conn, hosts, socket, peer, shutdown).await;
+                    let client = Client {
+                        conn,
+                        addr: peer,
+                        principal,
+                        hosts,
+                    };
+                    gateway.serve(client, socket, shutdown).await;
+                    drop(slot);
                 }
                 Err(e) => {
                     debug!(error = %e, "WebSocket upgrade failed.");

@@ -25,6 +25,7 @@ pub enum ProblemKind {
     Conflict,
     Unavailable,
     Timeout,
+    TooManyRequests,
 }
 
 impl ProblemKind {
@@ -46,6 +47,7 @@ impl ProblemKind {
             ProblemKind::Conflict => "conflict",
             ProblemKind::Unavailable => "unavailable",
             ProblemKind::Timeout => "timeout",
+            ProblemKind::TooManyRequests => "limit-exceeded",
         }
     }
 
@@ -66,6 +68,7 @@ impl ProblemKind {
             ProblemKind::Conflict => "Conflict",
             ProblemKind::Unavailable => "Agent unavailable",
             ProblemKind::Timeout => "Agent did not answer in time",
+            ProblemKind::TooManyRequests => "Limit exceeded",
         }
     }
 
@@ -78,11 +81,12 @@ impl ProblemKind {
             ProblemKind::Conflict => 409,
             ProblemKind::Unavailable => 503,
             ProblemKind::Timeout => 504,
+            ProblemKind::TooManyRequests => 429,
             _ => 400,
         }
     }
 
-    pub const ALL: [ProblemKind; 15] = [
+    pub const ALL: [ProblemKind; 16] = [
         ProblemKind::InvalidJson,
         ProblemKind::BinaryFrame,
         ProblemKind::NotAnObject,
@@ -98,6 +102,7 @@ impl ProblemKind {
         ProblemKind::Conflict,
         ProblemKind::Unavailable,
         ProblemKind::Timeout,
+        ProblemKind::TooManyRequests,
     ];
 
     /// The kind an error `type` URI names, if it is one of ours.

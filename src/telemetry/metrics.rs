@@ -21,6 +21,8 @@ type Labels2 = [(&'static str, &'static str); 2];
 
 pub const WEBSOCKET: &str = "websocket";
 pub const MQTT: &str = "mqtt";
+/// The HTTP port: directory requests and WebSocket handshakes.
+pub const HTTP: &str = "http";
 
 /// A message type as a label: one of the 17, or `unknown`.
 fn type_label(message_type: &str) -> &'static str {
