@@ -134,6 +134,25 @@ pub fn ws_request(
 }
 
 impl WsClient {
+    /// A handshake with the request given (e.g. with an `Authorization`
+    /// header); `Err` carries the HTTP status of a refusal.
+    pub async fn connect_request(
+        request: tokio_tungstenite::tungstenite::handshake::client::Request,
+    ) -> Result<WsClient, u16> {
+        use tokio_tungstenite::tungstenite::Error;
+        match tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+            .await
+            .expect("handshake in time")
+        {
+            Ok((stream, _)) => Ok(WsClient {
+                stream,
+                pending: VecDeque::new(),
+            }),
+            Err(Error::Http(response)) => Err(response.status().as_u16()),
+            Err(e) => panic!("handshake failed without an HTTP answer: {e}"),
+        }
+    }
+
     pub async fn connect(url: &str) -> WsClient {
         let (stream, response) = tokio::time::timeout(
             WAIT,
@@ -545,6 +564,21 @@ impl HttpResponse {
     }
 }
 
+/// As [`http`], with extra request headers.
+pub async fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
+    let mut extra = String::new();
+    for (k, v) in headers {
+        extra.push_str(&format!("{k}: {v}\r\n"));
+    }
+    http_raw(addr, method, path, &extra, body).await
+}
+
 /// A plain HTTP/1.1 request on a fresh connection (`Connection: close`).
 pub async fn http(
     addr: SocketAddr,
@@ -553,16 +587,25 @@ pub async fn http(
     content_type: Option<&str>,
     body: &[u8],
 ) -> HttpResponse {
+    let extra = content_type
+        .map(|ct| format!("Content-Type: {ct}\r\n"))
+        .unwrap_or_default();
+    http_raw(addr, method, path, &extra, body).await
+}
+
+async fn http_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    extra_headers: &str,
+    body: &[u8],
+) -> HttpResponse {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n{extra_headers}\r\n",
         body.len()
     );
-    if let Some(ct) = content_type {
-        request.push_str(&format!("Content-Type: {ct}\r\n"));
-    }
-    request.push_str("\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     stream.write_all(body).await.unwrap();
     let mut raw = Vec::new();

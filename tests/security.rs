@@ -1,0 +1,372 @@
+//! Authentication, per-Thing authorization and TLS on the HTTP port (the
+//! WebSocket gateway and the directory), against a real sidecar.
+
+mod common;
+
+use base64::Engine;
+use common::*;
+use lmos_sidecar::auth::credentials::{hash_password, sha256_hex};
+use lmos_sidecar::config::{Grants, HttpScheme, PrincipalConfig};
+use lmos_sidecar::Config;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+const AGENT_TOKEN: &str = "agent-token-0123456789";
+
+fn principal(
+    name: &str,
+    password: &str,
+    host: &[&str],
+    consume: &[&str],
+    operate: &[&str],
+) -> PrincipalConfig {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
+    PrincipalConfig {
+        name: name.into(),
+        password_hash: hash_password(password),
+        host: v(host),
+        consume: v(consume),
+        operate: v(operate),
+        ..PrincipalConfig::default()
+    }
+}
+
+/// `agent` hosts urn:a (password or token), `reader` consumes urn:a only,
+/// `operator` consumes and operates urn:a; nobody anonymous.
+fn secured_config() -> Config {
+    let mut c = test_config();
+    c.http.authentication = vec![HttpScheme::Basic, HttpScheme::Bearer];
+    c.auth.anonymous = Grants::default();
+    let mut agent = principal("agent", "agent-pw", &["urn:a"], &[], &[]);
+    agent.token_sha256 = sha256_hex(AGENT_TOKEN.as_bytes());
+    c.auth.principals = vec![
+        agent,
+        principal("reader", "reader-pw", &[], &["urn:a"], &[]),
+        principal("operator", "operator-pw", &[], &["urn:a"], &["urn:a"]),
+    ];
+    c
+}
+
+fn basic(name: &str, password: &str) -> String {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{name}:{password}"));
+    format!("Basic {encoded}")
+}
+
+fn request(url: &str, authorization: Option<&str>) -> Request {
+    let mut r = ws_request(url, Some("lmosprotocol"));
+    if let Some(a) = authorization {
+        r.headers_mut()
+            .insert("Authorization", HeaderValue::from_str(a).unwrap());
+    }
+    r
+}
+
+async fn connect_as(sidecar: &TestSidecar, name: &str, password: &str) -> WsClient {
+    WsClient::connect_request(request(&sidecar.ws_url(), Some(&basic(name, password))))
+        .await
+        .unwrap_or_else(|status| panic!("{name} refused with {status}"))
+}
+
+async fn metrics_text(sidecar: &TestSidecar) -> String {
+    http(sidecar.http, "GET", "/metrics", None, b"").await.body
+}
+
+fn assert_error(reply: &Value, status: u64, correlation: &str) {
+    assert_eq!(reply["messageType"], "error", "{reply}");
+    assert_eq!(reply["status"], status.to_string(), "{reply}");
+    assert_eq!(reply["correlationID"], correlation, "{reply}");
+}
+
+#[tokio::test]
+async fn the_websocket_takes_basic_or_bearer_credentials_and_refuses_others() {
+    let sidecar = TestSidecar::start_with(secured_config()).await;
+    let url = sidecar.ws_url();
+
+    assert_eq!(
+        WsClient::connect_request(request(&url, None)).await.err(),
+        Some(401)
+    );
+    let wrong = basic("reader", "guess");
+    assert_eq!(
+        WsClient::connect_request(request(&url, Some(&wrong)))
+            .await
+            .err(),
+        Some(401)
+    );
+    let unknown = basic("mallory", "reader-pw");
+    assert_eq!(
+        WsClient::connect_request(request(&url, Some(&unknown)))
+            .await
+            .err(),
+        Some(401)
+    );
+    assert_eq!(
+        WsClient::connect_request(request(&url, Some("Bearer not-a-token")))
+            .await
+            .err(),
+        Some(401)
+    );
+
+    // The challenge names both schemes.
+    let refused = http(sidecar.http, "GET", "/things", None, b"").await;
+    assert_eq!(refused.status, 401);
+    let challenges: Vec<&str> = refused
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("www-authenticate"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert!(
+        challenges.iter().any(|c| c.starts_with("Basic realm=")),
+        "{challenges:?}"
+    );
+    assert!(
+        challenges.iter().any(|c| c.starts_with("Bearer realm=")),
+        "{challenges:?}"
+    );
+
+    let mut by_password = connect_as(&sidecar, "reader", "reader-pw").await;
+    let bearer = format!("Bearer {AGENT_TOKEN}");
+    let mut by_token = WsClient::connect_request(request(&url, Some(&bearer)))
+        .await
+        .expect("a valid token opens the socket");
+    // Both sockets are open and speak for their principal.
+    for (client, name) in [(&mut by_password, "reader"), (&mut by_token, "agent")] {
+        client.send(json!({"thingID": "urn:b", "messageID": "probe", "messageType": "subscribeEvent", "event": "e"})).await;
+        let reply = client.recv().await;
+        assert_error(&reply, 403, "probe");
+        assert!(
+            reply["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("`{name}`")),
+            "{reply}"
+        );
+    }
+
+    let text = metrics_text(&sidecar).await;
+    assert!(
+        text.contains(r#"lmos_sidecar_auth_failures_total{reason="invalid",transport="http"} 3"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"lmos_sidecar_auth_failures_total{reason="missing",transport="http"} 2"#),
+        "{text}"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn each_principal_does_only_what_it_is_granted_per_thing() {
+    let sidecar = TestSidecar::start_with(secured_config()).await;
+
+    // Hosting is checked at the handshake.
+    let as_reader = request(
+        &format!("{}?host=urn:a", sidecar.ws_url()),
+        Some(&basic("reader", "reader-pw")),
+    );
+    assert_eq!(WsClient::connect_request(as_reader).await.err(), Some(403));
+    let as_agent = request(
+        &format!("{}?host=urn:b", sidecar.ws_url()),
+        Some(&basic("agent", "agent-pw")),
+    );
+    assert_eq!(WsClient::connect_request(as_agent).await.err(), Some(403));
+    let as_agent = request(
+        &format!("{}?host=urn:a", sidecar.ws_url()),
+        Some(&basic("agent", "agent-pw")),
+    );
+    let mut agent = WsClient::connect_request(as_agent)
+        .await
+        .expect("agent hosts urn:a");
+
+    let mut reader = connect_as(&sidecar, "reader", "reader-pw").await;
+    // Consuming urn:a is granted, urn:b is not.
+    reader.send(json!({"thingID": "urn:b", "messageID": "sub-b", "messageType": "subscribeEvent", "event": "e"})).await;
+    let reply = reader.recv().await;
+    assert_error(&reply, 403, "sub-b");
+    assert_eq!(
+        reply["type"],
+        "https://eclipse.dev/lmos/protocol/v1/errors#forbidden"
+    );
+    assert!(
+        reply["detail"]
+            .as_str()
+            .unwrap()
+            .contains("`reader` may not send `subscribeEvent` for `urn:b`"),
+        "{reply}"
+    );
+    reader.send(json!({"thingID": "urn:a", "messageID": "sub-a", "messageType": "subscribeEvent", "event": "e"})).await;
+    // Operating and speaking for the Thing are not.
+    reader.send(json!({"thingID": "urn:a", "messageID": "inv", "messageType": "invokeAction", "action": "go", "input": {}})).await;
+    assert_error(&reader.recv().await, 403, "inv");
+    reader.send(json!({"thingID": "urn:a", "messageID": "fake", "messageType": "event", "event": "e", "data": 1, "timestamp": "2025-01-01T00:00:00Z"})).await;
+    assert_error(&reader.recv().await, 403, "fake");
+    // The connection lives on: the agent's real event arrives.
+    agent.send(event("urn:a", "e", json!("real"))).await;
+    let delivered = reader.recv().await;
+    assert_eq!(
+        (delivered["messageType"].as_str(), &delivered["data"]),
+        (Some("event"), &json!("real")),
+        "{delivered}"
+    );
+
+    // The agent may speak for urn:a but not consume urn:b.
+    agent.send(json!({"thingID": "urn:b", "messageID": "agent-sub", "messageType": "subscribeEvent", "event": "e"})).await;
+    assert_error(&agent.recv().await, 403, "agent-sub");
+
+    // The operator's invocation reaches the agent.
+    let mut operator = connect_as(&sidecar, "operator", "operator-pw").await;
+    operator.send(json!({"thingID": "urn:a", "messageID": "op-inv", "messageType": "invokeAction", "action": "go", "input": {}})).await;
+    let forwarded = agent.recv().await;
+    assert_eq!(forwarded["messageType"], "invokeAction", "{forwarded}");
+    assert_eq!(forwarded["action"], "go");
+
+    let text = metrics_text(&sidecar).await;
+    assert!(
+        text.contains(r#"lmos_sidecar_denied_total{access="consume",transport="websocket"} 2"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"lmos_sidecar_denied_total{access="operate",transport="websocket"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"lmos_sidecar_denied_total{access="host",transport="websocket"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"lmos_sidecar_denied_total{access="host",transport="http"} 2"#),
+        "{text}"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn the_directory_needs_host_access_to_write_and_consume_access_to_read() {
+    let sidecar = TestSidecar::start_with(secured_config()).await;
+    let mut td: Value =
+        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+    td["id"] = json!("urn:a");
+    let body = td.to_string();
+    let put = |auth: Option<String>| {
+        let body = body.clone();
+        let addr = sidecar.http;
+        async move {
+            let mut headers = vec![("Content-Type", "application/td+json".to_owned())];
+            if let Some(a) = auth {
+                headers.push(("Authorization", a));
+            }
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            http_with(addr, "PUT", "/things/urn:a", &headers, body.as_bytes()).await
+        }
+    };
+    assert_eq!(put(None).await.status, 401);
+    let refused = put(Some(basic("reader", "reader-pw"))).await;
+    assert_eq!(refused.status, 403);
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(put(Some(format!("Bearer {AGENT_TOKEN}"))).await.status, 201);
+
+    let reader = basic("reader", "reader-pw");
+    let got = http_with(
+        sidecar.http,
+        "GET",
+        "/things/urn:a",
+        &[("Authorization", &reader)],
+        b"",
+    )
+    .await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    let served = got.json();
+    // The TD declares what the sidecar requires, not the agent's own basic_sc.
+    assert_eq!(served["security"], "lmos_ws_sc");
+    assert_eq!(
+        served["securityDefinitions"]["lmos_ws_sc"],
+        json!({"scheme": "combo", "oneOf": ["basic_sc", "bearer_sc"]})
+    );
+    assert_eq!(
+        served["securityDefinitions"]["bearer_sc"]["scheme"],
+        "bearer"
+    );
+    let forms = served["actions"]["getWeather"]["forms"].as_array().unwrap();
+    let ws = forms
+        .iter()
+        .find(|f| f["subprotocol"] == "lmosprotocol")
+        .unwrap();
+    assert_eq!(ws["security"], "lmos_ws_sc");
+    let mqtt = forms
+        .iter()
+        .find(|f| f["mqv:controlPacket"] == "publish")
+        .unwrap();
+    assert_eq!(mqtt["security"], "nosec_sc");
+
+    // A principal sees only the Things it may consume.
+    let mut c = secured_config();
+    c.auth
+        .principals
+        .push(principal("stranger", "stranger-pw", &[], &["urn:z"], &[]));
+    let other = TestSidecar::start_with(c).await;
+    let agent = format!("Bearer {AGENT_TOKEN}");
+    let registered = http_with(
+        other.http,
+        "PUT",
+        "/things/urn:a",
+        &[("Authorization", &agent)],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(registered.status, 201);
+    let stranger = basic("stranger", "stranger-pw");
+    let listed = http_with(
+        other.http,
+        "GET",
+        "/things",
+        &[("Authorization", &stranger)],
+        b"",
+    )
+    .await;
+    assert_eq!(listed.json(), json!([]));
+    let one = http_with(
+        other.http,
+        "GET",
+        "/things/urn:a",
+        &[("Authorization", &stranger)],
+        b"",
+    )
+    .await;
+    assert_eq!(one.status, 403);
+    other.stop().await;
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn the_default_sidecar_declares_no_security() {
+    let sidecar = TestSidecar::start().await;
+    let mut td: Value =
+        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+    td["id"] = json!("urn:open");
+    let put = http(
+        sidecar.http,
+        "PUT",
+        "/things/urn:open",
+        Some("application/td+json"),
+        td.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(put.status, 201);
+    let served = http(sidecar.http, "GET", "/things/urn:open", None, b"")
+        .await
+        .json();
+    assert_eq!(served["security"], "nosec_sc");
+    assert_eq!(
+        served["securityDefinitions"]["nosec_sc"],
+        json!({"scheme": "nosec"})
+    );
+    // The agent's own definition stays for the agent's own forms.
+    assert_eq!(served["securityDefinitions"]["basic_sc"]["scheme"], "basic");
+    sidecar.stop().await;
+}
