@@ -370,3 +370,115 @@ async fn the_default_sidecar_declares_no_security() {
     assert_eq!(served["securityDefinitions"]["basic_sc"]["scheme"], "basic");
     sidecar.stop().await;
 }
+
+/// PEM files for `localhost`, written for the sidecar to load.
+fn certificate() -> (rcgen::CertifiedKey<rcgen::KeyPair>, std::path::PathBuf) {
+    let generated = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("lmos-security-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cert.pem"), generated.cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), generated.signing_key.serialize_pem()).unwrap();
+    (generated, dir)
+}
+
+async fn wss(
+    addr: std::net::SocketAddr,
+    trusted: &rustls::pki_types::CertificateDer<'static>,
+) -> tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(trusted.clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake with the generated certificate");
+    let url = format!("wss://localhost:{}/lmos", addr.port());
+    let (socket, response) =
+        tokio_tungstenite::client_async(ws_request(&url, Some("lmosprotocol")), tls)
+            .await
+            .expect("WebSocket handshake over TLS");
+    assert_eq!(response.headers()["sec-websocket-protocol"], "lmosprotocol");
+    socket
+}
+
+#[tokio::test]
+async fn wss_with_a_generated_certificate_and_plain_clients_turned_away() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let (generated, dir) = certificate();
+    let mut config = test_config();
+    config.http.tls_cert = dir.join("cert.pem").display().to_string();
+    config.http.tls_key = dir.join("key.pem").display().to_string();
+    let sidecar = TestSidecar::start_with(config).await;
+    let mut secure = wss(sidecar.http, generated.cert.der()).await;
+
+    // A plain WebSocket client gets no answer it could take for one.
+    let plain = tokio::time::timeout(
+        WAIT,
+        tokio_tungstenite::connect_async(ws_request(&sidecar.ws_url(), Some("lmosprotocol"))),
+    )
+    .await
+    .expect("the plain attempt ends in time");
+    assert!(plain.is_err(), "plain WebSocket on the TLS port must fail");
+
+    // The secure client is unaffected and gets an event from MQTT.
+    let subscribe = json!({"thingID": "urn:tls", "messageID": "tls-sub", "messageType": "subscribeEvent", "event": "e"});
+    secure
+        .send(WsMessage::Text(subscribe.to_string().into()))
+        .await
+        .unwrap();
+    let mut agent = sidecar.mqtt("tls-agent").await;
+    let publisher = tokio::spawn(async move {
+        loop {
+            agent.publish_event("urn:tls", "e", json!("secret")).await;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    });
+    let delivered = loop {
+        match tokio::time::timeout(WAIT, secure.next())
+            .await
+            .expect("an event in time")
+        {
+            Some(Ok(WsMessage::Text(t))) => break serde_json::from_str::<Value>(&t).unwrap(),
+            Some(Ok(_)) => continue,
+            other => panic!("{other:?}"),
+        }
+    };
+    publisher.abort();
+    assert_eq!(
+        (
+            delivered["data"].as_str(),
+            delivered["correlationID"].as_str()
+        ),
+        (Some("secret"), Some("tls-sub")),
+        "{delivered}"
+    );
+    sidecar.stop().await;
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_key_file_stops_start_up_with_its_name() {
+    let (_, dir) = certificate();
+    let mut config = test_config();
+    config.http.tls_cert = dir.join("cert.pem").display().to_string();
+    config.http.tls_key = dir.join("absent.pem").display().to_string();
+    let error = lmos_sidecar::Application::build(config)
+        .await
+        .err()
+        .expect("start-up fails");
+    let text = error.to_string();
+    assert!(
+        text.contains("cannot read the private key") && text.contains("absent.pem"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
