@@ -23,8 +23,9 @@
 //! until publishing stops, alternately (a) a WebSocket consumer that
 //! connects, subscribes, receives for 0.2–0.6 s and disconnects, and (b) an
 //! MQTT consumer with one persistent session per churner (client ID and
-//! subscription kept, clean_session = false) that reconnects, receives for
-//! a while and disconnects, cleanly or by dropping the socket; at the end
+//! subscription kept, clean_session = false, each message acknowledged once
+//! recorded) that reconnects, receives for a while and disconnects, cleanly
+//! or by dropping the socket; at the end
 //! each churner's session reconnects once more and drains. So the MQTT
 //! churners must also get everything published while they were away.
 //!
@@ -73,6 +74,9 @@ const SETUP: Duration = Duration::from_secs(10);
 const DRAIN_STALL: Duration = Duration::from_secs(5);
 /// One in this many events goes through the WebSocket agent.
 const WS_SHARE: u64 = 10;
+/// How long a leaving WebSocket churner keeps reading what was published
+/// before it decided to leave.
+const LINGER: Duration = Duration::from_millis(300);
 
 static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
 
@@ -148,6 +152,32 @@ impl Tally {
         self.max_seq = Some(self.max_seq.map_or(seq, |m| m.max(seq)));
     }
 
+    /// The first few runs of sequence numbers in `from..to` it did not get.
+    fn gaps(&self, from: u64, to: u64) -> String {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for s in from..to {
+            if !self.seen.get(s as usize).copied().unwrap_or(false) {
+                match runs.last_mut() {
+                    Some((_, end)) if *end + 1 == s => *end = s,
+                    _ => runs.push((s, s)),
+                }
+            }
+        }
+        let shown: Vec<String> = runs
+            .iter()
+            .take(8)
+            .map(|(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        let more = if runs.len() > 8 { ", …" } else { "" };
+        format!("{}{more}", shown.join(", "))
+    }
+
     /// Sequence numbers in `from..to` it did not get.
     fn missing(&self, from: u64, to: u64) -> u64 {
         (from..to)
@@ -170,9 +200,12 @@ struct Class {
 }
 
 impl Class {
+    /// `expected` events it had to get, `lost` of them missing; events it
+    /// got beyond those (a visit's first, before its subscription was known
+    /// to be live) count for latency and duplicates only.
     fn add(&mut self, t: &Tally, expected: u64, lost: u64) {
         self.expected += expected;
-        self.received += t.unique;
+        self.received += expected - lost;
         self.lost += lost;
         self.dups += t.dups;
         self.latencies.extend_from_slice(&t.latencies);
@@ -306,6 +339,16 @@ fn mqtt_options(addr: SocketAddr, id: &str, clean: bool) -> MqttOptions {
     options
 }
 
+/// A churner's persistent session. It acknowledges each message once it
+/// has recorded it: with rumqttc's automatic acks, messages read from the
+/// socket (and acknowledged) but not yet handed out are lost when the
+/// client drops its connection, which would be counted against the broker.
+fn session_options(addr: SocketAddr, id: &str) -> MqttOptions {
+    let mut options = mqtt_options(addr, id, false);
+    options.set_manual_acks(true);
+    options
+}
+
 /// Connects; with a filter, subscribes at QoS 1 too. Returns once the
 /// CONNACK (and SUBACK) arrived, with the CONNACK's session-present flag.
 async fn mqtt_connect(
@@ -344,9 +387,11 @@ async fn mqtt_connect(
     Ok((client, eventloop, present))
 }
 
-/// Polls until `stop` or an error; records every publish.
+/// Polls until `stop` or an error; records every publish, and with `acks`
+/// (a client with manual acks) acknowledges it once recorded.
 async fn mqtt_receive(
     eventloop: &mut EventLoop,
+    acks: Option<&AsyncClient>,
     tally: &mut Tally,
     progress: &AtomicU64,
     stop: CancellationToken,
@@ -358,10 +403,25 @@ async fn mqtt_receive(
                 Ok(Event::Incoming(Packet::Publish(p))) => {
                     tally.record(&p.payload);
                     progress.store(tally.unique, Relaxed);
+                    if let Some(client) = acks {
+                        let _ = client.try_ack(&p);
+                    }
                 }
                 Ok(_) => {}
                 Err(e) => return Some(format!("error: {e}")),
             }
+        }
+    }
+}
+
+/// After a DISCONNECT, what still arrives is recorded until the connection
+/// ends (unacknowledged: the session redelivers it).
+async fn close_mqtt(eventloop: &mut EventLoop, tally: &mut Tally, progress: &AtomicU64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    while let Ok(Ok(event)) = tokio::time::timeout_at(deadline, eventloop.poll()).await {
+        if let Event::Incoming(Packet::Publish(p)) = event {
+            tally.record(&p.payload);
+            progress.store(tally.unique, Relaxed);
         }
     }
 }
@@ -560,6 +620,8 @@ async fn churner(
     let id = format!("churner-{i}");
     let mut session = Tally::default();
     let mut first: Option<u64> = None;
+    // Where in the sequence the session went away, and how.
+    let mut leaves: Vec<String> = Vec::new();
     let progress = AtomicU64::new(0);
     let mut k = i; // odd churners start with MQTT
     let dwell = |k: usize| Duration::from_millis(200 + ((i * 7919 + k * 104_729) % 400) as u64);
@@ -578,9 +640,29 @@ async fn churner(
                 Ok(ws) => {
                     let from = next.load(Relaxed);
                     let mut t = Tally::default();
-                    let (mut ws, ending) = ws_receive(ws, &mut t, &progress, stay).await;
-                    let to = t.max_seq.map_or(from, |m| m + 1).max(from);
+                    let (ws, mut ending) = ws_receive(ws, &mut t, &progress, stay).await;
+                    // It owes everything published until it decides to
+                    // leave, and gets LINGER to receive the last of it.
+                    let to = next.load(Relaxed);
+                    let linger = CancellationToken::new();
+                    let l = linger.clone();
+                    let timer = tokio::spawn(async move {
+                        sleep(LINGER).await;
+                        l.cancel();
+                    });
+                    let mut ws = ws;
+                    if ending.is_none() {
+                        let (back, e) = ws_receive(ws, &mut t, &progress, linger).await;
+                        (ws, ending) = (back, e);
+                    }
+                    timer.abort();
                     let lost = t.missing(from, to);
+                    if lost > 0 {
+                        out.ws.notes.push(format!(
+                            "{id}: visit {k} ({from}..{to}) missed {}",
+                            t.gaps(from, to)
+                        ));
+                    }
                     out.ws.add(&t, to - from, lost);
                     out.ws.cycles += 1;
                     if let Some(e) = ending {
@@ -596,7 +678,7 @@ async fn churner(
             }
         } else {
             match mqtt_connect(
-                mqtt_options(broker, &id, false),
+                session_options(broker, &id),
                 first.is_none().then_some(TOPIC),
             )
             .await
@@ -610,14 +692,19 @@ async fn churner(
                             .push(format!("{id}: session not present on reconnect {k}"));
                     }
                     if let Some(e) =
-                        mqtt_receive(&mut eventloop, &mut session, &progress, stay).await
+                        mqtt_receive(&mut eventloop, Some(&client), &mut session, &progress, stay)
+                            .await
                     {
                         out.mqtt.notes.push(format!("{id}: cycle {k}: {e}"));
                     }
                     if k % 4 == 1 {
                         let _ = client.disconnect().await;
-                        let _ = timeout(Duration::from_millis(200), eventloop.poll()).await;
-                    } // else: the socket is dropped without DISCONNECT
+                        close_mqtt(&mut eventloop, &mut session, &progress).await;
+                        leaves.push(format!("{}:clean", next.load(Relaxed)));
+                    } else {
+                        // The socket is dropped without DISCONNECT.
+                        leaves.push(format!("{}:drop", next.load(Relaxed)));
+                    }
                     out.mqtt.cycles += 1;
                 }
                 Err(e) => out.mqtt.notes.push(format!("{id}: connect failed: {e:#}")),
@@ -629,7 +716,7 @@ async fn churner(
     // The session gets what was published while it was away.
     if let Some(from) = first {
         let total = published.load(Relaxed);
-        match mqtt_connect(mqtt_options(broker, &id, false), None).await {
+        match mqtt_connect(session_options(broker, &id), None).await {
             Ok((client, mut eventloop, _)) => {
                 let deadline = Instant::now() + DRAIN_STALL * 2;
                 loop {
@@ -640,7 +727,14 @@ async fn churner(
                         sleep(Duration::from_millis(500)).await;
                         w.cancel();
                     });
-                    mqtt_receive(&mut eventloop, &mut session, &progress, window).await;
+                    mqtt_receive(
+                        &mut eventloop,
+                        Some(&client),
+                        &mut session,
+                        &progress,
+                        window,
+                    )
+                    .await;
                     t.abort();
                     let complete = session.missing(from, total) == 0;
                     if complete || session.unique == before || Instant::now() > deadline {
@@ -648,7 +742,7 @@ async fn churner(
                     }
                 }
                 let _ = client.disconnect().await;
-                let _ = timeout(Duration::from_millis(200), eventloop.poll()).await;
+                close_mqtt(&mut eventloop, &mut session, &progress).await;
             }
             Err(e) => out
                 .mqtt
@@ -656,6 +750,13 @@ async fn churner(
                 .push(format!("{id}: final drain failed: {e:#}")),
         }
         let lost = session.missing(from, total);
+        if lost > 0 {
+            out.mqtt.notes.push(format!(
+                "{id}: session ({from}..{total}) missed {}; it left at {}",
+                session.gaps(from, total),
+                leaves.join(" ")
+            ));
+        }
         out.mqtt.add(&session, total - from, lost);
     }
     out
@@ -698,7 +799,7 @@ async fn churn_scenario() -> Result<bool> {
         progress.push(p.clone());
         mqtt_tasks.push(tokio::spawn(async move {
             let mut t = Tally::default();
-            let ending = mqtt_receive(&mut eventloop, &mut t, &p, stop).await;
+            let ending = mqtt_receive(&mut eventloop, None, &mut t, &p, stop).await;
             drop(client);
             (t, ending)
         }));
