@@ -30,6 +30,17 @@ pub const REPLIES: &str = "replies";
 pub const AGENT: &str = "agent";
 pub const TD: &str = "td";
 
+/// The longest topic MQTT can carry: its length is written in 16 bits.
+/// rumqttd does not check; it writes a longer topic's length wrapped, a
+/// malformed packet that breaks the connection of every subscriber it
+/// reaches.
+pub const MAX_TOPIC_LEN: usize = u16::MAX as usize;
+
+/// Whether MQTT can carry this topic or filter (see [`MAX_TOPIC_LEN`]).
+pub fn fits(topic: &str) -> bool {
+    topic.len() <= MAX_TOPIC_LEN
+}
+
 /// Characters with a meaning in MQTT topics, `%` itself (the escape
 /// character) and NUL (forbidden in MQTT strings).
 fn needs_escape(c: char, first: bool) -> bool {

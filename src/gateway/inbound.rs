@@ -7,7 +7,7 @@ use super::dispatcher::Command;
 use super::subscriptions::{ConnId, Selector};
 use crate::broker::Publication;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
-use crate::topics::Topics;
+use crate::topics::{self, Topics};
 
 #[derive(Debug)]
 pub enum Outcome {
@@ -23,6 +23,9 @@ pub enum Outcome {
 /// what agents send is published byte for byte, so MQTT subscribers get
 /// exactly the message, unknown members and trace context included.
 pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Outcome {
+    if let Some(problem) = unfit(message, topics) {
+        return Outcome::Reject(problem);
+    }
     let thing = &message.thing_id;
     let subscribe = |selector| {
         Outcome::Command(Command::Subscribe {
@@ -95,6 +98,63 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
     }
 }
 
+/// Why a message cannot be mapped to the bus, if it cannot: every topic it
+/// leads to (published on, subscribed to, or used for the action status or
+/// the agent's request it starts) must fit in an MQTT packet, and each
+/// property of a `propertyReadings` needs a name, as it becomes a topic
+/// level of its own.
+fn unfit(message: &Message, topics: &Topics) -> Option<Problem> {
+    let thing = &message.thing_id;
+    let correlation = message.reply_correlation_id();
+    let request = || topics.agent_request(thing, message.message_type().as_str());
+    let lead_to = match &message.body {
+        Body::SubscribeEvent { event }
+        | Body::UnsubscribeEvent { event }
+        | Body::Event { event, .. } => vec![topics.event(thing, event)],
+        Body::SubscribeAllEvents | Body::UnsubscribeAllEvents => {
+            vec![topics.thing_events_filter(thing)]
+        }
+        Body::ObserveProperty { name }
+        | Body::UnobserveProperty { name }
+        | Body::PropertyReading { name, .. } => vec![topics.property(thing, name)],
+        Body::PropertyReadings { data, .. } => {
+            if data.keys().any(String::is_empty) {
+                return Some(Problem::new(
+                    ProblemKind::InvalidMember,
+                    "Each member of a propertyReadings' `data` names a property and must not \
+                     be empty.",
+                ));
+            }
+            data.keys()
+                .map(|name| topics.property(thing, name))
+                .collect()
+        }
+        Body::InvokeAction { action, .. }
+        | Body::QueryAction { action }
+        | Body::CancelAction { action, .. } => {
+            vec![topics.action_status(thing, action, correlation), request()]
+        }
+        Body::ActionStatus { action, .. } => vec![topics.action_status(thing, action, correlation)],
+        Body::ReadProperty { name } | Body::WriteProperty { name, .. } => {
+            vec![topics.property(thing, name), request()]
+        }
+        Body::WriteMultipleProperties { .. } => vec![request()],
+        Body::Error(_) => Vec::new(),
+    };
+    let longest = lead_to.iter().map(String::len).max()?;
+    (longest > topics::MAX_TOPIC_LEN).then(|| {
+        Problem::new(
+            ProblemKind::InvalidMember,
+            format!(
+                "The message maps to an MQTT topic of {longest} bytes; MQTT topics hold at \
+                 most {}. Shorten the thingID, the affordance name or the correlationID \
+                 (`/`, `+`, `#` and `%` take three bytes each in a topic).",
+                topics::MAX_TOPIC_LEN
+            ),
+        )
+    })
+}
+
 /// One `propertyReading` per member of a `propertyReadings`, so observers of
 /// each property see it; trace context is carried over.
 fn split_reading(
@@ -160,6 +220,48 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    fn rejected(v: serde_json::Value) -> Problem {
+        match route_json(v) {
+            Outcome::Reject(p) => p,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_whose_topic_mqtt_cannot_carry_are_refused() {
+        // Found fuzzing the gateway: an event named with 21 900 `/` (a 66 kB
+        // topic once escaped) reached MQTT subscribers with its topic length
+        // wrapped at 16 bits by rumqttd: a wrong, shorter topic, and the rest
+        // of it at the start of the payload.
+        let long = "/".repeat(21_900);
+        for v in [
+            json!({"thingID": "urn:t", "messageID": "m", "messageType": "event", "event": long, "data": 1, "timestamp": "2025-01-20T19:00:00Z"}),
+            json!({"thingID": long, "messageID": "m", "messageType": "subscribeAllEvents"}),
+            json!({"thingID": "urn:t", "messageID": "m", "messageType": "observeProperty", "name": long}),
+            json!({"thingID": "urn:t", "messageID": "m", "correlationID": long, "messageType": "invokeAction", "action": "a"}),
+            json!({"thingID": "urn:t", "messageID": "m", "messageType": "propertyReadings", "data": {"ok": 1, long.clone(): 2}, "timestamp": "2025-01-20T19:00:00Z"}),
+        ] {
+            let p = rejected(v);
+            assert_eq!(p.kind, ProblemKind::InvalidMember);
+            assert!(p.detail.contains("65535"), "{}", p.detail);
+        }
+        // Up to the limit is fine: `lmos/urn:t/events/` is 18 bytes.
+        let fits = "a".repeat(topics::MAX_TOPIC_LEN - 18);
+        let v = json!({"thingID": "urn:t", "messageID": "m", "messageType": "event", "event": fits, "data": 1, "timestamp": "2025-01-20T19:00:00Z"});
+        assert!(matches!(route_json(v), Outcome::Publish(_)));
+    }
+
+    #[test]
+    fn readings_of_a_property_without_a_name_are_refused() {
+        // `"data": {"": 1}` was published as a propertyReading named "" on
+        // `.../properties/`, which no observer can ask for and the reader
+        // itself rejects.
+        let p = rejected(
+            json!({"thingID": "urn:t", "messageID": "m", "messageType": "propertyReadings", "data": {"": 1}, "timestamp": "2025-01-20T19:00:00Z"}),
+        );
+        assert_eq!(p.kind, ProblemKind::InvalidMember);
     }
 
     #[test]

@@ -53,12 +53,15 @@ pub fn take_envelope(
     }
 }
 
-/// Reads the same member without taking it, for correlating a rejection.
+/// Reads the same member without taking it, for correlating a rejection:
+/// the first spelling that holds a non-empty string, so that a message
+/// rejected for, say, `"correlationID": null` beside `"correlationId": "c"`
+/// still gets an error its sender can match.
 pub fn peek_envelope(map: &Map<String, Value>, aliases: &Aliases) -> Option<String> {
-    map.get(aliases.canonical)
-        .or_else(|| map.get(aliases.alternative))
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
+    [aliases.canonical, aliases.alternative]
+        .into_iter()
+        .filter_map(|k| map.get(k)?.as_str())
+        .find(|s| !s.is_empty())
         .map(str::to_owned)
 }
 

@@ -446,6 +446,22 @@ mod tests {
     }
 
     #[test]
+    fn a_rejection_is_correlated_by_whichever_spelling_holds_a_string() {
+        // Found by tests/fuzz.rs: the table spelling, present but unusable,
+        // hid the other one.
+        let e = parse(json!({"thingID": "", "thingId": "urn:y", "messageID": null, "messageId": "m", "correlationID": 5, "correlationId": "c", "messageType": "subscribeAllEvents"})).unwrap_err();
+        assert!(matches!(e.kind, RejectionKind::ConflictingMembers { .. }));
+        assert_eq!(
+            (
+                e.thing_id.as_deref(),
+                e.message_id.as_deref(),
+                e.correlation_id.as_deref()
+            ),
+            (Some("urn:y"), Some("m"), Some("c"))
+        );
+    }
+
+    #[test]
     fn the_writer_uses_the_table_spelling_and_keeps_unknown_members() {
         let m = parse(json!({"thingId": "urn:x", "messageId": "1", "messageType": "event", "event": "e", "data": {"a": 1}, "timestamp": "2025-01-20T19:00:00Z", "x-vendor": [1, 2], "correlationId": "c"})).unwrap();
         let out = m.to_value();
