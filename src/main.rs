@@ -3,6 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+use lmos_sidecar::auth::credentials;
 use lmos_sidecar::config::{Config, LogFormat, Overrides};
 use lmos_sidecar::{client, telemetry, Application};
 
@@ -108,6 +109,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Read a password from standard input and print its Argon2 hash, for
+    /// `password_hash` in [[auth.principals]].
+    HashPassword,
+    /// Print a new random bearer token and, for `token_sha256` in
+    /// [[auth.principals]], its SHA-256.
+    NewToken,
     /// Check that an lmosprotocol WebSocket endpoint behaves as the draft asks.
     Check {
         /// e.g. ws://127.0.0.1:8080/lmos
@@ -263,7 +270,9 @@ fn run_client(command: Command) -> std::process::ExitCode {
                 action,
                 correlation_id,
             } => ask(&to, "cancelAction", named(&action, correlation_id)),
-            Command::Config => unreachable!("handled before"),
+            Command::Config | Command::HashPassword | Command::NewToken => {
+                unreachable!("handled before")
+            }
         };
         client::request(&url, request, output, timeout).await
     });
@@ -281,6 +290,20 @@ fn main() -> std::process::ExitCode {
     let mut cli = Cli::parse();
     match cli.command.take() {
         Some(Command::Config) => cli.print_config = true,
+        Some(Command::HashPassword) => return hash_password(),
+        Some(Command::NewToken) => {
+            let token = format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            );
+            println!("token        = {token}");
+            println!(
+                "token_sha256 = \"{}\"",
+                credentials::sha256_hex(token.as_bytes())
+            );
+            return std::process::ExitCode::SUCCESS;
+        }
         Some(client_command) => return run_client(client_command),
         None => {}
     }
@@ -289,6 +312,24 @@ fn main() -> std::process::ExitCode {
         eprintln!("Error: {e:#}");
         return std::process::ExitCode::from(1);
     }
+    std::process::ExitCode::SUCCESS
+}
+
+fn hash_password() -> std::process::ExitCode {
+    let mut password = String::new();
+    if std::io::stdin().read_line(&mut password).is_err() {
+        eprintln!("Error: cannot read the password from standard input.");
+        return std::process::ExitCode::from(2);
+    }
+    let password = password.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        eprintln!("Error: the password is empty.");
+        return std::process::ExitCode::from(2);
+    }
+    println!(
+        "password_hash = \"{}\"",
+        credentials::hash_password(password)
+    );
     std::process::ExitCode::SUCCESS
 }
 

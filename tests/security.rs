@@ -482,3 +482,62 @@ async fn a_missing_key_file_stops_start_up_with_its_name() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// The command-line client takes its credentials from the environment.
+#[tokio::test]
+async fn the_client_authenticates_from_the_environment() {
+    let sidecar = TestSidecar::start_with(secured_config()).await;
+    let url = sidecar.ws_url();
+    let run = |env: Vec<(&'static str, &'static str)>| {
+        let url = url.clone();
+        async move {
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lmos-sidecar"))
+                .args([
+                    "read",
+                    "--url",
+                    &url,
+                    "--thing",
+                    "urn:b",
+                    "--timeout",
+                    "5",
+                    "p",
+                ])
+                .env_remove("LMOS_TOKEN")
+                .env_remove("LMOS_USER")
+                .env_remove("LMOS_PASSWORD")
+                .envs(env)
+                .output()
+                .await
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.code(), text)
+        }
+    };
+    // No credentials: the handshake is refused (exit 2, no answer).
+    let (code, out) = run(vec![]).await;
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("401"), "{out}");
+    // A token gets in; the agent principal may not read urn:b (exit 1, an
+    // LMOS error).
+    let (code, out) = run(vec![("LMOS_TOKEN", AGENT_TOKEN)]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("403") || out.to_lowercase().contains("forbidden"),
+        "{out}"
+    );
+    let (code, out) = run(vec![
+        ("LMOS_USER", "reader"),
+        ("LMOS_PASSWORD", "reader-pw"),
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("`reader` may not send `readProperty`"),
+        "{out}"
+    );
+    sidecar.stop().await;
+}

@@ -39,6 +39,52 @@ pub enum Output {
 
 pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+/// Credentials from the environment: `LMOS_TOKEN` (a bearer token), or
+/// `LMOS_USER` with `LMOS_PASSWORD`. Never taken as flags, which would show
+/// in the process list and the shell's history.
+pub struct Credentials {
+    pub user: Option<String>,
+    pub secret: String,
+    pub bearer: bool,
+}
+
+impl Credentials {
+    pub fn from_env() -> Option<Credentials> {
+        if let Ok(token) = std::env::var("LMOS_TOKEN") {
+            return Some(Credentials {
+                user: std::env::var("LMOS_USER").ok(),
+                secret: token,
+                bearer: true,
+            });
+        }
+        let user = std::env::var("LMOS_USER").ok()?;
+        let secret = std::env::var("LMOS_PASSWORD").unwrap_or_default();
+        Some(Credentials {
+            user: Some(user),
+            secret,
+            bearer: false,
+        })
+    }
+
+    /// The HTTP `Authorization` value.
+    pub fn header(&self) -> String {
+        use base64::Engine;
+        if self.bearer {
+            format!("Bearer {}", self.secret)
+        } else {
+            let pair = format!(
+                "{}:{}",
+                self.user.as_deref().unwrap_or_default(),
+                self.secret
+            );
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(pair)
+            )
+        }
+    }
+}
+
 /// Opens an `lmosprotocol` WebSocket.
 pub async fn connect(url: &str) -> Result<Socket, ClientError> {
     let failed = |reason: String| ClientError::Connect {
@@ -52,6 +98,14 @@ pub async fn connect(url: &str) -> Result<Socket, ClientError> {
         "Sec-WebSocket-Protocol",
         HeaderValue::from_static("lmosprotocol"),
     );
+    if let Some(credentials) = Credentials::from_env() {
+        let value = HeaderValue::from_str(&credentials.header()).map_err(|_| {
+            ClientError::Usage(
+                "LMOS_USER, LMOS_PASSWORD and LMOS_TOKEN must be printable text".into(),
+            )
+        })?;
+        request.headers_mut().insert("Authorization", value);
+    }
     let (socket, _) = tokio::time::timeout(
         Duration::from_secs(10),
         tokio_tungstenite::connect_async(request),
@@ -255,6 +309,9 @@ pub async fn subscribe_mqtt(
     let mut options = MqttOptions::new(id, host, port);
     options.set_keep_alive(Duration::from_secs(30));
     options.set_max_packet_size(16 * 1024 * 1024, 16 * 1024 * 1024);
+    if let Some(c) = Credentials::from_env() {
+        options.set_credentials(c.user.unwrap_or_default(), c.secret);
+    }
     let (client, mut eventloop) = AsyncClient::new(options, 100);
     for f in &filters {
         client
@@ -307,7 +364,11 @@ pub async fn things(base: &str, output: Output) -> Result<bool, ClientError> {
     let mut stream = TcpStream::connect(host)
         .await
         .map_err(|e| ClientError::Http(e.to_string()))?;
-    let request = format!("GET /things HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let authorization = Credentials::from_env()
+        .map(|c| format!("Authorization: {}\r\n", c.header()))
+        .unwrap_or_default();
+    let request =
+        format!("GET /things HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{authorization}\r\n");
     stream
         .write_all(request.as_bytes())
         .await
