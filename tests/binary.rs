@@ -221,3 +221,77 @@ fn the_shipped_config_file_loads_and_bad_files_name_the_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("topics.prefix"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Nothing the sidecar does needs a writable disk: the whole filesystem is
+/// remounted read-only (in a mount namespace of the test's own, so nothing
+/// else is affected) and it starts, serves, registers a TD and stops.
+#[tokio::test]
+async fn serves_and_stops_with_a_read_only_filesystem() {
+    let namespaces = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -o remount,bind,ro / && ! touch /ro-probe 2>/dev/null",
+        ])
+        .status();
+    if !namespaces.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED: this machine cannot make a read-only mount namespace (unshare -m).");
+        return;
+    }
+    let mut cmd = Command::new("unshare");
+    cmd.env_remove("RUST_LOG")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -o remount,bind,ro / && exec \"$0\" \"$@\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_lmos-sidecar"));
+    ephemeral_flags(&mut cmd)
+        .args(["--log-format", "json"])
+        .stdout(Stdio::piped());
+    let mut child = Running(cmd.spawn().unwrap());
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let ready = loop {
+        let line = rx.recv_timeout(WAIT).expect("the sidecar starts read-only");
+        if line["message"] == "Sidecar ready." {
+            break line;
+        }
+    };
+    let http: std::net::SocketAddr = ready["http"].as_str().unwrap().parse().unwrap();
+    let mqtt: std::net::SocketAddr = ready["mqtt"].as_str().unwrap().parse().unwrap();
+    let mut consumer = WsClient::connect(&format!("ws://{http}/lmos")).await;
+    consumer
+        .send(lmos("urn:ro", "subscribeAllEvents", json!({})))
+        .await;
+    consumer.barrier().await;
+    let mut agent = common::MqttClient::connect(mqtt, "ro-agent").await;
+    agent.publish_event("urn:ro", "e", json!(1)).await;
+    assert_eq!(consumer.recv().await["event"], "e");
+    let mut td: Value =
+        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+    td["id"] = json!("urn:ro");
+    let put = common::http(
+        http,
+        "PUT",
+        "/things/urn:ro",
+        Some("application/td+json"),
+        td.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+
+    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = wait_exit(&mut child.0, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+}
