@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::broker::embedded::{BrokerError, EmbeddedBroker};
+use crate::broker::guard::AllowAll;
 use crate::config::Config;
 use crate::directory::{Directory, DirectoryService, Endpoints};
 use crate::gateway::{Dispatcher, Gateway, GatewaySetup};
@@ -49,6 +50,8 @@ pub struct Application {
     directory: DirectoryService,
     metrics: Metrics,
     mqtt_connections: Arc<AtomicUsize>,
+    /// Closes the MQTT listeners and connections when dropped.
+    mqtt_stop: DropGuard,
 }
 
 impl Application {
@@ -76,7 +79,21 @@ impl Application {
                 error,
             })?;
         let topics = config.topics();
-        let broker = EmbeddedBroker::start(&config.mqtt, Gateway::bus_filters(&topics)).await?;
+        let mqtt_tls = crate::tls::acceptor(
+            &config.mqtt.tls_cert,
+            &config.mqtt.tls_key,
+            ("mqtt.tls_cert", "mqtt.tls_key"),
+        )
+        .map_err(BrokerError::Tls)?;
+        let mqtt_stop = CancellationToken::new();
+        let broker = EmbeddedBroker::start(
+            &config.mqtt,
+            Gateway::bus_filters(&topics),
+            Arc::new(AllowAll),
+            mqtt_tls,
+            mqtt_stop.clone(),
+        )
+        .await?;
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
@@ -114,6 +131,7 @@ impl Application {
             mqtt_addr: broker.mqtt_addr,
             mqtt5_addr: broker.mqtt5_addr,
             mqtt_connections: broker.mqtt_connections,
+            mqtt_stop: mqtt_stop.drop_guard(),
             gateway,
             dispatcher,
             config,
@@ -191,6 +209,7 @@ impl Application {
             );
         }
         dispatcher.abort();
+        drop(self.mqtt_stop);
         self.tracing.shutdown().await;
         info!("Sidecar stopped.");
         Ok(())
