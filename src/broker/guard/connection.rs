@@ -190,7 +190,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             Ok(Err(e)) => return debug!(error = %e, "MQTT client left before CONNECT."),
             Err(_) => return handshake_timed_out(&shared),
         };
-        let connect = match packet::connect(&inbound[header.header_len..header.len()]) {
+        let connect = match packet::connect(&inbound[header.header_len..header.size()]) {
             Ok(c) => c,
             Err(PacketError::Protocol { name, level }) => {
                 debug!(protocol = %name, level, "Refused an MQTT connection with an unsupported protocol.");
@@ -267,7 +267,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         };
         let _ = upstream.set_nodelay(true);
         let (mut up_rx, mut up_tx) = upstream.into_split();
-        let connect_packet = inbound.split_to(header.len());
+        let connect_packet = inbound.split_to(header.size());
         if up_tx.write_all(&connect_packet).await.is_err() {
             return;
         }
@@ -388,7 +388,7 @@ impl Inspector<'_> {
                     break;
                 }
             };
-            let frame_end = pos + header.len();
+            let frame_end = pos + header.size();
             let body = &buf[pos + header.header_len..frame_end];
             let replacement = match self.inspect(header, body) {
                 Verdict::Forward => {
@@ -668,7 +668,7 @@ fn client_bound(
     let mut pos = 0;
     let mut raw_from = 0;
     while let Some(header) = packet::frame(&buf[pos..], usize::MAX).ok()? {
-        let frame_end = pos + header.len();
+        let frame_end = pos + header.size();
         if header.kind() == packet::SUBACK && !plans.is_empty() {
             let body = &buf[pos + header.header_len..frame_end];
             let plan = packet::suback_pkid(body).and_then(|pkid| plans.remove(&pkid));

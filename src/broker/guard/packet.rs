@@ -53,7 +53,7 @@ impl Header {
     }
 
     /// Bytes of the whole packet.
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.header_len + self.remaining
     }
 }
@@ -77,13 +77,13 @@ pub fn frame(buf: &[u8], limit: usize) -> Result<Option<Header>, PacketError> {
                 header_len: 2 + i,
                 remaining,
             };
-            if header.len() > limit {
+            if header.size() > limit {
                 return Err(PacketError::TooLarge {
-                    size: header.len(),
+                    size: header.size(),
                     limit,
                 });
             }
-            return Ok((buf.len() >= header.len()).then_some(header));
+            return Ok((buf.len() >= header.size()).then_some(header));
         }
     }
     Err(PacketError::RemainingLength)
@@ -485,7 +485,7 @@ mod tests {
 
     fn body(packet: &[u8]) -> (Header, &[u8]) {
         let h = frame(packet, usize::MAX).unwrap().unwrap();
-        (h, &packet[h.header_len..h.len()])
+        (h, &packet[h.header_len..h.size()])
     }
 
     #[test]
@@ -494,11 +494,11 @@ mod tests {
         assert_eq!(frame(&[0x30], 100), Ok(None));
         assert_eq!(frame(&[0x30, 3, 0, 1], 100), Ok(None));
         let h = frame(&[0x30, 3, 0, 1, b'a', 0xC0], 100).unwrap().unwrap();
-        assert_eq!((h.kind(), h.header_len, h.len()), (3, 2, 5));
+        assert_eq!((h.kind(), h.header_len, h.size()), (3, 2, 5));
         // 200 = 0xC8 0x01
         let mut big = vec![0x30, 0xC8, 0x01];
         big.resize(203, 0);
-        assert_eq!(frame(&big, 1000).unwrap().unwrap().len(), 203);
+        assert_eq!(frame(&big, 1000).unwrap().unwrap().size(), 203);
         assert_eq!(frame(&big[..100], 1000), Ok(None));
     }
 
@@ -672,7 +672,7 @@ mod tests {
             let mut seen = 0;
             while let Some(h) = frame(&stream[pos..cut], usize::MAX).unwrap() {
                 prop_assert_eq!(h.remaining, bodies[seen].len());
-                pos += h.len();
+                pos += h.size();
                 seen += 1;
             }
             prop_assert!(pos <= cut);
