@@ -89,7 +89,7 @@ struct Rig {
     mqtt5: SocketAddr,
     rules: Arc<Rules>,
     _broker: EmbeddedBroker,
-    _stop: DropGuard,
+    stop: Option<DropGuard>,
 }
 
 fn config() -> MqttConfig {
@@ -116,7 +116,7 @@ impl Rig {
             mqtt5: broker.mqtt5_addr,
             rules,
             _broker: broker,
-            _stop: stop.drop_guard(),
+            stop: Some(stop.drop_guard()),
         }
     }
 }
@@ -779,6 +779,10 @@ async fn a_silent_connection_is_closed_after_the_handshake_timeout() {
             .saw(GuardEvent::Limit(GuardLimit::HandshakeTimeout))
     })
     .await;
+    // A first packet other than CONNECT closes at once.
+    let mut rude = raw::Client::open(rig.mqtt).await;
+    rude.send(&[0xC0, 0]).await;
+    assert_eq!(rude.recv().await, None);
     // Others are unaffected.
     v4::connect(rig.mqtt, "after", "alice").await;
 }
@@ -933,4 +937,17 @@ async fn tls_clients_pubsub_and_a_plain_client_fails_alone() {
         .expect("TLS client connects on the other port");
     publisher.publish("a/tls", "secret").await;
     assert_eq!(sub.received().await, ("a/tls".into(), "secret".into()));
+}
+
+#[tokio::test]
+async fn shutdown_closes_the_listeners_and_the_connections() {
+    let mut rig = Rig::start().await;
+    let mut c = raw::Client::connect(rig.mqtt, 4, "alice").await;
+    rig.stop.take();
+    assert_eq!(c.recv().await, None, "closed once the broker is quiet");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while TcpStream::connect(rig.mqtt5).await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "listener closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

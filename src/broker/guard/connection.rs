@@ -9,6 +9,7 @@
 //! only whole packets and so never splits one of the broker's.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +33,11 @@ const MIN_SPARE: usize = 2 * 1024;
 const OUTBOX: usize = 64;
 /// How long a final packet (DISCONNECT, refused CONNACK) may take to go out.
 const FAREWELL: Duration = Duration::from_secs(1);
+/// At shutdown, what the broker already sent (replies the sidecar published
+/// while stopping) still goes out: the connection closes once the broker
+/// has been quiet this long, or after `DRAIN` at the latest.
+const QUIET: Duration = Duration::from_millis(200);
+const DRAIN: Duration = Duration::from_secs(2);
 
 // MQTT 3.1.1 CONNACK return codes.
 const V4_UNACCEPTABLE_PROTOCOL: u8 = 1;
@@ -55,6 +61,8 @@ const QUOTA_EXCEEDED: u8 = 0x97;
 enum ReadError {
     #[error("connection closed")]
     Closed,
+    #[error("the first packet is not CONNECT")]
+    NotConnect,
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]
@@ -122,13 +130,17 @@ fn grow(buf: &mut BytesMut) {
     }
 }
 
-/// Reads until `buf` starts with a whole packet.
-async fn read_packet<R: AsyncRead + Unpin>(
+/// Reads until `buf` starts with a whole CONNECT; anything else fails at
+/// its first byte, before more is buffered.
+async fn read_connect<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
     limit: usize,
 ) -> Result<Header, ReadError> {
     loop {
+        if buf.first().is_some_and(|b| b >> 4 != packet::CONNECT) {
+            return Err(ReadError::NotConnect);
+        }
         if let Some(header) = packet::frame(buf, limit)? {
             return Ok(header);
         }
@@ -177,11 +189,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
         let first = tokio::select! {
             _ = shared.shutdown.cancelled() => return,
-            read = tokio::time::timeout_at(deadline, read_packet(&mut client_rx, &mut inbound, limit)) => read,
+            read = tokio::time::timeout_at(deadline, read_connect(&mut client_rx, &mut inbound, limit)) => read,
         };
         let header = match first {
-            Ok(Ok(h)) if h.kind() == packet::CONNECT => h,
-            Ok(Ok(_)) => {
+            Ok(Ok(h)) => h,
+            Ok(Err(ReadError::NotConnect)) => {
                 return debug!("Closed an MQTT connection whose first packet was not CONNECT.")
             }
             Ok(Err(ReadError::Packet(PacketError::TooLarge { size, .. }))) => {
@@ -285,10 +297,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         };
         let end = {
             let inbound_pump = inspector.pump(&mut client_rx, &mut up_tx, &mut inbound);
-            let outbound_pump = relay(version, &mut up_rx, &mut client_tx, from_guard);
+            let relayed = AtomicU64::new(0);
+            let outbound_pump = relay(version, &mut up_rx, &mut client_tx, from_guard, &relayed);
             tokio::pin!(inbound_pump, outbound_pump);
             tokio::select! {
-                _ = shared.shutdown.cancelled() => End::Shutdown,
+                _ = shared.shutdown.cancelled() => {
+                    let deadline = Instant::now() + DRAIN;
+                    loop {
+                        let before = relayed.load(Ordering::Relaxed);
+                        let ended = tokio::time::timeout(QUIET, &mut outbound_pump).await.is_ok();
+                        let idle = relayed.load(Ordering::Relaxed) == before;
+                        if ended || idle || Instant::now() >= deadline {
+                            break;
+                        }
+                    }
+                    End::Shutdown
+                }
                 end = &mut inbound_pump => {
                     if end == End::Closing {
                         let _ = tokio::time::timeout(FAREWELL, &mut outbound_pump).await;
@@ -588,6 +612,7 @@ async fn relay<W: AsyncWrite + Unpin>(
     upstream: &mut OwnedReadHalf,
     client: &mut W,
     mut from_guard: mpsc::Receiver<ToClient>,
+    relayed: &AtomicU64,
 ) -> End {
     let mut buf = BytesMut::new();
     let mut plans: HashMap<u16, Vec<Option<u8>>> = HashMap::new();
@@ -633,6 +658,7 @@ async fn relay<W: AsyncWrite + Unpin>(
             if written.await.is_err() {
                 return End::ClientFailed;
             }
+            relayed.fetch_add(1, Ordering::Relaxed);
         }
         if closing {
             return End::Closing;
