@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::auth::mqtt::MqttPolicy;
 use crate::auth::{AuthError, Authority};
 use crate::broker::embedded::{BrokerError, EmbeddedBroker};
 use crate::config::Config;
@@ -59,6 +60,8 @@ pub struct Application {
     mqtt_connections: Arc<AtomicUsize>,
     authority: Authority,
     http_tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Closes the MQTT listeners and connections when dropped.
+    mqtt_stop: DropGuard,
 }
 
 impl Application {
@@ -92,12 +95,32 @@ impl Application {
             ("http.tls_cert", "http.tls_key"),
         )?;
         let topics = config.topics();
-        let broker = EmbeddedBroker::start(&config.mqtt, Gateway::bus_filters(&topics)).await?;
+        let mqtt_tls = crate::tls::acceptor(
+            &config.mqtt.tls_cert,
+            &config.mqtt.tls_key,
+            ("mqtt.tls_cert", "mqtt.tls_key"),
+        )
+        .map_err(BrokerError::Tls)?;
+        let mqtt_stop = CancellationToken::new();
+        let metrics = Metrics::new();
+        let policy = MqttPolicy::new(
+            authority.clone(),
+            topics.clone(),
+            config.mqtt.authentication,
+            metrics.clone(),
+        );
+        let broker = EmbeddedBroker::start(
+            &config.mqtt,
+            Gateway::bus_filters(&topics),
+            Arc::new(policy),
+            mqtt_tls,
+            mqtt_stop.clone(),
+        )
+        .await?;
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
         };
-        let metrics = Metrics::new();
         let directory = directory_service(
             &config,
             broker.bus.clone(),
@@ -130,6 +153,7 @@ impl Application {
             mqtt_addr: broker.mqtt_addr,
             mqtt5_addr: broker.mqtt5_addr,
             mqtt_connections: broker.mqtt_connections,
+            mqtt_stop: mqtt_stop.drop_guard(),
             gateway,
             dispatcher,
             config,
@@ -223,6 +247,7 @@ impl Application {
             );
         }
         dispatcher.abort();
+        drop(self.mqtt_stop);
         self.tracing.shutdown().await;
         info!("Sidecar stopped.");
         Ok(())

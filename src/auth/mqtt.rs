@@ -15,7 +15,9 @@
 //! A wildcard in the Thing's level needs the access for every Thing (`*`).
 //! Topics outside the prefix are not LMOS's business and are left alone.
 
-use super::{Access, Principal};
+use super::{Access, Authority, Principal};
+use crate::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session};
+use crate::telemetry::metrics::{Metrics, MQTT};
 use crate::topics::{
     unescape, Topics, ACTIONS, AGENT, EVENTS, PROPERTIES, REPLIES, REQUESTS, STATUS, TD,
 };
@@ -174,6 +176,108 @@ pub fn may_publish(topics: &Topics, principal: &Principal, topic: &str) -> Resul
         _ => Access::Host,
     };
     check(principal, &Things::One(thing.into_owned()), access)
+}
+
+/// The sidecar's rules, for the MQTT guard.
+pub struct MqttPolicy {
+    authority: Authority,
+    topics: Topics,
+    /// `mqtt.authentication`: every CONNECT must name a principal.
+    required: bool,
+    metrics: Metrics,
+}
+
+impl MqttPolicy {
+    pub fn new(authority: Authority, topics: Topics, required: bool, metrics: Metrics) -> Self {
+        MqttPolicy {
+            authority,
+            topics,
+            required,
+            metrics,
+        }
+    }
+}
+
+struct MqttSession {
+    principal: Principal,
+    topics: Topics,
+    metrics: Metrics,
+}
+
+impl MqttSession {
+    fn verdict(&self, result: Result<(), Denial>) -> bool {
+        match result {
+            Ok(()) => true,
+            Err(denial) => {
+                self.metrics.denied(MQTT, denial.access.as_str());
+                false
+            }
+        }
+    }
+}
+
+impl Session for MqttSession {
+    fn name(&self) -> &str {
+        self.principal.name()
+    }
+
+    fn may_subscribe(&self, filter: &str) -> bool {
+        self.verdict(may_subscribe(&self.topics, &self.principal, filter))
+    }
+
+    fn may_publish(&self, topic: &str) -> bool {
+        self.verdict(may_publish(&self.topics, &self.principal, topic))
+    }
+}
+
+impl Policy for MqttPolicy {
+    /// Credentials sent are checked even where none are required: a client
+    /// that names itself and gives the wrong password is refused, not
+    /// quietly made anonymous.
+    fn connect(
+        &self,
+        _client_id: &str,
+        username: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> Result<Box<dyn Session>, Refusal> {
+        let principal = match (username, password) {
+            // With no principals configured there is no one to be: clients
+            // that send credentials out of habit stay anonymous.
+            (Some(name), Some(secret)) if !name.is_empty() && !self.authority.is_empty() => self
+                .authority
+                .username_password(name, secret)
+                .ok_or(Refusal::BadCredentials)?,
+            _ if self.required => return Err(Refusal::NotAuthorized),
+            _ => self.authority.anonymous(),
+        };
+        Ok(Box::new(MqttSession {
+            principal,
+            topics: self.topics.clone(),
+            metrics: self.metrics.clone(),
+        }))
+    }
+
+    fn observe(&self, event: GuardEvent) {
+        match event {
+            GuardEvent::Refused(Refusal::BadCredentials) => {
+                self.metrics.auth_failure(MQTT, "invalid")
+            }
+            GuardEvent::Refused(Refusal::NotAuthorized) => {
+                self.metrics.auth_failure(MQTT, "missing")
+            }
+            GuardEvent::Limit(limit) => self.metrics.limit_hit(
+                MQTT,
+                match limit {
+                    GuardLimit::Connections => "max_connections",
+                    GuardLimit::Subscriptions => "max_subscriptions",
+                    GuardLimit::PacketSize => "max_payload_size",
+                    GuardLimit::HandshakeTimeout => "connection_timeout_ms",
+                },
+            ),
+            // Counted per access in the session, which knows it.
+            GuardEvent::SubscribeDenied | GuardEvent::PublishDenied => {}
+        }
+    }
 }
 
 #[cfg(test)]

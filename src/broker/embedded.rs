@@ -1,17 +1,19 @@
-//! rumqttd, embedded in the process.
+//! rumqttd, embedded in the process, behind the [guard](super::guard).
 //!
-//! rumqttd binds its own listeners, blocks the thread that starts it, never
-//! stops, and only logs a failed bind. So the sidecar binds each address
-//! itself first (a taken port fails start-up with a clear message, port 0 is
-//! resolved to a real port), hands the resolved address to rumqttd, and then
-//! waits until each listener answers an MQTT CONNECT.
+//! The guard binds the public MQTT addresses (a taken port fails start-up
+//! with a clear message, port 0 is resolved to a real port). rumqttd listens
+//! only on loopback ports of its own; it binds them itself, blocks the
+//! thread that starts it, never stops, and only logs a failed bind. So the
+//! sidecar resolves each internal port first, hands it to rumqttd, and waits
+//! until each listener answers an MQTT CONNECT; the probe goes straight to
+//! rumqttd, so the guard's authentication never stands in its way.
 //!
 //! The sidecar's own traffic goes through one local link. Its sending half
 //! blocks on the router's queue, so it lives on a thread of its own, fed by
 //! an async channel; its receiving half is read by an async task.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,8 +30,11 @@ use rumqttd::{
     ServerSettings,
 };
 use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::guard::{Guard, Limits, Policy, Upstream};
 use super::probe::{wait_ready, MqttVersion};
 use super::{Bus, BusCommand, Delivery, ResponseInfo};
 use crate::config::MqttConfig;
@@ -41,6 +46,10 @@ const COMMAND_QUEUE: usize = 4096;
 /// broker then buffers in its per-filter rings).
 const DELIVERY_QUEUE: usize = 4096;
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// rumqttd refuses connections past its own limit silently (no CONNACK), so
+/// its limit sits above the guard's: room for the sidecar's own link and
+/// for connections the guard has closed but the router not yet forgotten.
+const ROUTER_SLACK: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -56,13 +65,17 @@ pub enum BrokerError {
     Link(String),
     #[error("cannot start a broker thread: {0}")]
     Thread(std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A running embedded broker.
 pub struct EmbeddedBroker {
-    /// Where the MQTT 3.1.1 listener is bound.
+    /// Where the public `mqtt.listen` listener is bound (the guard's; it
+    /// takes MQTT 3.1.1 and 5).
     pub mqtt_addr: SocketAddr,
-    /// Where the MQTT 5 listener is bound.
+    /// Where the public `mqtt.listen_v5` listener is bound (the guard's; it
+    /// takes MQTT 3.1.1 and 5).
     pub mqtt5_addr: SocketAddr,
     pub bus: Bus,
     pub deliveries: mpsc::Receiver<Delivery>,
@@ -81,6 +94,20 @@ fn reserve(what: &'static str, addr: SocketAddr) -> Result<SocketAddr, BrokerErr
         .map_err(|error| BrokerError::Bind { what, addr, error })?;
     drop(listener);
     Ok(bound)
+}
+
+/// Binds a public listener for the guard.
+async fn bind(
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(tokio::net::TcpListener, SocketAddr), BrokerError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| BrokerError::Bind { what, addr, error })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| BrokerError::Bind { what, addr, error })?;
+    Ok((listener, bound))
 }
 
 fn server_settings(name: &str, listen: SocketAddr, config: &MqttConfig) -> ServerSettings {
@@ -103,19 +130,28 @@ fn server_settings(name: &str, listen: SocketAddr, config: &MqttConfig) -> Serve
 }
 
 impl EmbeddedBroker {
-    /// Starts the broker and waits until both listeners accept connections.
-    /// `filters` are subscribed before the broker is declared ready.
+    /// Starts the broker, waits until both of its listeners accept
+    /// connections, then opens the public listeners through the guard, which
+    /// applies `policy`, speaks TLS when `tls` is given, and closes every
+    /// client connection once `shutdown` fires. `filters` are subscribed
+    /// before the broker is declared ready.
     pub async fn start(
         config: &MqttConfig,
         filters: Vec<String>,
+        policy: Arc<dyn Policy>,
+        tls: Option<TlsAcceptor>,
+        shutdown: CancellationToken,
     ) -> Result<EmbeddedBroker, BrokerError> {
-        let mqtt_addr = reserve("MQTT 3.1.1", config.listen)?;
-        let mqtt5_addr = reserve("MQTT 5", config.listen_v5)?;
+        let public = bind("MQTT 3.1.1", config.listen).await?;
+        let public_v5 = bind("MQTT 5", config.listen_v5).await?;
+        let local = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let internal = reserve("MQTT 3.1.1 (internal)", local)?;
+        let internal_v5 = reserve("MQTT 5 (internal)", local)?;
 
         let rumqttd_config = rumqttd::Config {
             id: 0,
             router: RouterConfig {
-                max_connections: config.max_connections,
+                max_connections: config.max_connections.saturating_add(ROUTER_SLACK),
                 max_outgoing_packet_count: config.max_outgoing_packet_count,
                 max_segment_size: config.segment_size,
                 max_segment_count: config.segment_count,
@@ -125,11 +161,11 @@ impl EmbeddedBroker {
             },
             v4: Some(HashMap::from([(
                 "v4".to_owned(),
-                server_settings("mqtt-v4", mqtt_addr, config),
+                server_settings("mqtt-v4", internal, config),
             )])),
             v5: Some(HashMap::from([(
                 "v5".to_owned(),
-                server_settings("mqtt-v5", mqtt5_addr, config),
+                server_settings("mqtt-v5", internal_v5, config),
             )])),
             // rumqttd's metrics timer unwraps the meters interval whether or
             // not meters are configured, so both are set.
@@ -192,14 +228,28 @@ impl EmbeddedBroker {
         ));
 
         for (addr, version) in [
-            (mqtt_addr, MqttVersion::V311),
-            (mqtt5_addr, MqttVersion::V5),
+            (internal, MqttVersion::V311),
+            (internal_v5, MqttVersion::V5),
         ] {
             if !wait_ready(addr, version, &probe_topic, &mut probes, READY_TIMEOUT).await {
                 return Err(BrokerError::NotReady { addr });
             }
         }
         let _ = command_tx.send(BusCommand::Unsubscribe(probe_topic)).await;
+
+        let (mqtt_addr, mqtt5_addr) = (public.1, public_v5.1);
+        let guard = Guard::new(
+            Upstream {
+                v4: internal,
+                v5: internal_v5,
+            },
+            policy,
+            Limits::from_config(config),
+            tls,
+            shutdown,
+        );
+        guard.serve(public.0);
+        guard.serve(public_v5.0);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
 
         Ok(EmbeddedBroker {
@@ -242,6 +292,17 @@ fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
     runtime.block_on(async move {
         while let Some(command) = commands.recv().await {
             let packet = match command {
+                // rumqttd writes a topic's length as 16 bits without
+                // checking: a longer topic would corrupt the stream of every
+                // subscriber. The gateway refuses such messages first; this
+                // is the last line for any other path.
+                BusCommand::Publish(p) if !crate::topics::fits(&p.topic) => {
+                    warn!(
+                        topic_bytes = p.topic.len(),
+                        "Dropped a publication whose topic is longer than MQTT allows."
+                    );
+                    continue;
+                }
                 BusCommand::Publish(p) => {
                     let properties = publish_properties(p.correlation_data, p.trace);
                     Packet::Publish(Publish::new(Bytes::from(p.topic), p.payload, p.retain), properties)

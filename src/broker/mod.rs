@@ -5,6 +5,7 @@
 //! cluster can take its place by producing the same [`Bus`] and deliveries.
 
 pub mod embedded;
+pub mod guard;
 mod probe;
 
 use bytes::Bytes;

@@ -1,0 +1,726 @@
+//! One client connection through the guard: the CONNECT handshake, then two
+//! pumps (client to broker, broker to client) until either side closes or
+//! the sidecar shuts down.
+//!
+//! The pumps run concurrently so that neither side can stall the other:
+//! a broker blocked writing to us never stops us reading from it. Packets
+//! the guard itself owes the client (acks of denied publications, SUBACKs)
+//! go through a bounded channel to the broker-to-client pump, which writes
+//! only whole packets and so never splits one of the broker's.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::packet::{self, Header, PacketError, Version};
+use super::{GuardEvent, GuardLimit, Refusal, Session, Shared};
+
+/// Read buffers grow by this much; whole packets larger than it grow them
+/// to their size.
+const READ_CHUNK: usize = 16 * 1024;
+/// Below this much free room a read buffer grows before the next read.
+const MIN_SPARE: usize = 2 * 1024;
+/// Packets the guard may owe a client before it stops reading from it.
+const OUTBOX: usize = 64;
+/// How long a final packet (DISCONNECT, refused CONNACK) may take to go out.
+const FAREWELL: Duration = Duration::from_secs(1);
+/// At shutdown, what the broker already sent (replies the sidecar published
+/// while stopping) still goes out: the connection closes once the broker
+/// has been quiet this long, or after `DRAIN` at the latest.
+const QUIET: Duration = Duration::from_millis(200);
+const DRAIN: Duration = Duration::from_secs(2);
+
+// MQTT 3.1.1 CONNACK return codes.
+const V4_UNACCEPTABLE_PROTOCOL: u8 = 1;
+const V4_SERVER_UNAVAILABLE: u8 = 3;
+const V4_BAD_CREDENTIALS: u8 = 4;
+const V4_NOT_AUTHORIZED: u8 = 5;
+/// MQTT 3.1.1 SUBACK failure.
+const V4_FAILURE: u8 = 0x80;
+
+// MQTT 5 reason codes.
+const UNSPECIFIED_ERROR: u8 = 0x80;
+const MALFORMED_PACKET: u8 = 0x81;
+const PROTOCOL_ERROR: u8 = 0x82;
+const BAD_CREDENTIALS: u8 = 0x86;
+const NOT_AUTHORIZED: u8 = 0x87;
+const SERVER_UNAVAILABLE: u8 = 0x88;
+const PACKET_TOO_LARGE: u8 = 0x95;
+const QUOTA_EXCEEDED: u8 = 0x97;
+
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("connection closed")]
+    Closed,
+    #[error("the first packet is not CONNECT")]
+    NotConnect,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Packet(#[from] PacketError),
+}
+
+/// How a connection ended, which decides how the other side is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The client closed its side.
+    ClientClosed,
+    /// The client's connection failed (reset, timeout).
+    ClientFailed,
+    BrokerClosed,
+    /// The guard closes the connection; any last word is queued.
+    Closing,
+    Shutdown,
+}
+
+/// What the broker-to-client pump is asked to do besides relaying.
+enum ToClient {
+    Packet(Bytes),
+    /// The broker's SUBACK for `pkid` covers only the filters forwarded;
+    /// the guard's codes go where `plan` has them.
+    SubAck {
+        pkid: u16,
+        plan: Vec<Option<u8>>,
+    },
+    /// Send the packet, if any, then close.
+    Close(Option<Bytes>),
+}
+
+/// What becomes of one packet from the client.
+enum Verdict {
+    Forward,
+    Replace(Bytes),
+    Drop,
+    Close,
+}
+
+pub(super) fn handshake_timed_out(shared: &Shared) {
+    info!(
+        timeout_ms = shared.limits.handshake_timeout.as_millis() as u64,
+        "Closed an MQTT connection that sent no CONNECT in time (mqtt.connection_timeout_ms)."
+    );
+    shared
+        .policy
+        .observe(GuardEvent::Limit(GuardLimit::HandshakeTimeout));
+}
+
+fn packet_too_large(shared: &Shared, size: usize) {
+    info!(
+        size,
+        limit = shared.limits.max_packet_size,
+        "Closed an MQTT connection that sent a packet larger than mqtt.max_payload_size allows."
+    );
+    shared
+        .policy
+        .observe(GuardEvent::Limit(GuardLimit::PacketSize));
+}
+
+fn grow(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < MIN_SPARE {
+        buf.reserve(READ_CHUNK);
+    }
+}
+
+/// Reads until `buf` starts with a whole CONNECT; anything else fails at
+/// its first byte, before more is buffered.
+async fn read_connect<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    limit: usize,
+) -> Result<Header, ReadError> {
+    loop {
+        if buf.first().is_some_and(|b| b >> 4 != packet::CONNECT) {
+            return Err(ReadError::NotConnect);
+        }
+        if let Some(header) = packet::frame(buf, limit)? {
+            return Ok(header);
+        }
+        grow(buf);
+        if reader.read_buf(buf).await? == 0 {
+            return Err(ReadError::Closed);
+        }
+    }
+}
+
+/// Sends a last packet and closes, without waiting long on a client that
+/// does not read.
+async fn farewell<W: AsyncWrite + Unpin>(writer: &mut W, last: &[u8]) {
+    let _ = tokio::time::timeout(FAREWELL, async {
+        writer.write_all(last).await?;
+        writer.shutdown().await
+    })
+    .await;
+}
+
+pub(super) struct Connection<S> {
+    client: S,
+    shared: Arc<Shared>,
+    /// When a complete CONNECT must have arrived.
+    deadline: Instant,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
+    pub(super) fn new(client: S, shared: Arc<Shared>, deadline: Instant) -> Connection<S> {
+        Connection {
+            client,
+            shared,
+            deadline,
+        }
+    }
+
+    pub(super) async fn run(self) {
+        let Connection {
+            client,
+            shared,
+            deadline,
+        } = self;
+        let (mut client_rx, mut client_tx) = tokio::io::split(client);
+        let mut inbound = BytesMut::new();
+        let limit = shared.limits.max_packet_size;
+
+        let first = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            read = tokio::time::timeout_at(deadline, read_connect(&mut client_rx, &mut inbound, limit)) => read,
+        };
+        let header = match first {
+            Ok(Ok(h)) => h,
+            Ok(Err(ReadError::NotConnect)) => {
+                return debug!("Closed an MQTT connection whose first packet was not CONNECT.")
+            }
+            Ok(Err(ReadError::Packet(PacketError::TooLarge { size, .. }))) => {
+                return packet_too_large(&shared, size)
+            }
+            Ok(Err(e)) => return debug!(error = %e, "MQTT client left before CONNECT."),
+            Err(_) => return handshake_timed_out(&shared),
+        };
+        let connect = match packet::connect(&inbound[header.header_len..header.size()]) {
+            Ok(c) => c,
+            Err(PacketError::Protocol { name, level }) => {
+                debug!(protocol = %name, level, "Refused an MQTT connection with an unsupported protocol.");
+                let ack = packet::connack(Version::V4, V4_UNACCEPTABLE_PROTOCOL);
+                return farewell(&mut client_tx, &ack).await;
+            }
+            Err(e) => {
+                return debug!(error = %e, "Closed an MQTT connection with a malformed CONNECT.")
+            }
+        };
+        let version = connect.version;
+        let span = tracing::Span::current();
+        span.record("client_id", connect.client_id);
+        let refuse = |v4: u8, v5: u8| match version {
+            Version::V4 => packet::connack(version, v4),
+            Version::V5 => packet::connack(version, v5),
+        };
+
+        let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
+            info!(
+                limit = shared.limits.max_connections,
+                "Refused an MQTT connection past mqtt.max_connections."
+            );
+            shared
+                .policy
+                .observe(GuardEvent::Limit(GuardLimit::Connections));
+            let ack = refuse(V4_SERVER_UNAVAILABLE, QUOTA_EXCEEDED);
+            return farewell(&mut client_tx, &ack).await;
+        };
+        let session = match shared.policy.connect(
+            connect.client_id,
+            connect.username,
+            connect.password,
+        ) {
+            Ok(session) => session,
+            Err(refusal) => {
+                info!(username = connect.username, reason = ?refusal, "Refused an MQTT connection.");
+                shared.policy.observe(GuardEvent::Refused(refusal));
+                let ack = match refusal {
+                    Refusal::BadCredentials => refuse(V4_BAD_CREDENTIALS, BAD_CREDENTIALS),
+                    Refusal::NotAuthorized => refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED),
+                };
+                return farewell(&mut client_tx, &ack).await;
+            }
+        };
+        span.record("principal", session.name());
+        // A last will is a publication the broker makes on the client's
+        // behalf; unchecked, it would bypass the publish rights.
+        if let Some(topic) = connect.will_topic {
+            if !session.may_publish(topic) {
+                info!(
+                    principal = session.name(),
+                    topic, "Refused an MQTT connection whose last will it may not publish."
+                );
+                shared
+                    .policy
+                    .observe(GuardEvent::Refused(Refusal::NotAuthorized));
+                let ack = refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED);
+                return farewell(&mut client_tx, &ack).await;
+            }
+        }
+
+        let upstream_addr = match version {
+            Version::V4 => shared.upstream.v4,
+            Version::V5 => shared.upstream.v5,
+        };
+        let upstream = match TcpStream::connect(upstream_addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(broker = %upstream_addr, error = %e, "Cannot reach the embedded MQTT broker.");
+                let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
+                return farewell(&mut client_tx, &ack).await;
+            }
+        };
+        let _ = upstream.set_nodelay(true);
+        let (mut up_rx, mut up_tx) = upstream.into_split();
+        let connect_packet = inbound.split_to(header.size());
+        if up_tx.write_all(&connect_packet).await.is_err() {
+            return;
+        }
+
+        let (outbox, from_guard) = mpsc::channel(OUTBOX);
+        let mut inspector = Inspector {
+            version,
+            session,
+            shared: &shared,
+            aliases: HashMap::new(),
+            subscriptions: HashSet::new(),
+            denied_qos2: HashSet::new(),
+            pending: Vec::new(),
+            outbox,
+        };
+        let end = {
+            let inbound_pump = inspector.pump(&mut client_rx, &mut up_tx, &mut inbound);
+            let relayed = AtomicU64::new(0);
+            let outbound_pump = relay(version, &mut up_rx, &mut client_tx, from_guard, &relayed);
+            tokio::pin!(inbound_pump, outbound_pump);
+            tokio::select! {
+                _ = shared.shutdown.cancelled() => {
+                    let deadline = Instant::now() + DRAIN;
+                    loop {
+                        let before = relayed.load(Ordering::Relaxed);
+                        let ended = tokio::time::timeout(QUIET, &mut outbound_pump).await.is_ok();
+                        let idle = relayed.load(Ordering::Relaxed) == before;
+                        if ended || idle || Instant::now() >= deadline {
+                            break;
+                        }
+                    }
+                    End::Shutdown
+                }
+                end = &mut inbound_pump => {
+                    if end == End::Closing {
+                        let _ = tokio::time::timeout(FAREWELL, &mut outbound_pump).await;
+                    }
+                    end
+                }
+                end = &mut outbound_pump => end,
+            }
+        };
+        debug!(?end, "MQTT connection closed.");
+        match end {
+            // rumqttd publishes the last will when the connection ends
+            // without DISCONNECT; mirror how the client left.
+            End::ClientFailed => {
+                #[allow(deprecated)] // Linger 0 resets at once; it never blocks.
+                let _ = up_rx.as_ref().set_linger(Some(Duration::ZERO));
+            }
+            End::ClientClosed => {}
+            End::BrokerClosed | End::Closing | End::Shutdown => {
+                let _ = tokio::time::timeout(FAREWELL, client_tx.shutdown()).await;
+            }
+        }
+        drop(permit);
+    }
+}
+
+/// The client-to-broker direction and the per-connection state it keeps.
+struct Inspector<'a> {
+    version: Version,
+    session: Box<dyn Session>,
+    shared: &'a Shared,
+    /// MQTT 5 Topic Alias to topic, as the client set them.
+    aliases: HashMap<u16, String>,
+    /// Filters this connection subscribed, for `mqtt.max_subscriptions`.
+    subscriptions: HashSet<String>,
+    /// QoS 2 publications the guard refused with PUBREC; their PUBREL is
+    /// answered here, as the broker never saw them.
+    denied_qos2: HashSet<u16>,
+    /// Packets for the client, sent before the batch that caused them goes
+    /// to the broker.
+    pending: Vec<ToClient>,
+    outbox: mpsc::Sender<ToClient>,
+}
+
+impl Inspector<'_> {
+    async fn pump<R: AsyncRead + Unpin>(
+        &mut self,
+        client: &mut R,
+        upstream: &mut OwnedWriteHalf,
+        buf: &mut BytesMut,
+    ) -> End {
+        loop {
+            let (chunk, end) = self.inspect_all(buf);
+            for message in self.pending.drain(..) {
+                if self.outbox.send(message).await.is_err() {
+                    return End::Closing;
+                }
+            }
+            if !chunk.is_empty() && upstream.write_all(&chunk).await.is_err() {
+                return End::BrokerClosed;
+            }
+            if let Some(end) = end {
+                return end;
+            }
+            grow(buf);
+            match client.read_buf(buf).await {
+                Ok(0) => return End::ClientClosed,
+                Ok(_) => {}
+                Err(e) => {
+                    debug!(error = %e, "MQTT client connection failed.");
+                    return End::ClientFailed;
+                }
+            }
+        }
+    }
+
+    /// Decides on every whole packet in `buf` and takes them out: what goes
+    /// to the broker, and how the connection ends if one of them ends it.
+    fn inspect_all(&mut self, buf: &mut BytesMut) -> (Bytes, Option<End>) {
+        let mut pos = 0;
+        let mut raw_from = 0;
+        let mut out: Option<BytesMut> = None;
+        let mut end = None;
+        loop {
+            let header = match packet::frame(&buf[pos..], self.shared.limits.max_packet_size) {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
+                Err(PacketError::TooLarge { size, .. }) => {
+                    packet_too_large(self.shared, size);
+                    self.close(PACKET_TOO_LARGE);
+                    end = Some(End::Closing);
+                    break;
+                }
+                Err(e) => {
+                    self.malformed(&e);
+                    end = Some(End::Closing);
+                    break;
+                }
+            };
+            let frame_end = pos + header.size();
+            let body = &buf[pos + header.header_len..frame_end];
+            let replacement = match self.inspect(header, body) {
+                Verdict::Forward => {
+                    pos = frame_end;
+                    continue;
+                }
+                Verdict::Replace(bytes) => Some(bytes),
+                Verdict::Drop => None,
+                Verdict::Close => {
+                    end = Some(End::Closing);
+                    break;
+                }
+            };
+            let o = out.get_or_insert_with(BytesMut::new);
+            o.extend_from_slice(&buf[raw_from..pos]);
+            if let Some(bytes) = replacement {
+                o.extend_from_slice(&bytes);
+            }
+            pos = frame_end;
+            raw_from = frame_end;
+        }
+        let chunk = match out {
+            // The common case: every packet unchanged, no copy.
+            None => buf.split_to(pos).freeze(),
+            Some(mut o) => {
+                o.extend_from_slice(&buf[raw_from..pos]);
+                buf.advance(pos);
+                o.freeze()
+            }
+        };
+        (chunk, end)
+    }
+
+    fn inspect(&mut self, header: Header, body: &[u8]) -> Verdict {
+        match header.kind() {
+            packet::PUBLISH => self.publish(header.first, body),
+            packet::SUBSCRIBE => self.subscribe(body),
+            packet::UNSUBSCRIBE => match packet::unsubscribe(body, self.version) {
+                Ok(filters) => {
+                    for filter in filters {
+                        self.subscriptions.remove(filter);
+                    }
+                    Verdict::Forward
+                }
+                Err(e) => self.malformed(&e),
+            },
+            packet::PUBREL if !self.denied_qos2.is_empty() => match packet::pubrel(body) {
+                Ok(pkid) if self.denied_qos2.remove(&pkid) => {
+                    self.pending.push(ToClient::Packet(packet::pubcomp(pkid)));
+                    Verdict::Drop
+                }
+                _ => Verdict::Forward,
+            },
+            packet::CONNECT => {
+                debug!("Closed an MQTT connection that sent a second CONNECT.");
+                self.close(PROTOCOL_ERROR)
+            }
+            _ => Verdict::Forward,
+        }
+    }
+
+    /// Closes the connection, with an MQTT 5 DISCONNECT first.
+    fn close(&mut self, reason: u8) -> Verdict {
+        let last = match self.version {
+            Version::V4 => None,
+            Version::V5 => Some(packet::disconnect(reason)),
+        };
+        self.pending.push(ToClient::Close(last));
+        Verdict::Close
+    }
+
+    fn malformed(&mut self, error: &PacketError) -> Verdict {
+        debug!(%error, "Closed an MQTT connection that sent a malformed packet.");
+        self.close(MALFORMED_PACKET)
+    }
+
+    fn publish(&mut self, first: u8, body: &[u8]) -> Verdict {
+        let p = match packet::publish(first, body, self.version) {
+            Ok(p) => p,
+            Err(e) => return self.malformed(&e),
+        };
+        let topic = match p.alias {
+            None => p.topic,
+            Some(alias) if p.topic.is_empty() => match self.aliases.get(&alias) {
+                Some(topic) => topic.as_str(),
+                None => {
+                    debug!(
+                        alias,
+                        "Closed an MQTT connection that used an unknown Topic Alias."
+                    );
+                    return self.close(PROTOCOL_ERROR);
+                }
+            },
+            Some(alias) => {
+                if self.aliases.get(&alias).map(String::as_str) != Some(p.topic) {
+                    self.aliases.insert(alias, p.topic.to_owned());
+                }
+                p.topic
+            }
+        };
+        if self.session.may_publish(topic) {
+            return Verdict::Forward;
+        }
+        info!(
+            principal = self.session.name(),
+            topic,
+            qos = p.qos,
+            "Denied a publication."
+        );
+        self.shared.policy.observe(GuardEvent::PublishDenied);
+        match (p.qos, self.version) {
+            (0, _) => Verdict::Drop,
+            // MQTT 3.1.1 has no negative PUBACK; §3.3.5 allows a positive
+            // one for a message the server will not deliver.
+            (1, version) => {
+                self.pending.push(ToClient::Packet(packet::puback(
+                    version,
+                    p.pkid,
+                    NOT_AUTHORIZED,
+                )));
+                Verdict::Drop
+            }
+            (_, Version::V5) => {
+                self.denied_qos2.insert(p.pkid);
+                self.pending
+                    .push(ToClient::Packet(packet::pubrec(p.pkid, NOT_AUTHORIZED)));
+                Verdict::Drop
+            }
+            // A positive PUBREC would promise exactly-once delivery.
+            (_, Version::V4) => self.close(UNSPECIFIED_ERROR),
+        }
+    }
+
+    fn subscribe(&mut self, body: &[u8]) -> Verdict {
+        let s = match packet::subscribe(body, self.version) {
+            Ok(s) => s,
+            Err(e) => return self.malformed(&e),
+        };
+        let (denied, quota) = match self.version {
+            Version::V4 => (V4_FAILURE, V4_FAILURE),
+            Version::V5 => (NOT_AUTHORIZED, QUOTA_EXCEEDED),
+        };
+        let max = self.shared.limits.max_subscriptions;
+        let mut plan = Vec::with_capacity(s.filters.len());
+        let mut allowed = Vec::with_capacity(s.filters.len());
+        for &(filter, options) in &s.filters {
+            if !self.session.may_subscribe(packet::shared_filter(filter)) {
+                info!(
+                    principal = self.session.name(),
+                    filter, "Denied a subscription."
+                );
+                self.shared.policy.observe(GuardEvent::SubscribeDenied);
+                plan.push(Some(denied));
+            } else if !self.subscriptions.contains(filter) && self.subscriptions.len() >= max {
+                info!(
+                    principal = self.session.name(),
+                    filter,
+                    limit = max,
+                    "Refused a subscription past mqtt.max_subscriptions."
+                );
+                self.shared
+                    .policy
+                    .observe(GuardEvent::Limit(GuardLimit::Subscriptions));
+                plan.push(Some(quota));
+            } else {
+                if !self.subscriptions.contains(filter) {
+                    self.subscriptions.insert(filter.to_owned());
+                }
+                plan.push(None);
+                allowed.push((filter, options));
+            }
+        }
+        if allowed.len() == s.filters.len() {
+            return Verdict::Forward;
+        }
+        if allowed.is_empty() {
+            let codes: Vec<u8> = plan.iter().map(|c| c.unwrap_or(denied)).collect();
+            self.pending.push(ToClient::Packet(packet::encode_suback(
+                self.version,
+                s.pkid,
+                &[],
+                &codes,
+            )));
+            return Verdict::Drop;
+        }
+        let rewritten = packet::encode_subscribe(self.version, s.pkid, s.properties, &allowed);
+        self.pending.push(ToClient::SubAck { pkid: s.pkid, plan });
+        Verdict::Replace(rewritten)
+    }
+}
+
+/// The broker-to-client direction: relays whole packets, rewrites the
+/// SUBACKs of SUBSCRIBEs the guard changed, and slips the guard's own
+/// packets in between the broker's.
+async fn relay<W: AsyncWrite + Unpin>(
+    version: Version,
+    upstream: &mut OwnedReadHalf,
+    client: &mut W,
+    mut from_guard: mpsc::Receiver<ToClient>,
+    relayed: &AtomicU64,
+) -> End {
+    let mut buf = BytesMut::new();
+    let mut plans: HashMap<u16, Vec<Option<u8>>> = HashMap::new();
+    let mut guard_open = true;
+    loop {
+        grow(&mut buf);
+        let mut out = BytesMut::new();
+        let mut closing = false;
+        tokio::select! {
+            biased;
+            message = from_guard.recv(), if guard_open => match message {
+                Some(m) => {
+                    closing = take(m, &mut out, &mut plans);
+                    while let (false, Ok(m)) = (closing, from_guard.try_recv()) {
+                        closing = take(m, &mut out, &mut plans);
+                    }
+                }
+                None => guard_open = false,
+            },
+            read = upstream.read_buf(&mut buf) => {
+                match read {
+                    Ok(0) | Err(_) => return End::BrokerClosed,
+                    Ok(_) => {}
+                }
+                // A SUBACK's plan is queued before its SUBSCRIBE is sent, so
+                // it is in the channel by the time the SUBACK is read.
+                while let (false, Ok(m)) = (closing, from_guard.try_recv()) {
+                    closing = take(m, &mut out, &mut plans);
+                }
+                if !closing {
+                    match client_bound(version, &mut buf, &mut plans, out) {
+                        Some(chunk) => out = chunk,
+                        None => return End::BrokerClosed,
+                    }
+                }
+            }
+        }
+        if !out.is_empty() {
+            let written = async {
+                client.write_all(&out).await?;
+                client.flush().await
+            };
+            if written.await.is_err() {
+                return End::ClientFailed;
+            }
+            relayed.fetch_add(1, Ordering::Relaxed);
+        }
+        if closing {
+            return End::Closing;
+        }
+    }
+}
+
+/// Applies one request of the inbound pump; true when it closes.
+fn take(message: ToClient, out: &mut BytesMut, plans: &mut HashMap<u16, Vec<Option<u8>>>) -> bool {
+    match message {
+        ToClient::Packet(p) => out.extend_from_slice(&p),
+        ToClient::SubAck { pkid, plan } => {
+            plans.insert(pkid, plan);
+        }
+        ToClient::Close(last) => {
+            if let Some(p) = last {
+                out.extend_from_slice(&p);
+            }
+            return true;
+        }
+    }
+    false
+}
+
+/// Takes the whole packets off `buf` and appends them to `out`, rewriting
+/// planned SUBACKs. `None` when the broker's stream cannot be framed.
+fn client_bound(
+    version: Version,
+    buf: &mut BytesMut,
+    plans: &mut HashMap<u16, Vec<Option<u8>>>,
+    mut out: BytesMut,
+) -> Option<BytesMut> {
+    let mut pos = 0;
+    let mut raw_from = 0;
+    while let Some(header) = packet::frame(&buf[pos..], usize::MAX).ok()? {
+        let frame_end = pos + header.size();
+        if header.kind() == packet::SUBACK && !plans.is_empty() {
+            let body = &buf[pos + header.header_len..frame_end];
+            let plan = packet::suback_pkid(body).and_then(|pkid| plans.remove(&pkid));
+            if let (Some(plan), Ok(ack)) = (plan, packet::suback(body, version)) {
+                let failure = match version {
+                    Version::V4 => V4_FAILURE,
+                    Version::V5 => UNSPECIFIED_ERROR,
+                };
+                let codes = packet::merge_codes(&plan, ack.codes, failure);
+                out.extend_from_slice(&buf[raw_from..pos]);
+                out.extend_from_slice(&packet::encode_suback(
+                    version,
+                    ack.pkid,
+                    ack.properties,
+                    &codes,
+                ));
+                raw_from = frame_end;
+            }
+        }
+        pos = frame_end;
+    }
+    if out.is_empty() && raw_from == 0 {
+        // The common case: nothing to add or change, no copy.
+        return Some(buf.split_to(pos));
+    }
+    out.extend_from_slice(&buf[raw_from..pos]);
+    buf.advance(pos);
+    Some(out)
+}

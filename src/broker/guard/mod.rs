@@ -1,0 +1,237 @@
+//! The MQTT guard: a thin MQTT-aware proxy in front of rumqttd, which only
+//! authenticates at CONNECT and has no hook to authorize topics.
+//!
+//! The guard owns the public MQTT listeners. Each client connection gets one
+//! connection to one of rumqttd's internal loopback listeners, chosen by the
+//! protocol level of the client's CONNECT, so either public port serves both
+//! MQTT 3.1.1 and MQTT 5. The guard reads only what it must decide on
+//! (CONNECT, SUBSCRIBE, UNSUBSCRIBE, PUBLISH from the client; SUBACK from the
+//! broker when it changed the SUBSCRIBE) and forwards every other byte as it
+//! came.
+
+mod connection;
+pub mod packet;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn, Instrument};
+
+use crate::config::MqttConfig;
+use connection::Connection;
+
+/// Room for a PUBLISH's topic, packet identifier and MQTT 5 properties on
+/// top of `mqtt.max_payload_size`.
+pub const PACKET_HEADROOM: usize = 64 * 1024;
+
+/// Decides who may connect and, per connection, what it may do.
+pub trait Policy: Send + Sync + 'static {
+    /// At CONNECT. username/password as sent (password raw bytes).
+    fn connect(
+        &self,
+        client_id: &str,
+        username: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> Result<Box<dyn Session>, Refusal>;
+
+    /// Counting/metrics hook, called for every refusal, denial and limit
+    /// hit. Default: nothing.
+    fn observe(&self, _event: GuardEvent) {}
+}
+
+/// One authenticated connection's rights.
+pub trait Session: Send + Sync {
+    /// Principal name, for logs.
+    fn name(&self) -> &str;
+    fn may_subscribe(&self, filter: &str) -> bool;
+    fn may_publish(&self, topic: &str) -> bool;
+}
+
+/// Why a CONNECT is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// CONNACK 4 (3.1.1) / 0x86 (5).
+    BadCredentials,
+    /// CONNACK 5 (3.1.1) / 0x87 (5).
+    NotAuthorized,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardEvent {
+    Refused(Refusal),
+    SubscribeDenied,
+    PublishDenied,
+    Limit(GuardLimit),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardLimit {
+    /// `mqtt.max_connections` reached.
+    Connections,
+    /// `mqtt.max_subscriptions` reached on one connection.
+    Subscriptions,
+    /// A packet larger than `mqtt.max_payload_size` plus headroom.
+    PacketSize,
+    /// No CONNECT within `mqtt.connection_timeout_ms`.
+    HandshakeTimeout,
+}
+
+/// Lets every client in and do anything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+struct Anonymous;
+
+impl Session for Anonymous {
+    fn name(&self) -> &str {
+        "anonymous"
+    }
+
+    fn may_subscribe(&self, _filter: &str) -> bool {
+        true
+    }
+
+    fn may_publish(&self, _topic: &str) -> bool {
+        true
+    }
+}
+
+impl Policy for AllowAll {
+    fn connect(
+        &self,
+        _client_id: &str,
+        _username: Option<&str>,
+        _password: Option<&[u8]>,
+    ) -> Result<Box<dyn Session>, Refusal> {
+        Ok(Box::new(Anonymous))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Client connections past CONNECT, over all listeners.
+    pub max_connections: usize,
+    /// Subscription filters per connection.
+    pub max_subscriptions: usize,
+    /// Largest packet, fixed header included.
+    pub max_packet_size: usize,
+    /// Time from accept (TLS handshake included) to a complete CONNECT.
+    pub handshake_timeout: Duration,
+}
+
+impl Limits {
+    pub fn from_config(config: &MqttConfig) -> Limits {
+        Limits {
+            max_connections: config.max_connections,
+            max_subscriptions: config.max_subscriptions,
+            max_packet_size: config.max_payload_size.saturating_add(PACKET_HEADROOM),
+            handshake_timeout: Duration::from_millis(u64::from(config.connection_timeout_ms)),
+        }
+    }
+}
+
+/// rumqttd's internal listeners, one per protocol version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upstream {
+    pub v4: SocketAddr,
+    pub v5: SocketAddr,
+}
+
+/// What every connection of one guard shares.
+struct Shared {
+    upstream: Upstream,
+    policy: Arc<dyn Policy>,
+    limits: Limits,
+    connections: Arc<Semaphore>,
+    shutdown: CancellationToken,
+}
+
+/// Serves listeners until the cancellation token fires; cheap to clone.
+#[derive(Clone)]
+pub struct Guard {
+    shared: Arc<Shared>,
+    tls: Option<TlsAcceptor>,
+}
+
+impl Guard {
+    pub fn new(
+        upstream: Upstream,
+        policy: Arc<dyn Policy>,
+        limits: Limits,
+        tls: Option<TlsAcceptor>,
+        shutdown: CancellationToken,
+    ) -> Guard {
+        Guard {
+            shared: Arc::new(Shared {
+                upstream,
+                policy,
+                limits,
+                connections: Arc::new(Semaphore::new(
+                    limits.max_connections.min(Semaphore::MAX_PERMITS),
+                )),
+                shutdown,
+            }),
+            tls,
+        }
+    }
+
+    /// Accepts connections on an already bound listener until shutdown.
+    pub fn serve(&self, listener: TcpListener) -> JoinHandle<()> {
+        let guard = self.clone();
+        tokio::spawn(async move { guard.accept_loop(listener).await })
+    }
+
+    async fn accept_loop(self, listener: TcpListener) {
+        loop {
+            let accepted = tokio::select! {
+                _ = self.shared.shutdown.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    let guard = self.clone();
+                    let span = tracing::info_span!(
+                        "mqtt_connection",
+                        %peer,
+                        client_id = tracing::field::Empty,
+                        principal = tracing::field::Empty,
+                    );
+                    tokio::spawn(guard.handle(stream, peer).instrument(span));
+                }
+                // Out of file descriptors and the like: pause rather than
+                // spin; established connections are unaffected.
+                Err(e) => {
+                    warn!(error = %e, "Cannot accept an MQTT connection.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    async fn handle(self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        let deadline = tokio::time::Instant::now() + self.shared.limits.handshake_timeout;
+        // Acks are small and latency-bound; Nagle would hold them back.
+        let _ = stream.set_nodelay(true);
+        match &self.tls {
+            None => Connection::new(stream, self.shared, deadline).run().await,
+            Some(acceptor) => {
+                let shutdown = self.shared.shutdown.clone();
+                let handshake = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    r = tokio::time::timeout_at(deadline, acceptor.accept(stream)) => r,
+                };
+                match handshake {
+                    Ok(Ok(tls)) => Connection::new(tls, self.shared, deadline).run().await,
+                    Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed."),
+                    Err(_) => connection::handshake_timed_out(&self.shared),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,695 @@
+//! MQTT framing and the few packets the guard must read or write. Pure
+//! functions over byte slices: no I/O, no allocation beyond what an encoded
+//! packet needs, and no panics on any input (the proptests below hold that).
+//!
+//! Decoders borrow from the frame they are given; the guard forwards the
+//! original bytes of everything it does not change.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+pub const CONNECT: u8 = 1;
+pub const PUBLISH: u8 = 3;
+pub const PUBREL: u8 = 6;
+pub const SUBSCRIBE: u8 = 8;
+pub const SUBACK: u8 = 9;
+pub const UNSUBSCRIBE: u8 = 10;
+
+/// MQTT 5 property identifier of a Topic Alias.
+const TOPIC_ALIAS: u8 = 0x23;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// MQTT 3.1.1 (protocol level 4).
+    V4,
+    /// MQTT 5 (protocol level 5).
+    V5,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PacketError {
+    #[error("the remaining length is malformed")]
+    RemainingLength,
+    #[error("a packet of {size} bytes exceeds the limit of {limit}")]
+    TooLarge { size: usize, limit: usize },
+    #[error("malformed {0} packet")]
+    Malformed(&'static str),
+    #[error("unsupported protocol {name:?} level {level}")]
+    Protocol { name: String, level: u8 },
+}
+
+/// The fixed header of one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Packet type and flags.
+    pub first: u8,
+    /// Bytes of the fixed header (type byte and remaining length).
+    pub header_len: usize,
+    pub remaining: usize,
+}
+
+impl Header {
+    pub fn kind(&self) -> u8 {
+        self.first >> 4
+    }
+
+    /// Bytes of the whole packet.
+    pub fn size(&self) -> usize {
+        self.header_len + self.remaining
+    }
+}
+
+/// The header of the packet at the start of `buf` once all of it is in
+/// `buf`. A packet larger than `limit` fails as soon as its header is read,
+/// before its body is buffered.
+pub fn frame(buf: &[u8], limit: usize) -> Result<Option<Header>, PacketError> {
+    let Some(&first) = buf.first() else {
+        return Ok(None);
+    };
+    let mut remaining = 0usize;
+    for i in 0..4 {
+        let Some(&byte) = buf.get(1 + i) else {
+            return Ok(None);
+        };
+        remaining |= usize::from(byte & 0x7F) << (7 * i);
+        if byte & 0x80 == 0 {
+            let header = Header {
+                first,
+                header_len: 2 + i,
+                remaining,
+            };
+            if header.size() > limit {
+                return Err(PacketError::TooLarge {
+                    size: header.size(),
+                    limit,
+                });
+            }
+            return Ok((buf.len() >= header.size()).then_some(header));
+        }
+    }
+    Err(PacketError::RemainingLength)
+}
+
+/// Reads MQTT data types off a packet body; every read is bounds-checked.
+struct Reader<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8], what: &'static str) -> Reader<'a> {
+        Reader { buf, what }
+    }
+
+    fn malformed(&self) -> PacketError {
+        PacketError::Malformed(self.what)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], PacketError> {
+        if self.buf.len() < n {
+            return Err(self.malformed());
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, PacketError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, PacketError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn binary(&mut self) -> Result<&'a [u8], PacketError> {
+        let n = self.u16()?;
+        self.take(usize::from(n))
+    }
+
+    fn string(&mut self) -> Result<&'a str, PacketError> {
+        let b = self.binary()?;
+        std::str::from_utf8(b).map_err(|_| self.malformed())
+    }
+
+    fn varint(&mut self) -> Result<usize, PacketError> {
+        let mut value = 0usize;
+        for i in 0..4 {
+            let byte = self.u8()?;
+            value |= usize::from(byte & 0x7F) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(self.malformed())
+    }
+
+    /// MQTT 5 properties, raw: the length and what it covers.
+    fn properties(&mut self) -> Result<&'a [u8], PacketError> {
+        let before = self.buf;
+        let n = self.varint()?;
+        self.take(n)?;
+        Ok(&before[..before.len() - self.buf.len()])
+    }
+
+    fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+/// What the guard needs from a CONNECT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connect<'a> {
+    pub version: Version,
+    pub client_id: &'a str,
+    pub will_topic: Option<&'a str>,
+    pub username: Option<&'a str>,
+    pub password: Option<&'a [u8]>,
+}
+
+/// Decodes a CONNECT body (after the fixed header).
+pub fn connect(body: &[u8]) -> Result<Connect<'_>, PacketError> {
+    let mut r = Reader::new(body, "CONNECT");
+    let name = r.binary()?;
+    let level = r.u8()?;
+    let version = match (name, level) {
+        (b"MQTT", 4) => Version::V4,
+        (b"MQTT", 5) => Version::V5,
+        _ => {
+            return Err(PacketError::Protocol {
+                name: String::from_utf8_lossy(name).into_owned(),
+                level,
+            })
+        }
+    };
+    let flags = r.u8()?;
+    let _keep_alive = r.u16()?;
+    if version == Version::V5 {
+        r.properties()?;
+    }
+    let client_id = r.string()?;
+    let will_topic = if flags & 0x04 != 0 {
+        if version == Version::V5 {
+            r.properties()?;
+        }
+        let topic = r.string()?;
+        let _message = r.binary()?;
+        Some(topic)
+    } else {
+        None
+    };
+    let username = if flags & 0x80 != 0 {
+        Some(r.string()?)
+    } else {
+        None
+    };
+    let password = if flags & 0x40 != 0 {
+        Some(r.binary()?)
+    } else {
+        None
+    };
+    Ok(Connect {
+        version,
+        client_id,
+        will_topic,
+        username,
+        password,
+    })
+}
+
+/// What the guard needs from a PUBLISH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Publish<'a> {
+    pub qos: u8,
+    /// 0 at QoS 0, which has no packet identifier.
+    pub pkid: u16,
+    /// Empty when an MQTT 5 publisher relies on a Topic Alias alone.
+    pub topic: &'a str,
+    pub alias: Option<u16>,
+}
+
+pub fn publish(first: u8, body: &[u8], version: Version) -> Result<Publish<'_>, PacketError> {
+    let mut r = Reader::new(body, "PUBLISH");
+    let qos = (first >> 1) & 0x03;
+    if qos == 3 {
+        return Err(r.malformed());
+    }
+    let topic = r.string()?;
+    let pkid = if qos > 0 { r.u16()? } else { 0 };
+    let alias = match version {
+        Version::V4 => None,
+        Version::V5 => topic_alias(r.properties()?)?,
+    };
+    Ok(Publish {
+        qos,
+        pkid,
+        topic,
+        alias,
+    })
+}
+
+/// The Topic Alias among raw MQTT 5 properties (length included). Every
+/// property is walked, since their lengths depend on their types.
+fn topic_alias(properties: &[u8]) -> Result<Option<u16>, PacketError> {
+    let mut r = Reader::new(properties, "PUBLISH");
+    let n = r.varint()?;
+    let mut r = Reader::new(r.take(n)?, "PUBLISH");
+    let mut alias = None;
+    while !r.is_empty() {
+        match r.u8()? {
+            0x01 | 0x17 | 0x19 | 0x24 | 0x25 | 0x28 | 0x29 | 0x2A => {
+                r.u8()?;
+            }
+            TOPIC_ALIAS => alias = Some(r.u16()?),
+            0x13 | 0x21 | 0x22 => {
+                r.u16()?;
+            }
+            0x02 | 0x11 | 0x18 | 0x27 => {
+                r.take(4)?;
+            }
+            0x0B => {
+                r.varint()?;
+            }
+            0x03 | 0x08 | 0x12 | 0x15 | 0x1A | 0x1C | 0x1F | 0x09 | 0x16 => {
+                r.binary()?;
+            }
+            0x26 => {
+                r.binary()?;
+                r.binary()?;
+            }
+            _ => return Err(r.malformed()),
+        }
+    }
+    Ok(alias)
+}
+
+/// A SUBSCRIBE: packet identifier, raw MQTT 5 properties (empty on 3.1.1),
+/// and each filter with its options byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscribe<'a> {
+    pub pkid: u16,
+    pub properties: &'a [u8],
+    pub filters: Vec<(&'a str, u8)>,
+}
+
+pub fn subscribe(body: &[u8], version: Version) -> Result<Subscribe<'_>, PacketError> {
+    let mut r = Reader::new(body, "SUBSCRIBE");
+    let pkid = r.u16()?;
+    let properties = match version {
+        Version::V4 => &[][..],
+        Version::V5 => r.properties()?,
+    };
+    let mut filters = Vec::new();
+    while !r.is_empty() {
+        let filter = r.string()?;
+        let options = r.u8()?;
+        filters.push((filter, options));
+    }
+    if filters.is_empty() {
+        return Err(r.malformed());
+    }
+    Ok(Subscribe {
+        pkid,
+        properties,
+        filters,
+    })
+}
+
+pub fn unsubscribe(body: &[u8], version: Version) -> Result<Vec<&str>, PacketError> {
+    let mut r = Reader::new(body, "UNSUBSCRIBE");
+    let _pkid = r.u16()?;
+    if version == Version::V5 {
+        r.properties()?;
+    }
+    let mut filters = Vec::new();
+    while !r.is_empty() {
+        filters.push(r.string()?);
+    }
+    Ok(filters)
+}
+
+/// The packet identifier of a PUBREL.
+pub fn pubrel(body: &[u8]) -> Result<u16, PacketError> {
+    Reader::new(body, "PUBREL").u16()
+}
+
+/// A SUBACK from the broker: packet identifier, raw properties, codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubAck<'a> {
+    pub pkid: u16,
+    pub properties: &'a [u8],
+    pub codes: &'a [u8],
+}
+
+pub fn suback(body: &[u8], version: Version) -> Result<SubAck<'_>, PacketError> {
+    let mut r = Reader::new(body, "SUBACK");
+    let pkid = r.u16()?;
+    let properties = match version {
+        Version::V4 => &[][..],
+        Version::V5 => r.properties()?,
+    };
+    Ok(SubAck {
+        pkid,
+        properties,
+        codes: r.buf,
+    })
+}
+
+/// The packet identifier of a SUBACK, without decoding the rest.
+pub fn suback_pkid(body: &[u8]) -> Option<u16> {
+    Reader::new(body, "SUBACK").u16().ok()
+}
+
+/// The filter a subscription matches topics with: `$share/{group}/{filter}`
+/// matches like `{filter}`.
+pub fn shared_filter(filter: &str) -> &str {
+    filter
+        .strip_prefix("$share/")
+        .and_then(|rest| rest.split_once('/'))
+        .map_or(filter, |(_group, filter)| filter)
+}
+
+fn put_remaining_length(out: &mut BytesMut, mut n: usize) {
+    loop {
+        let mut byte = (n % 128) as u8;
+        n /= 128;
+        if n > 0 {
+            byte |= 0x80;
+        }
+        out.put_u8(byte);
+        if n == 0 {
+            return;
+        }
+    }
+}
+
+fn packet(first: u8, body: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(body.len() + 5);
+    out.put_u8(first);
+    put_remaining_length(&mut out, body.len());
+    out.put_slice(body);
+    out.freeze()
+}
+
+/// A CONNACK refusing the connection (no session present, no properties).
+pub fn connack(version: Version, code: u8) -> Bytes {
+    match version {
+        Version::V4 => packet(0x20, &[0, code]),
+        Version::V5 => packet(0x20, &[0, code, 0]),
+    }
+}
+
+/// A PUBACK; MQTT 3.1.1 has no reason code, so `reason` is then ignored.
+pub fn puback(version: Version, pkid: u16, reason: u8) -> Bytes {
+    let [hi, lo] = pkid.to_be_bytes();
+    match version {
+        Version::V4 => packet(0x40, &[hi, lo]),
+        Version::V5 => packet(0x40, &[hi, lo, reason]),
+    }
+}
+
+/// An MQTT 5 PUBREC with a reason code.
+pub fn pubrec(pkid: u16, reason: u8) -> Bytes {
+    let [hi, lo] = pkid.to_be_bytes();
+    packet(0x50, &[hi, lo, reason])
+}
+
+/// A PUBCOMP (success).
+pub fn pubcomp(pkid: u16) -> Bytes {
+    packet(0x70, &pkid.to_be_bytes())
+}
+
+/// An MQTT 5 DISCONNECT with a reason code.
+pub fn disconnect(reason: u8) -> Bytes {
+    packet(0xE0, &[reason])
+}
+
+/// A SUBACK; `properties` are raw MQTT 5 properties (ignored on 3.1.1,
+/// empty means none).
+pub fn encode_suback(version: Version, pkid: u16, properties: &[u8], codes: &[u8]) -> Bytes {
+    let mut body = Vec::with_capacity(3 + properties.len() + codes.len());
+    body.extend_from_slice(&pkid.to_be_bytes());
+    if version == Version::V5 {
+        if properties.is_empty() {
+            body.push(0);
+        } else {
+            body.extend_from_slice(properties);
+        }
+    }
+    body.extend_from_slice(codes);
+    packet(0x90, &body)
+}
+
+/// A SUBSCRIBE with the given filters; `properties` as in [`encode_suback`].
+pub fn encode_subscribe(
+    version: Version,
+    pkid: u16,
+    properties: &[u8],
+    filters: &[(&str, u8)],
+) -> Bytes {
+    let mut body = Vec::with_capacity(
+        3 + properties.len() + filters.iter().map(|(f, _)| f.len() + 3).sum::<usize>(),
+    );
+    body.extend_from_slice(&pkid.to_be_bytes());
+    if version == Version::V5 {
+        if properties.is_empty() {
+            body.push(0);
+        } else {
+            body.extend_from_slice(properties);
+        }
+    }
+    for (filter, options) in filters {
+        // Filters come from a decoded packet, so they fit in 16 bits.
+        body.extend_from_slice(&(filter.len() as u16).to_be_bytes());
+        body.extend_from_slice(filter.as_bytes());
+        body.push(*options);
+    }
+    packet(0x82, &body)
+}
+
+/// Merges the broker's codes for the filters it was sent into the codes
+/// the guard decided: `plan` has the guard's code where it refused a filter
+/// and `None` where the broker's next code belongs. Should the broker send
+/// too few codes, the missing ones are failures.
+pub fn merge_codes(plan: &[Option<u8>], broker: &[u8], failure: u8) -> Vec<u8> {
+    let mut broker = broker.iter().copied();
+    plan.iter()
+        .map(|code| code.unwrap_or_else(|| broker.next().unwrap_or(failure)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn body(packet: &[u8]) -> (Header, &[u8]) {
+        let h = frame(packet, usize::MAX).unwrap().unwrap();
+        (h, &packet[h.header_len..h.size()])
+    }
+
+    #[test]
+    fn frames_need_the_whole_packet() {
+        assert_eq!(frame(&[], 100), Ok(None));
+        assert_eq!(frame(&[0x30], 100), Ok(None));
+        assert_eq!(frame(&[0x30, 3, 0, 1], 100), Ok(None));
+        let h = frame(&[0x30, 3, 0, 1, b'a', 0xC0], 100).unwrap().unwrap();
+        assert_eq!((h.kind(), h.header_len, h.size()), (3, 2, 5));
+        // 200 = 0xC8 0x01
+        let mut big = vec![0x30, 0xC8, 0x01];
+        big.resize(203, 0);
+        assert_eq!(frame(&big, 1000).unwrap().unwrap().size(), 203);
+        assert_eq!(frame(&big[..100], 1000), Ok(None));
+    }
+
+    #[test]
+    fn oversized_packets_fail_at_their_header() {
+        assert_eq!(
+            frame(&[0x30, 0xFF, 0x7F], 1000),
+            Err(PacketError::TooLarge {
+                size: 16386,
+                limit: 1000
+            })
+        );
+        assert_eq!(
+            frame(&[0x30, 0xFF, 0xFF, 0xFF, 0xFF, 0x01], usize::MAX),
+            Err(PacketError::RemainingLength)
+        );
+    }
+
+    #[test]
+    fn connect_v4_with_credentials_and_will() {
+        let mut p = vec![0x10, 0];
+        p.extend([0, 4, b'M', b'Q', b'T', b'T', 4, 0b1100_0110, 0, 60]);
+        p.extend([0, 2, b'i', b'd']);
+        p.extend([0, 1, b'w', 0, 2, b'x', b'y']);
+        p.extend([0, 5, b'a', b'l', b'i', b'c', b'e']);
+        p.extend([0, 2, 0xFF, 0x00]);
+        p[1] = (p.len() - 2) as u8;
+        let (_, b) = body(&p);
+        assert_eq!(
+            connect(b).unwrap(),
+            Connect {
+                version: Version::V4,
+                client_id: "id",
+                will_topic: Some("w"),
+                username: Some("alice"),
+                password: Some(&[0xFF, 0x00]),
+            }
+        );
+    }
+
+    #[test]
+    fn connect_v5_skips_properties() {
+        let mut p = vec![0x10, 0];
+        p.extend([0, 4, b'M', b'Q', b'T', b'T', 5, 0b1000_0110, 0, 60]);
+        p.extend([5, 0x11, 0, 0, 0, 10]);
+        p.extend([0, 1, b'c']);
+        p.extend([2, 0x01, 1, 0, 1, b'w', 0, 0]);
+        p.extend([0, 1, b'u']);
+        p[1] = (p.len() - 2) as u8;
+        let (_, b) = body(&p);
+        let c = connect(b).unwrap();
+        assert_eq!(c.version, Version::V5);
+        assert_eq!(
+            (c.client_id, c.will_topic, c.username, c.password),
+            ("c", Some("w"), Some("u"), None)
+        );
+    }
+
+    #[test]
+    fn other_protocols_are_named() {
+        let b = [0, 6, b'M', b'Q', b'I', b's', b'd', b'p', 3, 2, 0, 60, 0, 0];
+        assert_eq!(
+            connect(&b),
+            Err(PacketError::Protocol {
+                name: "MQIsdp".into(),
+                level: 3
+            })
+        );
+    }
+
+    #[test]
+    fn publish_v5_finds_the_topic_alias_among_other_properties() {
+        // QoS 1, topic "", pkid 7, properties: user property, topic alias 3.
+        let mut b = vec![0, 0, 0, 7];
+        let props = [0x26, 0, 1, b'k', 0, 1, b'v', 0x23, 0, 3];
+        b.push(props.len() as u8);
+        b.extend(props);
+        b.extend(b"payload");
+        let p = publish(0x32, &b, Version::V5).unwrap();
+        assert_eq!((p.qos, p.pkid, p.topic, p.alias), (1, 7, "", Some(3)));
+        let p = publish(0x30, &[0, 1, b'a', b'x'], Version::V4).unwrap();
+        assert_eq!((p.qos, p.pkid, p.topic, p.alias), (0, 0, "a", None));
+        assert!(publish(0x36, &[0, 1, b'a', 0, 1], Version::V4).is_err());
+    }
+
+    #[test]
+    fn subscribe_round_trips_with_fewer_filters() {
+        for version in [Version::V4, Version::V5] {
+            let props: &[u8] = match version {
+                Version::V4 => &[],
+                Version::V5 => &[2, 0x0B, 5],
+            };
+            let encoded = encode_subscribe(version, 9, props, &[("a/#", 1), ("b", 0)]);
+            let (h, b) = body(&encoded);
+            assert_eq!(h.first, 0x82);
+            let s = subscribe(b, version).unwrap();
+            assert_eq!(s.pkid, 9);
+            assert_eq!(s.filters, vec![("a/#", 1), ("b", 0)]);
+            let again = encode_subscribe(version, s.pkid, s.properties, &s.filters[1..]);
+            let s = subscribe(body(&again).1, version).unwrap();
+            assert_eq!(s.filters, vec![("b", 0)]);
+            if version == Version::V5 {
+                assert_eq!(s.properties, props);
+            }
+        }
+    }
+
+    #[test]
+    fn suback_codes_are_merged_in_place() {
+        let plan = [Some(0x87), None, Some(0x97), None];
+        assert_eq!(merge_codes(&plan, &[1, 0], 0x80), vec![0x87, 1, 0x97, 0]);
+        assert_eq!(merge_codes(&plan, &[1], 0x80), vec![0x87, 1, 0x97, 0x80]);
+        let encoded = encode_suback(Version::V5, 4, &[], &[0x87, 1]);
+        assert_eq!(&encoded[..], &[0x90, 5, 0, 4, 0, 0x87, 1]);
+        let s = suback(body(&encoded).1, Version::V5).unwrap();
+        assert_eq!((s.pkid, s.codes), (4, &[0x87, 1][..]));
+        assert_eq!(
+            &encode_suback(Version::V4, 4, &[], &[0x80])[..],
+            &[0x90, 3, 0, 4, 0x80]
+        );
+    }
+
+    #[test]
+    fn shared_subscriptions_are_checked_by_their_filter() {
+        assert_eq!(shared_filter("$share/g/a/b"), "a/b");
+        assert_eq!(shared_filter("$share/g"), "$share/g");
+        assert_eq!(shared_filter("a/#"), "a/#");
+    }
+
+    #[test]
+    fn acks_have_their_wire_form() {
+        assert_eq!(&connack(Version::V4, 5)[..], &[0x20, 2, 0, 5]);
+        assert_eq!(&connack(Version::V5, 0x87)[..], &[0x20, 3, 0, 0x87, 0]);
+        assert_eq!(&puback(Version::V4, 258, 0x87)[..], &[0x40, 2, 1, 2]);
+        assert_eq!(&puback(Version::V5, 258, 0x87)[..], &[0x40, 3, 1, 2, 0x87]);
+        assert_eq!(&pubrec(1, 0x87)[..], &[0x50, 3, 0, 1, 0x87]);
+        assert_eq!(&disconnect(0x95)[..], &[0xE0, 1, 0x95]);
+        let mut long = BytesMut::new();
+        put_remaining_length(&mut long, 16384);
+        assert_eq!(&long[..], &[0x80, 0x80, 0x01]);
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = frame(&bytes, 256);
+            let _ = connect(&bytes);
+            for version in [Version::V4, Version::V5] {
+                if let Some(&first) = bytes.first() {
+                    let _ = publish(first, &bytes[1..], version);
+                }
+                let _ = subscribe(&bytes, version);
+                let _ = unsubscribe(&bytes, version);
+                let _ = suback(&bytes, version);
+            }
+            let _ = pubrel(&bytes);
+            let _ = suback_pkid(&bytes);
+        }
+
+        #[test]
+        fn framing_a_stream_consumes_whole_packets(
+            bodies in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 0..10),
+            cut in 0usize..2000,
+        ) {
+            let mut stream = Vec::new();
+            for b in &bodies {
+                stream.extend_from_slice(&packet(0x30, b));
+            }
+            let cut = cut.min(stream.len());
+            let mut pos = 0;
+            let mut seen = 0;
+            while let Some(h) = frame(&stream[pos..cut], usize::MAX).unwrap() {
+                prop_assert_eq!(h.remaining, bodies[seen].len());
+                pos += h.size();
+                seen += 1;
+            }
+            prop_assert!(pos <= cut);
+        }
+
+        #[test]
+        fn truncated_packets_are_errors_not_panics(
+            filters in proptest::collection::vec(("[a-z/#+]{0,10}", 0u8..3), 1..5),
+            cut in 0usize..100,
+        ) {
+            let filters: Vec<(&str, u8)> = filters.iter().map(|(f, o)| (f.as_str(), *o)).collect();
+            for version in [Version::V4, Version::V5] {
+                let encoded = encode_subscribe(version, 1, &[], &filters);
+                let (h, b) = body(&encoded);
+                prop_assert_eq!(subscribe(b, version).unwrap().filters, filters.clone());
+                let _ = subscribe(&b[..cut.min(h.remaining)], version);
+            }
+        }
+    }
+}

@@ -1,0 +1,953 @@
+//! The MQTT guard in front of the embedded broker: authentication at
+//! CONNECT, authorization of subscriptions and publications, limits, TLS.
+//! Real sockets, a real rumqttd, real rumqttc clients (raw bytes where a
+//! client library would not send what the test needs).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lmos_sidecar::broker::embedded::EmbeddedBroker;
+use lmos_sidecar::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session};
+use lmos_sidecar::config::MqttConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------- policy
+
+/// alice/pw may publish and subscribe under `a/` only; root/pw anything;
+/// mallory/pw authenticates but may not connect; anything else is refused.
+#[derive(Default)]
+struct Rules {
+    events: Mutex<Vec<GuardEvent>>,
+}
+
+struct Grant {
+    name: &'static str,
+    prefix: Option<&'static str>,
+}
+
+impl Session for Grant {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn may_subscribe(&self, filter: &str) -> bool {
+        self.prefix.is_none_or(|p| filter.starts_with(p))
+    }
+
+    fn may_publish(&self, topic: &str) -> bool {
+        self.prefix.is_none_or(|p| topic.starts_with(p))
+    }
+}
+
+impl Policy for Rules {
+    fn connect(
+        &self,
+        _client_id: &str,
+        username: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> Result<Box<dyn Session>, Refusal> {
+        if password != Some(b"pw".as_slice()) {
+            return Err(Refusal::BadCredentials);
+        }
+        match username {
+            Some("alice") => Ok(Box::new(Grant {
+                name: "alice",
+                prefix: Some("a/"),
+            })),
+            Some("root") => Ok(Box::new(Grant {
+                name: "root",
+                prefix: None,
+            })),
+            Some("mallory") => Err(Refusal::NotAuthorized),
+            _ => Err(Refusal::BadCredentials),
+        }
+    }
+
+    fn observe(&self, event: GuardEvent) {
+        self.events.lock().unwrap().push(event);
+    }
+}
+
+impl Rules {
+    fn saw(&self, event: GuardEvent) -> bool {
+        self.events.lock().unwrap().contains(&event)
+    }
+}
+
+// ------------------------------------------------------------------- rig
+
+struct Rig {
+    mqtt: SocketAddr,
+    mqtt5: SocketAddr,
+    rules: Arc<Rules>,
+    _broker: EmbeddedBroker,
+    stop: Option<DropGuard>,
+}
+
+fn config() -> MqttConfig {
+    MqttConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        listen_v5: "127.0.0.1:0".parse().unwrap(),
+        ..MqttConfig::default()
+    }
+}
+
+impl Rig {
+    async fn start() -> Rig {
+        Rig::with(config(), None).await
+    }
+
+    async fn with(config: MqttConfig, tls: Option<TlsAcceptor>) -> Rig {
+        let rules = Arc::new(Rules::default());
+        let stop = CancellationToken::new();
+        let broker = EmbeddedBroker::start(&config, Vec::new(), rules.clone(), tls, stop.clone())
+            .await
+            .expect("broker starts");
+        Rig {
+            mqtt: broker.mqtt_addr,
+            mqtt5: broker.mqtt5_addr,
+            rules,
+            _broker: broker,
+            stop: Some(stop.drop_guard()),
+        }
+    }
+}
+
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// ------------------------------------------------------- MQTT 3.1.1 client
+
+mod v4 {
+    use super::*;
+    pub use rumqttc::{
+        ConnectReturnCode, ConnectionError, Event, MqttOptions, Packet, QoS, SubscribeFilter,
+        SubscribeReasonCode,
+    };
+
+    /// A connected client; every incoming packet lands on `events`.
+    pub struct Client {
+        pub client: rumqttc::AsyncClient,
+        pub events: mpsc::UnboundedReceiver<Packet>,
+        stash: std::collections::VecDeque<Packet>,
+        task: JoinHandle<()>,
+    }
+
+    impl Drop for Client {
+        /// Drops the socket without DISCONNECT.
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    pub fn options(addr: SocketAddr, id: &str, user: &str) -> MqttOptions {
+        let mut o = MqttOptions::new(id, addr.ip().to_string(), addr.port());
+        o.set_keep_alive(Duration::from_secs(30));
+        o.set_credentials(user, "pw");
+        o
+    }
+
+    pub async fn connect(addr: SocketAddr, id: &str, user: &str) -> Client {
+        try_connect(options(addr, id, user))
+            .await
+            .expect("connects")
+    }
+
+    pub async fn try_connect(options: MqttOptions) -> Result<Client, ConnectionError> {
+        let (client, mut eventloop) = rumqttc::AsyncClient::new(options, 100);
+        loop {
+            let event = tokio::time::timeout(WAIT, eventloop.poll())
+                .await
+                .expect("CONNACK in time")?;
+            if let Event::Incoming(Packet::ConnAck(_)) = event {
+                break;
+            }
+        }
+        let (tx, events) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            while let Ok(event) = eventloop.poll().await {
+                if let Event::Incoming(p) = event {
+                    let _ = tx.send(p);
+                }
+            }
+        });
+        Ok(Client {
+            client,
+            events,
+            stash: Default::default(),
+            task,
+        })
+    }
+
+    impl Client {
+        /// The first packet `pick` takes; the others stay for later.
+        pub async fn next<T>(&mut self, pick: impl Fn(&Packet) -> Option<T>) -> T {
+            if let Some((i, t)) = self
+                .stash
+                .iter()
+                .enumerate()
+                .find_map(|(i, p)| Some((i, pick(p)?)))
+            {
+                self.stash.remove(i);
+                return t;
+            }
+            loop {
+                let p = tokio::time::timeout(WAIT, self.events.recv())
+                    .await
+                    .expect("packet in time")
+                    .expect("client alive");
+                match pick(&p) {
+                    Some(t) => return t,
+                    None => self.stash.push_back(p),
+                }
+            }
+        }
+
+        pub async fn subscribe(&mut self, filters: &[&str]) -> Vec<SubscribeReasonCode> {
+            let filters = filters
+                .iter()
+                .map(|f| SubscribeFilter::new(f.to_string(), QoS::AtLeastOnce));
+            self.client.subscribe_many(filters).await.unwrap();
+            self.next(|p| match p {
+                Packet::SubAck(a) => Some(a.return_codes.clone()),
+                _ => None,
+            })
+            .await
+        }
+
+        /// QoS 1, waits for the PUBACK.
+        pub async fn publish(&mut self, topic: &str, payload: &str) {
+            self.client
+                .publish(topic, QoS::AtLeastOnce, false, payload.to_owned())
+                .await
+                .unwrap();
+            self.next(|p| matches!(p, Packet::PubAck(_)).then_some(()))
+                .await;
+        }
+
+        pub async fn received(&mut self) -> (String, String) {
+            self.next(|p| match p {
+                Packet::Publish(p) => Some((
+                    p.topic.clone(),
+                    String::from_utf8_lossy(&p.payload).into_owned(),
+                )),
+                _ => None,
+            })
+            .await
+        }
+    }
+}
+
+// ---------------------------------------------------------- MQTT 5 client
+
+mod v5 {
+    use super::*;
+    pub use rumqttc::v5::mqttbytes::v5::{
+        ConnectReturnCode, Filter, Packet, PubAckReason, SubscribeReasonCode,
+    };
+    pub use rumqttc::v5::mqttbytes::QoS;
+    pub use rumqttc::v5::{ConnectionError, Event, MqttOptions};
+
+    pub struct Client {
+        pub client: rumqttc::v5::AsyncClient,
+        pub events: mpsc::UnboundedReceiver<Packet>,
+        stash: std::collections::VecDeque<Packet>,
+        task: JoinHandle<()>,
+    }
+
+    impl Drop for Client {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    pub fn options(addr: SocketAddr, id: &str, user: &str) -> MqttOptions {
+        let mut o = MqttOptions::new(id, addr.ip().to_string(), addr.port());
+        o.set_keep_alive(Duration::from_secs(30));
+        o.set_credentials(user, "pw");
+        o
+    }
+
+    pub async fn connect(addr: SocketAddr, id: &str, user: &str) -> Client {
+        try_connect(options(addr, id, user))
+            .await
+            .expect("connects")
+    }
+
+    pub async fn try_connect(options: MqttOptions) -> Result<Client, ConnectionError> {
+        let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, 100);
+        loop {
+            let event = tokio::time::timeout(WAIT, eventloop.poll())
+                .await
+                .expect("CONNACK in time")?;
+            if let Event::Incoming(Packet::ConnAck(_)) = event {
+                break;
+            }
+        }
+        let (tx, events) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            while let Ok(event) = eventloop.poll().await {
+                if let Event::Incoming(p) = event {
+                    let _ = tx.send(p);
+                }
+            }
+        });
+        Ok(Client {
+            client,
+            events,
+            stash: Default::default(),
+            task,
+        })
+    }
+
+    impl Client {
+        /// The first packet `pick` takes; the others stay for later.
+        pub async fn next<T>(&mut self, pick: impl Fn(&Packet) -> Option<T>) -> T {
+            if let Some((i, t)) = self
+                .stash
+                .iter()
+                .enumerate()
+                .find_map(|(i, p)| Some((i, pick(p)?)))
+            {
+                self.stash.remove(i);
+                return t;
+            }
+            loop {
+                let p = tokio::time::timeout(WAIT, self.events.recv())
+                    .await
+                    .expect("packet in time")
+                    .expect("client alive");
+                match pick(&p) {
+                    Some(t) => return t,
+                    None => self.stash.push_back(p),
+                }
+            }
+        }
+
+        pub async fn subscribe(&mut self, filters: &[&str]) -> Vec<SubscribeReasonCode> {
+            let filters = filters
+                .iter()
+                .map(|f| Filter::new(f.to_string(), QoS::AtLeastOnce));
+            self.client.subscribe_many(filters).await.unwrap();
+            self.next(|p| match p {
+                Packet::SubAck(a) => Some(a.return_codes.clone()),
+                _ => None,
+            })
+            .await
+        }
+
+        /// QoS 1; the PUBACK's reason.
+        pub async fn publish(&mut self, topic: &str, payload: &str) -> PubAckReason {
+            self.client
+                .publish(topic, QoS::AtLeastOnce, false, payload.to_owned())
+                .await
+                .unwrap();
+            self.next(|p| match p {
+                Packet::PubAck(a) => Some(a.reason),
+                _ => None,
+            })
+            .await
+        }
+
+        pub async fn received(&mut self) -> (String, String) {
+            self.next(|p| match p {
+                Packet::Publish(p) => Some((
+                    String::from_utf8_lossy(&p.topic).into_owned(),
+                    String::from_utf8_lossy(&p.payload).into_owned(),
+                )),
+                _ => None,
+            })
+            .await
+        }
+    }
+}
+
+// ------------------------------------------------------------ raw bytes
+
+mod raw {
+    use super::*;
+
+    pub fn string(s: &[u8]) -> Vec<u8> {
+        let mut out = (s.len() as u16).to_be_bytes().to_vec();
+        out.extend_from_slice(s);
+        out
+    }
+
+    pub fn packet(first: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![first];
+        let mut n = body.len();
+        loop {
+            let mut byte = (n % 128) as u8;
+            n /= 128;
+            if n > 0 {
+                byte |= 0x80;
+            }
+            out.push(byte);
+            if n == 0 {
+                break;
+            }
+        }
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// CONNECT as `user`/pw, clean session, keep-alive 60 s.
+    pub fn connect(level: u8, client_id: &str, user: &str) -> Vec<u8> {
+        let mut body = string(b"MQTT");
+        body.extend([level, 0b1100_0010, 0, 60]);
+        if level == 5 {
+            body.push(0);
+        }
+        body.extend(string(client_id.as_bytes()));
+        body.extend(string(user.as_bytes()));
+        body.extend(string(b"pw"));
+        packet(0x10, &body)
+    }
+
+    /// An MQTT 5 PUBLISH with an optional Topic Alias.
+    pub fn publish5(
+        topic: &str,
+        qos: u8,
+        pkid: u16,
+        alias: Option<u16>,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let mut body = string(topic.as_bytes());
+        if qos > 0 {
+            body.extend(pkid.to_be_bytes());
+        }
+        match alias {
+            Some(a) => {
+                body.push(3);
+                body.push(0x23);
+                body.extend(a.to_be_bytes());
+            }
+            None => body.push(0),
+        }
+        body.extend_from_slice(payload);
+        packet(0x30 | (qos << 1), &body)
+    }
+
+    pub struct Client {
+        pub stream: TcpStream,
+        buf: Vec<u8>,
+    }
+
+    impl Client {
+        pub async fn open(addr: SocketAddr) -> Client {
+            Client {
+                stream: TcpStream::connect(addr).await.unwrap(),
+                buf: Vec::new(),
+            }
+        }
+
+        /// Connects as `user` and reads the CONNACK.
+        pub async fn connect(addr: SocketAddr, level: u8, user: &str) -> Client {
+            let mut c = Client::open(addr).await;
+            c.send(&connect(level, &format!("raw-{user}-{level}"), user))
+                .await;
+            let ack = c.recv().await.expect("CONNACK");
+            assert_eq!((ack[0], ack[3]), (0x20, 0), "accepted: {ack:?}");
+            c
+        }
+
+        pub async fn send(&mut self, bytes: &[u8]) {
+            self.stream.write_all(bytes).await.unwrap();
+        }
+
+        /// The next whole packet, or `None` once the connection is closed.
+        pub async fn recv(&mut self) -> Option<Vec<u8>> {
+            tokio::time::timeout(WAIT, async {
+                loop {
+                    if self.buf.len() >= 2 && self.buf[1] < 0x80 {
+                        let len = 2 + usize::from(self.buf[1]);
+                        if self.buf.len() >= len {
+                            return Some(self.buf.drain(..len).collect());
+                        }
+                    }
+                    let mut chunk = [0u8; 4096];
+                    match self.stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return None,
+                        Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            })
+            .await
+            .expect("packet or close in time")
+        }
+    }
+}
+
+// ----------------------------------------------------------------- tests
+
+#[tokio::test]
+async fn credentials_are_checked_at_connect_in_both_versions() {
+    let rig = Rig::start().await;
+
+    v4::connect(rig.mqtt, "alice-4", "alice").await;
+    let mut bad = v4::options(rig.mqtt, "bad-4", "alice");
+    bad.set_credentials("alice", "wrong");
+    assert!(matches!(
+        v4::try_connect(bad).await.err(),
+        Some(v4::ConnectionError::ConnectionRefused(
+            v4::ConnectReturnCode::BadUserNamePassword
+        ))
+    ));
+    assert!(matches!(
+        v4::try_connect(v4::options(rig.mqtt, "m-4", "mallory"))
+            .await
+            .err(),
+        Some(v4::ConnectionError::ConnectionRefused(
+            v4::ConnectReturnCode::NotAuthorized
+        ))
+    ));
+
+    v5::connect(rig.mqtt5, "alice-5", "alice").await;
+    let mut bad = v5::options(rig.mqtt5, "bad-5", "alice");
+    bad.set_credentials("alice", "wrong");
+    assert!(matches!(
+        v5::try_connect(bad).await.err(),
+        Some(v5::ConnectionError::ConnectionRefused(
+            v5::ConnectReturnCode::BadUserNamePassword
+        ))
+    ));
+    assert!(matches!(
+        v5::try_connect(v5::options(rig.mqtt5, "m-5", "mallory"))
+            .await
+            .err(),
+        Some(v5::ConnectionError::ConnectionRefused(
+            v5::ConnectReturnCode::NotAuthorized
+        ))
+    ));
+
+    assert!(rig.rules.saw(GuardEvent::Refused(Refusal::BadCredentials)));
+    assert!(rig.rules.saw(GuardEvent::Refused(Refusal::NotAuthorized)));
+}
+
+#[tokio::test]
+async fn an_allowed_subscription_delivers_messages() {
+    let rig = Rig::start().await;
+    let mut sub = v4::connect(rig.mqtt, "sub", "alice").await;
+    assert_eq!(
+        sub.subscribe(&["a/#"]).await,
+        vec![v4::SubscribeReasonCode::Success(v4::QoS::AtLeastOnce)]
+    );
+    let mut publisher = v4::connect(rig.mqtt, "pub", "alice").await;
+    publisher.publish("a/x", "hello").await;
+    assert_eq!(sub.received().await, ("a/x".into(), "hello".into()));
+}
+
+#[tokio::test]
+async fn a_mixed_subscribe_gets_each_filter_its_own_code_in_v4() {
+    use v4::SubscribeReasonCode::{Failure, Success};
+    let rig = Rig::start().await;
+    let mut sub = v4::connect(rig.mqtt, "mixed", "alice").await;
+    let ok = Success(v4::QoS::AtLeastOnce);
+    assert_eq!(
+        sub.subscribe(&["b/x", "a/1", "c/#", "a/2"]).await,
+        vec![Failure, ok, Failure, ok]
+    );
+    // Nothing allowed: the guard answers alone.
+    assert_eq!(sub.subscribe(&["b/#", "c"]).await, vec![Failure, Failure]);
+
+    let mut root = v4::connect(rig.mqtt, "root", "root").await;
+    root.publish("b/x", "not for alice").await;
+    root.publish("a/2", "for alice").await;
+    assert_eq!(sub.received().await, ("a/2".into(), "for alice".into()));
+    assert!(rig.rules.saw(GuardEvent::SubscribeDenied));
+}
+
+#[tokio::test]
+async fn a_mixed_subscribe_gets_each_filter_its_own_code_in_v5() {
+    use v5::SubscribeReasonCode::{NotAuthorized, Success};
+    let rig = Rig::start().await;
+    let mut sub = v5::connect(rig.mqtt5, "mixed5", "alice").await;
+    let ok = Success(v5::QoS::AtLeastOnce);
+    assert_eq!(
+        sub.subscribe(&["b/x", "a/1", "c/#", "a/2"]).await,
+        vec![NotAuthorized, ok, NotAuthorized, ok]
+    );
+    assert_eq!(
+        sub.subscribe(&["#"]).await,
+        vec![NotAuthorized],
+        "a wildcard over everything is not under a/"
+    );
+    let mut root = v5::connect(rig.mqtt5, "root5", "root").await;
+    root.publish("a/1", "one").await;
+    assert_eq!(sub.received().await, ("a/1".into(), "one".into()));
+}
+
+#[tokio::test]
+async fn a_denied_publication_is_acked_and_delivered_to_no_one() {
+    let rig = Rig::start().await;
+    let mut everything = v4::connect(rig.mqtt, "everything", "root").await;
+    everything.subscribe(&["#"]).await;
+
+    // 3.1.1: a plain PUBACK (QoS 1), nothing at QoS 0.
+    let mut alice = v4::connect(rig.mqtt, "alice-4", "alice").await;
+    alice.publish("b/secret", "v4").await;
+    alice
+        .client
+        .publish("b/secret", v4::QoS::AtMostOnce, false, "v4 qos0")
+        .await
+        .unwrap();
+    // 5: PUBACK with Not authorized.
+    let mut alice5 = v5::connect(rig.mqtt5, "alice-5", "alice").await;
+    assert_eq!(
+        alice5.publish("b/secret", "v5").await,
+        v5::PubAckReason::NotAuthorized
+    );
+    assert_eq!(
+        alice5.publish("a/ok", "fine").await,
+        v5::PubAckReason::Success
+    );
+    alice.publish("a/ok", "fine too").await;
+
+    assert_eq!(everything.received().await, ("a/ok".into(), "fine".into()));
+    assert_eq!(
+        everything.received().await,
+        ("a/ok".into(), "fine too".into())
+    );
+    assert!(rig.rules.saw(GuardEvent::PublishDenied));
+}
+
+#[tokio::test]
+async fn a_denied_qos2_publication_is_refused_in_v5_and_closes_in_v4() {
+    let rig = Rig::start().await;
+    let mut c = raw::Client::connect(rig.mqtt5, 5, "alice").await;
+    c.send(&raw::publish5("b/x", 2, 5, None, b"x")).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0x50, 3, 0, 5, 0x87]);
+    c.send(&[0x62, 2, 0, 5]).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0x70, 2, 0, 5]);
+    c.send(&[0xC0, 0]).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0xD0, 0], "still connected");
+
+    let mut c = raw::Client::connect(rig.mqtt, 4, "alice").await;
+    let mut body = raw::string(b"b/x");
+    body.extend([0, 6, b'x']);
+    c.send(&raw::packet(0x34, &body)).await;
+    assert_eq!(c.recv().await, None);
+}
+
+#[tokio::test]
+async fn a_topic_alias_cannot_bypass_the_publish_check() {
+    let rig = Rig::start().await;
+    let mut everything = v5::connect(rig.mqtt5, "everything", "root").await;
+    everything.subscribe(&["#"]).await;
+
+    let mut c = raw::Client::connect(rig.mqtt5, 5, "alice").await;
+    // Alias 1 names an allowed topic and works.
+    c.send(&raw::publish5("a/x", 1, 1, Some(1), b"named")).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0x40, 2, 0, 1]);
+    c.send(&raw::publish5("", 1, 2, Some(1), b"aliased")).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0x40, 2, 0, 2]);
+    // Alias 1 renamed to a forbidden topic: refused, and so is its use.
+    c.send(&raw::publish5("b/x", 1, 3, Some(1), b"renamed"))
+        .await;
+    assert_eq!(c.recv().await.unwrap(), vec![0x40, 3, 0, 3, 0x87]);
+    c.send(&raw::publish5("", 1, 4, Some(1), b"sneaky")).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0x40, 3, 0, 4, 0x87]);
+    c.send(&raw::publish5("a/end", 1, 5, None, b"end")).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0x40, 2, 0, 5]);
+
+    assert_eq!(everything.received().await, ("a/x".into(), "named".into()));
+    assert_eq!(
+        everything.received().await,
+        ("a/x".into(), "aliased".into())
+    );
+    assert_eq!(everything.received().await, ("a/end".into(), "end".into()));
+
+    // An alias never set is a protocol error.
+    c.send(&raw::publish5("", 0, 0, Some(9), b"?")).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0xE0, 1, 0x82]);
+    assert_eq!(c.recv().await, None);
+}
+
+#[tokio::test]
+async fn a_shared_subscription_is_checked_by_its_filter() {
+    let rig = Rig::start().await;
+    let mut sub = v5::connect(rig.mqtt5, "shared", "alice").await;
+    assert_eq!(
+        sub.subscribe(&["$share/g/b/#", "$share/g/a/#"]).await,
+        vec![
+            v5::SubscribeReasonCode::NotAuthorized,
+            v5::SubscribeReasonCode::Success(v5::QoS::AtLeastOnce)
+        ]
+    );
+    let mut root = v5::connect(rig.mqtt5, "root", "root").await;
+    root.publish("b/1", "no").await;
+    root.publish("a/1", "yes").await;
+    assert_eq!(sub.received().await, ("a/1".into(), "yes".into()));
+}
+
+#[tokio::test]
+async fn subscriptions_are_capped_per_connection() {
+    let mut config = config();
+    config.max_subscriptions = 2;
+    let rig = Rig::with(config, None).await;
+
+    let ok = v5::SubscribeReasonCode::Success(v5::QoS::AtLeastOnce);
+    let mut c = v5::connect(rig.mqtt5, "capped", "alice").await;
+    assert_eq!(c.subscribe(&["a/1", "a/2"]).await, vec![ok, ok]);
+    // Subscribing again to a held filter takes no new room.
+    assert_eq!(
+        c.subscribe(&["a/1", "a/3"]).await,
+        vec![ok, v5::SubscribeReasonCode::QuotaExceeded]
+    );
+    c.client.unsubscribe("a/1").await.unwrap();
+    c.next(|p| matches!(p, v5::Packet::UnsubAck(_)).then_some(()))
+        .await;
+    assert_eq!(c.subscribe(&["a/3"]).await, vec![ok]);
+
+    let mut c = v4::connect(rig.mqtt, "capped4", "alice").await;
+    assert_eq!(
+        c.subscribe(&["a/1", "a/2", "a/3"]).await,
+        vec![
+            v4::SubscribeReasonCode::Success(v4::QoS::AtLeastOnce),
+            v4::SubscribeReasonCode::Success(v4::QoS::AtLeastOnce),
+            v4::SubscribeReasonCode::Failure
+        ]
+    );
+    assert!(rig.rules.saw(GuardEvent::Limit(GuardLimit::Subscriptions)));
+}
+
+#[tokio::test]
+async fn connections_are_capped() {
+    let mut config = config();
+    config.max_connections = 2;
+    let rig = Rig::with(config, None).await;
+
+    let first = v4::connect(rig.mqtt, "one", "alice").await;
+    let _second = v5::connect(rig.mqtt5, "two", "alice").await;
+    assert!(matches!(
+        v4::try_connect(v4::options(rig.mqtt, "three", "alice"))
+            .await
+            .err(),
+        Some(v4::ConnectionError::ConnectionRefused(
+            v4::ConnectReturnCode::ServiceUnavailable
+        ))
+    ));
+    assert!(matches!(
+        v5::try_connect(v5::options(rig.mqtt5, "three5", "alice"))
+            .await
+            .err(),
+        Some(v5::ConnectionError::ConnectionRefused(
+            v5::ConnectReturnCode::QuotaExceeded
+        ))
+    ));
+    assert!(rig.rules.saw(GuardEvent::Limit(GuardLimit::Connections)));
+
+    drop(first);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if v4::try_connect(v4::options(rig.mqtt, "three", "alice"))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "a place frees up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_handshake_timeout() {
+    let mut config = config();
+    config.connection_timeout_ms = 300;
+    let rig = Rig::with(config, None).await;
+
+    let started = tokio::time::Instant::now();
+    let mut silent = raw::Client::open(rig.mqtt).await;
+    assert_eq!(silent.recv().await, None);
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    eventually("the timeout is observed", || {
+        rig.rules
+            .saw(GuardEvent::Limit(GuardLimit::HandshakeTimeout))
+    })
+    .await;
+    // A first packet other than CONNECT closes at once.
+    let mut rude = raw::Client::open(rig.mqtt).await;
+    rude.send(&[0xC0, 0]).await;
+    assert_eq!(rude.recv().await, None);
+    // Others are unaffected.
+    v4::connect(rig.mqtt, "after", "alice").await;
+}
+
+#[tokio::test]
+async fn an_oversized_packet_closes_the_connection() {
+    let mut config = config();
+    config.max_payload_size = 1024;
+    let rig = Rig::with(config, None).await;
+
+    // The guard closes as soon as the header announces too many bytes.
+    let too_large = raw::packet(0x30, &vec![0u8; 1024 + 70_000])[..64].to_vec();
+    let mut c = raw::Client::connect(rig.mqtt5, 5, "alice").await;
+    c.send(&too_large).await;
+    assert_eq!(c.recv().await.unwrap(), vec![0xE0, 1, 0x95]);
+    assert_eq!(c.recv().await, None);
+
+    let mut c = raw::Client::connect(rig.mqtt, 4, "alice").await;
+    c.send(&too_large).await;
+    assert_eq!(c.recv().await, None);
+    assert!(rig.rules.saw(GuardEvent::Limit(GuardLimit::PacketSize)));
+
+    // Within the limit, all is well.
+    let mut sub = v4::connect(rig.mqtt, "sub", "alice").await;
+    sub.subscribe(&["a/big"]).await;
+    let mut publisher = v4::connect(rig.mqtt, "pub", "alice").await;
+    let payload = "x".repeat(1000);
+    publisher.publish("a/big", &payload).await;
+    assert_eq!(sub.received().await.1, payload);
+}
+
+#[tokio::test]
+async fn the_last_will_fires_when_a_client_vanishes_behind_the_guard() {
+    let rig = Rig::start().await;
+    let mut watcher = v5::connect(rig.mqtt5, "watcher", "root").await;
+    watcher.subscribe(&["a/will"]).await;
+
+    let mut options = v4::options(rig.mqtt, "mortal", "alice");
+    options.set_last_will(rumqttc::LastWill::new(
+        "a/will",
+        "gone",
+        v4::QoS::AtLeastOnce,
+        false,
+    ));
+    let mortal = v4::try_connect(options).await.expect("connects");
+    drop(mortal);
+    assert_eq!(watcher.received().await, ("a/will".into(), "gone".into()));
+
+    // A will on a topic the client may not publish is refused at CONNECT.
+    let mut options = v4::options(rig.mqtt, "forger", "alice");
+    options.set_last_will(rumqttc::LastWill::new(
+        "b/will",
+        "forged",
+        v4::QoS::AtLeastOnce,
+        false,
+    ));
+    assert!(matches!(
+        v4::try_connect(options).await.err(),
+        Some(v4::ConnectionError::ConnectionRefused(
+            v4::ConnectReturnCode::NotAuthorized
+        ))
+    ));
+}
+
+#[tokio::test]
+async fn either_public_port_takes_both_protocol_versions() {
+    let rig = Rig::start().await;
+    let mut v4_on_v5_port = v4::connect(rig.mqtt5, "four", "alice").await;
+    let mut v5_on_v4_port = v5::connect(rig.mqtt, "five", "alice").await;
+    v4_on_v5_port.subscribe(&["a/to4"]).await;
+    v5_on_v4_port.subscribe(&["a/to5"]).await;
+    v4_on_v5_port.publish("a/to4", "from 4").await;
+    assert_eq!(
+        v4_on_v5_port.received().await,
+        ("a/to4".into(), "from 4".into())
+    );
+    assert_eq!(
+        v5_on_v4_port.publish("a/to5", "from 5").await,
+        v5::PubAckReason::Success
+    );
+    assert_eq!(
+        v5_on_v4_port.received().await,
+        ("a/to5".into(), "from 5".into())
+    );
+    v4_on_v5_port.publish("a/to5", "from 4").await;
+    assert_eq!(
+        v5_on_v4_port.received().await,
+        ("a/to5".into(), "from 4".into())
+    );
+    v5_on_v4_port.publish("a/to4", "from 5").await;
+    assert_eq!(
+        v4_on_v5_port.received().await,
+        ("a/to4".into(), "from 5".into())
+    );
+}
+
+/// A certificate for `localhost`, the guard's acceptor for it, and a client
+/// configuration that trusts it.
+fn tls_pair() -> (TlsAcceptor, Arc<rustls::ClientConfig>) {
+    let dir = std::env::temp_dir().join(format!("lmos-guard-tls-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let generated = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, generated.cert.pem()).unwrap();
+    std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
+    let acceptor = lmos_sidecar::tls::acceptor(
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+        ("mqtt.tls_cert", "mqtt.tls_key"),
+    )
+    .unwrap()
+    .expect("TLS configured");
+    std::fs::remove_dir_all(dir).unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(generated.cert.der().clone()).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    (acceptor, Arc::new(client))
+}
+
+#[tokio::test]
+async fn tls_clients_pubsub_and_a_plain_client_fails_alone() {
+    let (acceptor, client_tls) = tls_pair();
+    let rig = Rig::with(config(), Some(acceptor)).await;
+    let tls = |addr: SocketAddr, id: &str| {
+        let mut o = v4::MqttOptions::new(id, "localhost", addr.port());
+        o.set_keep_alive(Duration::from_secs(30));
+        o.set_credentials("alice", "pw");
+        o.set_transport(rumqttc::Transport::tls_with_config(
+            rumqttc::TlsConfiguration::Rustls(client_tls.clone()),
+        ));
+        o
+    };
+    let mut sub = v4::try_connect(tls(rig.mqtt, "tls-sub"))
+        .await
+        .expect("TLS client connects");
+    sub.subscribe(&["a/tls"]).await;
+
+    // Plain MQTT on the TLS port gets nowhere, and hurts no one.
+    assert!(v4::try_connect(v4::options(rig.mqtt, "plain", "alice"))
+        .await
+        .is_err());
+
+    let mut publisher = v4::try_connect(tls(rig.mqtt5, "tls-pub"))
+        .await
+        .expect("TLS client connects on the other port");
+    publisher.publish("a/tls", "secret").await;
+    assert_eq!(sub.received().await, ("a/tls".into(), "secret".into()));
+}
+
+#[tokio::test]
+async fn shutdown_closes_the_listeners_and_the_connections() {
+    let mut rig = Rig::start().await;
+    let mut c = raw::Client::connect(rig.mqtt, 4, "alice").await;
+    rig.stop.take();
+    assert_eq!(c.recv().await, None, "closed once the broker is quiet");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while TcpStream::connect(rig.mqtt5).await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "listener closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
