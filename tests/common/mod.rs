@@ -316,6 +316,39 @@ impl MqttClient {
         }
     }
 
+    /// Connects with a principal's name and password; `will`: a retained
+    /// last will (topic, JSON).
+    pub async fn connect_as(
+        addr: SocketAddr,
+        client_id: &str,
+        user: &str,
+        password: &str,
+        will: Option<(&str, Value)>,
+    ) -> MqttClient {
+        let will = will
+            .map(|(topic, v)| rumqttc::LastWill::new(topic, v.to_string(), QoS::AtLeastOnce, true));
+        let (user, password) = (user.to_owned(), password.to_owned());
+        MqttClient::connect_with(addr, client_id, move |o| {
+            o.set_credentials(user, password);
+            if let Some(w) = will {
+                o.set_last_will(w);
+            }
+        })
+        .await
+    }
+
+    /// Subscribes at QoS 1 to several filters; the SUBACK's codes.
+    pub async fn subscribe_codes(&mut self, filters: &[&str]) -> Vec<rumqttc::SubscribeReasonCode> {
+        let filters = filters
+            .iter()
+            .map(|f| rumqttc::SubscribeFilter::new(f.to_string(), QoS::AtLeastOnce));
+        self.client.subscribe_many(filters).await.unwrap();
+        match self.ack().await {
+            Packet::SubAck(a) => a.return_codes,
+            other => panic!("expected a SUBACK, got {other:?}"),
+        }
+    }
+
     /// Drops the connection without a DISCONNECT, as a crashed client would.
     pub fn vanish(self) {
         self.task.abort();

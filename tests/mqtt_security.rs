@@ -1,0 +1,225 @@
+//! Authentication and per-Thing authorization on the sidecar's MQTT
+//! listeners, with the sidecar's own rules, tried by clients that want more
+//! than they are granted.
+
+mod common;
+
+use common::*;
+use lmos_sidecar::auth::credentials::hash_password;
+use lmos_sidecar::config::{Grants, PrincipalConfig};
+use rumqttc::{
+    ConnectReturnCode, ConnectionError, Event, MqttOptions, Packet, SubscribeReasonCode,
+};
+use serde_json::json;
+
+const THING: &str = "urn:a";
+
+fn principal(name: &str, host: &[&str], consume: &[&str], operate: &[&str]) -> PrincipalConfig {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
+    PrincipalConfig {
+        name: name.into(),
+        password_hash: hash_password(&format!("{name}-pw")),
+        host: v(host),
+        consume: v(consume),
+        operate: v(operate),
+        ..PrincipalConfig::default()
+    }
+}
+
+async fn secured() -> TestSidecar {
+    let mut c = test_config();
+    c.mqtt.authentication = true;
+    c.auth.anonymous = Grants::default();
+    c.auth.principals = vec![
+        principal("agent", &[THING], &[], &[]),
+        principal("reader", &[], &[THING], &[]),
+        principal("operator", &[], &[THING], &[THING]),
+    ];
+    TestSidecar::start_with(c).await
+}
+
+async fn refusal(sidecar: &TestSidecar, credentials: Option<(&str, &str)>) -> ConnectReturnCode {
+    let mut o = MqttOptions::new("refused", "127.0.0.1", sidecar.mqtt.port());
+    if let Some((u, p)) = credentials {
+        o.set_credentials(u, p);
+    }
+    let (_client, mut eventloop) = rumqttc::AsyncClient::new(o, 10);
+    loop {
+        match tokio::time::timeout(WAIT, eventloop.poll())
+            .await
+            .expect("an answer in time")
+        {
+            Err(ConnectionError::ConnectionRefused(code)) => return code,
+            Ok(Event::Incoming(Packet::ConnAck(a))) => panic!("accepted: {a:?}"),
+            Ok(_) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn mqtt_clients_get_only_what_their_principal_is_granted() {
+    let sidecar = secured().await;
+    assert_eq!(
+        refusal(&sidecar, None).await,
+        ConnectReturnCode::NotAuthorized
+    );
+    assert_eq!(
+        refusal(&sidecar, Some(("reader", "guess"))).await,
+        ConnectReturnCode::BadUserNamePassword
+    );
+
+    // The agent announces itself and serves its requests.
+    let presence = format!("lmos/{THING}/agent/status");
+    let mut agent = MqttClient::connect_as(
+        sidecar.mqtt,
+        "agent",
+        "agent",
+        "agent-pw",
+        Some((&presence, json!({"thingID": THING, "status": "offline"}))),
+    )
+    .await;
+    let codes = agent
+        .subscribe_codes(&[&format!("lmos/{THING}/agent/requests/+")])
+        .await;
+    assert_eq!(
+        codes,
+        vec![SubscribeReasonCode::Success(rumqttc::QoS::AtLeastOnce)]
+    );
+    agent
+        .publish(
+            &presence,
+            &json!({"thingID": THING, "status": "online"}),
+            true,
+        )
+        .await;
+    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+
+    // The reader may follow the Thing, not its requests, not every Thing.
+    let mut reader =
+        MqttClient::connect_as(sidecar.mqtt, "reader", "reader", "reader-pw", None).await;
+    let codes = reader
+        .subscribe_codes(&[
+            &format!("lmos/{THING}/events/+"),
+            &format!("lmos/{THING}/agent/requests/+"),
+            "lmos/+/events/+",
+        ])
+        .await;
+    assert_eq!(
+        codes,
+        vec![
+            SubscribeReasonCode::Success(rumqttc::QoS::AtLeastOnce),
+            SubscribeReasonCode::Failure,
+            SubscribeReasonCode::Failure
+        ]
+    );
+
+    // A fake event and a forbidden invocation are acknowledged (MQTT 3.1.1
+    // has no negative PUBACK) but go nowhere.
+    reader.publish_event(THING, "alarm", json!("fake")).await;
+    let invoke = |who: &str| {
+        lmos(
+            THING,
+            "invokeAction",
+            json!({"action": "go", "input": {"who": who}, "correlationID": who}),
+        )
+    };
+    reader
+        .publish(
+            &format!("lmos/{THING}/requests/invokeAction"),
+            &invoke("reader"),
+            false,
+        )
+        .await;
+    let mut operator =
+        MqttClient::connect_as(sidecar.mqtt, "operator", "operator", "operator-pw", None).await;
+    operator
+        .publish(
+            &format!("lmos/{THING}/requests/invokeAction"),
+            &invoke("operator"),
+            false,
+        )
+        .await;
+    let (_, forwarded, _) = agent.recv_json().await;
+    assert_eq!(forwarded["input"]["who"], "operator", "{forwarded}");
+    agent.publish_event(THING, "alarm", json!("real")).await;
+    let (_, delivered, _) = reader.recv_json().await;
+    assert_eq!(
+        delivered["data"], "real",
+        "the fake event was delivered: {delivered}"
+    );
+
+    let text = http(sidecar.http, "GET", "/metrics", None, b"").await.body;
+    for series in [
+        r#"lmos_sidecar_auth_failures_total{reason="missing",transport="mqtt"} 1"#,
+        r#"lmos_sidecar_auth_failures_total{reason="invalid",transport="mqtt"} 1"#,
+        r#"lmos_sidecar_denied_total{access="host",transport="mqtt"} 2"#,
+        r#"lmos_sidecar_denied_total{access="consume",transport="mqtt"} 1"#,
+        r#"lmos_sidecar_denied_total{access="operate",transport="mqtt"} 1"#,
+    ] {
+        assert!(text.contains(series), "{series} in {text}");
+    }
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_consumer_cannot_answer_for_a_thing_it_does_not_host() {
+    let sidecar = secured().await;
+    let presence = format!("lmos/{THING}/agent/status");
+    let mut agent = MqttClient::connect_as(
+        sidecar.mqtt,
+        "agent",
+        "agent",
+        "agent-pw",
+        Some((&presence, json!({"thingID": THING, "status": "offline"}))),
+    )
+    .await;
+    agent
+        .subscribe(&format!("lmos/{THING}/agent/requests/+"))
+        .await;
+    agent
+        .publish(
+            &presence,
+            &json!({"thingID": THING, "status": "online"}),
+            true,
+        )
+        .await;
+    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+
+    // The operator asks over the WebSocket-free path: MQTT with a reply topic.
+    let mut operator =
+        MqttClient::connect_as(sidecar.mqtt, "operator", "operator", "operator-pw", None).await;
+    operator
+        .subscribe(&format!("lmos/{THING}/replies/op-1"))
+        .await;
+    let read = lmos(
+        THING,
+        "readProperty",
+        json!({"name": "p", "correlationID": "op-1"}),
+    );
+    operator
+        .publish(&format!("lmos/{THING}/requests/readProperty"), &read, false)
+        .await;
+    let (_, request, _) = agent.recv_json().await;
+
+    // Someone else tries to answer first, on the agent's reply topic and
+    // straight on the consumer's: both are dropped at the guard.
+    let mut reader =
+        MqttClient::connect_as(sidecar.mqtt, "reader", "reader", "reader-pw", None).await;
+    let forged = json!({"thingID": THING, "messageID": "forged", "messageType": "propertyReading", "name": "p", "value": "forged", "timestamp": "2025-01-01T00:00:00Z", "correlationID": request["correlationID"]});
+    reader
+        .publish(&format!("lmos/{THING}/agent/replies"), &forged, false)
+        .await;
+    let forged_direct = json!({"thingID": THING, "messageID": "forged2", "messageType": "propertyReading", "name": "p", "value": "forged", "timestamp": "2025-01-01T00:00:00Z", "correlationID": "op-1"});
+    reader
+        .publish(&format!("lmos/{THING}/replies/op-1"), &forged_direct, false)
+        .await;
+
+    let genuine = json!({"thingID": THING, "messageID": "genuine", "messageType": "propertyReading", "name": "p", "value": "genuine", "timestamp": "2025-01-01T00:00:00Z", "correlationID": request["correlationID"]});
+    agent
+        .publish(&format!("lmos/{THING}/agent/replies"), &genuine, false)
+        .await;
+    let (_, reply, _) = operator.recv_json().await;
+    assert_eq!(reply["value"], "genuine", "{reply}");
+    sidecar.stop().await;
+}
