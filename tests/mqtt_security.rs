@@ -223,3 +223,34 @@ async fn a_consumer_cannot_answer_for_a_thing_it_does_not_host() {
     assert_eq!(reply["value"], "genuine", "{reply}");
     sidecar.stop().await;
 }
+
+/// The sidecar publishes replies itself, so a reply topic inside the LMOS
+/// subtree would be a way around the guard: it is refused, and the error
+/// goes to the default reply topic.
+#[tokio::test]
+async fn a_reply_topic_inside_the_lmos_topics_is_refused() {
+    let sidecar = TestSidecar::start().await;
+    let mut consumer = sidecar.mqtt("reply-to-abuser").await;
+    consumer.subscribe("lmos/urn:victim/events/+").await;
+    consumer.subscribe(&format!("lmos/{THING}/replies/+")).await;
+    let read = lmos(
+        THING,
+        "readProperty",
+        json!({"name": "p", "correlationID": "c1", "replyTo": "lmos/urn:victim/events/alarm"}),
+    );
+    consumer
+        .publish(&format!("lmos/{THING}/requests/readProperty"), &read, false)
+        .await;
+    let (topic, reply, _) = consumer.recv_json().await;
+    assert_eq!(topic, format!("lmos/{THING}/replies/c1"), "{reply}");
+    assert_eq!(reply["messageType"], "error");
+    assert_eq!(reply["status"], "400");
+    assert!(
+        reply["detail"]
+            .as_str()
+            .unwrap()
+            .contains("inside the LMOS topics"),
+        "{reply}"
+    );
+    sidecar.stop().await;
+}

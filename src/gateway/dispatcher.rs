@@ -575,6 +575,30 @@ impl Dispatcher {
         };
         let consumer =
             consumer(Some(message.reply_correlation_id())).expect("a correlation is given");
+        // The sidecar publishes replies with its own rights; a reply topic
+        // inside a Thing's subtree would let any consumer publish there
+        // (fake events, fake agent replies) past the MQTT guard.
+        if let Consumer::Mqtt { topic, .. } = &consumer {
+            let inside = self.topics.parse(topic).is_some()
+                || topic.starts_with(&format!("{}/", self.topics.prefix()));
+            let reply_route = matches!(
+                self.topics.parse(topic),
+                Some(Route::Reply { thing: of, .. }) if of == thing
+            );
+            if inside && !reply_route {
+                let detail = format!(
+                    "The reply topic `{topic}` lies inside the LMOS topics; use a topic of your own, or none to get replies on `{}`.",
+                    self.topics.reply(thing, message.reply_correlation_id())
+                );
+                let problem = Problem::new(crate::lmos::ProblemKind::InvalidMember, detail);
+                let fallback = Consumer::Mqtt {
+                    topic: self.topics.reply(thing, message.reply_correlation_id()),
+                    correlation_data: None,
+                };
+                self.refuse(fallback, &message, problem).await;
+                return;
+            }
+        }
         if message.thing_id != thing || message.message_type().as_str() != message_type {
             let detail = format!(
                 "The request was published on the topic for `{message_type}` of `{thing}` but is a `{}` for `{}`.",
