@@ -39,8 +39,10 @@ async fn a_subscriber_that_misses_messages_is_logged() {
 
     let mut agent = sidecar.mqtt("agent").await;
     let blob = "x".repeat(2000);
-    // Far more than the subscriber's ring (128 KiB) and socket buffers hold.
-    for i in 0..4000 {
+    // Far more than the subscriber's ring (128 KiB) and the socket buffers
+    // hold: two sockets each way since the MQTT guard sits in between, each
+    // of which Linux lets grow to several MiB on loopback.
+    for i in 0..16_000 {
         agent
             .publish_event("urn:t", "e", json!({"i": i, "blob": blob}))
             .await;
