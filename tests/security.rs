@@ -202,9 +202,16 @@ async fn each_principal_does_only_what_it_is_granted_per_thing() {
     assert_error(&reader.recv().await, 403, "inv");
     reader.send(json!({"thingID": "urn:a", "messageID": "fake", "messageType": "event", "event": "e", "data": 1, "timestamp": "2025-01-01T00:00:00Z"})).await;
     assert_error(&reader.recv().await, 403, "fake");
-    // The connection lives on: the agent's real event arrives.
-    agent.send(event("urn:a", "e", json!("real"))).await;
-    let delivered = reader.recv().await;
+    // The connection lives on: the agent's real event arrives. (No barrier:
+    // the reader may not publish one; the agent repeats until the reader's
+    // subscription is live.)
+    let delivered = loop {
+        agent.send(event("urn:a", "e", json!("real"))).await;
+        let wait = std::time::Duration::from_millis(200);
+        if let Ok(v) = tokio::time::timeout(wait, reader.recv()).await {
+            break v;
+        }
+    };
     assert_eq!(
         (delivered["messageType"].as_str(), &delivered["data"]),
         (Some("event"), &json!("real")),
