@@ -54,10 +54,10 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     }
 }
 
-#[tokio::test]
-async fn starts_on_port_zero_logs_its_ports_serves_and_stops_on_sigterm() {
-    let mut cmd = sidecar();
-    ephemeral_flags(&mut cmd)
+/// Starts the sidecar on port 0 with JSON logs; its log lines, and the
+/// `Sidecar ready.` one.
+fn start_ready(cmd: &mut Command) -> (Running, std::sync::mpsc::Receiver<Value>, Value) {
+    ephemeral_flags(cmd)
         .args(["--log-format", "json"])
         .stdout(Stdio::piped());
     let mut child = Running(cmd.spawn().unwrap());
@@ -78,6 +78,13 @@ async fn starts_on_port_zero_logs_its_ports_serves_and_stops_on_sigterm() {
             break line;
         }
     };
+    (child, rx, ready)
+}
+
+#[tokio::test]
+async fn starts_on_port_zero_logs_its_ports_serves_and_stops_on_sigterm() {
+    let mut cmd = sidecar();
+    let (mut child, rx, ready) = start_ready(&mut cmd);
     let http = ready["http"].as_str().unwrap().to_owned();
     let mqtt: std::net::SocketAddr = ready["mqtt"].as_str().unwrap().parse().unwrap();
     assert_ne!(mqtt.port(), 0);
@@ -248,25 +255,7 @@ async fn serves_and_stops_with_a_read_only_filesystem() {
             "mount -o remount,bind,ro / && exec \"$0\" \"$@\"",
         ])
         .arg(env!("CARGO_BIN_EXE_lmos-sidecar"));
-    ephemeral_flags(&mut cmd)
-        .args(["--log-format", "json"])
-        .stdout(Stdio::piped());
-    let mut child = Running(cmd.spawn().unwrap());
-    let stdout = child.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    let ready = loop {
-        let line = rx.recv_timeout(WAIT).expect("the sidecar starts read-only");
-        if line["message"] == "Sidecar ready." {
-            break line;
-        }
-    };
+    let (mut child, _rx, ready) = start_ready(&mut cmd);
     let http: std::net::SocketAddr = ready["http"].as_str().unwrap().parse().unwrap();
     let mqtt: std::net::SocketAddr = ready["mqtt"].as_str().unwrap().parse().unwrap();
     let mut consumer = WsClient::connect(&format!("ws://{http}/lmos")).await;

@@ -57,26 +57,18 @@ async fn refusal(sidecar: &TestSidecar, credentials: Option<(&str, &str)>) -> Co
     }
 }
 
-#[tokio::test]
-async fn mqtt_clients_get_only_what_their_principal_is_granted() {
-    let sidecar = secured().await;
-    assert_eq!(
-        refusal(&sidecar, None).await,
-        ConnectReturnCode::NotAuthorized
-    );
-    assert_eq!(
-        refusal(&sidecar, Some(("reader", "guess"))).await,
-        ConnectReturnCode::BadUserNamePassword
-    );
-
-    // The agent announces itself and serves its requests.
+/// The `agent` principal connects over MQTT, announces itself (retained,
+/// with a last will saying offline) and serves its requests: all of which
+/// its `host` grant allows.
+async fn agent(sidecar: &TestSidecar) -> MqttClient {
     let presence = format!("lmos/{THING}/agent/status");
+    let offline = json!({"thingID": THING, "status": "offline"});
     let mut agent = MqttClient::connect_as(
         sidecar.mqtt,
         "agent",
         "agent",
         "agent-pw",
-        Some((&presence, json!({"thingID": THING, "status": "offline"}))),
+        Some((&presence, offline)),
     )
     .await;
     let codes = agent
@@ -93,7 +85,24 @@ async fn mqtt_clients_get_only_what_their_principal_is_granted() {
             true,
         )
         .await;
-    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+    wait_for_stats(sidecar, |s| s.hosted_things == 1).await;
+    agent
+}
+
+#[tokio::test]
+async fn mqtt_clients_get_only_what_their_principal_is_granted() {
+    let sidecar = secured().await;
+    assert_eq!(
+        refusal(&sidecar, None).await,
+        ConnectReturnCode::NotAuthorized
+    );
+    assert_eq!(
+        refusal(&sidecar, Some(("reader", "guess"))).await,
+        ConnectReturnCode::BadUserNamePassword
+    );
+
+    // The agent announces itself and serves its requests.
+    let mut agent = agent(&sidecar).await;
 
     // The reader may follow the Thing, not its requests, not every Thing.
     let mut reader =
@@ -165,26 +174,7 @@ async fn mqtt_clients_get_only_what_their_principal_is_granted() {
 #[tokio::test]
 async fn a_consumer_cannot_answer_for_a_thing_it_does_not_host() {
     let sidecar = secured().await;
-    let presence = format!("lmos/{THING}/agent/status");
-    let mut agent = MqttClient::connect_as(
-        sidecar.mqtt,
-        "agent",
-        "agent",
-        "agent-pw",
-        Some((&presence, json!({"thingID": THING, "status": "offline"}))),
-    )
-    .await;
-    agent
-        .subscribe(&format!("lmos/{THING}/agent/requests/+"))
-        .await;
-    agent
-        .publish(
-            &presence,
-            &json!({"thingID": THING, "status": "online"}),
-            true,
-        )
-        .await;
-    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+    let mut agent = agent(&sidecar).await;
 
     // The operator asks over the WebSocket-free path: MQTT with a reply topic.
     let mut operator =
