@@ -579,8 +579,9 @@ impl Dispatcher {
         // inside a Thing's subtree would let any consumer publish there
         // (fake events, fake agent replies) past the MQTT guard.
         if let Consumer::Mqtt { topic, .. } = &consumer {
-            let inside = self.topics.parse(topic).is_some()
-                || topic.starts_with(&format!("{}/", self.topics.prefix()));
+            let inside = topic
+                .strip_prefix(self.topics.prefix())
+                .is_some_and(|rest| rest.starts_with('/'));
             let reply_route = matches!(
                 self.topics.parse(topic),
                 Some(Route::Reply { thing: of, .. }) if of == thing
