@@ -118,7 +118,7 @@ impl Node {
     fn log_tail(&self) -> String {
         let log = fs::read_to_string(self.log_path()).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        lines[lines.len().saturating_sub(400)..].join("\n")
     }
 }
 
@@ -200,12 +200,16 @@ impl NatsCluster {
              port: {client}\n\
              http: \"127.0.0.1:{http}\"\n\
              jetstream {{\n  store_dir: \"{store}\"\n}}\n\
-             mqtt {{\n  host: 127.0.0.1\n  port: {mqtt}\n}}\n",
+             mqtt {{\n  host: 127.0.0.1\n  port: {mqtt}\n  stream_replicas: {replicas}\n}}\n",
             name = node.name,
             client = node.client_port,
             http = node.http_port,
             store = node.dir.join("jetstream").display(),
             mqtt = node.mqtt_port,
+            // Unset, NATS derives the MQTT streams' replicas from the number
+            // of routes in the node's own configuration (here n - 1), and
+            // R2 streams stall for good when a node dies.
+            replicas = self.nodes.len().min(3),
         );
         if self.nodes.len() > 1 {
             let routes: Vec<String> = self
@@ -255,6 +259,16 @@ impl NatsCluster {
         }
     }
 
+    /// A JSON document of node `i`'s monitoring port, e.g. `/jsz?consumers=true`.
+    pub fn monitor(&self, i: usize, path: &str) -> Option<serde_json::Value> {
+        json(self.nodes[i].http_port, path)
+    }
+
+    /// The server name of node `i` (`n0`, `n1`, ...).
+    pub fn name(&self, i: usize) -> &str {
+        &self.nodes[i].name
+    }
+
     /// Every node's last log lines.
     pub fn logs(&self) -> String {
         self.nodes
@@ -292,8 +306,42 @@ impl NatsCluster {
         }
     }
 
+    /// Whether every node is routed once to every other and knows the
+    /// JetStream meta leader.
+    fn settled(&self) -> bool {
+        let peers = self.nodes.len() - 1;
+        self.nodes.iter().all(|n| {
+            num_routes(n.http_port) == Some(peers) && (peers == 0 || has_meta_leader(n.http_port))
+        })
+    }
+
     async fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + READY_TIMEOUT;
+        // The first MQTT connection creates the MQTT streams: it should
+        // meet a formed cluster, every node routed once to every other
+        // (NATS drops duplicate routes while the nodes connect to each
+        // other) and a JetStream meta leader, stable for a second.
+        let mut stable_since: Option<Instant> = None;
+        loop {
+            if let Some(n) = self.nodes.iter_mut().position(|n| n.exited()) {
+                return Err(format!("{} exited\n{}", self.nodes[n].name, self.logs()));
+            }
+            if self.settled() {
+                let since = *stable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= Duration::from_secs(1) {
+                    break;
+                }
+            } else {
+                stable_since = None;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the routes did not settle within {READY_TIMEOUT:?}\n{}",
+                    self.logs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         for i in 0..self.nodes.len() {
             if let Err(e) = self.wait_node(i, deadline).await {
                 return Err(format!("{e}\n{}", self.logs()));
@@ -349,10 +397,20 @@ fn json(port: u16, path: &str) -> Option<serde_json::Value> {
     serde_json::from_str(&http_get(port, path)?).ok()
 }
 
+/// How many distinct servers the node is routed to. (While the nodes
+/// connect to each other, a pair may have two routes for a moment, until
+/// NATS drops one as a duplicate.)
 fn num_routes(http_port: u16) -> Option<usize> {
-    json(http_port, "/routez")?["num_routes"]
-        .as_u64()
-        .map(|n| n as usize)
+    let v = json(http_port, "/routez")?;
+    let mut ids: Vec<&str> = v["routes"]
+        .as_array()?
+        .iter()
+        .filter_map(|r| r["remote_id"].as_str())
+        .collect();
+    let all = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    (ids.len() == all).then_some(all)
 }
 
 fn has_meta_leader(http_port: u16) -> bool {
