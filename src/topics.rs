@@ -25,7 +25,7 @@
 //! | `#`                                         | `%23`            | MQTT wildcard |
 //! | `%`                                         | `%25`            | the escape character |
 //! | `$` as the first character                  | `%24`            | MQTT reserves `$` topics for the broker |
-//! | ASCII control characters (NUL, tab, CR, LF, ... DEL) | `%00` ... `%1F`, `%7F` | NUL is forbidden in MQTT strings; in NATS, tab, CR, LF and form feed break subscriptions and cluster routes |
+//! | ASCII control characters (NUL, tab, LF, ...) | `%00`...`%1F`, `%7F` | NUL is forbidden in MQTT strings; in NATS, tab, CR and LF break cluster routes, form feed subscriptions |
 //! | space                                       | `%20`            | NATS (2.9) refuses topics with spaces |
 //! | `.`                                         | `%2E`            | NATS (2.9) refuses topics with dots (its subject separator) |
 //! | `@`                                         | `%40`            | NATS (2.9) loses or misaddresses QoS 1 messages with `@` that cross a cluster route |
@@ -144,10 +144,8 @@ pub fn unescape(level: &str) -> Result<Cow<'_, str>, UnescapeError> {
             .get(i + 1..i + 3)
             .and_then(hex_byte)
             .map(char::from)
-            .filter(|&c| {
-                needs_escape(c, at == 0)
-                    || (level.len() == 3 && is_nats_wildcard(c.encode_utf8(&mut [0; 4])))
-            })
+            // `*` and `>` are escaped only as the whole level.
+            .filter(|&c| needs_escape(c, at == 0) || (level.len() == 3 && matches!(c, '*' | '>')))
             .ok_or(UnescapeError::BadEscape(at))?;
         out.push(c);
         rest = &rest[i + 3..];

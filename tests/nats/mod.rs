@@ -89,14 +89,24 @@ impl Node {
             .append(true)
             .open(self.log_path())
             .expect("open the node's log");
-        let child = Command::new(nats_server_binary())
+        let mut command = Command::new(nats_server_binary());
+        command
             .arg("-c")
             .arg(self.config_path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone the log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("start nats-server");
+            .stderr(log);
+        // Should the test process die without dropping the cluster (say,
+        // SIGKILL), the kernel kills the node too.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("start nats-server");
         self.child = Some(child);
     }
 
