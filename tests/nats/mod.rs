@@ -499,11 +499,13 @@ pub struct Mqtt {
 }
 
 impl Mqtt {
-    /// Connects (3.1.1, keep-alive 5 s); an error names why it did not.
+    /// Connects (3.1.1, keep-alive 60 s: NATS answers no PINGREQ while it
+    /// creates the JetStream consumers of a SUBSCRIBE, one after the
+    /// other); an error names why it did not.
     pub async fn connect(addr: SocketAddr, id: &str, clean: bool) -> Result<Mqtt, String> {
         let mut options = MqttOptions::new(id, addr.ip().to_string(), addr.port());
         options.set_clean_session(clean);
-        options.set_keep_alive(Duration::from_secs(5));
+        options.set_keep_alive(Duration::from_secs(60));
         options.set_max_packet_size(1 << 20, 1 << 20);
         let (client, mut eventloop) = AsyncClient::new(options, 1000);
         let (pub_tx, publishes) = mpsc::unbounded_channel();
@@ -564,11 +566,11 @@ impl Mqtt {
         })
     }
 
-    async fn ack(&mut self) -> Result<Packet, String> {
+    async fn ack(&mut self, wait: Duration) -> Result<Packet, String> {
         tokio::select! {
             a = self.acks.recv() => a.ok_or_else(|| "connection ended".to_owned()),
             e = self.closed.recv() => Err(format!("connection ended: {}", e.unwrap_or_default())),
-            _ = tokio::time::sleep(WAIT) => Err(format!("no acknowledgement within {WAIT:?}")),
+            _ = tokio::time::sleep(wait) => Err(format!("no acknowledgement within {wait:?}")),
         }
     }
 
@@ -582,6 +584,12 @@ impl Mqtt {
     /// subscription is a JetStream consumer, created one after the other;
     /// QoS 0 ones are plain NATS subscriptions, much cheaper.)
     pub async fn subscribe_qos(&mut self, filters: &[&str], qos: QoS) -> Result<Vec<bool>, String> {
+        // A JetStream consumer per filter takes a while (about 0.4 s on two
+        // cores); allow a second each.
+        let wait = match qos {
+            QoS::AtMostOnce => WAIT,
+            _ => WAIT + Duration::from_secs(filters.len() as u64),
+        };
         let filters = filters
             .iter()
             .map(|f| rumqttc::SubscribeFilter::new(f.to_string(), qos));
@@ -589,7 +597,7 @@ impl Mqtt {
             .subscribe_many(filters)
             .await
             .map_err(|e| e.to_string())?;
-        match self.ack().await? {
+        match self.ack(wait).await? {
             Packet::SubAck(a) => Ok(a
                 .return_codes
                 .iter()
@@ -605,7 +613,7 @@ impl Mqtt {
             .publish(topic, QoS::AtLeastOnce, false, payload.to_vec())
             .await
             .map_err(|e| e.to_string())?;
-        match self.ack().await? {
+        match self.ack(WAIT).await? {
             Packet::PubAck(_) => Ok(()),
             other => Err(format!("expected a PUBACK, got {other:?}")),
         }
