@@ -1,11 +1,19 @@
 //! A NATS cluster with its MQTT listener, for tests: `mod nats;`.
 //!
-//! `NatsCluster::start(n)` runs `n` `nats-server` processes on 127.0.0.1,
-//! routed to each other, each with JetStream (MQTT in NATS needs it) in a
-//! fresh temporary directory and an MQTT listener. It returns once every
-//! node accepts an MQTT CONNECT, the cluster has a JetStream meta leader and
-//! a QoS 1 message crosses from the first node to the last. Dropping the
-//! cluster kills every node and removes the directory.
+//! `NatsCluster::start(n)` runs `n` `nats-server` processes on 127.0.0.1
+//! (free ports picked by binding port 0), each from a config file in a fresh
+//! temporary directory: client port, `http` monitoring port, `cluster` with
+//! routes to the others, `jetstream` with its store in that directory and
+//! an `mqtt` listener (MQTT in NATS needs JetStream and a `server_name`),
+//! the MQTT streams replicated on up to 3 nodes. It returns once the routes
+//! have settled (each node routed once to every other, a JetStream meta
+//! leader known), every node accepts an MQTT CONNECT and a QoS 1 message
+//! crosses from the last node to the first: within [`READY_TIMEOUT`], or it
+//! panics with the nodes' logs. `kill(i)` (SIGKILL) and `restart(i)` (same
+//! ports and store) act on one node; dropping the cluster kills every node
+//! and removes the directory (nodes also die with the test process).
+//!
+//! [`Mqtt`] is a small MQTT 3.1.1 client (rumqttc) for such tests.
 //!
 //! `nats-server` must be installed (`apt-get install -y nats-server`): a test
 //! using the harness fails, it does not skip, when it is missing.
@@ -128,7 +136,7 @@ impl Node {
     fn log_tail(&self) -> String {
         let log = fs::read_to_string(self.log_path()).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(400)..].join("\n")
+        lines[lines.len().saturating_sub(120)..].join("\n")
     }
 }
 
