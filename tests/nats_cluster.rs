@@ -8,6 +8,9 @@
 //! facts the sidecar's escaping relies on are in
 //! `what_nats_does_with_unescaped_levels`; that every thingID and name
 //! round-trips with the escaping is in `every_character_class_round_trips`.
+//! Persistent sessions survive a reconnection to another node, and the
+//! death (SIGKILL) of their node: `a_persistent_session_gets_what_was_published_while_away`,
+//! `a_subscriber_of_a_killed_node_resumes_on_another`.
 //!
 //! Needs `nats-server` (`apt-get install -y nats-server`): without it these
 //! tests fail, telling so.
