@@ -16,7 +16,25 @@
 //!
 //! `{thing}`, `{event}`, `{property}`, `{action}` and `{invocation}` are one
 //! topic level each, escaped by [`escape`] so that any thingID URI or name is
-//! safe and the mapping is reversible.
+//! safe and the mapping is reversible:
+//!
+//! | character                                   | escaped as       | why |
+//! |---------------------------------------------|------------------|-----|
+//! | `/`                                         | `%2F`            | MQTT level separator |
+//! | `+`                                         | `%2B`            | MQTT wildcard |
+//! | `#`                                         | `%23`            | MQTT wildcard |
+//! | `%`                                         | `%25`            | the escape character |
+//! | `$` as the first character                  | `%24`            | MQTT reserves `$` topics for the broker |
+//! | ASCII control characters (NUL, tab, LF, ...) | `%00`...`%1F`, `%7F` | NUL is forbidden in MQTT strings; in NATS, tab, CR and LF break cluster routes, form feed subscriptions |
+//! | space                                       | `%20`            | NATS (2.9) refuses topics with spaces |
+//! | `.`                                         | `%2E`            | NATS (2.9) refuses topics with dots (its subject separator) |
+//! | `@`                                         | `%40`            | NATS (2.9) loses or misaddresses QoS 1 messages with `@` that cross a cluster route |
+//! | `*` as the whole level                      | `%2A`            | a NATS wildcard (a subscription would match every level) |
+//! | `>` as the whole level                      | `%3E`            | a NATS wildcard |
+//!
+//! Everything else, `:` and non-ASCII characters included, stays as it is,
+//! so `urn:uuid:...` IDs remain readable. The NATS rules are established
+//! against a real NATS cluster in `tests/nats_cluster.rs`.
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -42,15 +60,28 @@ pub fn fits(topic: &str) -> bool {
 }
 
 /// Characters with a meaning in MQTT topics, `%` itself (the escape
-/// character) and NUL (forbidden in MQTT strings).
+/// character), ASCII control characters (NUL is forbidden in MQTT strings)
+/// and what NATS, as a clustered MQTT broker, cannot carry (see the module
+/// documentation).
 fn needs_escape(c: char, first: bool) -> bool {
-    matches!(c, '/' | '+' | '#' | '%' | '\0') || (first && c == '$')
+    matches!(c, '/' | '+' | '#' | '%' | ' ' | '.' | '@')
+        || c.is_ascii_control()
+        || (first && c == '$')
 }
 
-/// Makes one topic level of an arbitrary string: `/`, `+`, `#`, `%`, NUL and a
-/// leading `$` become `%2F`, `%2B`, `%23`, `%25`, `%00`, `%24`. Everything else,
-/// `:` included, stays as it is, so `urn:uuid:...` remains readable.
+/// A whole level that is a NATS wildcard.
+fn is_nats_wildcard(level: &str) -> bool {
+    matches!(level, "*" | ">")
+}
+
+/// Makes one topic level of an arbitrary string: see the module
+/// documentation for the escapes (`/` becomes `%2F`, `.` becomes `%2E`, ...).
+/// Everything else, `:` included, stays as it is, so `urn:uuid:...` remains
+/// readable.
 pub fn escape(s: &str) -> Cow<'_, str> {
+    if is_nats_wildcard(s) {
+        return Cow::Owned(format!("%{:02X}", s.as_bytes()[0]));
+    }
     if !s.chars().enumerate().any(|(i, c)| needs_escape(c, i == 0)) {
         return Cow::Borrowed(s);
     }
@@ -63,6 +94,19 @@ pub fn escape(s: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// The byte written as two upper-case hex digits, as [`escape`] writes them.
+fn hex_byte(code: &str) -> Option<u8> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    };
+    match code.as_bytes() {
+        [hi, lo] => Some(digit(*hi)? << 4 | digit(*lo)?),
+        _ => None,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,6 +127,11 @@ pub fn unescape(level: &str) -> Result<Cow<'_, str>, UnescapeError> {
     {
         return Err(UnescapeError::Unescaped(c.1));
     }
+    if is_nats_wildcard(level) {
+        return Err(UnescapeError::Unescaped(
+            level.chars().next().unwrap_or('*'),
+        ));
+    }
     if !level.contains('%') {
         return Ok(Cow::Borrowed(level));
     }
@@ -91,16 +140,13 @@ pub fn unescape(level: &str) -> Result<Cow<'_, str>, UnescapeError> {
     while let Some(i) = rest.find('%') {
         out.push_str(&rest[..i]);
         let at = level.len() - rest.len() + i;
-        let code = rest.get(i + 1..i + 3).ok_or(UnescapeError::BadEscape(at))?;
-        let c = match code {
-            "2F" => '/',
-            "2B" => '+',
-            "23" => '#',
-            "25" => '%',
-            "00" => '\0',
-            "24" if at == 0 => '$',
-            _ => return Err(UnescapeError::BadEscape(at)),
-        };
+        let c = rest
+            .get(i + 1..i + 3)
+            .and_then(hex_byte)
+            .map(char::from)
+            // `*` and `>` are escaped only as the whole level.
+            .filter(|&c| needs_escape(c, at == 0) || (level.len() == 3 && matches!(c, '*' | '>')))
+            .ok_or(UnescapeError::BadEscape(at))?;
         out.push(c);
         rest = &rest[i + 3..];
     }
@@ -366,11 +412,69 @@ mod tests {
     fn special_characters_are_escaped() {
         assert_eq!(
             escape("https://x.org/a+b#c%d"),
-            "https:%2F%2Fx.org%2Fa%2Bb%23c%25d"
+            "https:%2F%2Fx%2Eorg%2Fa%2Bb%23c%25d"
         );
         assert_eq!(escape("$SYS"), "%24SYS");
         assert_eq!(escape("a$b"), "a$b");
         assert_eq!(escape("nul\0"), "nul%00");
+    }
+
+    #[test]
+    fn what_nats_cannot_carry_is_escaped() {
+        assert_eq!(escape("a b"), "a%20b");
+        assert_eq!(escape("v1.2"), "v1%2E2");
+        assert_eq!(escape("mailto:lamp@example"), "mailto:lamp%40example");
+        assert_eq!(
+            escape("tab\tcr\rlf\nff\x0cdel\x7f"),
+            "tab%09cr%0Dlf%0Aff%0Cdel%7F"
+        );
+        assert_eq!(escape("\x01\x1f"), "%01%1F");
+        // `*` and `>` are NATS wildcards only as a whole level.
+        assert_eq!(escape("*"), "%2A");
+        assert_eq!(escape(">"), "%3E");
+        assert_eq!(escape("a*"), "a*");
+        assert_eq!(escape("**"), "**");
+        assert_eq!(escape("->"), "->");
+        assert_eq!(escape("%2A"), "%252A");
+        // Non-ASCII, `:`, `-`, `_`, `~`, `!`, ... stay as they are.
+        for s in [
+            "über",
+            "😀",
+            "a\u{a0}b",
+            "\u{2028}",
+            "urn:x:a-b_c~d!e(f)g'h,i;j=k&l",
+        ] {
+            assert_eq!(escape(s), s);
+        }
+    }
+
+    #[test]
+    fn ids_without_the_new_characters_map_as_before() {
+        for s in [
+            "urn:uuid:3f1d3a7a-4f97-2e6b-c45f-f3c2e1c84c77",
+            "getWeather",
+            "temp",
+            "c1",
+            "a$b",
+            "",
+        ] {
+            assert!(matches!(escape(s), Cow::Borrowed(_)), "{s:?}");
+        }
+        assert_eq!(escape("lamp+1#main/x"), "lamp%2B1%23main%2Fx");
+    }
+
+    #[test]
+    fn unescape_refuses_what_escape_never_writes() {
+        for bad in [
+            "a b", "a.b", "a@b", "a\tb", "*", ">", "%2a", "%2A*", "*%2A", "a%2A", "%3Ea", "%2e",
+            "%41", "%7E", "%80", "%C3%BC", "%+1", "%-1", "%2", "a%24",
+        ] {
+            assert!(unescape(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(unescape("%2A").unwrap(), "*");
+        assert_eq!(unescape("%3E").unwrap(), ">");
+        assert_eq!(unescape("a%2Eb%20c%40d%09%7F").unwrap(), "a.b c@d\t\x7f");
+        assert_eq!(unescape("**").unwrap(), "**");
     }
 
     #[test]
@@ -400,6 +504,8 @@ mod tests {
         assert_eq!(t.parse("lmos/urn%41/events/e"), None);
         assert_eq!(t.parse("lmos/urn%2/events/e"), None);
         assert_eq!(t.parse("lmos/a$%24/events/e"), None);
+        assert_eq!(t.parse("lmos/example.com/events/e"), None);
+        assert_eq!(t.parse("lmos/*/events/e"), None);
     }
 
     #[test]
@@ -421,13 +527,37 @@ mod tests {
         #[test]
         fn any_string_round_trips(s in any::<String>()) {
             let e = escape(&s);
-            prop_assert!(!e.contains(['/', '+', '#', '\0']));
+            prop_assert!(!e.contains(['/', '+', '#', '\0', ' ', '.', '@']));
+            prop_assert!(!e.contains(|c: char| c.is_ascii_control()));
             prop_assert!(!e.starts_with('$'));
+            prop_assert!(e != "*" && e != ">");
             prop_assert_eq!(unescape(&e).unwrap().into_owned(), s.clone());
         }
 
         #[test]
-        fn uri_like_strings_round_trip(s in "[a-z]{1,6}:[/+#%$a-zA-Z0-9:._~-]{0,40}") {
+        fn nats_special_strings_round_trip(s in "[*>.@ %$/a\t\r\n\x0c\x7f\x01]{0,6}") {
+            let e = escape(&s);
+            prop_assert!(!e.contains(['.', ' ', '@', '\t', '\r', '\n']));
+            prop_assert!(e != "*" && e != ">");
+            prop_assert_eq!(unescape(&e).unwrap().into_owned(), s.clone());
+        }
+
+        #[test]
+        fn nats_special_strings_escape_injectively(a in "[*>%2AE3]{0,4}", b in "[*>%2AE3]{0,4}") {
+            prop_assume!(a != b);
+            prop_assert_ne!(escape(&a), escape(&b));
+        }
+
+        #[test]
+        fn unescape_accepts_only_what_escape_writes(l in "[*>%2AE34.@ a]{0,6}") {
+            // Strictness: a level that unescapes is the escape of what it unescapes to.
+            if let Ok(u) = unescape(&l) {
+                prop_assert_eq!(escape(&u).into_owned(), l.clone());
+            }
+        }
+
+        #[test]
+        fn uri_like_strings_round_trip(s in "[a-z]{1,6}:[/+#%$@ a-zA-Z0-9:._~*>-]{0,40}") {
             let e = escape(&s);
             prop_assert_eq!(unescape(&e).unwrap().into_owned(), s.clone());
         }

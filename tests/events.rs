@@ -229,7 +229,7 @@ async fn thing_ids_with_topic_characters_are_escaped_and_reversible() {
     let (topic, payload, _) = subscriber.recv_json().await;
     assert_eq!(
         topic,
-        "lmos/https:%2F%2Fexample.com%2Fthings%2Flamp%2B1%23main/events/on%2Foff"
+        "lmos/https:%2F%2Fexample%2Ecom%2Fthings%2Flamp%2B1%23main/events/on%2Foff"
     );
     assert_eq!(payload["thingID"], thing);
     let got = consumer.recv().await;
