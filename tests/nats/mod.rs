@@ -144,6 +144,16 @@ impl Node {
 pub struct NatsCluster {
     dir: PathBuf,
     nodes: Vec<Node>,
+    /// Held while the cluster lives: one cluster at a time per test binary.
+    /// Three nodes with JetStream already load two cores; several at once
+    /// made route and consumer set-up time out.
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+fn turns() -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    static TURNS: std::sync::OnceLock<std::sync::Arc<tokio::sync::Mutex<()>>> =
+        std::sync::OnceLock::new();
+    TURNS.get_or_init(Default::default).clone()
 }
 
 static CLUSTERS: AtomicU32 = AtomicU32::new(0);
@@ -166,11 +176,15 @@ impl NatsCluster {
     pub async fn start(n: usize) -> NatsCluster {
         assert!(n >= 1);
         nats_server_binary(); // fail early and clearly when missing
+        let turn = turns().lock_owned().await;
         let mut last_error = String::new();
         for _attempt in 0..3 {
             let mut cluster = NatsCluster::spawn(n);
             match cluster.wait_ready().await {
-                Ok(()) => return cluster,
+                Ok(()) => {
+                    cluster._turn = Some(turn);
+                    return cluster;
+                }
                 Err(e) => last_error = e,
             }
         }
@@ -199,7 +213,11 @@ impl NatsCluster {
                 child: None,
             })
             .collect();
-        let mut cluster = NatsCluster { dir, nodes };
+        let mut cluster = NatsCluster {
+            dir,
+            nodes,
+            _turn: None,
+        };
         for i in 0..n {
             cluster.write_config(i);
         }
