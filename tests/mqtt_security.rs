@@ -244,3 +244,24 @@ async fn a_reply_topic_inside_the_lmos_topics_is_refused() {
     );
     sidecar.stop().await;
 }
+
+/// MQTT limit hits are counted like the WebSocket ones.
+#[tokio::test]
+async fn mqtt_limit_hits_are_counted() {
+    let mut c = test_config();
+    c.mqtt.max_subscriptions = 1;
+    let sidecar = TestSidecar::start_with(c).await;
+    let mut client = sidecar.mqtt("limited").await;
+    let codes = client.subscribe_codes(&["a/1", "a/2"]).await;
+    assert_eq!(
+        codes,
+        vec![
+            SubscribeReasonCode::Success(rumqttc::QoS::AtLeastOnce),
+            SubscribeReasonCode::Failure
+        ]
+    );
+    let text = http(sidecar.http, "GET", "/metrics", None, b"").await.body;
+    let series = r#"lmos_sidecar_limit_hits_total{limit="max_subscriptions",transport="mqtt"} 1"#;
+    assert!(text.contains(series), "{text}");
+    sidecar.stop().await;
+}
