@@ -109,6 +109,12 @@ pub async fn serve(sidecar: &str) -> Result<(), Box<dyn std::error::Error>> {
         "Sec-WebSocket-Protocol",
         HeaderValue::from_static("lmosprotocol"),
     );
+    // A sidecar with `http.authentication = ["bearer"]` wants the agent's
+    // token, as the Kubernetes example sets it.
+    if let Ok(token) = std::env::var("LMOS_TOKEN") {
+        let value = HeaderValue::from_str(&format!("Bearer {token}"))?;
+        request.headers_mut().insert("Authorization", value);
+    }
     let (socket, _) = tokio_tungstenite::connect_async(request).await?;
     let (mut sink, mut stream) = socket.split();
     let (out, mut outgoing) = mpsc::unbounded_channel::<Value>();

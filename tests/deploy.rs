@@ -69,6 +69,21 @@ fn the_kubernetes_example_runs_the_sidecar_as_a_native_sidecar() {
     let config: Config = toml::from_str(toml_text).unwrap();
     config.validate().unwrap();
     assert_eq!(config.http.listen.to_string(), "0.0.0.0:8080");
+    // Listening beyond the pod, it requires credentials, whose variables
+    // the sidecar container gets from the Secret.
+    assert!(config.mqtt.authentication && !config.http.authentication.is_empty());
+    let env = &sidecar["env"];
+    for principal in &config.auth.principals {
+        let var = principal.token_env.as_str();
+        let from_secret = (0..)
+            .map_while(|i| env[i].as_hash().map(|_| &env[i]))
+            .any(|e| {
+                e["name"].as_str() == Some(var)
+                    && e["valueFrom"]["secretKeyRef"]["name"].as_str()
+                        == Some("lmos-sidecar-tokens")
+            });
+        assert!(from_secret, "{var} comes from the Secret");
+    }
 }
 
 #[test]
