@@ -132,6 +132,18 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(b).map_err(|_| self.malformed())
     }
 
+    /// A topic or filter. Control characters, which MQTT says topics
+    /// should not contain (§1.5.3 of 3.1.1 allows closing the connection),
+    /// are refused: a clustered engine such as NATS drops its cluster
+    /// routes over a subscription containing a tab, CR or LF.
+    fn topic(&mut self) -> Result<&'a str, PacketError> {
+        let topic = self.string()?;
+        if topic.chars().any(char::is_control) {
+            return Err(self.malformed());
+        }
+        Ok(topic)
+    }
+
     fn varint(&mut self) -> Result<usize, PacketError> {
         let mut value = 0usize;
         for i in 0..4 {
@@ -192,7 +204,7 @@ pub fn connect(body: &[u8]) -> Result<Connect<'_>, PacketError> {
         if version == Version::V5 {
             r.properties()?;
         }
-        let topic = r.string()?;
+        let topic = r.topic()?;
         let _message = r.binary()?;
         Some(topic)
     } else {
@@ -234,7 +246,7 @@ pub fn publish(first: u8, body: &[u8], version: Version) -> Result<Publish<'_>, 
     if qos == 3 {
         return Err(r.malformed());
     }
-    let topic = r.string()?;
+    let topic = r.topic()?;
     let pkid = if qos > 0 { r.u16()? } else { 0 };
     let alias = match version {
         Version::V4 => None,
@@ -301,7 +313,7 @@ pub fn subscribe(body: &[u8], version: Version) -> Result<Subscribe<'_>, PacketE
     };
     let mut filters = Vec::new();
     while !r.is_empty() {
-        let filter = r.string()?;
+        let filter = r.topic()?;
         let options = r.u8()?;
         filters.push((filter, options));
     }
@@ -603,6 +615,19 @@ mod tests {
             if version == Version::V5 {
                 assert_eq!(s.properties, props);
             }
+        }
+    }
+
+    #[test]
+    fn topics_and_filters_with_control_characters_are_malformed() {
+        assert!(publish(0x30, &[0, 3, b'a', b'\t', b'b', b'x'], Version::V4).is_err());
+        assert!(publish(0x30, &[0, 3, b'a', b'-', b'b', b'x'], Version::V4).is_ok());
+        for filter in ["a\nb", "a\rb", "\u{7f}", "a\u{85}"] {
+            let encoded = encode_subscribe(Version::V4, 1, &[], &[(filter, 1)]);
+            assert!(
+                subscribe(body(&encoded).1, Version::V4).is_err(),
+                "{filter:?}"
+            );
         }
     }
 
