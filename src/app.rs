@@ -42,6 +42,8 @@ pub enum StartError {
     Auth(#[from] AuthError),
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::bridge::ClusterError),
 }
 
 /// A sidecar whose ports are bound and whose broker is accepting
@@ -62,6 +64,8 @@ pub struct Application {
     http_tls: Option<tokio_rustls::TlsAcceptor>,
     /// Closes the MQTT listeners and connections when dropped.
     mqtt_stop: DropGuard,
+    /// The link to an external MQTT cluster, when `cluster.url` is set.
+    bridge: Option<crate::cluster::Bridge>,
 }
 
 impl Application {
@@ -121,6 +125,15 @@ impl Application {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
         };
+        let bridge = match config.cluster.url.as_str() {
+            "" => None,
+            _ => Some(crate::cluster::Bridge::new(
+                &config.cluster,
+                topics.clone(),
+                broker.internal_addr,
+                &thing_id,
+            )?),
+        };
         let directory = directory_service(
             &config,
             broker.bus.clone(),
@@ -154,6 +167,7 @@ impl Application {
             mqtt5_addr: broker.mqtt5_addr,
             mqtt_connections: broker.mqtt_connections,
             mqtt_stop: mqtt_stop.drop_guard(),
+            bridge,
             gateway,
             dispatcher,
             config,
@@ -203,6 +217,13 @@ impl Application {
         // consumers what becomes of their requests.
         let closing = CancellationToken::new();
         let dispatcher = tokio::spawn(self.dispatcher.run(token.clone(), closing.clone()));
+        // The bridge outlives the connections' drain: what they still
+        // publish crosses to the cluster.
+        let bridge_stop = CancellationToken::new();
+        let cluster = self.bridge.as_ref().map(crate::cluster::Bridge::status);
+        let bridge = self
+            .bridge
+            .map(|b| tokio::spawn(b.run(bridge_stop.clone())));
         let state = HttpState {
             gateway: self.gateway,
             connections: connections.clone(),
@@ -211,6 +232,7 @@ impl Application {
             directory: self.directory,
             metrics: self.metrics.clone(),
             mqtt_connections: self.mqtt_connections,
+            cluster,
             auth: HttpAuth {
                 authority: self.authority,
                 schemes: self.config.http.authentication.clone(),
@@ -247,6 +269,10 @@ impl Application {
             );
         }
         dispatcher.abort();
+        bridge_stop.cancel();
+        if let Some(bridge) = bridge {
+            let _ = tokio::time::timeout(Duration::from_secs(2), bridge).await;
+        }
         drop(self.mqtt_stop);
         self.tracing.shutdown().await;
         info!("Sidecar stopped.");

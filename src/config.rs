@@ -29,6 +29,7 @@ pub struct Config {
     pub tracing: TracingConfig,
     pub discovery: DiscoveryConfig,
     pub auth: AuthConfig,
+    pub cluster: ClusterConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -265,6 +266,45 @@ pub struct DiscoveryConfig {
     /// Also check what agents publish over WebSocket (event data, property
     /// values) against their TD; requests are always checked.
     pub validate_agent_data: bool,
+}
+
+/// An external MQTT cluster the sidecar bridges its LMOS topics to, so
+/// consumers on any sidecar reach agents on any other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// `mqtt://host:port` of one node of the cluster. Empty: no cluster.
+    pub url: String,
+    /// The bridge's MQTT client ID in the cluster; its persistent session
+    /// keeps QoS 1 messages for the sidecar while it is away. Empty:
+    /// `lmos-bridge-` + `sidecar.thing_id`.
+    pub client_id: String,
+    pub username: String,
+    /// Environment variable holding the password, if the cluster wants one.
+    pub password_env: String,
+    /// Seconds between MQTT keep-alives with the cluster.
+    pub keep_alive_s: u64,
+    /// Longest wait between reconnection attempts, in ms (the wait doubles
+    /// from 100 ms up to this).
+    pub reconnect_max_ms: u64,
+    /// Messages waiting for the cluster while it is unreachable; beyond
+    /// this the bridge stops reading the embedded broker, whose per-filter
+    /// buffers then take the backlog (see `mqtt.segment_size`).
+    pub buffer: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            url: String::new(),
+            client_id: String::new(),
+            username: String::new(),
+            password_env: String::new(),
+            keep_alive_s: 60,
+            reconnect_max_ms: 10_000,
+            buffer: 10_000,
+        }
+    }
 }
 
 /// Who may connect, and what each principal may do with which Thing.

@@ -11,6 +11,7 @@ pub mod app;
 pub mod auth;
 pub mod broker;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod directory;
 pub mod gateway;

@@ -81,6 +81,9 @@ pub struct EmbeddedBroker {
     pub deliveries: mpsc::Receiver<Delivery>,
     /// MQTT client connections, from rumqttd's meters (every second).
     pub mqtt_connections: Arc<AtomicUsize>,
+    /// rumqttd's own MQTT 3.1.1 listener behind the guard, on loopback, for
+    /// the sidecar's trusted parts (the cluster bridge).
+    pub internal_addr: SocketAddr,
 }
 
 /// Resolves an address by binding it, then frees it for rumqttd. The window
@@ -258,6 +261,7 @@ impl EmbeddedBroker {
             bus: Bus::new(command_tx),
             deliveries,
             mqtt_connections,
+            internal_addr: internal,
         })
     }
 }

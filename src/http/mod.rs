@@ -42,6 +42,8 @@ pub struct HttpState {
     /// MQTT client connections, as the broker reports them.
     pub mqtt_connections: Arc<AtomicUsize>,
     pub auth: auth::HttpAuth,
+    /// The cluster link's state, when there is one.
+    pub cluster: Option<crate::cluster::ClusterStatus>,
 }
 
 pub fn router(state: HttpState) -> Router {
@@ -75,7 +77,16 @@ async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
     }
     match tokio::time::timeout(Duration::from_secs(2), state.gateway.stats()).await {
-        Ok(_) => (StatusCode::OK, "ready\n"),
+        // Local agents and consumers are served without the cluster, so a
+        // lost cluster link is reported, not a reason to take the sidecar
+        // out of service.
+        Ok(_) => match &state.cluster {
+            Some(c) if !c.connected() => (
+                StatusCode::OK,
+                "ready (cluster unreachable: local traffic only)\n",
+            ),
+            _ => (StatusCode::OK, "ready\n"),
+        },
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "gateway not responding\n"),
     }
 }
@@ -87,6 +98,9 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     state
         .metrics
         .set_connections(crate::telemetry::metrics::MQTT, mqtt);
+    if let Some(c) = &state.cluster {
+        state.metrics.set_cluster(c.connected(), c.reconnects());
+    }
     state.metrics.set_gauges(
         stats.connections,
         stats.subscriptions,

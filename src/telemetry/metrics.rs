@@ -45,6 +45,8 @@ struct Inner {
     auth_failures: Family<Labels2, Counter>,
     denied: Family<Labels2, Counter>,
     limits: Family<Labels2, Counter>,
+    cluster_connected: Gauge,
+    cluster_reconnects: Gauge,
 }
 
 #[derive(Clone)]
@@ -79,6 +81,18 @@ impl Metrics {
         let auth_failures = Family::<Labels2, Counter>::default();
         let denied = Family::<Labels2, Counter>::default();
         let limits = Family::<Labels2, Counter>::default();
+        let cluster_connected = Gauge::default();
+        let cluster_reconnects = Gauge::default();
+        registry.register(
+            "cluster_connected",
+            "1 while the bridge to the external MQTT cluster is connected (only with cluster.url)",
+            cluster_connected.clone(),
+        );
+        registry.register(
+            "cluster_reconnects",
+            "Times the bridge reconnected to the cluster",
+            cluster_reconnects.clone(),
+        );
         registry.register(
             "auth_failures",
             "Connections refused for missing or wrong credentials, by transport and reason",
@@ -153,6 +167,8 @@ impl Metrics {
             auth_failures,
             denied,
             limits,
+            cluster_connected,
+            cluster_reconnects,
         }))
     }
 
@@ -234,6 +250,11 @@ impl Metrics {
     pub fn limit_hit(&self, transport: &'static str, limit: &'static str) {
         let labels = [("limit", limit), ("transport", transport)];
         self.0.limits.get_or_create(&labels).inc();
+    }
+
+    pub fn set_cluster(&self, connected: bool, reconnects: u64) {
+        self.0.cluster_connected.set(i64::from(connected));
+        self.0.cluster_reconnects.set(reconnects as i64);
     }
 
     /// The Prometheus text exposition.

@@ -1,0 +1,62 @@
+//! Beyond one machine: the sidecar's embedded broker bridged to an external
+//! MQTT cluster (NATS with its MQTT listener, EMQX, HiveMQ, ...).
+//!
+//! Agents and consumers keep talking to their own sidecar on localhost; the
+//! bridge carries across what other hosts need: events, property readings,
+//! action statuses, TDs, agent presence, and the requests and replies
+//! between a sidecar's request router and an agent on another host.
+//! Consumers' own `requests/` and `replies/` topics stay local: each
+//! request is routed exactly once, by the consumer's own sidecar.
+
+pub mod bridge;
+pub mod echo;
+
+pub use bridge::{Bridge, ClusterStatus};
+
+use crate::topics::Topics;
+
+/// The embedded broker's topics that cross to the cluster and back.
+pub fn bridged_filters(topics: &Topics) -> Vec<String> {
+    let p = topics.prefix();
+    vec![
+        format!("{p}/+/events/+"),
+        format!("{p}/+/properties/+"),
+        format!("{p}/+/actions/+/status/+"),
+        format!("{p}/+/td"),
+        format!("{p}/+/agent/status"),
+        format!("{p}/+/agent/requests/+"),
+        format!("{p}/+/agent/replies"),
+    ]
+}
+
+/// Topics whose last message stays with the broker for late subscribers.
+/// Brokers need not keep the retain flag on live deliveries, so the bridge
+/// decides by the topic, not by the flag it received.
+pub fn is_retained(topics: &Topics, topic: &str) -> bool {
+    use crate::topics::Route;
+    matches!(
+        topics.parse(topic),
+        Some(Route::Property { .. } | Route::AgentStatus { .. })
+    ) || (topic.ends_with("/td") && topic.starts_with(topics.prefix()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumer_requests_and_replies_stay_local() {
+        let t = Topics::new("lmos").unwrap();
+        let filters = bridged_filters(&t);
+        let crosses = |topic: &str| filters.iter().any(|f| rumqttd::protocol::matches(topic, f));
+        assert!(crosses(&t.event("urn:a", "e")));
+        assert!(crosses(&t.agent_request("urn:a", "invokeAction")));
+        assert!(crosses(&t.agent_replies("urn:a")));
+        assert!(crosses(&t.td("urn:a")));
+        assert!(!crosses(&t.request("urn:a", "invokeAction")));
+        assert!(!crosses(&t.reply("urn:a", "c")));
+        assert!(is_retained(&t, &t.property("urn:a", "p")));
+        assert!(is_retained(&t, &t.td("urn:a")));
+        assert!(!is_retained(&t, &t.event("urn:a", "e")));
+    }
+}
