@@ -97,24 +97,7 @@ async fn a_consumer_on_one_sidecar_reads_from_an_mqtt_agent_on_another() {
     let b = bridged(&cluster, 1, "b").await;
     let thing = "urn:cluster:lamp";
 
-    let presence = format!("lmos/{thing}/agent/status");
-    let mut agent = MqttClient::connect_with_will(
-        a.mqtt,
-        "lamp-agent",
-        &presence,
-        json!({"thingID": thing, "status": "offline"}),
-    )
-    .await;
-    agent
-        .subscribe(&format!("lmos/{thing}/agent/requests/+"))
-        .await;
-    agent
-        .publish(
-            &presence,
-            &json!({"thingID": thing, "status": "online"}),
-            true,
-        )
-        .await;
+    let mut agent = mqtt_agent(a.mqtt, "lamp-agent", thing, None).await;
     // B learns of the agent through the bridged, retained presence.
     wait_for_stats(&b, |s| s.hosted_things == 1).await;
 

@@ -61,30 +61,8 @@ async fn refusal(sidecar: &TestSidecar, credentials: Option<(&str, &str)>) -> Co
 /// with a last will saying offline) and serves its requests: all of which
 /// its `host` grant allows.
 async fn agent(sidecar: &TestSidecar) -> MqttClient {
-    let presence = format!("lmos/{THING}/agent/status");
-    let offline = json!({"thingID": THING, "status": "offline"});
-    let mut agent = MqttClient::connect_as(
-        sidecar.mqtt,
-        "agent",
-        "agent",
-        "agent-pw",
-        Some((&presence, offline)),
-    )
-    .await;
-    let codes = agent
-        .subscribe_codes(&[&format!("lmos/{THING}/agent/requests/+")])
-        .await;
-    assert_eq!(
-        codes,
-        vec![SubscribeReasonCode::Success(rumqttc::QoS::AtLeastOnce)]
-    );
-    agent
-        .publish(
-            &presence,
-            &json!({"thingID": THING, "status": "online"}),
-            true,
-        )
-        .await;
+    let credentials = Some(("agent", "agent-pw"));
+    let agent = mqtt_agent(sidecar.mqtt, "agent", THING, credentials).await;
     wait_for_stats(sidecar, |s| s.hosted_things == 1).await;
     agent
 }

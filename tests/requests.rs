@@ -404,27 +404,9 @@ async fn mqtt5_consumer_gets_replies_on_its_response_topic_with_its_correlation_
     sidecar.stop().await;
 }
 
-/// An MQTT agent: announces itself on its presence topic (retained, with a
-/// last will saying offline) and serves its request topic.
+/// An MQTT agent of the Thing, known to the sidecar.
 async fn mqtt_agent(sidecar: &TestSidecar) -> MqttClient {
-    let presence = format!("lmos/{THING}/agent/status");
-    let mut agent = MqttClient::connect_with_will(
-        sidecar.mqtt,
-        "mqtt-agent",
-        &presence,
-        json!({"thingID": THING, "status": "offline"}),
-    )
-    .await;
-    agent
-        .subscribe(&format!("lmos/{THING}/agent/requests/+"))
-        .await;
-    agent
-        .publish(
-            &presence,
-            &json!({"thingID": THING, "status": "online"}),
-            true,
-        )
-        .await;
+    let agent = common::mqtt_agent(sidecar.mqtt, "mqtt-agent", THING, None).await;
     wait_for_stats(sidecar, |s| s.hosted_things == 1).await;
     agent
 }

@@ -401,6 +401,41 @@ impl MqttClient {
     }
 }
 
+/// An MQTT agent of `thing` on the MQTT listener `addr`, as the README's
+/// conventions have it: a last will saying offline on its retained presence
+/// topic, a subscription to its requests (asserted granted), then
+/// "online". `credentials`: a principal's name and password.
+pub async fn mqtt_agent(
+    addr: SocketAddr,
+    client_id: &str,
+    thing: &str,
+    credentials: Option<(&str, &str)>,
+) -> MqttClient {
+    let presence = format!("lmos/{thing}/agent/status");
+    let offline = json!({"thingID": thing, "status": "offline"});
+    let (user, password) = credentials.unwrap_or(("", ""));
+    let mut agent = if credentials.is_some() {
+        MqttClient::connect_as(addr, client_id, user, password, Some((&presence, offline))).await
+    } else {
+        MqttClient::connect_with_will(addr, client_id, &presence, offline).await
+    };
+    let codes = agent
+        .subscribe_codes(&[&format!("lmos/{thing}/agent/requests/+")])
+        .await;
+    assert_eq!(
+        codes,
+        vec![rumqttc::SubscribeReasonCode::Success(QoS::AtLeastOnce)]
+    );
+    agent
+        .publish(
+            &presence,
+            &json!({"thingID": thing, "status": "online"}),
+            true,
+        )
+        .await;
+    agent
+}
+
 /// An LMOS message with fresh IDs; `extra` members are merged in.
 pub fn lmos(thing: &str, message_type: &str, extra: Value) -> Value {
     let mut v = json!({"thingID": thing, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": message_type});
