@@ -49,40 +49,50 @@ fn uri_path(topic: &str) -> String {
 }
 
 impl Endpoints {
-    /// The security scheme names in force for the WebSocket and for MQTT,
-    /// and their definitions.
-    fn security(&self) -> (&'static str, &'static str, Map<String, Value>) {
-        let mut definitions = Map::new();
-        let mut define = |name: &str, v: Value| {
-            definitions.insert(name.to_owned(), v);
-        };
+    /// The security scheme names in force for the WebSocket and for MQTT.
+    fn scheme_names(&self) -> (&'static str, &'static str) {
         let basic = self.http_schemes.contains(&HttpScheme::Basic);
         let bearer = self.http_schemes.contains(&HttpScheme::Bearer);
-        if basic {
-            define(
-                BASIC,
-                json!({"scheme": "basic", "in": "header", "name": "Authorization"}),
-            );
-        }
-        if bearer {
-            define(
-                BEARER,
-                json!({"scheme": "bearer", "in": "header", "name": "Authorization", "format": "opaque"}),
-            );
-        }
         let ws = match (basic, bearer) {
-            (true, true) => {
-                define(
-                    WS_COMBO,
-                    json!({"scheme": "combo", "oneOf": [BASIC, BEARER]}),
-                );
-                WS_COMBO
-            }
+            (true, true) => WS_COMBO,
             (true, false) => BASIC,
             (false, true) => BEARER,
             (false, false) => NOSEC,
         };
         let mqtt = if self.mqtt_password {
+            MQTT_PASSWORD
+        } else {
+            NOSEC
+        };
+        (ws, mqtt)
+    }
+
+    /// The definitions of those schemes (and of the parts of a combo).
+    fn security_definitions(&self) -> Map<String, Value> {
+        let (ws, mqtt) = self.scheme_names();
+        let mut definitions = Map::new();
+        let mut define = |name: &str, v: Value| {
+            definitions.insert(name.to_owned(), v);
+        };
+        if ws == BASIC || ws == WS_COMBO {
+            define(
+                BASIC,
+                json!({"scheme": "basic", "in": "header", "name": "Authorization"}),
+            );
+        }
+        if ws == BEARER || ws == WS_COMBO {
+            define(
+                BEARER,
+                json!({"scheme": "bearer", "in": "header", "name": "Authorization", "format": "opaque"}),
+            );
+        }
+        if ws == WS_COMBO {
+            define(
+                WS_COMBO,
+                json!({"scheme": "combo", "oneOf": [BASIC, BEARER]}),
+            );
+        }
+        if mqtt == MQTT_PASSWORD {
             define(
                 MQTT_PASSWORD,
                 json!({
@@ -91,14 +101,11 @@ impl Endpoints {
                     "description": "MQTT CONNECT username and password (the password may also be one of the principal's bearer tokens)",
                 }),
             );
-            MQTT_PASSWORD
-        } else {
-            NOSEC
-        };
+        }
         if ws == NOSEC || mqtt == NOSEC {
             define(NOSEC, json!({"scheme": "nosec"}));
         }
-        (ws, mqtt, definitions)
+        definitions
     }
 
     fn ws(&self, ops: &[&str]) -> Value {
@@ -107,7 +114,7 @@ impl Endpoints {
             "subprotocol": "lmosprotocol",
             "op": ops,
             "contentType": "application/json",
-            "security": self.security().0,
+            "security": self.scheme_names().0,
         })
     }
 
@@ -120,7 +127,7 @@ impl Endpoints {
             "mqv:topic": topic,
             "mqv:qos": "1",
             "mqv:retain": false,
-            "security": self.security().1,
+            "security": self.scheme_names().1,
         })
     }
 
@@ -132,7 +139,7 @@ impl Endpoints {
             "mqv:controlPacket": "subscribe",
             "mqv:filter": filter,
             "mqv:qos": "1",
-            "security": self.security().1,
+            "security": self.scheme_names().1,
         })
     }
 }
@@ -247,7 +254,8 @@ pub fn rewrite(td: &mut Value, endpoints: &Endpoints) {
 /// become the Thing's default; the agent's own forms for other protocols
 /// keep the security they had.
 fn declare_security(td: &mut Value, endpoints: &Endpoints) {
-    let (ws, _, ours) = endpoints.security();
+    let (ws, _) = endpoints.scheme_names();
+    let ours = endpoints.security_definitions();
     let original = td.get("security").cloned();
     let Some(map) = td.as_object_mut() else {
         return;
