@@ -193,6 +193,10 @@ pub enum Route {
     AgentStatus {
         thing: String,
     },
+    /// The Thing's description, retained.
+    Td {
+        thing: String,
+    },
 }
 
 impl Route {
@@ -205,7 +209,8 @@ impl Route {
             | Route::Reply { thing, .. }
             | Route::AgentRequest { thing, .. }
             | Route::AgentReplies { thing }
-            | Route::AgentStatus { thing } => thing,
+            | Route::AgentStatus { thing }
+            | Route::Td { thing } => thing,
         }
     }
 }
@@ -341,6 +346,11 @@ impl Topics {
         self.join(&["+", AGENT, STATUS])
     }
 
+    /// Every Thing's description.
+    pub fn all_td_filter(&self) -> String {
+        self.join(&["+", TD])
+    }
+
     /// What an agent hosting the Thing subscribes to.
     pub fn agent_requests_filter(&self, thing: &str) -> String {
         self.join(&[&escape(thing), AGENT, REQUESTS, "+"])
@@ -385,6 +395,7 @@ impl Topics {
             }),
             [thing, AGENT, REPLIES] => Some(Route::AgentReplies { thing: un(thing)? }),
             [thing, AGENT, STATUS] => Some(Route::AgentStatus { thing: un(thing)? }),
+            [thing, TD] => Some(Route::Td { thing: un(thing)? }),
             _ => None,
         }
     }

@@ -18,8 +18,10 @@ use super::{bridged_filters, is_retained};
 use crate::config::ClusterConfig;
 use crate::topics::Topics;
 
-/// How long a publication's echo is waited for.
-const ECHO_TTL: Duration = Duration::from_secs(60);
+/// How long a publication's echo is waited for, and how long a unique
+/// message's tombstone swallows retransmitted copies (see `echo`): longer
+/// than a failover takes (NATS stalls a few seconds, plus the backoff).
+const ECHO_TTL: Duration = Duration::from_secs(30);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_PACKET: usize = 16 * 1024 * 1024;
 
@@ -42,7 +44,7 @@ impl ClusterStatus {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    #[error("`cluster.url` must look like mqtt://host:port, not `{0}`")]
+    #[error("`cluster.url` must be mqtt://host:port, or several separated by commas, not `{0}`")]
     Url(String),
     #[error("`cluster.password_env` names {0}, which is not set")]
     Password(String),
@@ -71,10 +73,23 @@ fn flush(client: &AsyncClient, held: &mut VecDeque<Held>) {
     }
 }
 
+/// `mqtt://host:port` (IPv6 hosts in brackets).
+fn parse_url(url: &str) -> Option<(String, u16)> {
+    let rest = url.strip_prefix("mqtt://")?.trim_end_matches('/');
+    let (host, port) = rest.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    (!host.is_empty()).then_some(())?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
 pub struct Bridge {
     topics: Topics,
     local: MqttOptions,
-    remote: MqttOptions,
+    /// One per node named in `cluster.url`, tried in turn.
+    remotes: Vec<MqttOptions>,
     buffer: usize,
     reconnect_max: Duration,
     status: ClusterStatus,
@@ -87,31 +102,27 @@ impl Bridge {
         local: SocketAddr,
         sidecar_id: &str,
     ) -> Result<Bridge, ClusterError> {
-        let rest = config
-            .url
-            .strip_prefix("mqtt://")
-            .ok_or_else(|| ClusterError::Url(config.url.clone()))?;
-        let (host, port) = rest
-            .trim_end_matches('/')
-            .rsplit_once(':')
-            .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-            .ok_or_else(|| ClusterError::Url(config.url.clone()))?;
         let client_id = match config.client_id.as_str() {
             "" => format!("lmos-bridge-{sidecar_id}"),
             id => id.to_owned(),
         };
-        let mut remote = MqttOptions::new(client_id, host, port);
-        // A persistent session: the cluster keeps what arrives for the
-        // sidecar while the link is down.
-        remote.set_clean_session(false);
-        remote.set_keep_alive(Duration::from_secs(config.keep_alive_s.max(5)));
-        remote.set_max_packet_size(MAX_PACKET, MAX_PACKET);
-        if !config.username.is_empty() {
-            let password = match config.password_env.as_str() {
-                "" => String::new(),
-                var => std::env::var(var).map_err(|_| ClusterError::Password(var.to_owned()))?,
-            };
-            remote.set_credentials(config.username.clone(), password);
+        let password = match (config.username.as_str(), config.password_env.as_str()) {
+            ("", _) | (_, "") => String::new(),
+            (_, var) => std::env::var(var).map_err(|_| ClusterError::Password(var.to_owned()))?,
+        };
+        let mut remotes = Vec::new();
+        for url in config.url.split(',').map(str::trim) {
+            let (host, port) = parse_url(url).ok_or_else(|| ClusterError::Url(url.to_owned()))?;
+            let mut remote = MqttOptions::new(client_id.clone(), host, port);
+            // A persistent session: the cluster keeps what arrives for the
+            // sidecar while the link is down, on whichever node it returns to.
+            remote.set_clean_session(false);
+            remote.set_keep_alive(Duration::from_secs(config.keep_alive_s.max(5)));
+            remote.set_max_packet_size(MAX_PACKET, MAX_PACKET);
+            if !config.username.is_empty() {
+                remote.set_credentials(config.username.clone(), password.clone());
+            }
+            remotes.push(remote);
         }
         let local_id = format!("lmos-bridge-local-{}", uuid::Uuid::new_v4().simple());
         let mut local_options = MqttOptions::new(local_id, local.ip().to_string(), local.port());
@@ -120,11 +131,16 @@ impl Bridge {
         Ok(Bridge {
             topics,
             local: local_options,
-            remote,
+            remotes,
             buffer: config.buffer.max(1),
             reconnect_max: Duration::from_millis(config.reconnect_max_ms.max(100)),
             status: ClusterStatus::default(),
         })
+    }
+
+    fn node_name(&self, node: usize) -> String {
+        let (host, port) = self.remotes[node].broker_address();
+        format!("{host}:{port}")
     }
 
     pub fn status(&self) -> ClusterStatus {
@@ -141,7 +157,8 @@ impl Bridge {
                 .collect::<Vec<_>>()
         };
         let (local, mut local_loop) = AsyncClient::new(self.local.clone(), self.buffer);
-        let (remote, mut remote_loop) = AsyncClient::new(self.remote.clone(), self.buffer);
+        let (remote, mut remote_loop) = AsyncClient::new(self.remotes[0].clone(), self.buffer);
+        let mut node = 0;
         // What each side will echo back: messages the bridge published there.
         let mut local_echoes = Echoes::new(ECHO_TTL);
         let mut remote_echoes = Echoes::new(ECHO_TTL);
@@ -164,7 +181,7 @@ impl Bridge {
                             continue;
                         }
                         let retain = is_retained(&self.topics, &p.topic);
-                        remote_echoes.expect(&p.topic, &p.payload, Instant::now());
+                        remote_echoes.expect(&p.topic, &p.payload, !retain, Instant::now());
                         held_for_remote.push_back(Held { topic: p.topic, payload: p.payload, retain });
                     }
                     Ok(_) => {}
@@ -184,9 +201,9 @@ impl Bridge {
                         backoff = FIRST_BACKOFF;
                         if ever_connected {
                             self.status.reconnects.fetch_add(1, Ordering::Relaxed);
-                            info!(session_present = ack.session_present, "Reconnected to the cluster.");
+                            info!(node = %self.node_name(node), session_present = ack.session_present, "Reconnected to the cluster.");
                         } else {
-                            info!("Connected to the cluster.");
+                            info!(node = %self.node_name(node), "Connected to the cluster.");
                         }
                         ever_connected = true;
                         // Even a resumed session is subscribed again: NATS
@@ -200,7 +217,7 @@ impl Bridge {
                             continue;
                         }
                         let retain = is_retained(&self.topics, &p.topic);
-                        local_echoes.expect(&p.topic, &p.payload, Instant::now());
+                        local_echoes.expect(&p.topic, &p.payload, !retain, Instant::now());
                         held_for_local.push_back(Held { topic: p.topic, payload: p.payload, retain });
                     }
                     Ok(_) => {}
@@ -214,7 +231,18 @@ impl Bridge {
                             _ = shutdown.cancelled() => break,
                             _ = tokio::time::sleep(backoff) => {}
                         }
-                        backoff = (backoff * 2).min(self.reconnect_max);
+                        // Unacknowledged QoS 1 messages stay with the event
+                        // loop and go again to whichever node answers next.
+                        if self.remotes.len() > 1 {
+                            node = (node + 1) % self.remotes.len();
+                            remote_loop.mqtt_options = self.remotes[node].clone();
+                            // A round of nodes at the same wait, then longer.
+                            if node == 0 {
+                                backoff = (backoff * 2).min(self.reconnect_max);
+                            }
+                        } else {
+                            backoff = (backoff * 2).min(self.reconnect_max);
+                        }
                     }
                 },
             }
@@ -233,5 +261,35 @@ impl Bridge {
             while remote_loop.poll().await.is_ok() {}
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls_name_one_node_or_several() {
+        assert_eq!(parse_url("mqtt://n1:1883"), Some(("n1".into(), 1883)));
+        assert_eq!(parse_url("mqtt://[::1]:1883/"), Some(("::1".into(), 1883)));
+        assert_eq!(parse_url("tcp://n1:1883"), None);
+        assert_eq!(parse_url("mqtt://n1"), None);
+        assert_eq!(parse_url("mqtt://:1883"), None);
+        let config = |url: &str| ClusterConfig {
+            url: url.into(),
+            ..ClusterConfig::default()
+        };
+        let topics = Topics::new("lmos").unwrap();
+        let local: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let bridge = Bridge::new(
+            &config("mqtt://a:1, mqtt://b:2"),
+            topics.clone(),
+            local,
+            "s",
+        )
+        .expect("two nodes");
+        assert_eq!(bridge.node_name(1), "b:2");
+        let e = Bridge::new(&config("mqtt://a:1,b:2"), topics, local, "s").err();
+        assert!(e.unwrap().to_string().contains("`b:2`"));
     }
 }

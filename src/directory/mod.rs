@@ -8,7 +8,7 @@ pub mod forms;
 mod service;
 pub mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
 
@@ -39,6 +39,10 @@ pub enum Registered {
 #[derive(Debug)]
 pub struct Directory {
     things: BTreeMap<String, Value>,
+    /// Things registered elsewhere, learnt from their retained TD on the
+    /// bus (another sidecar's, through the cluster, or an MQTT agent's).
+    /// A registration here takes precedence over them.
+    remote: HashSet<String>,
     validator: TdValidator,
     endpoints: Endpoints,
 }
@@ -47,6 +51,7 @@ impl Directory {
     pub fn new(endpoints: Endpoints) -> Directory {
         Directory {
             things: BTreeMap::new(),
+            remote: HashSet::new(),
             validator: TdValidator::new(),
             endpoints,
         }
@@ -118,6 +123,7 @@ impl Directory {
     }
 
     fn store(&mut self, id: String, mut td: Value) -> (Registered, Value) {
+        self.remote.remove(&id);
         forms::rewrite(&mut td, &self.endpoints);
         let registered = match self.things.insert(id, td.clone()) {
             Some(_) => Registered::Updated,
@@ -130,7 +136,44 @@ impl Directory {
         self.things.get(id)
     }
 
+    /// A TD published retained on `{prefix}/{id}/td` by someone else; an
+    /// empty payload withdraws it. Registrations made here win, and are not
+    /// changed: the bus echoes them back. Returns whether anything changed.
+    pub fn learn(&mut self, id: &str, text: &[u8]) -> Result<bool, DirectoryError> {
+        let local = self.things.contains_key(id) && !self.remote.contains(id);
+        if local {
+            return Ok(false);
+        }
+        if text.is_empty() {
+            let known = self.remote.remove(id);
+            if known {
+                self.things.remove(id);
+            }
+            return Ok(known);
+        }
+        let td = self.validator.parse(text)?;
+        match td["id"].as_str() {
+            Some(found) if found == id => {}
+            found => {
+                return Err(DirectoryError::IdMismatch {
+                    expected: id.to_owned(),
+                    found: found.unwrap_or_default().to_owned(),
+                })
+            }
+        }
+        self.store(id.to_owned(), td);
+        self.remote.insert(id.to_owned());
+        Ok(true)
+    }
+
+    /// Whether the Thing's TD was learnt from the bus rather than
+    /// registered here.
+    pub fn is_remote(&self, id: &str) -> bool {
+        self.remote.contains(id)
+    }
+
     pub fn delete(&mut self, id: &str) -> Result<(), DirectoryError> {
+        self.remote.remove(id);
         self.things
             .remove(id)
             .map(|_| ())
@@ -197,6 +240,45 @@ mod tests {
             d.put(Some("urn:other"), WEATHER.as_bytes()),
             Err(DirectoryError::IdMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn tds_from_the_bus_are_learnt_rewritten_and_withdrawn_but_never_override_ours() {
+        const ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
+        let mut elsewhere: Value = serde_json::from_str(WEATHER).unwrap();
+        forms::rewrite(
+            &mut elsewhere,
+            &Endpoints {
+                websocket: "ws://other:8080/lmos".into(),
+                mqtt: "mqtt://other:1883".into(),
+                topics: Topics::new("lmos").unwrap(),
+                http_schemes: Vec::new(),
+                mqtt_password: false,
+            },
+        );
+        let text = elsewhere.to_string();
+        let mut d = directory();
+        assert!(d.learn(ID, text.as_bytes()).unwrap());
+        assert!(d.is_remote(ID));
+        let served = d.get(ID).unwrap().to_string();
+        assert!(
+            served.contains("ws://h:8080/lmos") && !served.contains("other:"),
+            "{served}"
+        );
+        assert!(matches!(
+            d.learn("urn:other", text.as_bytes()),
+            Err(DirectoryError::IdMismatch { .. })
+        ));
+        assert!(d.learn(ID, b"{").is_err());
+        assert!(d.learn(ID, b"").unwrap(), "withdrawn");
+        assert!(d.get(ID).is_none());
+
+        // Registered here: the bus's copy (its own echo, or a rival's) is ignored.
+        d.put(None, WEATHER.as_bytes()).unwrap();
+        assert!(!d.is_remote(ID));
+        assert!(!d.learn(ID, text.as_bytes()).unwrap());
+        assert!(!d.learn(ID, b"").unwrap());
+        assert!(d.get(ID).is_some());
     }
 
     #[test]

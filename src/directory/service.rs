@@ -97,6 +97,22 @@ impl DirectoryService {
         Ok(id)
     }
 
+    /// A TD seen on the bus, registered elsewhere (see [`Directory::learn`]).
+    /// Not announced again: whoever published it did.
+    pub fn learn(&self, id: &str, payload: &[u8]) {
+        let result = self.directory().learn(id, payload);
+        match result {
+            Ok(true) if payload.is_empty() => {
+                info!(thing = %id, change = "withdrawn", "Directory changed.")
+            }
+            Ok(true) => info!(thing = %id, change = "learnt", "Directory changed."),
+            Ok(false) => {}
+            Err(e) => {
+                warn!(thing = %id, error = %e, "Ignored a Thing Description published on the bus.")
+            }
+        }
+    }
+
     /// Publishes a change: the retained TD (or its removal) and an event.
     pub async fn announce(&self, id: &str, td: Option<&Value>, registered: Registered) {
         let retained = td.map(Value::to_string).unwrap_or_default();

@@ -289,6 +289,7 @@ where
                 _ => Vec::new(),
             };
             let command = Command::AgentMessage {
+                conn: self.id,
                 thing,
                 message: Box::new(message),
                 fallback,

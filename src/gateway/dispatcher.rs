@@ -57,6 +57,8 @@ pub enum Command {
     /// A hosting agent's message that may answer a request; published as
     /// `fallback` when it does not.
     AgentMessage {
+        /// The agent's connection.
+        conn: ConnId,
         thing: String,
         message: Box<Message>,
         fallback: Vec<Publication>,
@@ -96,6 +98,8 @@ pub struct GatewayStats {
     /// Requests and invocations remembered, finished ones included.
     pub remembered_requests: usize,
     pub hosted_things: usize,
+    /// Requests other sidecars routed to agents here, not yet fully answered.
+    pub remote_requests: usize,
 }
 
 pub struct Dispatcher {
@@ -263,12 +267,24 @@ impl Dispatcher {
                 self.carry_out(effects).await;
             }
             Command::AgentMessage {
+                conn,
                 thing,
                 message,
                 fallback,
             } => {
                 if self.requests.answers(&thing, &message) {
                     self.agent_reply(&thing, &message).await;
+                } else if self.requests.answers_remote(&thing, conn, &message) {
+                    // For the router on another sidecar that asked: verbatim,
+                    // as an MQTT agent would answer.
+                    let mut publication = Publication::new(
+                        self.topics.agent_replies(&thing),
+                        message.to_json(),
+                        false,
+                    );
+                    trace_publication(&self.tracer, &message, &mut publication);
+                    self.count_sent(metrics::MQTT, &message.to_json());
+                    self.publish(publication).await;
                 } else {
                     for mut publication in fallback {
                         trace_publication(&self.tracer, &message, &mut publication);
@@ -284,6 +300,7 @@ impl Dispatcher {
                     pending_requests: self.requests.pending_count(),
                     remembered_requests: self.requests.remembered_count(),
                     hosted_things: self.requests.hosted_count(),
+                    remote_requests: self.requests.remote_count(),
                 });
             }
         }
@@ -352,6 +369,7 @@ impl Dispatcher {
                         self.count_sent(metrics::MQTT, text);
                     }
                 }
+                Effect::Subscribe(_) | Effect::Unsubscribe(_) => {}
             }
             match effect {
                 Effect::ToConsumer(Consumer::WebSocket(conn), text)
@@ -368,6 +386,16 @@ impl Dispatcher {
                     self.publish(publication).await;
                 }
                 Effect::Publish(publication) => self.publish(publication).await,
+                Effect::Subscribe(filter) => {
+                    if self.bus.subscribe(filter).await.is_err() {
+                        warn!("The message bus closed; subscriptions can no longer change.");
+                    }
+                }
+                Effect::Unsubscribe(filter) => {
+                    if self.bus.unsubscribe(filter).await.is_err() {
+                        warn!("The message bus closed; subscriptions can no longer change.");
+                    }
+                }
             }
         }
     }
@@ -436,7 +464,9 @@ impl Dispatcher {
                 let effects = self.requests.mqtt_presence(&thing, &delivery.payload);
                 self.carry_out(effects).await;
             }
-            Route::ActionStatus { .. } | Route::Reply { .. } | Route::AgentRequest { .. } => {}
+            Route::AgentRequest { thing, .. } => self.remote_request(&thing, delivery),
+            Route::Td { thing } => self.directory.learn(&thing, &delivery.payload),
+            Route::ActionStatus { .. } | Route::Reply { .. } => {}
         }
     }
 
@@ -628,6 +658,50 @@ impl Dispatcher {
         self.trace_request(&mut message);
         let effects = self.requests.request(consumer, message);
         self.carry_out(effects).await;
+    }
+
+    /// A request another sidecar routed to a Thing whose agent is connected
+    /// here over WebSocket (requests for MQTT agents are theirs to take).
+    /// The routing sidecar checked it and keeps its timers; this one hands
+    /// it on and remembers where the answers go.
+    fn remote_request(&mut self, thing: &str, delivery: Delivery) {
+        let Ok(mut message) = Message::parse(&delivery.payload) else {
+            debug!("Dropped an unreadable request routed by another sidecar.");
+            return;
+        };
+        if message.thing_id != thing {
+            debug!("Dropped a request routed by another sidecar to the wrong Thing.");
+            return;
+        }
+        let Some(agent) = self.requests.remote_request(thing, &message) else {
+            return;
+        };
+        self.metrics
+            .received(metrics::MQTT, message.message_type().as_str());
+        if message.traceparent.is_none() {
+            if let Some(t) = delivery.trace {
+                message.traceparent = Some(t.traceparent);
+                message.tracestate = t.tracestate;
+            }
+        }
+        if self.tracer.is_on() {
+            let destination = self
+                .topics
+                .agent_request(thing, message.message_type().as_str());
+            let incoming = incoming_trace(&message);
+            if let Some(ctx) = self.tracer.hop(
+                Operation::Process,
+                &destination,
+                incoming.as_ref(),
+                &message_info(&message),
+                None,
+            ) {
+                message.traceparent = Some(ctx.traceparent);
+            }
+        }
+        let text = message.to_json();
+        self.count_sent(metrics::WEBSOCKET, &text);
+        self.send(agent, text);
     }
 
     /// What the Thing's registered TD has against a request; nothing when

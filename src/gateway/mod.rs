@@ -7,6 +7,7 @@
 
 mod connection;
 mod dispatcher;
+mod foreign;
 mod inbound;
 mod outbound;
 mod requests;
@@ -151,12 +152,13 @@ impl Gateway {
     }
 
     /// The bus filters the gateway needs from the start: consumers'
-    /// requests, agents' replies and agents' presence, for every Thing.
+    /// requests, agents' replies, agents' presence and TDs, for every Thing.
     pub fn bus_filters(topics: &Topics) -> Vec<String> {
         vec![
             topics.all_requests_filter(),
             topics.all_agent_replies_filter(),
             topics.all_agent_status_filter(),
+            topics.all_td_filter(),
         ]
     }
 

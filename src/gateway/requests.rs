@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tokio_util::time::delay_queue::{self, DelayQueue};
 use uuid::Uuid;
 
+use super::foreign::ForeignRoutes;
 use super::subscriptions::ConnId;
 use crate::broker::Publication;
 use crate::lmos::splice::{json_string, Prepared};
@@ -60,6 +61,10 @@ pub enum Effect {
     /// A request for an agent connected over WebSocket.
     ToAgent(ConnId, String),
     Publish(Publication),
+    /// The gateway's bus subscription changes: it takes the requests other
+    /// sidecars route to a Thing hosted here, while it is.
+    Subscribe(String),
+    Unsubscribe(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +121,8 @@ pub struct Requests {
     finished: VecDeque<String>,
     timers: DelayQueue<Timer>,
     timer_keys: HashMap<Timer, delay_queue::Key>,
+    /// Requests other sidecars routed to agents connected here.
+    foreign: ForeignRoutes,
     metrics: Metrics,
 }
 
@@ -134,7 +141,7 @@ impl std::fmt::Display for ClaimError {
     }
 }
 
-fn is_terminal(status: &str) -> bool {
+pub(super) fn is_terminal(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled" | "canceled")
 }
 
@@ -151,6 +158,7 @@ impl Requests {
             finished: VecDeque::new(),
             timers: DelayQueue::new(),
             timer_keys: HashMap::new(),
+            foreign: ForeignRoutes::default(),
             metrics: Metrics::default(),
         }
     }
@@ -187,6 +195,9 @@ impl Requests {
         let mut effects = Vec::new();
         for t in things {
             self.hosts.insert(t.clone(), Host::WebSocket(conn));
+            // Subscribed before the presence goes out, so no router that
+            // learns of the agent from it routes a request into the void.
+            effects.push(Effect::Subscribe(self.topics.agent_requests_filter(t)));
             effects.push(self.presence(t, true));
         }
         Ok(effects)
@@ -434,6 +445,33 @@ impl Requests {
         let forwarded = message.with_correlation_id(route.clone()).to_json();
         self.arm(Timer::Cancel(route));
         vec![self.to_host(host, &thing, "cancelAction", forwarded)]
+    }
+
+    // ----- requests routed by other sidecars -----
+
+    /// A request another sidecar's router published for a Thing; the
+    /// WebSocket agent to hand it to when that agent is connected here.
+    /// Requests this sidecar routed itself went to the agent directly.
+    pub fn remote_request(&mut self, thing: &str, message: &Message) -> Option<ConnId> {
+        let Some(Host::WebSocket(agent)) = self.hosts.get(thing).copied() else {
+            return None;
+        };
+        let own = message
+            .correlation_id
+            .as_ref()
+            .is_some_and(|route| self.routes.contains_key(route));
+        (!own && self.foreign.admit(thing, agent, message)).then_some(agent)
+    }
+
+    /// Whether an agent's message answers a request another sidecar routed
+    /// to it (see [`Requests::remote_request`]); it then belongs on the
+    /// Thing's agent replies topic, for that sidecar.
+    pub fn answers_remote(&mut self, thing: &str, agent: ConnId, message: &Message) -> bool {
+        self.foreign.answer(thing, agent, message)
+    }
+
+    pub fn remote_count(&self) -> usize {
+        self.foreign.len()
     }
 
     // ----- replies -----
@@ -700,8 +738,14 @@ impl Requests {
             .filter(|(_, h)| **h == Host::WebSocket(conn))
             .map(|(t, _)| t.clone())
             .collect();
+        if !hosted.is_empty() {
+            self.foreign.agent_gone(conn);
+        }
         for thing in hosted {
             self.hosts.remove(&thing);
+            effects.push(Effect::Unsubscribe(
+                self.topics.agent_requests_filter(&thing),
+            ));
             effects.push(self.presence(&thing, false));
             effects.extend(self.host_gone(&thing));
         }
