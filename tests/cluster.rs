@@ -8,14 +8,26 @@ use std::time::Duration;
 
 use common::*;
 use nats::NatsCluster;
-use serde_json::json;
+use serde_json::{json, Value};
 
-async fn bridged(cluster: &NatsCluster, node: usize, name: &str) -> TestSidecar {
+fn bridged_config(cluster: &NatsCluster, nodes: &[usize], name: &str) -> lmos_sidecar::Config {
     let mut c = test_config();
     c.sidecar.thing_id = format!("urn:lmos:sidecar-{name}");
-    c.cluster.url = format!("mqtt://{}", cluster.mqtt_addr(node));
+    c.cluster.url = nodes
+        .iter()
+        .map(|&n| format!("mqtt://{}", cluster.mqtt_addr(n)))
+        .collect::<Vec<_>>()
+        .join(",");
     c.cluster.keep_alive_s = 60;
-    let sidecar = TestSidecar::start_with(c).await;
+    c
+}
+
+async fn bridged(cluster: &NatsCluster, node: usize, name: &str) -> TestSidecar {
+    linked(TestSidecar::start_with(bridged_config(cluster, &[node], name)).await).await
+}
+
+/// Once the sidecar's bridge has subscribed in the cluster.
+async fn linked(sidecar: TestSidecar) -> TestSidecar {
     // Subscribing in NATS takes a JetStream consumer per filter: seconds.
     let linked = async {
         loop {
@@ -117,6 +129,260 @@ async fn a_consumer_on_one_sidecar_reads_from_an_mqtt_agent_on_another() {
         (Some(true), Some("r1")),
         "{answer}"
     );
+    a.stop().await;
+    b.stop().await;
+}
+
+const WEATHER: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
+
+/// The WeatherAgent's TD with a writable property `units` added.
+fn weather_td() -> Value {
+    let mut td: Value =
+        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+    td["properties"]["units"] =
+        json!({"type": "string", "forms": [{"href": "https://weatherai.example.com/units"}]});
+    td
+}
+
+/// The next message of the consumer that is not an event or reading of
+/// the warm-up.
+async fn next_for(ws: &mut WsClient, correlation: &str) -> Value {
+    loop {
+        let m = ws.recv().await;
+        if m["correlationID"] == correlation {
+            return m;
+        }
+        assert!(
+            m["correlationID"] == "warm" || m["correlationID"] == "obs",
+            "unexpected while waiting for {correlation}: {m}"
+        );
+    }
+}
+
+/// A request as the agent receives it: from the consumer's sidecar, under
+/// a route of that sidecar's making.
+async fn request_for_agent(agent: &mut WsClient, message_type: &str) -> Value {
+    let request = agent.recv().await;
+    assert_eq!(request["messageType"], message_type, "{request}");
+    assert!(request["correlationID"].is_string(), "{request}");
+    request
+}
+
+async fn answer(agent: &mut WsClient, request: &Value, message_type: &str, extra: Value) {
+    let mut reply = lmos(WEATHER, message_type, extra);
+    reply["correlationID"] = request["correlationID"].clone();
+    agent.send(reply).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_agent_on_one_sidecar_serves_consumers_of_another_in_every_pattern() {
+    let cluster = NatsCluster::start(3).await;
+    let a = bridged(&cluster, 0, "a").await;
+    let b = bridged(&cluster, 1, "b").await;
+
+    // The agent connects to A and registers its TD there.
+    let mut agent = a.ws_agent(WEATHER).await;
+    agent.send(weather_td()).await;
+
+    // Discovery: B's directory has it, with B's own forms.
+    wait_for_td(&b, WEATHER).await;
+    let td = http(b.http, "GET", &format!("/things/{WEATHER}"), None, b"")
+        .await
+        .json();
+    let forms = td["actions"]["getWeather"]["forms"].to_string();
+    let b_ws = format!("ws://{}/lmos", b.http);
+    assert!(forms.contains(&b_ws), "B's forms: {forms}");
+    assert!(!forms.contains(&a.http.to_string()), "A's forms: {forms}");
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+
+    let mut consumer = b.ws().await;
+    for m in [
+        json!({"thingID": WEATHER, "messageID": "warm", "messageType": "subscribeEvent", "event": "userFeedbackReceived"}),
+        json!({"thingID": WEATHER, "messageID": "obs", "messageType": "observeProperty", "name": "units"}),
+    ] {
+        consumer.send(m).await;
+    }
+    consumer.barrier().await;
+    let mut mqtt = b.mqtt("b-mqtt-consumer").await;
+    mqtt.subscribe(&format!("lmos/{WEATHER}/events/+")).await;
+    mqtt.subscribe(&format!("lmos/{WEATHER}/actions/getWeather/status/+"))
+        .await;
+    mqtt.subscribe(&format!("lmos/{WEATHER}/replies/+")).await;
+
+    // Events, once the bridges' subscriptions are live in the cluster.
+    let feedback = |n: i64| {
+        lmos(
+            WEATHER,
+            "event",
+            json!({"event": "userFeedbackReceived", "data": n, "timestamp": "2025-01-20T19:00:00Z"}),
+        )
+    };
+    loop {
+        agent.send(feedback(-1)).await;
+        if let Ok(e) = tokio::time::timeout(Duration::from_millis(500), consumer.recv()).await {
+            assert_eq!(e["data"], -1);
+            break;
+        }
+    }
+    for n in 0..20 {
+        agent.send(feedback(n)).await;
+    }
+    let mut seen = Vec::new();
+    while seen.len() < 20 {
+        let e = consumer.recv().await;
+        assert_eq!(e["correlationID"], "warm", "{e}");
+        if e["data"] != -1 {
+            seen.push(e["data"].as_i64().unwrap());
+        }
+    }
+    assert_eq!(seen, (0..20).collect::<Vec<_>>(), "once each, in order");
+    let mut over_mqtt = Vec::new();
+    while over_mqtt.len() < 20 {
+        let (_, e, _) = mqtt.recv_json().await;
+        if e["data"] != -1 {
+            over_mqtt.push(e["data"].as_i64().unwrap());
+        }
+    }
+    assert_eq!(over_mqtt, (0..20).collect::<Vec<_>>());
+
+    // Observation: the agent's reading reaches B's observer.
+    agent.send(reading(WEATHER, "units", json!("metric"))).await;
+    let observed = next_for(&mut consumer, "obs").await;
+    assert_eq!(observed["value"], "metric", "{observed}");
+
+    // readProperty from B's WebSocket consumer.
+    consumer
+        .send(json!({"thingID": WEATHER, "messageID": "r1", "messageType": "readProperty", "name": "units"}))
+        .await;
+    let request = request_for_agent(&mut agent, "readProperty").await;
+    assert_ne!(request["correlationID"], "r1", "routed under B's route");
+    answer(
+        &mut agent,
+        &request,
+        "propertyReading",
+        json!({"name": "units", "value": "metric", "timestamp": "2025-01-20T19:00:01Z"}),
+    )
+    .await;
+    let read = next_for(&mut consumer, "r1").await;
+    assert_eq!(
+        (read["messageType"].as_str(), read["value"].as_str()),
+        (Some("propertyReading"), Some("metric")),
+        "{read}"
+    );
+
+    // writeProperty from B's MQTT consumer; B checks it against the TD it learnt.
+    mqtt.publish(
+        &format!("lmos/{WEATHER}/requests/writeProperty"),
+        &json!({"thingID": WEATHER, "messageID": "w1", "messageType": "writeProperty", "name": "modelConfiguration", "data": {}}),
+        false,
+    )
+    .await;
+    let (topic, refused, _) = mqtt.recv_json().await;
+    assert_eq!(topic, format!("lmos/{WEATHER}/replies/w1"));
+    assert_eq!(
+        refused["detail"], "The property `modelConfiguration` is read-only.",
+        "{refused}"
+    );
+    mqtt.publish(
+        &format!("lmos/{WEATHER}/requests/writeProperty"),
+        &json!({"thingID": WEATHER, "messageID": "w2", "messageType": "writeProperty", "name": "units", "data": "imperial"}),
+        false,
+    )
+    .await;
+    let request = request_for_agent(&mut agent, "writeProperty").await;
+    assert_eq!(request["data"], "imperial");
+    answer(
+        &mut agent,
+        &request,
+        "propertyReading",
+        json!({"name": "units", "value": "imperial", "timestamp": "2025-01-20T19:00:02Z"}),
+    )
+    .await;
+    let (topic, written, _) = mqtt.recv_json().await;
+    assert_eq!(topic, format!("lmos/{WEATHER}/replies/w2"));
+    assert_eq!(
+        (written["correlationID"].as_str(), written["value"].as_str()),
+        (Some("w2"), Some("imperial")),
+        "{written}"
+    );
+    let observed = next_for(&mut consumer, "obs").await;
+    assert_eq!(
+        observed["value"], "imperial",
+        "observers see what was written"
+    );
+
+    // invokeAction with its actionStatus stream, then queryAction.
+    let question = json!({"question": "What is the weather in Oslo?", "interactionMode": "text"});
+    consumer
+        .send(json!({"thingID": WEATHER, "messageID": "i1", "messageType": "invokeAction", "action": "getWeather", "input": question}))
+        .await;
+    let request = request_for_agent(&mut agent, "invokeAction").await;
+    for status in ["running", "completed"] {
+        answer(
+            &mut agent,
+            &request,
+            "actionStatus",
+            json!({"action": "getWeather", "status": status, "output": status}),
+        )
+        .await;
+    }
+    for status in ["running", "completed"] {
+        let s = next_for(&mut consumer, "i1").await;
+        assert_eq!(
+            (s["messageType"].as_str(), s["status"].as_str()),
+            (Some("actionStatus"), Some(status)),
+            "{s}"
+        );
+        let (topic, over_mqtt, _) = mqtt.recv_json().await;
+        assert_eq!(
+            topic,
+            format!("lmos/{WEATHER}/actions/getWeather/status/i1")
+        );
+        assert_eq!(over_mqtt["status"], status);
+    }
+    consumer
+        .send(json!({"thingID": WEATHER, "messageID": "q1", "messageType": "queryAction", "action": "getWeather", "correlationID": "i1"}))
+        .await;
+    assert_eq!(next_for(&mut consumer, "i1").await["status"], "completed");
+
+    // cancelAction reaches the agent under the invocation's route.
+    consumer
+        .send(json!({"thingID": WEATHER, "messageID": "i2", "messageType": "invokeAction", "action": "getWeather", "input": question}))
+        .await;
+    let invocation = request_for_agent(&mut agent, "invokeAction").await;
+    consumer
+        .send(json!({"thingID": WEATHER, "messageID": "c2", "messageType": "cancelAction", "action": "getWeather", "correlationID": "i2"}))
+        .await;
+    let cancel = request_for_agent(&mut agent, "cancelAction").await;
+    assert_eq!(cancel["correlationID"], invocation["correlationID"]);
+    answer(
+        &mut agent,
+        &invocation,
+        "actionStatus",
+        json!({"action": "getWeather", "status": "cancelled"}),
+    )
+    .await;
+    assert_eq!(next_for(&mut consumer, "i2").await["status"], "cancelled");
+    let (_, cancelled, _) = mqtt.recv_json().await;
+    assert_eq!(cancelled["status"], "cancelled");
+
+    // A's gateway forgot every route it answered for B.
+    wait_for_stats(&a, |s| s.remote_requests == 0).await;
+
+    // The agent vanishes mid-invocation: B's consumer hears it failed.
+    consumer
+        .send(json!({"thingID": WEATHER, "messageID": "i3", "messageType": "invokeAction", "action": "getWeather", "input": question}))
+        .await;
+    request_for_agent(&mut agent, "invokeAction").await;
+    wait_for_stats(&a, |s| s.remote_requests == 1).await;
+    drop(agent);
+    let failed = next_for(&mut consumer, "i3").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    wait_for_stats(&b, |s| s.hosted_things == 0).await;
+    wait_for_stats(&a, |s| s.remote_requests == 0).await;
+
+    // Nothing came twice or looped back.
+    consumer.assert_nothing_pending().await;
     a.stop().await;
     b.stop().await;
 }

@@ -5,13 +5,10 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
+use common::otlp::{grpc_collector, hex, Exports};
 use common::{lmos, TestSidecar, WsClient, WAIT};
 use lmos_sidecar::config::OtlpProtocol;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -24,34 +21,6 @@ use tokio::sync::mpsc;
 const THING: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const PARENT: &str = "b7ad6b7169203331";
-
-struct Collector(mpsc::UnboundedSender<ExportTraceServiceRequest>);
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let _ = self.0.send(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-async fn grpc_collector() -> (
-    SocketAddr,
-    mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
-) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Collector(tx)))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
-    (addr, rx)
-}
 
 async fn http_collector() -> (
     SocketAddr,
@@ -120,28 +89,13 @@ async fn invoke(agent: &mut WsClient, consumer: &mut WsClient) {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Everything received until the exporter has been quiet for a moment.
-async fn received(
-    rx: &mut mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
-) -> (Vec<Span>, Vec<String>) {
-    let mut spans = Vec::new();
-    let mut services = Vec::new();
-    while let Ok(Some(request)) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await
-    {
-        for rs in request.resource_spans {
-            for kv in rs.resource.iter().flat_map(|r| r.attributes.iter()) {
-                if kv.key == "service.name" {
-                    services.push(format!("{:?}", kv.value));
-                }
-            }
-            spans.extend(rs.scope_spans.into_iter().flat_map(|s| s.spans));
-        }
-    }
-    (spans, services)
+async fn received(rx: &mut Exports) -> (Vec<Span>, Vec<String>) {
+    common::otlp::received(rx)
+        .await
+        .into_iter()
+        .map(|e| (e.span, e.service))
+        .unzip()
 }
 
 fn assert_one_trace(spans: &[Span], services: &[String]) {
@@ -179,11 +133,7 @@ fn assert_one_trace(spans: &[Span], services: &[String]) {
 
 /// The round trip against a running collector, then shutdown (which
 /// flushes the batch), then what the collector got.
-async fn export_and_check(
-    addr: SocketAddr,
-    protocol: OtlpProtocol,
-    mut rx: mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
-) {
+async fn export_and_check(addr: SocketAddr, protocol: OtlpProtocol, mut rx: Exports) {
     let sidecar = sidecar_exporting_to(format!("http://{addr}"), protocol).await;
     invoke_round_trip(&sidecar).await;
     tokio::time::timeout(WAIT, sidecar.stop())

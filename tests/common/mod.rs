@@ -2,6 +2,8 @@
 //! clients, and bounded waits (every wait fails the test after `WAIT`).
 #![allow(dead_code)]
 
+pub mod otlp;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
