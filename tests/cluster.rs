@@ -386,3 +386,247 @@ async fn a_websocket_agent_on_one_sidecar_serves_consumers_of_another_in_every_p
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_from_a_consumer_of_one_sidecar_to_an_agent_behind_another_is_one_trace() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let cluster = NatsCluster::start(3).await;
+    let (collector, mut exports) = common::otlp::grpc_collector().await;
+    let traced = |name: &str, node: usize| {
+        let mut c = bridged_config(&cluster, &[node], name);
+        c.tracing.endpoint = format!("http://{collector}");
+        c.tracing.service_name = format!("sidecar-{name}");
+        c
+    };
+    let a = linked(TestSidecar::start_with(traced("a", 0)).await).await;
+    let b = linked(TestSidecar::start_with(traced("b", 1)).await).await;
+    let mut agent = a.ws_agent(WEATHER).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+
+    let mut consumer = b.ws().await;
+    consumer
+        .send(
+            json!({"thingID": WEATHER, "messageID": "t1", "messageType": "invokeAction",
+            "action": "getWeather", "traceparent": format!("00-{TRACE}-{PARENT}-01")}),
+        )
+        .await;
+    let request = request_for_agent(&mut agent, "invokeAction").await;
+    let agent_parent = request["traceparent"].as_str().expect("traced").to_owned();
+    // The agent continues the trace it was handed, as the draft asks.
+    let mut done = lmos(
+        WEATHER,
+        "actionStatus",
+        json!({"action": "getWeather", "status": "completed"}),
+    );
+    done["correlationID"] = request["correlationID"].clone();
+    done["traceparent"] = agent_parent.clone().into();
+    agent.send(done).await;
+    let completed = consumer.recv().await;
+    assert_eq!(completed["correlationID"], "t1", "{completed}");
+    let consumer_sees = completed["traceparent"].as_str().unwrap_or_default();
+    assert!(consumer_sees.contains(TRACE), "{completed}");
+
+    drop(agent);
+    drop(consumer);
+    a.stop().await;
+    b.stop().await;
+    let spans = common::otlp::received(&mut exports).await;
+    let hex = common::otlp::hex;
+    let find = |service: &str, name: String| {
+        spans
+            .iter()
+            .find(|e| e.service == service && e.span.name == name)
+            .map(|e| &e.span)
+            .unwrap_or_else(|| {
+                let got: Vec<_> = spans.iter().map(|e| (&e.service, &e.span.name)).collect();
+                panic!("no span `{name}` from {service} among {got:?}")
+            })
+    };
+    let sent = find(
+        "sidecar-b",
+        format!("publish lmos/{WEATHER}/agent/requests/invokeAction"),
+    );
+    let taken = find(
+        "sidecar-a",
+        format!("process lmos/{WEATHER}/agent/requests/invokeAction"),
+    );
+    let answered = find("sidecar-a", format!("publish lmos/{WEATHER}/agent/replies"));
+    let returned = find("sidecar-b", format!("process lmos/{WEATHER}/agent/replies"));
+    for span in [sent, taken, answered, returned] {
+        assert_eq!(hex(&span.trace_id), TRACE, "one trace: {}", span.name);
+    }
+    assert_eq!(
+        hex(&sent.parent_span_id),
+        PARENT,
+        "B continues the consumer's trace"
+    );
+    assert_eq!(
+        taken.parent_span_id, sent.span_id,
+        "A continues B's request span"
+    );
+    assert!(
+        agent_parent.contains(&hex(&taken.span_id)),
+        "the agent is handed A's span"
+    );
+    assert_eq!(
+        answered.parent_span_id, taken.span_id,
+        "the agent's answer, under its request"
+    );
+    assert_eq!(
+        returned.parent_span_id, answered.span_id,
+        "B continues A's reply span"
+    );
+    assert!(
+        consumer_sees.contains(&hex(&returned.span_id)),
+        "{consumer_sees}"
+    );
+}
+
+/// How often each number came, per consumer.
+struct Ticks {
+    ws: Vec<u32>,
+    mqtt: Vec<u32>,
+}
+
+/// Counts what a WebSocket consumer and an MQTT subscriber get until both
+/// have every number below `until`, or `within` has passed.
+async fn collect_ticks(
+    ws: &mut WsClient,
+    mqtt: &mut MqttClient,
+    ticks: &mut Ticks,
+    until: usize,
+    within: Duration,
+) {
+    use futures_util::StreamExt;
+    let n = ticks.ws.len() as i64;
+    let complete = |v: &[u32]| v[..until].iter().all(|&c| c > 0);
+    let deadline = tokio::time::Instant::now() + within;
+    while !(complete(&ticks.ws) && complete(&ticks.mqtt)) {
+        tokio::select! {
+            frame = ws.stream.next() => {
+                let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) = frame else {
+                    continue;
+                };
+                let e: Value = serde_json::from_str(&t).unwrap();
+                if let Some(i) = e["data"].as_i64().filter(|i| (0..n).contains(i)) {
+                    ticks.ws[i as usize] += 1;
+                }
+            }
+            p = mqtt.publishes.recv() => {
+                let e: Value = serde_json::from_slice(&p.expect("client alive").payload).unwrap();
+                if let Some(i) = e["data"].as_i64().filter(|i| (0..n).contains(i)) {
+                    ticks.mqtt[i as usize] += 1;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+}
+
+fn missing(counts: &[u32]) -> Vec<usize> {
+    counts
+        .iter()
+        .enumerate()
+        .filter(|(_, &c)| c == 0)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_node_a_sidecar_uses_loses_no_qos1_message() {
+    const N: i64 = 600;
+    let mut cluster = NatsCluster::start(3).await;
+    let a = bridged(&cluster, 0, "a").await;
+    // B knows two nodes: when its own dies, it resumes its session on the other.
+    let b = linked(TestSidecar::start_with(bridged_config(&cluster, &[1, 2], "b")).await).await;
+    let thing = "urn:cluster:ticker";
+
+    let mut ws = b.ws().await;
+    ws.send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
+        .await;
+    ws.barrier().await;
+    let mut mqtt = b.mqtt("b-ticks").await;
+    mqtt.subscribe(&format!("lmos/{thing}/events/tick")).await;
+    let mut agent = a.mqtt("a-ticker").await;
+    loop {
+        agent.publish_event(thing, "tick", json!(-1)).await;
+        if let Ok(e) = tokio::time::timeout(Duration::from_millis(500), ws.recv()).await {
+            assert_eq!(e["data"], -1);
+            break;
+        }
+    }
+
+    // QoS 1 events at about 100/s; a third of the way through, B's node dies.
+    let publisher = tokio::spawn(async move {
+        for n in 0..N {
+            agent.publish_event(thing, "tick", json!(n)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        agent
+    });
+    let mut ticks = Ticks {
+        ws: vec![0; N as usize],
+        mqtt: vec![0; N as usize],
+    };
+    let third = N as usize / 3;
+    collect_ticks(
+        &mut ws,
+        &mut mqtt,
+        &mut ticks,
+        third,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        missing(&ticks.ws[..third]).is_empty() && missing(&ticks.mqtt[..third]).is_empty(),
+        "lost before the kill: {:?} {:?}",
+        missing(&ticks.ws[..third]),
+        missing(&ticks.mqtt[..third])
+    );
+    cluster.kill(1);
+    collect_ticks(
+        &mut ws,
+        &mut mqtt,
+        &mut ticks,
+        N as usize,
+        Duration::from_secs(90),
+    )
+    .await;
+    let _agent = publisher.await.unwrap();
+    let duplicates = |v: &[u32]| v.iter().map(|&c| c.saturating_sub(1)).sum::<u32>();
+    eprintln!(
+        "After the kill: duplicates over WebSocket {}, over MQTT {}.",
+        duplicates(&ticks.ws),
+        duplicates(&ticks.mqtt)
+    );
+    assert_eq!(
+        missing(&ticks.ws),
+        Vec::<usize>::new(),
+        "lost over WebSocket"
+    );
+    assert_eq!(missing(&ticks.mqtt), Vec::<usize>::new(), "lost over MQTT");
+
+    // B saw the loss and came back, on the other node.
+    let metrics = http(b.http, "GET", "/metrics", None, b"").await.body;
+    assert!(
+        metrics.contains("lmos_sidecar_cluster_connected 1"),
+        "{metrics}"
+    );
+    let reconnects = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("lmos_sidecar_cluster_reconnects_total "))
+        .or_else(|| {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("lmos_sidecar_cluster_reconnects "))
+        })
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(reconnects.is_some_and(|r| r >= 1.0), "{metrics}");
+    assert_eq!(
+        http(b.http, "GET", "/readyz", None, b"").await.body,
+        "ready\n"
+    );
+    a.stop().await;
+    b.stop().await;
+}

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS, SubscribeFilter};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use super::echo::Echoes;
 use super::{bridged_filters, is_retained};
@@ -149,6 +149,11 @@ impl Bridge {
 
     /// Carries messages both ways until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
+        let span = tracing::info_span!("cluster_bridge", client_id = %self.remotes[0].client_id());
+        self.carry(shutdown).instrument(span).await
+    }
+
+    async fn carry(self, shutdown: CancellationToken) {
         let filters = bridged_filters(&self.topics);
         let subscriptions = || {
             filters
