@@ -10,6 +10,7 @@
 
 pub mod bridge;
 pub mod echo;
+mod link;
 
 pub use bridge::{Bridge, ClusterStatus};
 

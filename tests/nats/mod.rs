@@ -236,7 +236,7 @@ impl NatsCluster {
              port: {client}\n\
              http: \"127.0.0.1:{http}\"\n\
              jetstream {{\n  store_dir: \"{store}\"\n}}\n\
-             mqtt {{\n  host: 127.0.0.1\n  port: {mqtt}\n  stream_replicas: {replicas}\n}}\n",
+             mqtt {{\n  host: 127.0.0.1\n  port: {mqtt}\n  stream_replicas: {replicas}\n  ack_wait: \"5s\"\n}}\n",
             name = node.name,
             client = node.client_port,
             http = node.http_port,
@@ -244,7 +244,9 @@ impl NatsCluster {
             mqtt = node.mqtt_port,
             // Unset, NATS derives the MQTT streams' replicas from the number
             // of routes in the node's own configuration (here n - 1), and
-            // R2 streams stall for good when a node dies.
+            // R2 streams stall for good when a node dies. A QoS 1 delivery
+            // NATS did not complete waits `ack_wait` (30 s by default) for
+            // its redelivery; 5 s keeps the tests' waits short.
             replicas = self.nodes.len().min(3),
         );
         if self.nodes.len() > 1 {
@@ -298,6 +300,57 @@ impl NatsCluster {
     /// A JSON document of node `i`'s monitoring port, e.g. `/jsz?consumers=true`.
     pub fn monitor(&self, i: usize, path: &str) -> Option<serde_json::Value> {
         json(self.nodes[i].http_port, path)
+    }
+
+    /// The server name of the node leading `stream`, as node `i` sees it.
+    pub fn stream_leader(&self, i: usize, stream: &str) -> Option<String> {
+        let v = self.monitor(i, "/jsz?accounts=true&streams=true")?;
+        v["account_details"]
+            .as_array()?
+            .iter()
+            .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+            .find(|s| s["name"] == stream)
+            .and_then(|s| s["cluster"]["leader"].as_str().map(str::to_owned))
+    }
+
+    /// Asks `stream`'s leader to hand over to another node (a JetStream API
+    /// request over the NATS protocol, to node `via`).
+    pub fn step_down(&self, via: usize, stream: &str) {
+        let Ok(mut conn) = TcpStream::connect(self.client_addr(via)) else {
+            return;
+        };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut info = [0u8; 4096];
+        let _ = conn.read(&mut info);
+        let request = format!(
+            "CONNECT {{\"verbose\":false}}\r\nPUB $JS.API.STREAM.LEADER.STEPDOWN.{stream} 0\r\n\r\nPING\r\n"
+        );
+        let _ = conn.write_all(request.as_bytes());
+        let _ = conn.read(&mut info);
+    }
+
+    /// Moves the leaders of `streams` off node `avoid` (asking node `via`),
+    /// within [`READY_TIMEOUT`]; whether it succeeded.
+    pub async fn lead_elsewhere(&self, via: usize, avoid: usize, streams: &[&str]) -> bool {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            let mut clear = true;
+            for stream in streams {
+                match self.stream_leader(via, stream) {
+                    Some(leader) if leader == self.name(avoid) => {
+                        clear = false;
+                        self.step_down(via, stream);
+                    }
+                    Some(_) => {}
+                    None => clear = false,
+                }
+            }
+            if clear {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        false
     }
 
     /// The server name of node `i` (`n0`, `n1`, ...).
