@@ -1006,8 +1006,9 @@ fn mqtt_streams(cluster: &NatsCluster) -> Vec<String> {
         .filter(|s| s["name"].as_str().is_some_and(|n| n.starts_with("$MQTT")))
         .map(|s| {
             format!(
-                "NATS stream {}: {} messages, {:.1} MiB at the end (retention {}, storage {}, replicas {})",
+                "NATS stream {}: leader {}, {} messages, {:.1} MiB (retention {}, storage {}, replicas {})",
                 s["name"].as_str().unwrap_or("?"),
+                s["cluster"]["leader"].as_str().unwrap_or("?"),
                 s["state"]["messages"],
                 s["state"]["bytes"].as_f64().unwrap_or(0.0) / (1024.0 * 1024.0),
                 s["config"]["retention"],
@@ -1163,6 +1164,11 @@ async fn bench() -> Result<bool> {
         "not set (TCP defaults)"
     };
     println!("the bench's clients: TCP_NODELAY {nodelay}");
+    // Where the streams' leaders sit matters: every QoS 1 message is
+    // stored in `$MQTT_msgs` through its leader.
+    for line in mqtt_streams(&cluster) {
+        println!("{line}");
+    }
     println!();
     print_header();
 
@@ -1249,8 +1255,9 @@ async fn bench() -> Result<bool> {
         print_ratios(&rows);
     }
 
+    println!("at the end:");
     for line in mqtt_streams(&cluster) {
-        println!("{line}");
+        println!("  {line}");
     }
     agent.abort();
     let stopping = Instant::now();
