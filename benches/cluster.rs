@@ -694,6 +694,9 @@ struct AgentSeen {
     requests: u64,
     repeated: u64,
     ids: HashSet<String>,
+    /// The `input.n` of the measured invocations it got (the warm-up ones
+    /// carry `input.warm`); cleared at the start of each pass.
+    inputs: HashSet<u64>,
 }
 
 /// Serves `invokeAction`s: `running`, then `completed` with the input as
@@ -716,6 +719,9 @@ fn serve(
                 let id = v["messageID"].as_str().unwrap_or_default().to_owned();
                 if !seen.ids.insert(id) {
                     seen.repeated += 1;
+                }
+                if let Some(n) = v["input"]["n"].as_u64() {
+                    seen.inputs.insert(n);
                 }
             }
             for status in ["running", "completed"] {
@@ -786,8 +792,8 @@ async fn nodelay_agent(
     Ok((client, rx))
 }
 
-fn invoke(correlation: &str, n: u64) -> Value {
-    json!({"thingID": AGENT_THING, "messageType": "invokeAction", "action": "echo", "input": {"n": n}, "correlationID": correlation})
+fn invoke(correlation: &str, input: Value) -> Value {
+    json!({"thingID": AGENT_THING, "messageType": "invokeAction", "action": "echo", "input": input, "correlationID": correlation})
 }
 
 /// Invokes until WARM_INVOCATIONS have completed (retrying while the
@@ -803,7 +809,7 @@ async fn warm_invocations(ws: &mut Ws) -> Result<f64> {
         }
         k += 1;
         let correlation = format!("warm-{k}");
-        ws_send(ws, invoke(&correlation, k)).await?;
+        ws_send(ws, invoke(&correlation, json!({ "warm": k }))).await?;
         let answered = timeout(SETUP + SETUP, async {
             while let Some(frame) = ws.next().await {
                 let Message::Text(text) = frame? else {
@@ -845,7 +851,8 @@ async fn invocation_path(
     let mut ws = ws_connect(&sidecar.ws_url()).await?;
     let warm = warm_invocations(&mut ws).await?;
     let agent_before = {
-        let seen = agent.lock().unwrap();
+        let mut seen = agent.lock().unwrap();
+        seen.inputs.clear();
         (seen.requests, seen.repeated)
     };
     // Per invocation: when it was sent, and 0 (waiting), 1 (running) or
@@ -855,25 +862,31 @@ async fn invocation_path(
     let (mut next, mut outstanding, mut completed, mut failed, mut dups) = (0, 0, 0u64, 0u64, 0);
     let mut latencies = Vec::with_capacity(n);
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    // Failed invocations: index, state before, the answer.
+    let mut unanswered: Vec<(usize, u8, String)> = Vec::new();
     let (start_ns, mut last_ns) = (now_ns(), now_ns());
     let deadline = Deadline::now() + DRAIN + Duration::from_secs(n as u64 / 100);
     let ending = loop {
         while outstanding < k && next < n {
             sent[next] = now_ns();
-            ws_send(&mut ws, invoke(&format!("inv-{next}"), next as u64)).await?;
+            let input = json!({ "n": next });
+            ws_send(&mut ws, invoke(&format!("inv-{next}"), input)).await?;
             next += 1;
             outstanding += 1;
         }
         if outstanding == 0 {
             break "complete".to_owned();
         }
-        let frame = match timeout_at(deadline.min(Deadline::now() + STALL), ws.next()).await {
+        // A request that the agent's answer never followed is failed by the
+        // sidecar after `requests.timeout_ms`; wait beyond that.
+        let stall = STALL.max(Duration::from_millis(test_config().requests.timeout_ms) + SETUP / 2);
+        let frame = match timeout_at(deadline.min(Deadline::now() + stall), ws.next()).await {
             Ok(Some(Ok(Message::Text(text)))) => text,
             Ok(Some(Ok(Message::Close(f)))) => break format!("closed by the sidecar: {f:?}"),
             Ok(Some(Ok(_))) => continue,
             Ok(Some(Err(e))) => break format!("error: {e}"),
             Ok(None) => break "connection ended".into(),
-            Err(_) => break format!("stalled: nothing for {STALL:?} or past the deadline"),
+            Err(_) => break format!("stalled: nothing for {stall:?} or past the deadline"),
         };
         let now = now_ns();
         let v: Value = serde_json::from_str(&frame).unwrap_or_default();
@@ -896,6 +909,7 @@ async fn invocation_path(
             _ if state[i] == 2 => dups += 1,
             _ => {
                 // An error, or a status other than completed: it failed.
+                unanswered.push((i, state[i], v.to_string()));
                 state[i] = 2;
                 failed += 1;
                 outstanding -= 1;
@@ -929,6 +943,35 @@ async fn invocation_path(
     }
     for (what, count) in &errors {
         notes.push(format!("{count}x answered {what}"));
+    }
+    // What became of the invocations that did not complete, and whether
+    // their request reached the agent.
+    let pending = (0..next)
+        .filter(|&i| state[i] < 2)
+        .map(|i| (i, state[i], String::new()));
+    let troubled: Vec<_> = unanswered.into_iter().chain(pending).collect();
+    {
+        let seen = agent.lock().unwrap();
+        for (i, before, answer) in troubled.iter().take(5) {
+            let got = if seen.inputs.contains(&(*i as u64)) {
+                "got"
+            } else {
+                "never got"
+            };
+            let running = if *before == 1 {
+                "`running` arrived"
+            } else {
+                "no `running`"
+            };
+            let answer = if answer.is_empty() {
+                "no answer".into()
+            } else {
+                format!("then {answer}")
+            };
+            notes.push(format!(
+                "inv-{i}: the agent {got} the request; {running}, {answer}"
+            ));
+        }
     }
     let ok = lost == 0;
     if !ok {
