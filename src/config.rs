@@ -273,7 +273,8 @@ pub struct DiscoveryConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// `mqtt://host:port` of one node of the cluster. Empty: no cluster.
+    /// `mqtt://host:port` of a node of the cluster, or several separated by
+    /// commas (tried in turn). Empty: no cluster.
     pub url: String,
     /// The bridge's MQTT client ID in the cluster; its persistent session
     /// keeps QoS 1 messages for the sidecar while it is away. Empty:
