@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use std::os::fd::{AsRawFd, RawFd};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -163,15 +164,23 @@ async fn farewell<W: AsyncWrite + Unpin>(writer: &mut W, last: &[u8]) {
 
 pub(super) struct Connection<S> {
     client: S,
+    /// The client's TCP socket under `client` (which may be TLS).
+    socket: RawFd,
     shared: Arc<Shared>,
     /// When a complete CONNECT must have arrived.
     deadline: Instant,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
-    pub(super) fn new(client: S, shared: Arc<Shared>, deadline: Instant) -> Connection<S> {
+    pub(super) fn new(
+        client: S,
+        socket: RawFd,
+        shared: Arc<Shared>,
+        deadline: Instant,
+    ) -> Connection<S> {
         Connection {
             client,
+            socket,
             shared,
             deadline,
         }
@@ -180,6 +189,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     pub(super) async fn run(self) {
         let Connection {
             client,
+            socket,
             shared,
             deadline,
         } = self;
@@ -296,7 +306,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             outbox,
         };
         let end = {
-            let inbound_pump = inspector.pump(&mut client_rx, &mut up_tx, &mut inbound);
+            let inbound_pump = inspector.pump(&mut client_rx, socket, &mut up_tx, &mut inbound);
             let relayed = AtomicU64::new(0);
             let outbound_pump = relay(version, &mut up_rx, &mut client_tx, from_guard, &relayed);
             tokio::pin!(inbound_pump, outbound_pump);
@@ -361,6 +371,7 @@ impl Inspector<'_> {
     async fn pump<R: AsyncRead + Unpin>(
         &mut self,
         client: &mut R,
+        socket: RawFd,
         upstream: &mut OwnedWriteHalf,
         buf: &mut BytesMut,
     ) -> End {
@@ -380,7 +391,7 @@ impl Inspector<'_> {
             grow(buf);
             match client.read_buf(buf).await {
                 Ok(0) => return End::ClientClosed,
-                Ok(_) => {}
+                Ok(_) => quick_ack(socket),
                 Err(e) => {
                     debug!(error = %e, "MQTT client connection failed.");
                     return End::ClientFailed;
@@ -604,6 +615,31 @@ impl Inspector<'_> {
     }
 }
 
+/// Acknowledges what was just read at once instead of after the kernel's
+/// delayed-ACK timer. A peer that leaves Nagle on (rumqttd on the sockets
+/// it accepts; many MQTT clients) holds each small packet it writes while
+/// another is unacknowledged until that ACK comes: about 40 ms on Linux per
+/// request/response hop. Linux clears the flag as it goes, hence once per
+/// read.
+fn quick_ack(socket: RawFd) {
+    #[cfg(target_os = "linux")]
+    {
+        let on: libc::c_int = 1;
+        // SAFETY: a valid socket and a c_int option of the right size.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_QUICKACK,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+}
+
 /// The broker-to-client direction: relays whole packets, rewrites the
 /// SUBACKs of SUBSCRIBEs the guard changed, and slips the guard's own
 /// packets in between the broker's.
@@ -635,7 +671,7 @@ async fn relay<W: AsyncWrite + Unpin>(
             read = upstream.read_buf(&mut buf) => {
                 match read {
                     Ok(0) | Err(_) => return End::BrokerClosed,
-                    Ok(_) => {}
+                    Ok(_) => quick_ack(upstream.as_ref().as_raw_fd()),
                 }
                 // A SUBACK's plan is queued before its SUBSCRIBE is sent, so
                 // it is in the channel by the time the SUBACK is read.

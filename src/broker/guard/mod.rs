@@ -218,8 +218,13 @@ impl Guard {
         let deadline = tokio::time::Instant::now() + self.shared.limits.handshake_timeout;
         // Acks are small and latency-bound; Nagle would hold them back.
         let _ = stream.set_nodelay(true);
+        let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
         match &self.tls {
-            None => Connection::new(stream, self.shared, deadline).run().await,
+            None => {
+                Connection::new(stream, socket, self.shared, deadline)
+                    .run()
+                    .await
+            }
             Some(acceptor) => {
                 let shutdown = self.shared.shutdown.clone();
                 let handshake = tokio::select! {
@@ -227,7 +232,11 @@ impl Guard {
                     r = tokio::time::timeout_at(deadline, acceptor.accept(stream)) => r,
                 };
                 match handshake {
-                    Ok(Ok(tls)) => Connection::new(tls, self.shared, deadline).run().await,
+                    Ok(Ok(tls)) => {
+                        Connection::new(tls, socket, self.shared, deadline)
+                            .run()
+                            .await
+                    }
                     Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed."),
                     Err(_) => connection::handshake_timed_out(&self.shared),
                 }
