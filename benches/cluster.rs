@@ -89,20 +89,21 @@ mod common;
 #[path = "../tests/nats/mod.rs"]
 mod nats;
 
+mod support;
+
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use bytes::Bytes;
 use common::{http, mqtt_agent, test_config, TestSidecar};
-use futures_util::{SinkExt, Stream, StreamExt};
+use futures_util::StreamExt;
 use nats::NatsCluster;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use serde_json::{json, Value};
+use support::{env_or, now_ns, receive, secs, ws_send, Feed, Ws, BASE};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, timeout_at, Instant as Deadline};
@@ -128,23 +129,8 @@ const SETTLE: Duration = Duration::from_secs(120);
 const WARM_EVERY: Duration = Duration::from_millis(250);
 const WARM_INVOCATIONS: usize = 10;
 
-static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
-
 /// CLUSTER_NODELAY=1: the bench's own clients set TCP_NODELAY.
 static NODELAY: LazyLock<bool> = LazyLock::new(|| env_or("CLUSTER_NODELAY", 0) != 0);
-
-fn now_ns() -> u64 {
-    BASE.elapsed().as_nanos() as u64
-}
-
-/// Seconds between two `now_ns` readings (at least a nanosecond).
-fn secs(from_ns: u64, to_ns: u64) -> f64 {
-    to_ns.saturating_sub(from_ns).max(1) as f64 / 1e9
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).map_or(default, |v| v.parse().expect(name))
-}
 
 // ----- figures -----
 
@@ -231,103 +217,6 @@ fn print_ratios(rows: &[Row]) {
 }
 
 // ----- event consumers -----
-
-/// What one consumer received.
-#[derive(Default)]
-struct Tally {
-    seen: Vec<bool>,
-    unique: u64,
-    dups: u64,
-    other: u64,
-    latencies: Vec<u64>,
-    last_ns: u64,
-    ending: String,
-}
-
-impl Tally {
-    fn record(&mut self, payload: &[u8]) {
-        let now = now_ns();
-        let v: Value = serde_json::from_slice(payload).unwrap_or_default();
-        let data = &v["data"];
-        if !data["warm"].is_null() {
-            return;
-        }
-        let (seq, sent) = (data["seq"].as_u64(), data["sent"].as_u64());
-        match (seq.and_then(|s| self.seen.get_mut(s as usize)), sent) {
-            (Some(seen), _) if *seen => self.dups += 1,
-            (Some(seen), Some(sent)) => {
-                *seen = true;
-                self.unique += 1;
-                self.latencies.push(now.saturating_sub(sent));
-                self.last_ns = now;
-            }
-            _ => self.other += 1,
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.unique == self.seen.len() as u64
-    }
-
-    /// The first few runs of sequence numbers it did not get.
-    fn gaps(&self) -> String {
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for (s, _) in self.seen.iter().enumerate().filter(|(_, seen)| !**seen) {
-            match runs.last_mut() {
-                Some((_, end)) if *end + 1 == s => *end = s,
-                _ => runs.push((s, s)),
-            }
-        }
-        let shown: Vec<String> = runs
-            .iter()
-            .take(8)
-            .map(|&(a, b)| {
-                if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a}-{b}")
-                }
-            })
-            .collect();
-        let more = if runs.len() > 8 { ", …" } else { "" };
-        format!("{}{more}", shown.join(", "))
-    }
-}
-
-/// A consumer's messages: a payload, something else (`None`), or the end.
-type Feed = Pin<Box<dyn Stream<Item = Result<Option<Bytes>, String>> + Send>>;
-
-/// Reads `feed` until all `m` events arrived, it ends, STALL passes without
-/// news, or `deadline` passes.
-async fn receive(m: usize, deadline: Deadline, mut feed: Feed) -> Tally {
-    let mut t = Tally {
-        seen: vec![false; m],
-        ..Tally::default()
-    };
-    t.ending = loop {
-        if t.done() {
-            break "complete".into();
-        }
-        match timeout_at(deadline.min(Deadline::now() + STALL), feed.next()).await {
-            Ok(Some(Ok(Some(payload)))) => t.record(&payload),
-            Ok(Some(Ok(None))) => {}
-            Ok(Some(Err(ending))) => break ending,
-            Ok(None) => break "connection ended".into(),
-            Err(_) => break format!("stalled: nothing for {STALL:?} or past the deadline"),
-        }
-    };
-    t
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn ws_send(ws: &mut Ws, mut message: Value) -> Result<()> {
-    if message["messageID"].is_null() {
-        message["messageID"] = uuid::Uuid::new_v4().to_string().into();
-    }
-    Ok(ws.send(Message::Text(message.to_string().into())).await?)
-}
 
 async fn ws_connect(url: &str) -> Result<Ws> {
     let mut request = url.into_client_request()?;
@@ -591,7 +480,7 @@ async fn event_path(
     let start_ns = now_ns();
     let readers: Vec<_> = feeds
         .into_iter()
-        .map(|feed| tokio::spawn(receive(m, deadline, feed)))
+        .map(|feed| tokio::spawn(receive(m, deadline, STALL, feed)))
         .collect();
     let mut notes = vec![format!(
         "warm-up: the first event reached every consumer after {warm:.2} s"

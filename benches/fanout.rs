@@ -32,17 +32,17 @@
 //! (by the sidecar or the OpenTelemetry SDK; its broker's are muted) are
 //! printed under the row.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use bytes::Bytes;
-use futures_util::{SinkExt, Stream, StreamExt};
+use futures_util::StreamExt;
 use lmos_sidecar::config::OtlpProtocol;
 use lmos_sidecar::{Application, Config};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -53,8 +53,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use serde_json::{json, Value};
+use support::{env_or, now_ns, receive, secs, ws_send, Feed, BASE};
 use tokio::sync::oneshot;
-use tokio::time::{timeout, timeout_at, Instant as Deadline};
+use tokio::time::{timeout, Instant as Deadline};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -73,88 +74,6 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const STOP: Duration = Duration::from_secs(15);
 /// A stop taking longer than this is reported.
 const SLOW_STOP: Duration = Duration::from_secs(2);
-
-static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-fn now_ns() -> u64 {
-    BASE.elapsed().as_nanos() as u64
-}
-
-/// Seconds between two `now_ns` readings (at least a nanosecond).
-fn secs(from_ns: u64, to_ns: u64) -> f64 {
-    to_ns.saturating_sub(from_ns).max(1) as f64 / 1e9
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).map_or(default, |v| v.parse().expect(name))
-}
-
-/// What one consumer received.
-#[derive(Default)]
-struct Tally {
-    seen: Vec<bool>,
-    unique: u64,
-    dups: u64,
-    other: u64,
-    latencies: Vec<u64>,
-    last_ns: u64,
-    ending: String,
-}
-
-impl Tally {
-    fn record(&mut self, payload: &[u8]) {
-        let now = now_ns();
-        let v: Value = serde_json::from_slice(payload).unwrap_or_default();
-        let (seq, sent) = (v["data"]["seq"].as_u64(), v["data"]["sent"].as_u64());
-        match (seq.and_then(|s| self.seen.get_mut(s as usize)), sent) {
-            (Some(seen), _) if *seen => self.dups += 1,
-            (Some(seen), Some(sent)) => {
-                *seen = true;
-                self.unique += 1;
-                self.latencies.push(now.saturating_sub(sent));
-                self.last_ns = now;
-            }
-            _ => self.other += 1,
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.unique == self.seen.len() as u64
-    }
-}
-
-/// A consumer's messages: a payload, something else (`None`), or the end.
-type Feed = Pin<Box<dyn Stream<Item = Result<Option<Bytes>, String>> + Send>>;
-
-/// Reads `feed` until all `m` messages arrived, it ends, STALL passes without
-/// news, or `deadline` passes.
-async fn receive(m: usize, deadline: Deadline, mut feed: Feed) -> Tally {
-    let mut t = Tally {
-        seen: vec![false; m],
-        ..Tally::default()
-    };
-    t.ending = loop {
-        if t.done() {
-            break "complete".into();
-        }
-        match timeout_at(deadline.min(Deadline::now() + STALL), feed.next()).await {
-            Ok(Some(Ok(Some(payload)))) => t.record(&payload),
-            Ok(Some(Ok(None))) => {}
-            Ok(Some(Err(ending))) => break ending,
-            Ok(None) => break "connection ended".into(),
-            Err(_) => break format!("stalled: nothing for {STALL:?} or past the deadline"),
-        }
-    };
-    t
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn ws_send(ws: &mut Ws, mut message: Value) -> Result<()> {
-    message["messageID"] = uuid::Uuid::new_v4().to_string().into();
-    Ok(ws.send(Message::Text(message.to_string().into())).await?)
-}
 
 /// Connects and subscribes to THING's events, then waits until that is live:
 /// a retained reading on a fresh Thing, observed over the same connection,
@@ -318,7 +237,7 @@ async fn scenario(
         }
     });
     let (start_ns, deadline) = (now_ns(), Deadline::now() + DEADLINE);
-    let spawn = |feed| tokio::spawn(receive(m, deadline, feed));
+    let spawn = |feed| tokio::spawn(receive(m, deadline, STALL, feed));
     let readers: Vec<_> = feeds.into_iter().map(spawn).collect();
     let published = timeout(DEADLINE, async {
         for seq in 0..m {

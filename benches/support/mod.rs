@@ -1,0 +1,127 @@
+//! What the benches share: one clock for the process, settings from the
+//! environment, the tally of numbered events a consumer received, and
+//! sending LMOS messages over a WebSocket. `mod support;` in a bench.
+#![allow(dead_code)]
+
+use std::pin::Pin;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use bytes::Bytes;
+use futures_util::{SinkExt, Stream, StreamExt};
+use serde_json::Value;
+use tokio::time::{timeout_at, Instant as Deadline};
+use tokio_tungstenite::tungstenite::Message;
+
+pub static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+pub fn now_ns() -> u64 {
+    BASE.elapsed().as_nanos() as u64
+}
+
+/// Seconds between two `now_ns` readings (at least a nanosecond).
+pub fn secs(from_ns: u64, to_ns: u64) -> f64 {
+    to_ns.saturating_sub(from_ns).max(1) as f64 / 1e9
+}
+
+pub fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).map_or(default, |v| v.parse().expect(name))
+}
+
+/// What one consumer received.
+#[derive(Default)]
+pub struct Tally {
+    pub seen: Vec<bool>,
+    pub unique: u64,
+    pub dups: u64,
+    pub other: u64,
+    pub latencies: Vec<u64>,
+    pub last_ns: u64,
+    pub ending: String,
+}
+
+impl Tally {
+    pub fn record(&mut self, payload: &[u8]) {
+        let now = now_ns();
+        let v: Value = serde_json::from_slice(payload).unwrap_or_default();
+        let data = &v["data"];
+        if !data["warm"].is_null() {
+            return;
+        }
+        let (seq, sent) = (data["seq"].as_u64(), data["sent"].as_u64());
+        match (seq.and_then(|s| self.seen.get_mut(s as usize)), sent) {
+            (Some(seen), _) if *seen => self.dups += 1,
+            (Some(seen), Some(sent)) => {
+                *seen = true;
+                self.unique += 1;
+                self.latencies.push(now.saturating_sub(sent));
+                self.last_ns = now;
+            }
+            _ => self.other += 1,
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        self.unique == self.seen.len() as u64
+    }
+
+    /// The first few runs of sequence numbers it did not get.
+    pub fn gaps(&self) -> String {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (s, _) in self.seen.iter().enumerate().filter(|(_, seen)| !**seen) {
+            match runs.last_mut() {
+                Some((_, end)) if *end + 1 == s => *end = s,
+                _ => runs.push((s, s)),
+            }
+        }
+        let shown: Vec<String> = runs
+            .iter()
+            .take(8)
+            .map(|&(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        let more = if runs.len() > 8 { ", …" } else { "" };
+        format!("{}{more}", shown.join(", "))
+    }
+}
+
+/// A consumer's messages: a payload, something else (`None`), or the end.
+pub type Feed = Pin<Box<dyn Stream<Item = Result<Option<Bytes>, String>> + Send>>;
+
+/// Reads `feed` until all `m` events arrived, it ends, `stall` passes without
+/// news, or `deadline` passes.
+pub async fn receive(m: usize, deadline: Deadline, stall: Duration, mut feed: Feed) -> Tally {
+    let mut t = Tally {
+        seen: vec![false; m],
+        ..Tally::default()
+    };
+    t.ending = loop {
+        if t.done() {
+            break "complete".into();
+        }
+        match timeout_at(deadline.min(Deadline::now() + stall), feed.next()).await {
+            Ok(Some(Ok(Some(payload)))) => t.record(&payload),
+            Ok(Some(Ok(None))) => {}
+            Ok(Some(Err(ending))) => break ending,
+            Ok(None) => break "connection ended".into(),
+            Err(_) => break format!("stalled: nothing for {stall:?} or past the deadline"),
+        }
+    };
+    t
+}
+
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+pub async fn ws_send(ws: &mut Ws, mut message: Value) -> Result<()> {
+    if message["messageID"].is_null() {
+        message["messageID"] = uuid::Uuid::new_v4().to_string().into();
+    }
+    Ok(ws.send(Message::Text(message.to_string().into())).await?)
+}
