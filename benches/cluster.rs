@@ -103,7 +103,7 @@ use futures_util::StreamExt;
 use nats::NatsCluster;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use serde_json::{json, Value};
-use support::{env_or, now_ns, receive, secs, ws_send, Feed, Ws, BASE};
+use support::{env_or, now_ns, receive, secs, subscribed_feed, ws_send, Feed, Ws, BASE};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, timeout_at, Instant as Deadline};
@@ -235,33 +235,9 @@ async fn ws_connect(url: &str) -> Result<Ws> {
 /// is live: a retained reading on a fresh Thing, observed over the same
 /// connection, comes back only after the commands sent before it.
 async fn ws_consumer(url: &str, name: &str) -> Result<Feed> {
-    let mut ws = ws_connect(url).await?;
+    let ws = ws_connect(url).await?;
     let subscribe = json!({"thingID": THING, "messageType": "subscribeEvent", "event": name, "correlationID": "bench"});
-    ws_send(&mut ws, subscribe).await?;
-    let barrier = format!("urn:barrier:{}", uuid::Uuid::new_v4());
-    let reading = json!({"thingID": barrier, "messageType": "propertyReading", "name": "barrier", "value": true, "timestamp": "2025-01-01T00:00:00Z"});
-    ws_send(&mut ws, reading).await?;
-    let observe = json!({"thingID": barrier, "messageType": "observeProperty", "name": "barrier"});
-    ws_send(&mut ws, observe).await?;
-    let arrived = timeout(SETUP, async {
-        while let Some(Ok(frame)) = ws.next().await {
-            let v: Value = serde_json::from_slice(&frame.into_data()).unwrap_or_default();
-            if v["thingID"] == barrier.as_str() && v["name"] == "barrier" {
-                return true;
-            }
-        }
-        false
-    });
-    match arrived.await {
-        Ok(true) => Ok(Box::pin(ws.map(|frame| match frame {
-            Ok(Message::Text(text)) => Ok(Some(text.into())),
-            Ok(Message::Close(f)) => Err(format!("closed by the sidecar: {f:?}")),
-            Ok(_) => Ok(None),
-            Err(e) => Err(format!("error: {e}")),
-        }))),
-        Ok(false) => bail!("connection closed before the barrier came back"),
-        Err(_) => bail!("the barrier did not come back within {SETUP:?}"),
-    }
+    subscribed_feed(ws, subscribe, SETUP).await
 }
 
 type Mqtt = (AsyncClient, EventLoop);

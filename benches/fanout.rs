@@ -52,11 +52,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
-use serde_json::{json, Value};
-use support::{env_or, now_ns, receive, secs, ws_send, Feed, BASE};
+use serde_json::json;
+use support::{env_or, now_ns, receive, secs, subscribed_feed, Feed, BASE};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant as Deadline};
-use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message};
+use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -85,33 +85,9 @@ async fn ws_consumer(url: &str) -> Result<Feed> {
         .headers_mut()
         .insert("Sec-WebSocket-Protocol", protocol);
     let connect = tokio_tungstenite::connect_async(request);
-    let (mut ws, _) = timeout(SETUP, connect).await??;
+    let (ws, _) = timeout(SETUP, connect).await??;
     let subscribe = json!({"thingID": THING, "messageType": "subscribeAllEvents"});
-    ws_send(&mut ws, subscribe).await?;
-    let barrier = format!("urn:barrier:{}", uuid::Uuid::new_v4());
-    let reading = json!({"thingID": barrier, "messageType": "propertyReading", "name": "barrier", "value": true, "timestamp": "2025-01-01T00:00:00Z"});
-    ws_send(&mut ws, reading).await?;
-    let observe = json!({"thingID": barrier, "messageType": "observeProperty", "name": "barrier"});
-    ws_send(&mut ws, observe).await?;
-    let arrived = timeout(SETUP, async {
-        while let Some(Ok(frame)) = ws.next().await {
-            let v: Value = serde_json::from_slice(&frame.into_data()).unwrap_or_default();
-            if v["thingID"] == barrier.as_str() && v["name"] == "barrier" {
-                return true;
-            }
-        }
-        false
-    });
-    match arrived.await {
-        Ok(true) => Ok(Box::pin(ws.map(|frame| match frame {
-            Ok(Message::Text(text)) => Ok(Some(text.into())),
-            Ok(Message::Close(f)) => Err(format!("closed by the sidecar: {f:?}")),
-            Ok(_) => Ok(None),
-            Err(e) => Err(format!("error: {e}")),
-        }))),
-        Ok(false) => bail!("connection closed before the barrier came back"),
-        Err(_) => bail!("the barrier did not come back within {SETUP:?}"),
-    }
+    subscribed_feed(ws, subscribe, SETUP).await
 }
 
 type Mqtt = (AsyncClient, EventLoop);

@@ -125,3 +125,34 @@ pub async fn ws_send(ws: &mut Ws, mut message: Value) -> Result<()> {
     }
     Ok(ws.send(Message::Text(message.to_string().into())).await?)
 }
+
+/// Sends `subscribe`, then waits until it is live: a retained reading on a
+/// fresh Thing, observed over the same connection, comes back only after the
+/// commands sent before it took effect. Then the connection as a [`Feed`].
+pub async fn subscribed_feed(mut ws: Ws, subscribe: Value, setup: Duration) -> Result<Feed> {
+    ws_send(&mut ws, subscribe).await?;
+    let barrier = format!("urn:barrier:{}", uuid::Uuid::new_v4());
+    let reading = serde_json::json!({"thingID": barrier, "messageType": "propertyReading", "name": "barrier", "value": true, "timestamp": "2025-01-01T00:00:00Z"});
+    ws_send(&mut ws, reading).await?;
+    let observe = serde_json::json!({"thingID": barrier, "messageType": "observeProperty", "name": "barrier"});
+    ws_send(&mut ws, observe).await?;
+    let arrived = tokio::time::timeout(setup, async {
+        while let Some(Ok(frame)) = ws.next().await {
+            let v: Value = serde_json::from_slice(&frame.into_data()).unwrap_or_default();
+            if v["thingID"] == barrier.as_str() && v["name"] == "barrier" {
+                return true;
+            }
+        }
+        false
+    });
+    match arrived.await {
+        Ok(true) => Ok(Box::pin(ws.map(|frame| match frame {
+            Ok(Message::Text(text)) => Ok(Some(text.into())),
+            Ok(Message::Close(f)) => Err(format!("closed by the sidecar: {f:?}")),
+            Ok(_) => Ok(None),
+            Err(e) => Err(format!("error: {e}")),
+        }))),
+        Ok(false) => anyhow::bail!("connection closed before the barrier came back"),
+        Err(_) => anyhow::bail!("the barrier did not come back within {setup:?}"),
+    }
+}
