@@ -277,13 +277,11 @@ impl Dispatcher {
                 } else if self.requests.answers_remote(&thing, conn, &message) {
                     // For the router on another sidecar that asked: verbatim,
                     // as an MQTT agent would answer.
-                    let mut publication = Publication::new(
-                        self.topics.agent_replies(&thing),
-                        message.to_json(),
-                        false,
-                    );
+                    let text = message.to_json();
+                    self.count_sent(metrics::MQTT, &text);
+                    let mut publication =
+                        Publication::new(self.topics.agent_replies(&thing), text, false);
                     trace_publication(&self.tracer, &message, &mut publication);
-                    self.count_sent(metrics::MQTT, &message.to_json());
                     self.publish(publication).await;
                 } else {
                     for mut publication in fallback {
