@@ -60,6 +60,8 @@ pub struct Application {
     directory: DirectoryService,
     metrics: Metrics,
     mqtt_connections: Arc<AtomicUsize>,
+    broker_health: crate::broker::health::Health,
+    broker_addr: SocketAddr,
     authority: Authority,
     http_tls: Option<tokio_rustls::TlsAcceptor>,
     /// Closes the MQTT listeners and connections when dropped.
@@ -166,6 +168,8 @@ impl Application {
             mqtt_addr: broker.mqtt_addr,
             mqtt5_addr: broker.mqtt5_addr,
             mqtt_connections: broker.mqtt_connections,
+            broker_health: broker.health.clone(),
+            broker_addr: broker.broker_addr,
             mqtt_stop: mqtt_stop.drop_guard(),
             bridge,
             gateway,
@@ -189,6 +193,12 @@ impl Application {
 
     pub fn mqtt5_addr(&self) -> SocketAddr {
         self.mqtt5_addr
+    }
+
+    /// The embedded broker's own listener, behind the MQTT guard, on
+    /// loopback: not for clients (nothing guards it).
+    pub fn broker_addr(&self) -> SocketAddr {
+        self.broker_addr
     }
 
     /// A handle on the gateway, e.g. for its statistics.
@@ -232,6 +242,7 @@ impl Application {
             directory: self.directory,
             metrics: self.metrics.clone(),
             mqtt_connections: self.mqtt_connections,
+            broker: self.broker_health.clone(),
             cluster,
             auth: HttpAuth {
                 authority: self.authority,
@@ -248,6 +259,9 @@ impl Application {
 
         tokio::select! {
             _ = shutdown => info!("Shutting down."),
+            _ = self.broker_health.failed() => {
+                tokio::time::sleep(crate::broker::health::LINGER).await;
+            }
             _ = token.cancelled() => {}
         }
         token.cancel();
@@ -275,6 +289,11 @@ impl Application {
         }
         drop(self.mqtt_stop);
         self.tracing.shutdown().await;
+        if let Some(why) = self.broker_health.failure() {
+            return Err(std::io::Error::other(format!(
+                "the embedded MQTT broker failed: {why}"
+            )));
+        }
         info!("Sidecar stopped.");
         Ok(())
     }

@@ -10,7 +10,6 @@ use std::time::Duration;
 use lmos_sidecar::broker::embedded::EmbeddedBroker;
 use lmos_sidecar::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session};
 use lmos_sidecar::config::MqttConfig;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -377,119 +376,8 @@ mod v5 {
 
 // ------------------------------------------------------------ raw bytes
 
-mod raw {
-    use super::*;
-
-    pub fn string(s: &[u8]) -> Vec<u8> {
-        let mut out = (s.len() as u16).to_be_bytes().to_vec();
-        out.extend_from_slice(s);
-        out
-    }
-
-    pub fn packet(first: u8, body: &[u8]) -> Vec<u8> {
-        let mut out = vec![first];
-        let mut n = body.len();
-        loop {
-            let mut byte = (n % 128) as u8;
-            n /= 128;
-            if n > 0 {
-                byte |= 0x80;
-            }
-            out.push(byte);
-            if n == 0 {
-                break;
-            }
-        }
-        out.extend_from_slice(body);
-        out
-    }
-
-    /// CONNECT as `user`/pw, clean session, keep-alive 60 s.
-    pub fn connect(level: u8, client_id: &str, user: &str) -> Vec<u8> {
-        let mut body = string(b"MQTT");
-        body.extend([level, 0b1100_0010, 0, 60]);
-        if level == 5 {
-            body.push(0);
-        }
-        body.extend(string(client_id.as_bytes()));
-        body.extend(string(user.as_bytes()));
-        body.extend(string(b"pw"));
-        packet(0x10, &body)
-    }
-
-    /// An MQTT 5 PUBLISH with an optional Topic Alias.
-    pub fn publish5(
-        topic: &str,
-        qos: u8,
-        pkid: u16,
-        alias: Option<u16>,
-        payload: &[u8],
-    ) -> Vec<u8> {
-        let mut body = string(topic.as_bytes());
-        if qos > 0 {
-            body.extend(pkid.to_be_bytes());
-        }
-        match alias {
-            Some(a) => {
-                body.push(3);
-                body.push(0x23);
-                body.extend(a.to_be_bytes());
-            }
-            None => body.push(0),
-        }
-        body.extend_from_slice(payload);
-        packet(0x30 | (qos << 1), &body)
-    }
-
-    pub struct Client {
-        pub stream: TcpStream,
-        buf: Vec<u8>,
-    }
-
-    impl Client {
-        pub async fn open(addr: SocketAddr) -> Client {
-            Client {
-                stream: TcpStream::connect(addr).await.unwrap(),
-                buf: Vec::new(),
-            }
-        }
-
-        /// Connects as `user` and reads the CONNACK.
-        pub async fn connect(addr: SocketAddr, level: u8, user: &str) -> Client {
-            let mut c = Client::open(addr).await;
-            c.send(&connect(level, &format!("raw-{user}-{level}"), user))
-                .await;
-            let ack = c.recv().await.expect("CONNACK");
-            assert_eq!((ack[0], ack[3]), (0x20, 0), "accepted: {ack:?}");
-            c
-        }
-
-        pub async fn send(&mut self, bytes: &[u8]) {
-            self.stream.write_all(bytes).await.unwrap();
-        }
-
-        /// The next whole packet, or `None` once the connection is closed.
-        pub async fn recv(&mut self) -> Option<Vec<u8>> {
-            tokio::time::timeout(WAIT, async {
-                loop {
-                    if self.buf.len() >= 2 && self.buf[1] < 0x80 {
-                        let len = 2 + usize::from(self.buf[1]);
-                        if self.buf.len() >= len {
-                            return Some(self.buf.drain(..len).collect());
-                        }
-                    }
-                    let mut chunk = [0u8; 4096];
-                    match self.stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return None,
-                        Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            })
-            .await
-            .expect("packet or close in time")
-        }
-    }
-}
+mod common;
+use common::raw_mqtt as raw;
 
 // ----------------------------------------------------------------- tests
 

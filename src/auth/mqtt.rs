@@ -257,6 +257,14 @@ impl Policy for MqttPolicy {
         }))
     }
 
+    /// An LMOS message on a Thing's topic names that Thing: a principal
+    /// that may publish on its own topics cannot speak for another Thing
+    /// through them. Payloads that are no JSON object, or name no Thing,
+    /// claim nothing and pass.
+    fn payload_fits(&self, topic: &str, payload: &[u8]) -> Result<(), String> {
+        thing_fits(&self.topics, topic, payload)
+    }
+
     fn observe(&self, event: GuardEvent) {
         match event {
             GuardEvent::Refused(Refusal::BadCredentials) => {
@@ -274,9 +282,36 @@ impl Policy for MqttPolicy {
                     GuardLimit::HandshakeTimeout => "connection_timeout_ms",
                 },
             ),
+            GuardEvent::PayloadRefused => self.metrics.dropped("thing_mismatch"),
             // Counted per access in the session, which knows it.
             GuardEvent::SubscribeDenied | GuardEvent::PublishDenied => {}
         }
+    }
+}
+
+/// See [`MqttPolicy::payload_fits`].
+pub fn thing_fits(topics: &Topics, topic: &str, payload: &[u8]) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Claim<'a> {
+        #[serde(rename = "thingID", alias = "thingId", borrow, default)]
+        thing_id: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Some(rest) = under_prefix(topics, topic) else {
+        return Ok(());
+    };
+    let Some(Ok(thing)) = rest.first().map(|t| unescape(t)) else {
+        return Ok(());
+    };
+    if rest.len() < 2 || payload.trim_ascii_start().first() != Some(&b'{') {
+        return Ok(());
+    }
+    match serde_json::from_slice::<Claim>(payload) {
+        Ok(Claim {
+            thing_id: Some(claimed),
+        }) if claimed != thing => Err(format!(
+            "the message's thingID {claimed:?} is not the Thing of its topic ({thing:?})"
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -284,6 +319,25 @@ impl Policy for MqttPolicy {
 mod tests {
     use super::*;
     use crate::auth::Authority;
+
+    #[test]
+    fn a_message_names_the_thing_of_its_topic() {
+        let topics = Topics::new("lmos").unwrap();
+        let t = |topic: &str, payload: &str| thing_fits(&topics, topic, payload.as_bytes());
+        assert!(t("lmos/a/events/e", r#"{"thingID":"a","data":1}"#).is_ok());
+        assert!(t("lmos/a/events/e", r#"{"thingID":"b","data":1}"#).is_err());
+        assert!(t("lmos/a/events/e", r#" {"data":1,"thingId":"b"}"#).is_err());
+        // No claim, not JSON, not an LMOS topic: nothing to check.
+        assert!(t("lmos/a/events/e", r#"{"data":1}"#).is_ok());
+        assert!(t("lmos/a/events/e", "42").is_ok());
+        assert!(t("lmos/a/events/e", "{not json").is_ok());
+        assert!(t("other/a/events/e", r#"{"thingID":"b"}"#).is_ok());
+        // Escaped Thing IDs compare unescaped.
+        let thing = "urn:uuid:1/2";
+        let topic = topics.event(thing, "e");
+        assert!(t(&topic, r#"{"thingID":"urn:uuid:1/2"}"#).is_ok());
+        assert!(t(&topic, r#"{"thingID":"urn:uuid:1"}"#).is_err());
+    }
     use crate::config::{AuthConfig, Grants, PrincipalConfig};
 
     fn principal(host: &[&str], consume: &[&str], operate: &[&str]) -> Principal {

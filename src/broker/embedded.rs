@@ -34,8 +34,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::guard::{Guard, Limits, Policy, Upstream};
-use super::probe::{wait_ready, MqttVersion};
+use super::guard::{AllowAll, Guard, Limits, Policy};
+use super::health::Health;
+use super::probe::wait_ready;
 use super::{Bus, BusCommand, Delivery, ResponseInfo};
 use crate::config::MqttConfig;
 use crate::telemetry::TraceContext;
@@ -81,9 +82,15 @@ pub struct EmbeddedBroker {
     pub deliveries: mpsc::Receiver<Delivery>,
     /// MQTT client connections, from rumqttd's meters (every second).
     pub mqtt_connections: Arc<AtomicUsize>,
-    /// rumqttd's own MQTT 3.1.1 listener behind the guard, on loopback, for
-    /// the sidecar's trusted parts (the cluster bridge).
+    /// A guard listener on loopback that lets every client in, for the
+    /// sidecar's trusted parts (the cluster bridge): it speaks 3.1.1 and 5
+    /// like the public ones, and keeps what would crash rumqttd from it.
     pub internal_addr: SocketAddr,
+    /// Whether the broker still serves.
+    pub health: Health,
+    /// rumqttd's own MQTT 5 listener on loopback, behind the guard (for
+    /// diagnostics and tests that must reach the engine directly).
+    pub broker_addr: SocketAddr,
 }
 
 /// Resolves an address by binding it, then frees it for rumqttd. The window
@@ -148,7 +155,7 @@ impl EmbeddedBroker {
         let public = bind("MQTT 3.1.1", config.listen).await?;
         let public_v5 = bind("MQTT 5", config.listen_v5).await?;
         let local = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let internal = reserve("MQTT 3.1.1 (internal)", local)?;
+        let trusted = bind("MQTT (internal, trusted)", local).await?;
         let internal_v5 = reserve("MQTT 5 (internal)", local)?;
 
         let rumqttd_config = rumqttd::Config {
@@ -162,10 +169,9 @@ impl EmbeddedBroker {
                 initialized_filters: None,
                 shared_subscriptions_strategy: Default::default(),
             },
-            v4: Some(HashMap::from([(
-                "v4".to_owned(),
-                server_settings("mqtt-v4", internal, config),
-            )])),
+            // Every client reaches rumqttd as MQTT 5 through the guard; its
+            // 3.1.1 listener would panic on MQTT 5 properties.
+            v4: None,
             v5: Some(HashMap::from([(
                 "v5".to_owned(),
                 server_settings("mqtt-v5", internal_v5, config),
@@ -230,29 +236,21 @@ impl EmbeddedBroker {
             probe_tx,
         ));
 
-        for (addr, version) in [
-            (internal, MqttVersion::V311),
-            (internal_v5, MqttVersion::V5),
-        ] {
-            if !wait_ready(addr, version, &probe_topic, &mut probes, READY_TIMEOUT).await {
-                return Err(BrokerError::NotReady { addr });
-            }
+        if !wait_ready(internal_v5, &probe_topic, &mut probes, READY_TIMEOUT).await {
+            return Err(BrokerError::NotReady { addr: internal_v5 });
         }
         let _ = command_tx.send(BusCommand::Unsubscribe(probe_topic)).await;
+        super::health::watch_broker_panics();
+        let health = Health::default();
+        tokio::spawn(health.clone().watch(internal_v5, shutdown.clone()));
 
         let (mqtt_addr, mqtt5_addr) = (public.1, public_v5.1);
-        let guard = Guard::new(
-            Upstream {
-                v4: internal,
-                v5: internal_v5,
-            },
-            policy,
-            Limits::from_config(config),
-            tls,
-            shutdown,
-        );
+        let limits = Limits::from_config(config);
+        let guard = Guard::new(internal_v5, policy, limits, tls, shutdown.clone());
         guard.serve(public.0);
         guard.serve(public_v5.0);
+        let trusted_guard = Guard::new(internal_v5, Arc::new(AllowAll), limits, None, shutdown);
+        trusted_guard.serve(trusted.0);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
 
         Ok(EmbeddedBroker {
@@ -261,7 +259,9 @@ impl EmbeddedBroker {
             bus: Bus::new(command_tx),
             deliveries,
             mqtt_connections,
-            internal_addr: internal,
+            internal_addr: trusted.1,
+            health,
+            broker_addr: internal_v5,
         })
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod embedded;
 pub mod guard;
+pub mod health;
 mod probe;
 
 use bytes::Bytes;

@@ -11,12 +11,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MqttVersion {
-    V311,
-    V5,
-}
-
 fn with_length(first: u8, body: Vec<u8>) -> Vec<u8> {
     assert!(body.len() < 128, "probe packets are small");
     let mut packet = vec![first, body.len() as u8];
@@ -30,55 +24,58 @@ fn string(s: &[u8]) -> Vec<u8> {
     out
 }
 
-/// CONNECT with clean session and keepalive 60 s (rumqttd refuses 0).
-fn connect_packet(version: MqttVersion, client_id: &str) -> Vec<u8> {
+/// An MQTT 5 CONNECT with clean start and keepalive 60 s (rumqttd
+/// refuses 0).
+fn connect_packet(client_id: &str) -> Vec<u8> {
     let mut body = string(b"MQTT");
-    match version {
-        MqttVersion::V311 => body.extend([0x04, 0x02, 0x00, 0x3C]),
-        MqttVersion::V5 => body.extend([0x05, 0x02, 0x00, 0x3C, 0x00]),
-    }
+    body.extend([0x05, 0x02, 0x00, 0x3C, 0x00]);
     body.extend(string(client_id.as_bytes()));
     with_length(0x10, body)
 }
 
-/// PUBLISH at QoS 0.
-fn publish_packet(version: MqttVersion, topic: &str, payload: &[u8]) -> Vec<u8> {
+/// An MQTT 5 PUBLISH at QoS 0.
+fn publish_packet(topic: &str, payload: &[u8]) -> Vec<u8> {
     let mut body = string(topic.as_bytes());
-    if version == MqttVersion::V5 {
-        body.push(0x00);
-    }
+    body.push(0x00);
     body.extend(payload);
     with_length(0x30, body)
 }
 
 /// One probe: the token is the payload, so a late answer to an earlier
 /// attempt cannot be mistaken for this one.
-async fn try_once(
-    addr: SocketAddr,
-    version: MqttVersion,
-    topic: &str,
-    token: &str,
-) -> std::io::Result<bool> {
+async fn try_once(addr: SocketAddr, topic: &str, token: &str) -> std::io::Result<bool> {
     let mut stream = TcpStream::connect(addr).await?;
-    stream.write_all(&connect_packet(version, token)).await?;
+    stream.write_all(&connect_packet(token)).await?;
     let mut ack = [0u8; 4];
     stream.read_exact(&mut ack).await?;
-    // CONNACK; byte 3 is the 3.1.1 return code or the MQTT 5 reason code.
+    // CONNACK; byte 3 is the reason code.
     if ack[0] != 0x20 || ack[3] != 0 {
         return Ok(false);
     }
     stream
-        .write_all(&publish_packet(version, topic, token.as_bytes()))
+        .write_all(&publish_packet(topic, token.as_bytes()))
         .await?;
     stream.write_all(&[0xE0, 0x00]).await?;
     Ok(true)
+}
+
+/// One liveness check that nobody else sees: CONNECT (a fixed client ID,
+/// so that rumqttd's record of past clients does not grow), a CONNACK
+/// accepting it (which rumqttd's router sends, so the router is alive
+/// too), DISCONNECT. A broker whose CONNECTs panic fails it.
+pub async fn alive(addr: SocketAddr, client_id: &str) -> std::io::Result<bool> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(&connect_packet(client_id)).await?;
+    let mut ack = [0u8; 4];
+    stream.read_exact(&mut ack).await?;
+    stream.write_all(&[0xE0, 0x00]).await?;
+    Ok(ack[0] == 0x20 && ack[3] == 0)
 }
 
 /// Waits until the listener at `addr` delivers a probe to `seen`, the
 /// sidecar's own link, within `timeout`.
 pub async fn wait_ready(
     addr: SocketAddr,
-    version: MqttVersion,
     topic: &str,
     seen: &mut mpsc::UnboundedReceiver<String>,
     timeout: Duration,
@@ -91,10 +88,7 @@ pub async fn wait_ready(
             "lmos-sidecar-probe-{}-{attempt}",
             uuid::Uuid::new_v4().simple()
         );
-        let sent = tokio::time::timeout(
-            Duration::from_millis(500),
-            try_once(addr, version, topic, &token),
-        );
+        let sent = tokio::time::timeout(Duration::from_millis(500), try_once(addr, topic, &token));
         if let Ok(Ok(true)) = sent.await {
             let wait = tokio::time::sleep(Duration::from_millis(500));
             tokio::pin!(wait);
@@ -120,11 +114,9 @@ mod tests {
 
     #[test]
     fn packets_have_consistent_lengths() {
-        for v in [MqttVersion::V311, MqttVersion::V5] {
-            let p = connect_packet(v, "id");
-            assert_eq!(p[1] as usize, p.len() - 2);
-            let p = publish_packet(v, "a/b", b"x");
-            assert_eq!(p[1] as usize, p.len() - 2);
-        }
+        let p = connect_packet("id");
+        assert_eq!(p[1] as usize, p.len() - 2);
+        let p = publish_packet("a/b", b"x");
+        assert_eq!(p[1] as usize, p.len() - 2);
     }
 }

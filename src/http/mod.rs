@@ -41,6 +41,8 @@ pub struct HttpState {
     pub metrics: Metrics,
     /// MQTT client connections, as the broker reports them.
     pub mqtt_connections: Arc<AtomicUsize>,
+    /// Whether the embedded broker still serves.
+    pub broker: crate::broker::health::Health,
     pub auth: auth::HttpAuth,
     /// The cluster link's state, when there is one.
     pub cluster: Option<crate::cluster::ClusterStatus>,
@@ -61,7 +63,7 @@ pub fn router(state: HttpState) -> Router {
     let auth = state.auth.clone();
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state)
@@ -69,10 +71,34 @@ pub fn router(state: HttpState) -> Router {
         .layer(Extension(auth))
 }
 
-/// Ready while the gateway's dispatcher answers and the sidecar is not
-/// shutting down. (The broker and the TDs from `discovery.things` are ready
-/// before the HTTP port serves at all.)
-async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
+/// Alive unless the embedded broker has failed (the process then stops by
+/// itself; a supervisor that sees this first may restart it).
+async fn healthz(State(state): State<HttpState>) -> (StatusCode, String) {
+    match state.broker.failure() {
+        None => (StatusCode::OK, "ok\n".to_owned()),
+        Some(why) => broker_failed(why),
+    }
+}
+
+fn broker_failed(why: &str) -> (StatusCode, String) {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("MQTT broker failed: {why}\n"),
+    )
+}
+
+/// Ready while the embedded broker serves, the gateway's dispatcher answers
+/// and the sidecar is not shutting down. (The broker and the TDs from
+/// `discovery.things` are ready before the HTTP port serves at all.)
+async fn readyz(State(state): State<HttpState>) -> (StatusCode, String) {
+    if let Some(why) = state.broker.failure() {
+        return broker_failed(why);
+    }
+    let (status, text) = ready(&state).await;
+    (status, text.to_owned())
+}
+
+async fn ready(state: &HttpState) -> (StatusCode, &'static str) {
     if state.shutdown.is_cancelled() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod otlp;
+pub mod raw_mqtt;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -27,6 +28,9 @@ pub struct TestSidecar {
     pub http: SocketAddr,
     pub mqtt: SocketAddr,
     pub mqtt5: SocketAddr,
+    /// rumqttd's own listener behind the guard, to reach the engine as a
+    /// client the guard would have stopped.
+    pub broker: SocketAddr,
     pub gateway: lmos_sidecar::gateway::Gateway,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
@@ -68,6 +72,7 @@ impl TestSidecar {
 
     fn run(app: Application) -> TestSidecar {
         let (http, mqtt, mqtt5) = (app.http_addr(), app.mqtt_addr(), app.mqtt5_addr());
+        let broker = app.broker_addr();
         let gateway = app.gateway();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(app.run(async move {
@@ -77,6 +82,7 @@ impl TestSidecar {
             http,
             mqtt,
             mqtt5,
+            broker,
             gateway,
             stop: Some(stop),
             task,
@@ -99,6 +105,14 @@ impl TestSidecar {
 
     pub async fn mqtt(&self, client_id: &str) -> MqttClient {
         MqttClient::connect(self.mqtt, client_id).await
+    }
+
+    /// Waits for `run` to return without being asked to stop.
+    pub async fn ended(mut self) -> std::io::Result<()> {
+        tokio::time::timeout(WAIT, &mut self.task)
+            .await
+            .expect("sidecar stops in time")
+            .unwrap()
     }
 
     /// Triggers shutdown and waits for `run` to return.

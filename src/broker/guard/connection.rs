@@ -9,7 +9,7 @@
 //! only whole packets and so never splits one of the broker's.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,9 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::packet::{self, Header, PacketError, Version};
+use super::sessions::Filters;
+use super::v4::{self, Down};
+use super::validate::{self, Violation};
 use super::{GuardEvent, GuardLimit, Refusal, Session, Shared};
 
 /// Read buffers grow by this much; whole packets larger than it grow them
@@ -39,6 +42,11 @@ const FAREWELL: Duration = Duration::from_secs(1);
 /// has been quiet this long, or after `DRAIN` at the latest.
 const QUIET: Duration = Duration::from_millis(200);
 const DRAIN: Duration = Duration::from_secs(2);
+/// rumqttd refuses keep-alive 0 (legal MQTT: no keep-alive). The guard
+/// gives the broker this keep-alive instead and pings it itself, every half
+/// of it, for as long as the client stays.
+const UPSTREAM_KEEP_ALIVE: u16 = 300;
+const PINGREQ: [u8; 2] = [0xC0, 0];
 
 // MQTT 3.1.1 CONNACK return codes.
 const V4_UNACCEPTABLE_PROTOCOL: u8 = 1;
@@ -55,8 +63,11 @@ const PROTOCOL_ERROR: u8 = 0x82;
 const BAD_CREDENTIALS: u8 = 0x86;
 const NOT_AUTHORIZED: u8 = 0x87;
 const SERVER_UNAVAILABLE: u8 = 0x88;
+const NO_SUBSCRIPTION_EXISTED: u8 = 0x11;
+const TOPIC_FILTER_INVALID: u8 = 0x8F;
 const PACKET_TOO_LARGE: u8 = 0x95;
 const QUOTA_EXCEEDED: u8 = 0x97;
+const PAYLOAD_FORMAT_INVALID: u8 = 0x99;
 
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
@@ -92,6 +103,17 @@ enum ToClient {
         pkid: u16,
         plan: Vec<Option<u8>>,
     },
+    /// The broker answers an UNSUBSCRIBE with one UNSUBACK per filter it
+    /// removed: `forwarded` of them for `pkid` make one UNSUBACK with
+    /// `codes`.
+    UnsubAck {
+        pkid: u16,
+        forwarded: usize,
+        codes: Vec<u8>,
+    },
+    /// The broker's SUBACK for `pkid` answers the guard's own SUBSCRIBE:
+    /// the client never sees it.
+    SwallowSubAck(u16),
     /// Send the packet, if any, then close.
     Close(Option<Bytes>),
 }
@@ -212,6 +234,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             Ok(Err(e)) => return debug!(error = %e, "MQTT client left before CONNECT."),
             Err(_) => return handshake_timed_out(&shared),
         };
+        if header.first != 0x10 {
+            return debug!("Closed an MQTT connection whose CONNECT has reserved flags set.");
+        }
         let connect = match packet::connect(&inbound[header.header_len..header.size()]) {
             Ok(c) => c,
             Err(PacketError::Protocol { name, level }) => {
@@ -275,10 +300,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             }
         }
 
-        let upstream_addr = match version {
-            Version::V4 => shared.upstream.v4,
-            Version::V5 => shared.upstream.v5,
+        let keep_alive = match connect.keep_alive {
+            0 => UPSTREAM_KEEP_ALIVE,
+            k => k,
         };
+        let body = &inbound[header.header_len..header.size()];
+        let connect_packet = match version {
+            Version::V4 => match v4::connect(body, keep_alive) {
+                Ok(p) => p,
+                Err(e) => {
+                    return debug!(error = %e, "Closed an MQTT connection with a malformed CONNECT.")
+                }
+            },
+            Version::V5 if connect.keep_alive == 0 => packet::with_keep_alive(body, keep_alive),
+            Version::V5 => Bytes::copy_from_slice(&inbound[..header.size()]),
+        };
+        let client_id = connect.client_id.to_owned();
+        let clean = connect.clean;
+        let pings = (connect.keep_alive == 0)
+            .then(|| Duration::from_secs(u64::from(UPSTREAM_KEEP_ALIVE / 2)));
+        inbound.advance(header.size());
+
+        let upstream_addr = shared.upstream;
         let upstream = match TcpStream::connect(upstream_addr).await {
             Ok(s) => s,
             Err(e) => {
@@ -289,26 +332,35 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         };
         let _ = upstream.set_nodelay(true);
         let (mut up_rx, mut up_tx) = upstream.into_split();
-        let connect_packet = inbound.split_to(header.size());
         if up_tx.write_all(&connect_packet).await.is_err() {
             return;
         }
 
+        let filters = shared.sessions.open(&client_id, clean);
+        let guard_pings = AtomicU32::new(0);
         let (outbox, from_guard) = mpsc::channel(OUTBOX);
         let mut inspector = Inspector {
             version,
             session,
             shared: &shared,
             aliases: HashMap::new(),
-            subscriptions: HashSet::new(),
+            subscriptions: filters.clone(),
             denied_qos2: HashSet::new(),
             pending: Vec::new(),
             outbox,
+            pings,
+            guard_pings: &guard_pings,
         };
         let end = {
             let inbound_pump = inspector.pump(&mut client_rx, socket, &mut up_tx, &mut inbound);
             let relayed = AtomicU64::new(0);
-            let outbound_pump = relay(version, &mut up_rx, &mut client_tx, from_guard, &relayed);
+            let downstream = Downstream {
+                version,
+                sub_plans: HashMap::new(),
+                unsub_plans: HashMap::new(),
+                guard_pings: &guard_pings,
+            };
+            let outbound_pump = relay(downstream, &mut up_rx, &mut client_tx, from_guard, &relayed);
             tokio::pin!(inbound_pump, outbound_pump);
             tokio::select! {
                 _ = shared.shutdown.cancelled() => {
@@ -333,6 +385,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             }
         };
         debug!(?end, "MQTT connection closed.");
+        shared.sessions.close(&client_id, clean, &filters);
         match end {
             // rumqttd publishes the last will when the connection ends
             // without DISCONNECT; mirror how the client left.
@@ -356,8 +409,9 @@ struct Inspector<'a> {
     shared: &'a Shared,
     /// MQTT 5 Topic Alias to topic, as the client set them.
     aliases: HashMap<u16, String>,
-    /// Filters this connection subscribed, for `mqtt.max_subscriptions`.
-    subscriptions: HashSet<String>,
+    /// Filters the session holds: for `mqtt.max_subscriptions`, and to
+    /// answer UNSUBSCRIBE.
+    subscriptions: Arc<Filters>,
     /// QoS 2 publications the guard refused with PUBREC; their PUBREL is
     /// answered here, as the broker never saw them.
     denied_qos2: HashSet<u16>,
@@ -365,6 +419,11 @@ struct Inspector<'a> {
     /// to the broker.
     pending: Vec<ToClient>,
     outbox: mpsc::Sender<ToClient>,
+    /// For a client without keep-alive: how often the guard pings the
+    /// broker on its behalf.
+    pings: Option<Duration>,
+    /// PINGREQs the guard sent whose PINGRESP the client must not see.
+    guard_pings: &'a AtomicU32,
 }
 
 impl Inspector<'_> {
@@ -375,6 +434,11 @@ impl Inspector<'_> {
         upstream: &mut OwnedWriteHalf,
         buf: &mut BytesMut,
     ) -> End {
+        let mut ping = self.pings.map(|every| {
+            let mut i = tokio::time::interval_at(Instant::now() + every, every);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        });
         loop {
             let (chunk, end) = self.inspect_all(buf);
             for message in self.pending.drain(..) {
@@ -389,7 +453,21 @@ impl Inspector<'_> {
                 return end;
             }
             grow(buf);
-            match client.read_buf(buf).await {
+            let read = loop {
+                let Some(ping) = ping.as_mut() else {
+                    break client.read_buf(buf).await;
+                };
+                tokio::select! {
+                    read = client.read_buf(buf) => break read,
+                    _ = ping.tick() => {
+                        self.guard_pings.fetch_add(1, Ordering::Relaxed);
+                        if upstream.write_all(&PINGREQ).await.is_err() {
+                            return End::BrokerClosed;
+                        }
+                    }
+                }
+            };
+            match read {
                 Ok(0) => return End::ClientClosed,
                 Ok(_) => quick_ack(socket),
                 Err(e) => {
@@ -458,18 +536,14 @@ impl Inspector<'_> {
     }
 
     fn inspect(&mut self, header: Header, body: &[u8]) -> Verdict {
+        if let Err(violation) = validate::fixed_header(self.version, header.first, header.remaining)
+        {
+            return self.violation(violation, header.first);
+        }
         match header.kind() {
             packet::PUBLISH => self.publish(header.first, body),
             packet::SUBSCRIBE => self.subscribe(body),
-            packet::UNSUBSCRIBE => match packet::unsubscribe(body, self.version) {
-                Ok(filters) => {
-                    for filter in filters {
-                        self.subscriptions.remove(filter);
-                    }
-                    Verdict::Forward
-                }
-                Err(e) => self.malformed(&e),
-            },
+            packet::UNSUBSCRIBE => self.unsubscribe(body),
             packet::PUBREL if !self.denied_qos2.is_empty() => match packet::pubrel(body) {
                 Ok(pkid) if self.denied_qos2.remove(&pkid) => {
                     self.pending.push(ToClient::Packet(packet::pubcomp(pkid)));
@@ -477,11 +551,31 @@ impl Inspector<'_> {
                 }
                 _ => Verdict::Forward,
             },
-            packet::CONNECT => {
-                debug!("Closed an MQTT connection that sent a second CONNECT.");
-                self.close(PROTOCOL_ERROR)
-            }
             _ => Verdict::Forward,
+        }
+    }
+
+    /// A packet no client may send: rumqttd must never see it (several
+    /// make it panic), so the connection closes.
+    fn violation(&mut self, violation: Violation, first: u8) -> Verdict {
+        debug!(
+            packet_type = first >> 4,
+            flags = first & 0x0F,
+            ?violation,
+            "Closed an MQTT connection that sent a packet a client must not send."
+        );
+        self.close(violation.reason())
+    }
+
+    /// What goes to the broker for an MQTT 3.1.1 client's packet that MQTT
+    /// 5 lays out differently; an MQTT 5 client's goes as it came.
+    fn upstream(&mut self, translate: impl FnOnce() -> Result<Bytes, PacketError>) -> Verdict {
+        match self.version {
+            Version::V5 => Verdict::Forward,
+            Version::V4 => match translate() {
+                Ok(bytes) => Verdict::Replace(bytes),
+                Err(e) => self.malformed(&e),
+            },
         }
     }
 
@@ -505,6 +599,13 @@ impl Inspector<'_> {
             Ok(p) => p,
             Err(e) => return self.malformed(&e),
         };
+        if !validate::topic_name(p.topic) || (p.topic.is_empty() && p.alias.is_none()) {
+            debug!(
+                topic = p.topic,
+                "Closed an MQTT connection that published to an invalid topic name."
+            );
+            return self.close(Violation::TopicName.reason());
+        }
         let topic = match p.alias {
             None => p.topic,
             Some(alias) if p.topic.is_empty() => match self.aliases.get(&alias) {
@@ -524,32 +625,41 @@ impl Inspector<'_> {
                 p.topic
             }
         };
-        if self.session.may_publish(topic) {
-            return Verdict::Forward;
-        }
-        info!(
-            principal = self.session.name(),
-            topic,
-            qos = p.qos,
-            "Denied a publication."
-        );
-        self.shared.policy.observe(GuardEvent::PublishDenied);
+        let reason = if !self.session.may_publish(topic) {
+            info!(
+                principal = self.session.name(),
+                topic,
+                qos = p.qos,
+                "Denied a publication."
+            );
+            self.shared.policy.observe(GuardEvent::PublishDenied);
+            NOT_AUTHORIZED
+        } else if let Err(why) = self.shared.policy.payload_fits(topic, p.payload) {
+            info!(
+                principal = self.session.name(),
+                topic,
+                qos = p.qos,
+                reason = %why,
+                "Refused a publication whose payload does not fit its topic."
+            );
+            self.shared.policy.observe(GuardEvent::PayloadRefused);
+            PAYLOAD_FORMAT_INVALID
+        } else {
+            return self.upstream(|| v4::publish(first, body));
+        };
         match (p.qos, self.version) {
             (0, _) => Verdict::Drop,
             // MQTT 3.1.1 has no negative PUBACK; §3.3.5 allows a positive
             // one for a message the server will not deliver.
             (1, version) => {
-                self.pending.push(ToClient::Packet(packet::puback(
-                    version,
-                    p.pkid,
-                    NOT_AUTHORIZED,
-                )));
+                self.pending
+                    .push(ToClient::Packet(packet::puback(version, p.pkid, reason)));
                 Verdict::Drop
             }
             (_, Version::V5) => {
                 self.denied_qos2.insert(p.pkid);
                 self.pending
-                    .push(ToClient::Packet(packet::pubrec(p.pkid, NOT_AUTHORIZED)));
+                    .push(ToClient::Packet(packet::pubrec(p.pkid, reason)));
                 Verdict::Drop
             }
             // A positive PUBREC would promise exactly-once delivery.
@@ -562,22 +672,41 @@ impl Inspector<'_> {
             Ok(s) => s,
             Err(e) => return self.malformed(&e),
         };
-        let (denied, quota) = match self.version {
-            Version::V4 => (V4_FAILURE, V4_FAILURE),
-            Version::V5 => (NOT_AUTHORIZED, QUOTA_EXCEEDED),
+        if let Some(&(_, options)) = s
+            .filters
+            .iter()
+            .find(|(_, options)| !validate::subscribe_options(self.version, *options))
+        {
+            debug!(
+                options,
+                "Closed an MQTT connection that sent a SUBSCRIBE with reserved options."
+            );
+            return self.close(MALFORMED_PACKET);
+        }
+        let (denied, quota, invalid) = match self.version {
+            Version::V4 => (V4_FAILURE, V4_FAILURE, V4_FAILURE),
+            Version::V5 => (NOT_AUTHORIZED, QUOTA_EXCEEDED, TOPIC_FILTER_INVALID),
         };
         let max = self.shared.limits.max_subscriptions;
         let mut plan = Vec::with_capacity(s.filters.len());
         let mut allowed = Vec::with_capacity(s.filters.len());
+        let subscriptions = self.subscriptions.clone();
+        let mut held = subscriptions.lock();
         for &(filter, options) in &s.filters {
-            if !self.session.may_subscribe(packet::shared_filter(filter)) {
+            if !validate::topic_filter(filter) || validate::reserved_filter(filter) {
+                info!(
+                    principal = self.session.name(),
+                    filter, "Refused an invalid or reserved topic filter."
+                );
+                plan.push(Some(invalid));
+            } else if !self.session.may_subscribe(packet::shared_filter(filter)) {
                 info!(
                     principal = self.session.name(),
                     filter, "Denied a subscription."
                 );
                 self.shared.policy.observe(GuardEvent::SubscribeDenied);
                 plan.push(Some(denied));
-            } else if !self.subscriptions.contains(filter) && self.subscriptions.len() >= max {
+            } else if !held.contains(filter) && held.len() >= max {
                 info!(
                     principal = self.session.name(),
                     filter,
@@ -589,15 +718,16 @@ impl Inspector<'_> {
                     .observe(GuardEvent::Limit(GuardLimit::Subscriptions));
                 plan.push(Some(quota));
             } else {
-                if !self.subscriptions.contains(filter) {
-                    self.subscriptions.insert(filter.to_owned());
+                if !held.contains(filter) {
+                    held.insert(filter.to_owned());
                 }
                 plan.push(None);
                 allowed.push((filter, options));
             }
         }
+        drop(held);
         if allowed.len() == s.filters.len() {
-            return Verdict::Forward;
+            return self.upstream(|| v4::with_properties_after_pkid(0x82, body));
         }
         if allowed.is_empty() {
             let codes: Vec<u8> = plan.iter().map(|c| c.unwrap_or(denied)).collect();
@@ -609,9 +739,69 @@ impl Inspector<'_> {
             )));
             return Verdict::Drop;
         }
-        let rewritten = packet::encode_subscribe(self.version, s.pkid, s.properties, &allowed);
+        let rewritten = packet::encode_subscribe(Version::V5, s.pkid, s.properties, &allowed);
         self.pending.push(ToClient::SubAck { pkid: s.pkid, plan });
         Verdict::Replace(rewritten)
+    }
+
+    /// Forwards what the session holds and answers for the rest: rumqttd
+    /// acknowledges only the filters it removed, one UNSUBACK each.
+    fn unsubscribe(&mut self, body: &[u8]) -> Verdict {
+        let u = match packet::unsubscribe(body, self.version) {
+            Ok(u) => u,
+            Err(e) => return self.malformed(&e),
+        };
+        if let Some(filter) = u.filters.iter().find(|f| !validate::topic_filter(f)) {
+            debug!(
+                filter,
+                "Closed an MQTT connection that unsubscribed an invalid topic filter."
+            );
+            return self.close(PROTOCOL_ERROR);
+        }
+        let mut codes = Vec::with_capacity(u.filters.len());
+        let mut forwarded = Vec::with_capacity(u.filters.len());
+        {
+            let mut held = self.subscriptions.lock();
+            for &filter in &u.filters {
+                if held.remove(filter) {
+                    forwarded.push(filter);
+                    codes.push(0);
+                } else if forwarded.contains(&filter) {
+                    // Named twice: removed once, successfully both times.
+                    codes.push(0);
+                } else {
+                    codes.push(NO_SUBSCRIPTION_EXISTED);
+                }
+            }
+        }
+        if forwarded.is_empty() {
+            self.pending.push(ToClient::Packet(packet::encode_unsuback(
+                self.version,
+                u.pkid,
+                &codes,
+            )));
+            return Verdict::Drop;
+        }
+        // rumqttd forgets, when a session resumes, which connection its
+        // subscriptions belong to, and then ignores their UNSUBSCRIBE (and
+        // goes on delivering). Subscribing again first ties them to this
+        // connection; for a filter already tied it changes nothing (no new
+        // delivery cursor, no retained messages).
+        let again: Vec<(&str, u8)> = forwarded.iter().map(|f| (*f, 0)).collect();
+        let mut upstream = BytesMut::new();
+        upstream.extend_from_slice(&packet::encode_subscribe(Version::V5, u.pkid, &[], &again));
+        upstream.extend_from_slice(&packet::encode_unsubscribe(
+            u.pkid,
+            u.properties,
+            &forwarded,
+        ));
+        self.pending.push(ToClient::SwallowSubAck(u.pkid));
+        self.pending.push(ToClient::UnsubAck {
+            pkid: u.pkid,
+            forwarded: forwarded.len(),
+            codes,
+        });
+        Verdict::Replace(upstream.freeze())
     }
 }
 
@@ -640,31 +830,184 @@ fn quick_ack(socket: RawFd) {
     let _ = socket;
 }
 
-/// The broker-to-client direction: relays whole packets, rewrites the
-/// SUBACKs of SUBSCRIBEs the guard changed, and slips the guard's own
-/// packets in between the broker's.
-async fn relay<W: AsyncWrite + Unpin>(
+/// The broker-to-client direction's state.
+struct Downstream<'a> {
+    /// The client's; the broker always speaks MQTT 5.
     version: Version,
+    /// SUBACKs to rewrite, by packet identifier; `None`: to swallow.
+    sub_plans: HashMap<u16, Option<Vec<Option<u8>>>>,
+    /// UNSUBACKs to gather: how many more the broker owes, and the codes.
+    unsub_plans: HashMap<u16, (usize, Vec<u8>)>,
+    guard_pings: &'a AtomicU32,
+}
+
+impl Downstream<'_> {
+    /// Applies one request of the inbound pump; true when it closes.
+    fn take(&mut self, message: ToClient, out: &mut BytesMut) -> bool {
+        match message {
+            ToClient::Packet(p) => out.extend_from_slice(&p),
+            ToClient::SubAck { pkid, plan } => {
+                self.sub_plans.insert(pkid, Some(plan));
+            }
+            ToClient::SwallowSubAck(pkid) => {
+                self.sub_plans.insert(pkid, None);
+            }
+            ToClient::UnsubAck {
+                pkid,
+                forwarded,
+                codes,
+            } => {
+                self.unsub_plans.insert(pkid, (forwarded, codes));
+            }
+            ToClient::Close(last) => {
+                if let Some(p) = last {
+                    out.extend_from_slice(&p);
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    /// What the client gets for one whole packet from the broker: `None`
+    /// to pass it as it is, `Some(None)` to swallow it.
+    fn translate(&mut self, first: u8, body: &[u8]) -> Result<Option<Option<Bytes>>, End> {
+        let kind = first >> 4;
+        match kind {
+            packet::SUBACK if !self.sub_plans.is_empty() => {
+                let plan = packet::suback_pkid(body).and_then(|pkid| self.sub_plans.remove(&pkid));
+                if let Some(None) = plan {
+                    return Ok(Some(None));
+                }
+                if let (Some(Some(plan)), Ok(ack)) = (plan, packet::suback(body, Version::V5)) {
+                    let codes = packet::merge_codes(&plan, ack.codes, UNSPECIFIED_ERROR);
+                    let (properties, codes) = match self.version {
+                        Version::V4 => {
+                            (&[][..], codes.iter().map(|&c| v4::suback_code(c)).collect())
+                        }
+                        Version::V5 => (ack.properties, codes),
+                    };
+                    return Ok(Some(Some(packet::encode_suback(
+                        self.version,
+                        ack.pkid,
+                        properties,
+                        &codes,
+                    ))));
+                }
+            }
+            packet::UNSUBACK => {
+                let pkid = packet::unsuback_pkid(body);
+                if let Some((owed, _)) = pkid.and_then(|p| self.unsub_plans.get_mut(&p)) {
+                    *owed = owed.saturating_sub(1);
+                    if *owed > 0 {
+                        return Ok(Some(None));
+                    }
+                    let pkid = pkid.unwrap_or_default();
+                    let codes = self
+                        .unsub_plans
+                        .remove(&pkid)
+                        .map(|(_, c)| c)
+                        .unwrap_or_default();
+                    return Ok(Some(Some(packet::encode_unsuback(
+                        self.version,
+                        pkid,
+                        &codes,
+                    ))));
+                }
+            }
+            packet::PINGRESP => {
+                let ours = self
+                    .guard_pings
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+                if ours {
+                    return Ok(Some(None));
+                }
+            }
+            _ => {}
+        }
+        match self.version {
+            Version::V5 => Ok(None),
+            Version::V4 => match v4::downstream(first, body) {
+                Ok(Down::Packet(p)) => Ok(Some(Some(p))),
+                Ok(Down::Close) => Err(End::BrokerClosed),
+                Err(e) => {
+                    warn!(error = %e, "The embedded MQTT broker sent a packet the guard cannot translate.");
+                    Err(End::BrokerClosed)
+                }
+            },
+        }
+    }
+
+    /// Takes the whole packets off `buf` and appends what the client gets
+    /// to `out`. `Err` when the connection ends (after `out`).
+    fn client_bound(&mut self, buf: &mut BytesMut, mut out: BytesMut) -> (BytesMut, Option<End>) {
+        let mut pos = 0;
+        let mut raw_from = 0;
+        let mut end = None;
+        loop {
+            let header = match packet::frame(&buf[pos..], usize::MAX) {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
+                Err(_) => {
+                    end = Some(End::BrokerClosed);
+                    break;
+                }
+            };
+            let frame_end = pos + header.size();
+            let body = &buf[pos + header.header_len..frame_end];
+            match self.translate(header.first, body) {
+                Ok(None) => {}
+                Ok(Some(replacement)) => {
+                    out.extend_from_slice(&buf[raw_from..pos]);
+                    if let Some(bytes) = replacement {
+                        out.extend_from_slice(&bytes);
+                    }
+                    raw_from = frame_end;
+                }
+                Err(e) => {
+                    end = Some(e);
+                    break;
+                }
+            }
+            pos = frame_end;
+        }
+        if out.is_empty() && raw_from == 0 {
+            // The common case: nothing to add or change, no copy.
+            return (buf.split_to(pos), end);
+        }
+        out.extend_from_slice(&buf[raw_from..pos]);
+        buf.advance(pos);
+        (out, end)
+    }
+}
+
+/// The broker-to-client direction: relays whole packets (translated for
+/// an MQTT 3.1.1 client), rewrites the acknowledgements of SUBSCRIBEs and
+/// UNSUBSCRIBEs the guard changed, and slips the guard's own packets in
+/// between the broker's.
+async fn relay<W: AsyncWrite + Unpin>(
+    mut state: Downstream<'_>,
     upstream: &mut OwnedReadHalf,
     client: &mut W,
     mut from_guard: mpsc::Receiver<ToClient>,
     relayed: &AtomicU64,
 ) -> End {
     let mut buf = BytesMut::new();
-    let mut plans: HashMap<u16, Vec<Option<u8>>> = HashMap::new();
     let mut guard_open = true;
     loop {
         grow(&mut buf);
         let mut out = BytesMut::new();
-        let mut closing = false;
+        let mut closing = None;
         tokio::select! {
             biased;
             message = from_guard.recv(), if guard_open => match message {
                 Some(m) => {
-                    closing = take(m, &mut out, &mut plans);
-                    while let (false, Ok(m)) = (closing, from_guard.try_recv()) {
-                        closing = take(m, &mut out, &mut plans);
+                    let mut close = state.take(m, &mut out);
+                    while let (false, Ok(m)) = (close, from_guard.try_recv()) {
+                        close = state.take(m, &mut out);
                     }
+                    closing = close.then_some(End::Closing);
                 }
                 None => guard_open = false,
             },
@@ -675,14 +1018,16 @@ async fn relay<W: AsyncWrite + Unpin>(
                 }
                 // A SUBACK's plan is queued before its SUBSCRIBE is sent, so
                 // it is in the channel by the time the SUBACK is read.
-                while let (false, Ok(m)) = (closing, from_guard.try_recv()) {
-                    closing = take(m, &mut out, &mut plans);
+                let mut close = false;
+                while let (false, Ok(m)) = (close, from_guard.try_recv()) {
+                    close = state.take(m, &mut out);
                 }
-                if !closing {
-                    match client_bound(version, &mut buf, &mut plans, out) {
-                        Some(chunk) => out = chunk,
-                        None => return End::BrokerClosed,
-                    }
+                if close {
+                    closing = Some(End::Closing);
+                } else {
+                    let (chunk, end) = state.client_bound(&mut buf, out);
+                    out = chunk;
+                    closing = end;
                 }
             }
         }
@@ -696,67 +1041,8 @@ async fn relay<W: AsyncWrite + Unpin>(
             }
             relayed.fetch_add(1, Ordering::Relaxed);
         }
-        if closing {
-            return End::Closing;
+        if let Some(end) = closing {
+            return end;
         }
     }
-}
-
-/// Applies one request of the inbound pump; true when it closes.
-fn take(message: ToClient, out: &mut BytesMut, plans: &mut HashMap<u16, Vec<Option<u8>>>) -> bool {
-    match message {
-        ToClient::Packet(p) => out.extend_from_slice(&p),
-        ToClient::SubAck { pkid, plan } => {
-            plans.insert(pkid, plan);
-        }
-        ToClient::Close(last) => {
-            if let Some(p) = last {
-                out.extend_from_slice(&p);
-            }
-            return true;
-        }
-    }
-    false
-}
-
-/// Takes the whole packets off `buf` and appends them to `out`, rewriting
-/// planned SUBACKs. `None` when the broker's stream cannot be framed.
-fn client_bound(
-    version: Version,
-    buf: &mut BytesMut,
-    plans: &mut HashMap<u16, Vec<Option<u8>>>,
-    mut out: BytesMut,
-) -> Option<BytesMut> {
-    let mut pos = 0;
-    let mut raw_from = 0;
-    while let Some(header) = packet::frame(&buf[pos..], usize::MAX).ok()? {
-        let frame_end = pos + header.size();
-        if header.kind() == packet::SUBACK && !plans.is_empty() {
-            let body = &buf[pos + header.header_len..frame_end];
-            let plan = packet::suback_pkid(body).and_then(|pkid| plans.remove(&pkid));
-            if let (Some(plan), Ok(ack)) = (plan, packet::suback(body, version)) {
-                let failure = match version {
-                    Version::V4 => V4_FAILURE,
-                    Version::V5 => UNSPECIFIED_ERROR,
-                };
-                let codes = packet::merge_codes(&plan, ack.codes, failure);
-                out.extend_from_slice(&buf[raw_from..pos]);
-                out.extend_from_slice(&packet::encode_suback(
-                    version,
-                    ack.pkid,
-                    ack.properties,
-                    &codes,
-                ));
-                raw_from = frame_end;
-            }
-        }
-        pos = frame_end;
-    }
-    if out.is_empty() && raw_from == 0 {
-        // The common case: nothing to add or change, no copy.
-        return Some(buf.split_to(pos));
-    }
-    out.extend_from_slice(&buf[raw_from..pos]);
-    buf.advance(pos);
-    Some(out)
 }

@@ -11,6 +11,9 @@
 
 mod connection;
 pub mod packet;
+mod sessions;
+mod v4;
+pub mod validate;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,6 +43,13 @@ pub trait Policy: Send + Sync + 'static {
         password: Option<&[u8]>,
     ) -> Result<Box<dyn Session>, Refusal>;
 
+    /// Whether a publication's payload may go out on its topic (an LMOS
+    /// message must name the Thing whose topic it is on). `Err` says why
+    /// not. Default: any payload.
+    fn payload_fits(&self, _topic: &str, _payload: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Counting/metrics hook, called for every refusal, denial and limit
     /// hit. Default: nothing.
     fn observe(&self, _event: GuardEvent) {}
@@ -67,6 +77,8 @@ pub enum GuardEvent {
     Refused(Refusal),
     SubscribeDenied,
     PublishDenied,
+    /// A publication refused by [`Policy::payload_fits`].
+    PayloadRefused,
     Limit(GuardLimit),
 }
 
@@ -136,16 +148,12 @@ impl Limits {
     }
 }
 
-/// rumqttd's internal listeners, one per protocol version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Upstream {
-    pub v4: SocketAddr,
-    pub v5: SocketAddr,
-}
-
 /// What every connection of one guard shares.
 struct Shared {
-    upstream: Upstream,
+    /// rumqttd's internal MQTT 5 listener: every client reaches the broker
+    /// as MQTT 5 ([`v4`] translates 3.1.1 clients).
+    upstream: SocketAddr,
+    sessions: sessions::Sessions,
     policy: Arc<dyn Policy>,
     limits: Limits,
     connections: Arc<Semaphore>,
@@ -161,7 +169,7 @@ pub struct Guard {
 
 impl Guard {
     pub fn new(
-        upstream: Upstream,
+        upstream: SocketAddr,
         policy: Arc<dyn Policy>,
         limits: Limits,
         tls: Option<TlsAcceptor>,
@@ -170,6 +178,7 @@ impl Guard {
         Guard {
             shared: Arc::new(Shared {
                 upstream,
+                sessions: sessions::Sessions::default(),
                 policy,
                 limits,
                 connections: Arc::new(Semaphore::new(

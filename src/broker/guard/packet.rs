@@ -8,11 +8,20 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub const CONNECT: u8 = 1;
+pub const CONNACK: u8 = 2;
 pub const PUBLISH: u8 = 3;
+pub const PUBACK: u8 = 4;
+pub const PUBREC: u8 = 5;
 pub const PUBREL: u8 = 6;
+pub const PUBCOMP: u8 = 7;
 pub const SUBSCRIBE: u8 = 8;
 pub const SUBACK: u8 = 9;
 pub const UNSUBSCRIBE: u8 = 10;
+pub const UNSUBACK: u8 = 11;
+pub const PINGREQ: u8 = 12;
+pub const PINGRESP: u8 = 13;
+pub const DISCONNECT: u8 = 14;
+pub const AUTH: u8 = 15;
 
 /// MQTT 5 property identifier of a Topic Alias.
 const TOPIC_ALIAS: u8 = 0x23;
@@ -173,6 +182,10 @@ impl<'a> Reader<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connect<'a> {
     pub version: Version,
+    /// Clean Session (3.1.1) / Clean Start (5).
+    pub clean: bool,
+    /// Seconds; 0 turns keep-alive off.
+    pub keep_alive: u16,
     pub client_id: &'a str,
     pub will_topic: Option<&'a str>,
     pub username: Option<&'a str>,
@@ -195,12 +208,24 @@ pub fn connect(body: &[u8]) -> Result<Connect<'_>, PacketError> {
         }
     };
     let flags = r.u8()?;
-    let _keep_alive = r.u16()?;
+    // Bit 0 is reserved (MQTT-3.1.2-3); a will's QoS and retain need the
+    // will flag; QoS 3 does not exist; a password needs a user name in
+    // 3.1.1.
+    let will = flags & 0x04 != 0;
+    let will_qos = (flags >> 3) & 0x03;
+    if flags & 0x01 != 0
+        || will_qos == 3
+        || (!will && flags & 0x38 != 0)
+        || (version == Version::V4 && flags & 0xC0 == 0x40)
+    {
+        return Err(r.malformed());
+    }
+    let keep_alive = r.u16()?;
     if version == Version::V5 {
         r.properties()?;
     }
     let client_id = r.string()?;
-    let will_topic = if flags & 0x04 != 0 {
+    let will_topic = if will {
         if version == Version::V5 {
             r.properties()?;
         }
@@ -222,6 +247,8 @@ pub fn connect(body: &[u8]) -> Result<Connect<'_>, PacketError> {
     };
     Ok(Connect {
         version,
+        clean: flags & 0x02 != 0,
+        keep_alive,
         client_id,
         will_topic,
         username,
@@ -238,6 +265,7 @@ pub struct Publish<'a> {
     /// Empty when an MQTT 5 publisher relies on a Topic Alias alone.
     pub topic: &'a str,
     pub alias: Option<u16>,
+    pub payload: &'a [u8],
 }
 
 pub fn publish(first: u8, body: &[u8], version: Version) -> Result<Publish<'_>, PacketError> {
@@ -257,6 +285,7 @@ pub fn publish(first: u8, body: &[u8], version: Version) -> Result<Publish<'_>, 
         pkid,
         topic,
         alias,
+        payload: r.buf,
     })
 }
 
@@ -327,17 +356,39 @@ pub fn subscribe(body: &[u8], version: Version) -> Result<Subscribe<'_>, PacketE
     })
 }
 
-pub fn unsubscribe(body: &[u8], version: Version) -> Result<Vec<&str>, PacketError> {
+/// An UNSUBSCRIBE: packet identifier, raw MQTT 5 properties (empty on
+/// 3.1.1) and its filters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsubscribe<'a> {
+    pub pkid: u16,
+    pub properties: &'a [u8],
+    pub filters: Vec<&'a str>,
+}
+
+pub fn unsubscribe(body: &[u8], version: Version) -> Result<Unsubscribe<'_>, PacketError> {
     let mut r = Reader::new(body, "UNSUBSCRIBE");
-    let _pkid = r.u16()?;
-    if version == Version::V5 {
-        r.properties()?;
-    }
+    let pkid = r.u16()?;
+    let properties = match version {
+        Version::V4 => &[][..],
+        Version::V5 => r.properties()?,
+    };
     let mut filters = Vec::new();
     while !r.is_empty() {
-        filters.push(r.string()?);
+        filters.push(r.topic()?);
     }
-    Ok(filters)
+    if filters.is_empty() {
+        return Err(r.malformed());
+    }
+    Ok(Unsubscribe {
+        pkid,
+        properties,
+        filters,
+    })
+}
+
+/// The packet identifier of an UNSUBACK.
+pub fn unsuback_pkid(body: &[u8]) -> Option<u16> {
+    Reader::new(body, "UNSUBACK").u16().ok()
 }
 
 /// The packet identifier of a PUBREL.
@@ -381,7 +432,7 @@ pub fn shared_filter(filter: &str) -> &str {
         .map_or(filter, |(_group, filter)| filter)
 }
 
-fn put_remaining_length(out: &mut BytesMut, mut n: usize) {
+pub(super) fn put_remaining_length(out: &mut BytesMut, mut n: usize) {
     loop {
         let mut byte = (n % 128) as u8;
         n /= 128;
@@ -450,6 +501,43 @@ pub fn encode_suback(version: Version, pkid: u16, properties: &[u8], codes: &[u8
     }
     body.extend_from_slice(codes);
     packet(0x90, &body)
+}
+
+/// An UNSUBACK; `codes` (one per filter) only in MQTT 5.
+pub fn encode_unsuback(version: Version, pkid: u16, codes: &[u8]) -> Bytes {
+    let mut body = pkid.to_be_bytes().to_vec();
+    if version == Version::V5 {
+        body.push(0);
+        body.extend_from_slice(codes);
+    }
+    packet(0xB0, &body)
+}
+
+/// An MQTT 5 UNSUBSCRIBE with the given filters and raw properties (empty
+/// means none).
+pub fn encode_unsubscribe(pkid: u16, properties: &[u8], filters: &[&str]) -> Bytes {
+    let mut body = pkid.to_be_bytes().to_vec();
+    if properties.is_empty() {
+        body.push(0);
+    } else {
+        body.extend_from_slice(properties);
+    }
+    for filter in filters {
+        // Filters come from a decoded packet, so they fit in 16 bits.
+        body.extend_from_slice(&(filter.len() as u16).to_be_bytes());
+        body.extend_from_slice(filter.as_bytes());
+    }
+    packet(0xA2, &body)
+}
+
+/// Sets the keep-alive of a CONNECT body (protocol name "MQTT", as
+/// [`connect`] checked) and returns the whole packet.
+pub fn with_keep_alive(body: &[u8], keep_alive: u16) -> Bytes {
+    let mut b = body.to_vec();
+    if b.len() >= 10 {
+        b[8..10].copy_from_slice(&keep_alive.to_be_bytes());
+    }
+    packet(0x10, &b)
 }
 
 /// A SUBSCRIBE with the given filters; `properties` as in [`encode_suback`].
@@ -543,6 +631,8 @@ mod tests {
             connect(b).unwrap(),
             Connect {
                 version: Version::V4,
+                clean: true,
+                keep_alive: 60,
                 client_id: "id",
                 will_topic: Some("w"),
                 username: Some("alice"),

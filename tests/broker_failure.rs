@@ -1,0 +1,54 @@
+//! A broker thread that panics must not leave the sidecar half alive.
+//!
+//! The guard keeps every packet known to crash rumqttd 0.20 away from it,
+//! so this test goes around the guard, straight to rumqttd's own listener,
+//! and sends what used to take MQTT 5 down for everyone: a CONNACK from a
+//! client (rumqttd panics in that connection), then a CONNECT under the
+//! same client ID (rumqttd panics again, holding a lock every later CONNECT
+//! needs). The sidecar must notice, say so on `/healthz` and `/readyz`, and
+//! stop with an error so that its supervisor restarts it.
+//!
+//! Alone in its binary: the panic hook that notices is process-wide.
+
+mod common;
+
+use std::time::Duration;
+
+use common::raw_mqtt::{self as raw, Client};
+use common::{http, TestSidecar};
+
+#[tokio::test]
+async fn a_panicking_broker_stops_the_sidecar_with_an_error() {
+    let sidecar = TestSidecar::start().await;
+    let ready = http(sidecar.http, "GET", "/readyz", None, b"").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+
+    let mut c = Client::connect_clean(sidecar.broker, 5, "x1").await;
+    c.send(&[0x20, 0x02, 0x00, 0x00]).await;
+    assert!(c.until_closed().await.is_empty());
+    let mut again = Client::open(sidecar.broker).await;
+    again.send(&raw::connect_with(5, "x1", true, 60)).await;
+    let _ = again.until_closed().await;
+
+    // Said on the HTTP port for a moment before the sidecar stops.
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    let mut said = None;
+    while tokio::time::Instant::now() < deadline {
+        let response = http(sidecar.http, "GET", "/healthz", None, b"").await;
+        if response.status == 503 {
+            let ready = http(sidecar.http, "GET", "/readyz", None, b"").await;
+            assert_eq!(ready.status, 503, "{}", ready.body);
+            said = Some(response.body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let said = said.expect("/healthz turns 503");
+    assert!(said.contains("MQTT broker failed"), "{said}");
+    let ended = sidecar.ended().await;
+    let error = ended.expect_err("the sidecar stops with an error");
+    assert!(
+        error.to_string().contains("embedded MQTT broker failed"),
+        "{error}"
+    );
+}

@@ -1,0 +1,239 @@
+//! A raw MQTT client for packets no library would send: exact bytes out,
+//! whole packets in.
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::WAIT;
+
+/// The length of the whole packet at the start of `buf`, once it is there.
+pub fn whole_packet(buf: &[u8]) -> Option<usize> {
+    let mut remaining = 0usize;
+    for i in 0..4 {
+        let byte = *buf.get(1 + i)?;
+        remaining |= usize::from(byte & 0x7F) << (7 * i);
+        if byte & 0x80 == 0 {
+            let len = 2 + i + remaining;
+            return (buf.len() >= len).then_some(len);
+        }
+    }
+    None
+}
+
+pub fn string(s: &[u8]) -> Vec<u8> {
+    let mut out = (s.len() as u16).to_be_bytes().to_vec();
+    out.extend_from_slice(s);
+    out
+}
+
+pub fn packet(first: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = vec![first];
+    let mut n = body.len();
+    loop {
+        let mut byte = (n % 128) as u8;
+        n /= 128;
+        if n > 0 {
+            byte |= 0x80;
+        }
+        out.push(byte);
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(body);
+    out
+}
+
+/// CONNECT as `user`/pw, clean session, keep-alive 60 s.
+pub fn connect(level: u8, client_id: &str, user: &str) -> Vec<u8> {
+    let mut body = string(b"MQTT");
+    body.extend([level, 0b1100_0010, 0, 60]);
+    if level == 5 {
+        body.push(0);
+    }
+    body.extend(string(client_id.as_bytes()));
+    body.extend(string(user.as_bytes()));
+    body.extend(string(b"pw"));
+    packet(0x10, &body)
+}
+
+/// An MQTT 5 PUBLISH with an optional Topic Alias.
+pub fn publish5(topic: &str, qos: u8, pkid: u16, alias: Option<u16>, payload: &[u8]) -> Vec<u8> {
+    let mut body = string(topic.as_bytes());
+    if qos > 0 {
+        body.extend(pkid.to_be_bytes());
+    }
+    match alias {
+        Some(a) => {
+            body.push(3);
+            body.push(0x23);
+            body.extend(a.to_be_bytes());
+        }
+        None => body.push(0),
+    }
+    body.extend_from_slice(payload);
+    packet(0x30 | (qos << 1), &body)
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub async fn open(addr: SocketAddr) -> Client {
+        Client {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Connects as `user` and reads the CONNACK.
+    pub async fn connect(addr: SocketAddr, level: u8, user: &str) -> Client {
+        let mut c = Client::open(addr).await;
+        c.send(&connect(level, &format!("raw-{user}-{level}"), user))
+            .await;
+        let ack = c.recv().await.expect("CONNACK");
+        assert_eq!((ack[0], ack[3]), (0x20, 0), "accepted: {ack:?}");
+        c
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// The next whole packet, or `None` once the connection is closed.
+    pub async fn recv(&mut self) -> Option<Vec<u8>> {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                if let Some(len) = whole_packet(&self.buf) {
+                    return Some(self.buf.drain(..len).collect());
+                }
+                let mut chunk = [0u8; 4096];
+                match self.stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        })
+        .await
+        .expect("packet or close in time")
+    }
+}
+
+/// CONNECT without credentials: `level` 4 or 5, `clean`, `keep_alive`
+/// seconds.
+pub fn connect_with(level: u8, client_id: &str, clean: bool, keep_alive: u16) -> Vec<u8> {
+    let mut body = string(b"MQTT");
+    body.extend([level, if clean { 0x02 } else { 0 }]);
+    body.extend(keep_alive.to_be_bytes());
+    if level == 5 {
+        body.push(0);
+    }
+    body.extend(string(client_id.as_bytes()));
+    packet(0x10, &body)
+}
+
+/// A PUBLISH: MQTT 5 (`level` 5) with raw `properties` (without their
+/// length), or 3.1.1 (properties ignored).
+pub fn publish(
+    level: u8,
+    topic: &str,
+    qos: u8,
+    pkid: u16,
+    properties: &[u8],
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut body = string(topic.as_bytes());
+    if qos > 0 {
+        body.extend(pkid.to_be_bytes());
+    }
+    if level == 5 {
+        body.push(properties.len() as u8);
+        body.extend_from_slice(properties);
+    }
+    body.extend_from_slice(payload);
+    packet(0x30 | (qos << 1), &body)
+}
+
+/// A SUBSCRIBE of `filters`, each with its options byte.
+pub fn subscribe(level: u8, pkid: u16, filters: &[(&str, u8)]) -> Vec<u8> {
+    let mut body = pkid.to_be_bytes().to_vec();
+    if level == 5 {
+        body.push(0);
+    }
+    for (filter, options) in filters {
+        body.extend(string(filter.as_bytes()));
+        body.push(*options);
+    }
+    packet(0x82, &body)
+}
+
+/// An UNSUBSCRIBE of `filters`.
+pub fn unsubscribe(level: u8, pkid: u16, filters: &[&str]) -> Vec<u8> {
+    let mut body = pkid.to_be_bytes().to_vec();
+    if level == 5 {
+        body.push(0);
+    }
+    for filter in filters {
+        body.extend(string(filter.as_bytes()));
+    }
+    packet(0xA2, &body)
+}
+
+/// The topic and payload of a PUBLISH packet, properties skipped.
+pub fn published(level: u8, p: &[u8]) -> (String, Vec<u8>) {
+    assert_eq!(p[0] >> 4, 3, "a PUBLISH: {p:?}");
+    let mut at = 1;
+    while p[at] & 0x80 != 0 {
+        at += 1;
+    }
+    at += 1;
+    let n = usize::from(u16::from_be_bytes([p[at], p[at + 1]]));
+    let topic = String::from_utf8(p[at + 2..at + 2 + n].to_vec()).unwrap();
+    at += 2 + n;
+    if (p[0] >> 1) & 3 > 0 {
+        at += 2;
+    }
+    if level == 5 {
+        // Property lengths in these tests stay below 128.
+        at += 1 + usize::from(p[at]);
+    }
+    (topic, p[at..].to_vec())
+}
+
+impl Client {
+    /// Connects with [`connect_with`] and asserts the CONNACK accepts.
+    pub async fn connect_clean(addr: SocketAddr, level: u8, client_id: &str) -> Client {
+        let mut c = Client::open(addr).await;
+        c.send(&connect_with(level, client_id, true, 60)).await;
+        let ack = c.recv().await.expect("CONNACK");
+        assert_eq!((ack[0], ack[3]), (0x20, 0), "accepted: {ack:?}");
+        c
+    }
+
+    /// Sends PINGREQ and returns every packet before the PINGRESP: proof
+    /// that nothing else was owed.
+    pub async fn until_pong(&mut self) -> Vec<Vec<u8>> {
+        self.send(&[0xC0, 0]).await;
+        let mut before = Vec::new();
+        loop {
+            let p = self.recv().await.expect("PINGRESP");
+            if p == [0xD0, 0] {
+                return before;
+            }
+            before.push(p);
+        }
+    }
+
+    /// Reads until the connection closes; the packets sent before that.
+    pub async fn until_closed(&mut self) -> Vec<Vec<u8>> {
+        let mut last = Vec::new();
+        while let Some(p) = self.recv().await {
+            last.push(p);
+        }
+        last
+    }
+}
