@@ -394,9 +394,9 @@ pub struct TracingConfig {
     /// Messages without trace context start a new trace, so agents that
     /// never heard of tracing still show up.
     pub new_trace_for_untraced: bool,
-    /// Also send the context as MQTT 5 user properties. Off by default:
-    /// rumqttd 0.20 drops the connection of any MQTT 3.1.1 subscriber sent a
-    /// message with properties; turn on only without 3.1.1 subscribers.
+    /// Also send the context as MQTT 5 user properties. Off by default, to
+    /// keep messages small; MQTT 3.1.1 subscribers get them without the
+    /// properties (the MQTT guard translates).
     pub mqtt5_user_properties: bool,
 }
 

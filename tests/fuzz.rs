@@ -927,3 +927,67 @@ async fn the_gateway_survives_a_storm_and_other_clients_miss_nothing() {
     watcher_task.abort();
     sidecar.stop().await;
 }
+
+/// Every packet type a client must not send (server packets, reserved
+/// types, a second CONNECT), each with arbitrary flags and bodies, and
+/// random bytes after a CONNECT, on both versions and both ports: each
+/// sender is closed or answered, and a bystander subscribed beforehand
+/// still gets every message, as do 3.1.1 and MQTT 5 clients connecting
+/// after the storm.
+#[tokio::test]
+async fn the_mqtt_guard_survives_packets_no_client_may_send() {
+    use common::raw_mqtt::{self as raw, Client};
+
+    let sidecar = TestSidecar::start().await;
+    let mut bystander = Client::connect_clean(sidecar.mqtt, 4, "bystander").await;
+    bystander
+        .send(&raw::subscribe(4, 1, &[("calm/#", 0)]))
+        .await;
+    bystander.recv().await.expect("SUBACK");
+    let mut calm = Client::connect_clean(sidecar.mqtt5, 5, "calm").await;
+
+    let mut runner = TestRunner::deterministic();
+    let bodies = proptest::collection::vec(any::<u8>(), 0..40);
+    let rounds = cases(64);
+    for round in 0..rounds {
+        // Types 0, 2, 9, 11, 13, 15 and CONNECT again come first, then any.
+        let kind: u8 = [0u8, 1, 2, 9, 11, 13, 15][round as usize % 7];
+        let kind = if round < 7 { kind } else { (round % 16) as u8 };
+        let flags = (round / 16 % 16) as u8;
+        let body = bodies.new_tree(&mut runner).unwrap().current();
+        let level = if round % 2 == 0 { 4 } else { 5 };
+        let addr = if round % 3 == 0 {
+            sidecar.mqtt
+        } else {
+            sidecar.mqtt5
+        };
+        let mut c = Client::connect_clean(addr, level, "x1").await;
+        c.send(&raw::packet(kind << 4 | flags, &body)).await;
+        // Whatever comes back, the connection either answers a ping or
+        // closes; it never hangs and never takes anyone with it.
+        c.send(&[0xC0, 0]).await;
+        let _ = c.until_closed_or_pong().await;
+
+        let n = round.to_string();
+        calm.send(&raw::publish(5, "calm/e", 0, 0, &[], n.as_bytes()))
+            .await;
+        let got = bystander.recv().await.expect("the bystander is served");
+        assert_eq!(raw::published(4, &got).1, n.as_bytes(), "round {round}");
+    }
+    for addr in [sidecar.mqtt, sidecar.mqtt5] {
+        for level in [4u8, 5] {
+            let mut after = Client::connect_clean(addr, level, "after-storm").await;
+            after
+                .send(&raw::subscribe(level, 1, &[("calm/#", 0)]))
+                .await;
+            after.recv().await.expect("SUBACK");
+            calm.send(&raw::publish(5, "calm/after", 0, 0, &[], b"a"))
+                .await;
+            let got = after.recv().await.expect("a new client is served");
+            assert_eq!(raw::published(level, &got).1, b"a");
+            let got = bystander.recv().await.expect("the bystander too");
+            assert_eq!(raw::published(4, &got).1, b"a");
+        }
+    }
+    sidecar.stop().await;
+}

@@ -237,3 +237,15 @@ impl Client {
         last
     }
 }
+
+impl Client {
+    /// Reads until a PINGRESP (true) or the end of the connection (false).
+    pub async fn until_closed_or_pong(&mut self) -> bool {
+        while let Some(p) = self.recv().await {
+            if p == [0xD0, 0] {
+                return true;
+            }
+        }
+        false
+    }
+}
