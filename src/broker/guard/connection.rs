@@ -896,23 +896,19 @@ impl Downstream<'_> {
                 }
             }
             packet::UNSUBACK => {
-                let pkid = packet::unsuback_pkid(body);
-                if let Some((owed, _)) = pkid.and_then(|p| self.unsub_plans.get_mut(&p)) {
-                    *owed = owed.saturating_sub(1);
-                    if *owed > 0 {
-                        return Ok(Some(None));
+                if let Some(pkid) = packet::unsuback_pkid(body) {
+                    if let Some((owed, _)) = self.unsub_plans.get_mut(&pkid) {
+                        *owed = owed.saturating_sub(1);
+                        if *owed > 0 {
+                            return Ok(Some(None));
+                        }
+                        let (_, codes) = self.unsub_plans.remove(&pkid).unwrap_or_default();
+                        return Ok(Some(Some(packet::encode_unsuback(
+                            self.version,
+                            pkid,
+                            &codes,
+                        ))));
                     }
-                    let pkid = pkid.unwrap_or_default();
-                    let codes = self
-                        .unsub_plans
-                        .remove(&pkid)
-                        .map(|(_, c)| c)
-                        .unwrap_or_default();
-                    return Ok(Some(Some(packet::encode_unsuback(
-                        self.version,
-                        pkid,
-                        &codes,
-                    ))));
                 }
             }
             packet::PINGRESP => {

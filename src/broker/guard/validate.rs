@@ -54,8 +54,8 @@ pub fn fixed_header(version: Version, first: u8, remaining: usize) -> Result<(),
         // AUTH: rumqttd has no enhanced authentication, so no CONNECT the
         // guard forwards names an authentication method; an AUTH is then a
         // protocol error (MQTT 5 §4.12).
-        packet::CONNECT | packet::AUTH => return Err(Violation::Protocol),
-        // Reserved 0, CONNACK, SUBACK, UNSUBACK, PINGRESP: server packets.
+        // A second CONNECT; reserved 0, CONNACK, SUBACK, UNSUBACK,
+        // PINGRESP: server packets.
         _ => return Err(Violation::Protocol),
     };
     if flags != expected_flags {
