@@ -54,15 +54,17 @@ impl Default for SidecarConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MqttConfig {
-    /// Address of the embedded broker's MQTT 3.1.1 listener.
+    /// Address of the embedded broker's MQTT listener (the guard's; 3.1.1
+    /// and 5).
     pub listen: SocketAddr,
-    /// Address of its MQTT 5 listener (rumqttd serves one protocol version
-    /// per listener).
+    /// A second MQTT listener, alike (kept for setups that expect one port
+    /// per protocol version).
     pub listen_v5: SocketAddr,
     pub max_connections: usize,
     /// Largest MQTT payload accepted, in bytes.
     pub max_payload_size: usize,
-    /// Unacknowledged QoS 1/2 messages per client.
+    /// Unacknowledged QoS 1/2 messages per client, each way (the Receive
+    /// Maximum MQTT 5 clients are told).
     pub max_inflight_count: usize,
     /// Time a new connection has to send CONNECT, in milliseconds.
     pub connection_timeout_ms: u16,

@@ -261,13 +261,26 @@ async fn unsubscribe_is_always_acknowledged_once() {
     sidecar.stop().await;
 }
 
+/// A CONNECT whose session outlives the connection: 3.1.1 clean session
+/// 0; MQTT 5 clean start 0 with a Session Expiry Interval (without one,
+/// an MQTT 5 session ends with its connection).
+fn kept_session(level: u8, id: &str) -> Vec<u8> {
+    let mut body = raw::string(b"MQTT");
+    body.extend([level, 0, 0, 60]);
+    if level == 5 {
+        body.extend([5, 0x11, 0, 0, 0x0E, 0x10]); // 3600 s
+    }
+    body.extend(raw::string(id.as_bytes()));
+    raw::packet(0x10, &body)
+}
+
 #[tokio::test]
 async fn a_resumed_session_can_unsubscribe_what_it_subscribed_before() {
     let sidecar = TestSidecar::start().await;
     for level in [4u8, 5] {
         let id = format!("resume-{level}");
         let mut c = Client::open(sidecar.mqtt).await;
-        c.send(&raw::connect_with(level, &id, false, 60)).await;
+        c.send(&kept_session(level, &id)).await;
         c.recv().await.expect("CONNACK");
         c.send(&raw::subscribe(level, 1, &[("r/t", 0)])).await;
         c.recv().await.expect("SUBACK");
@@ -275,7 +288,7 @@ async fn a_resumed_session_can_unsubscribe_what_it_subscribed_before() {
         assert!(c.until_closed().await.is_empty());
 
         let mut c = Client::open(sidecar.mqtt5).await;
-        c.send(&raw::connect_with(level, &id, false, 60)).await;
+        c.send(&kept_session(level, &id)).await;
         let ack = c.recv().await.expect("CONNACK");
         assert_eq!((ack[0], ack[2], ack[3]), (0x20, 1, 0), "session present");
         c.send(&raw::publish(level, "r/t", 0, 0, &[], b"before"))

@@ -2,6 +2,7 @@
 //! clients, and bounded waits (every wait fails the test after `WAIT`).
 #![allow(dead_code)]
 
+pub mod mqtt5;
 pub mod otlp;
 pub mod raw_mqtt;
 

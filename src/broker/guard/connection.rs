@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -18,12 +18,16 @@ use std::os::fd::{AsRawFd, RawFd};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::delivery::{Delivery, Undelivered};
+use super::handshake::{self, Offer};
 use super::packet::{self, Header, PacketError, Version};
-use super::sessions::Filters;
+use super::publication;
+use super::sessions::{AfterClose, Expiry, Filters};
+use super::upstream;
 use super::v4::{self, Down};
 use super::validate::{self, Violation};
 use super::{GuardEvent, GuardLimit, Refusal, Session, Shared};
@@ -67,6 +71,8 @@ const NO_SUBSCRIPTION_EXISTED: u8 = 0x11;
 const TOPIC_FILTER_INVALID: u8 = 0x8F;
 const PACKET_TOO_LARGE: u8 = 0x95;
 const QUOTA_EXCEEDED: u8 = 0x97;
+const RECEIVE_MAXIMUM_EXCEEDED: u8 = 0x93;
+const TOPIC_ALIAS_INVALID: u8 = 0x94;
 const PAYLOAD_FORMAT_INVALID: u8 = 0x99;
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +120,9 @@ enum ToClient {
     /// The broker's SUBACK for `pkid` answers the guard's own SUBSCRIBE:
     /// the client never sees it.
     SwallowSubAck(u16),
+    /// The client acknowledged publications: send those its Receive
+    /// Maximum held back.
+    Release,
     /// Send the packet, if any, then close.
     Close(Option<Bytes>),
 }
@@ -182,6 +191,38 @@ async fn farewell<W: AsyncWrite + Unpin>(writer: &mut W, last: &[u8]) {
         writer.shutdown().await
     })
     .await;
+}
+
+/// Unix time in milliseconds, the clock Message Expiry is kept in.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A connection to rumqttd with the client's CONNECT on its way.
+async fn dial(addr: std::net::SocketAddr, connect: &[u8]) -> std::io::Result<TcpStream> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    stream.write_all(connect).await?;
+    Ok(stream)
+}
+
+/// Ends a session that nobody resumed in time (see [`super::sessions`]).
+async fn expire(shared: Arc<Shared>, client_id: String, generation: u64, after: Duration) {
+    tokio::select! {
+        _ = shared.shutdown.cancelled() => return,
+        _ = tokio::time::sleep(after) => {}
+    }
+    let Some(gate) = shared.sessions.existing_gate(&client_id) else {
+        return;
+    };
+    let _held = gate.lock().await;
+    if shared.sessions.expire(&client_id, generation) {
+        if let Err(e) = upstream::wipe(shared.upstream, &client_id).await {
+            warn!(error = %e, "Could not end an expired MQTT session in the embedded broker.");
+        }
+    }
 }
 
 pub(super) struct Connection<S> {
@@ -286,11 +327,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         span.record("principal", session.name());
         // A last will is a publication the broker makes on the client's
         // behalf; unchecked, it would bypass the publish rights.
-        if let Some(topic) = connect.will_topic {
-            if !session.may_publish(topic) {
+        if let Some(will) = &connect.will {
+            if !session.may_publish(will.topic) {
                 info!(
                     principal = session.name(),
-                    topic, "Refused an MQTT connection whose last will it may not publish."
+                    topic = will.topic,
+                    "Refused an MQTT connection whose last will it may not publish."
                 );
                 shared
                     .policy
@@ -299,66 +341,97 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 return farewell(&mut client_tx, &ack).await;
             }
         }
+        let asked = match handshake::asked(&connect) {
+            Ok(a) => a,
+            Err(reason) => {
+                debug!(
+                    "Refused an MQTT 5 CONNECT with a Receive Maximum or Maximum Packet Size of 0."
+                );
+                let ack = refuse(V4_UNACCEPTABLE_PROTOCOL, reason);
+                return farewell(&mut client_tx, &ack).await;
+            }
+        };
 
+        let client_id = connect.client_id.to_owned();
+        let pings = (connect.keep_alive == 0)
+            .then(|| Duration::from_secs(u64::from(UPSTREAM_KEEP_ALIVE / 2)));
         let keep_alive = match connect.keep_alive {
             0 => UPSTREAM_KEEP_ALIVE,
             k => k,
         };
-        let body = &inbound[header.header_len..header.size()];
-        let connect_packet = match version {
-            Version::V4 => match v4::connect(body, keep_alive) {
-                Ok(p) => p,
-                Err(e) => {
-                    return debug!(error = %e, "Closed an MQTT connection with a malformed CONNECT.")
-                }
-            },
-            Version::V5 if connect.keep_alive == 0 => packet::with_keep_alive(body, keep_alive),
-            Version::V5 => Bytes::copy_from_slice(&inbound[..header.size()]),
-        };
-        let client_id = connect.client_id.to_owned();
-        let clean = connect.clean;
-        let pings = (connect.keep_alive == 0)
-            .then(|| Duration::from_secs(u64::from(UPSTREAM_KEEP_ALIVE / 2)));
-        inbound.advance(header.size());
 
-        let upstream_addr = shared.upstream;
-        let upstream = match TcpStream::connect(upstream_addr).await {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(broker = %upstream_addr, error = %e, "Cannot reach the embedded MQTT broker.");
-                let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
-                return farewell(&mut client_tx, &ack).await;
+        // The session's gate stays held until rumqttd has the CONNECT, so
+        // that no wipe of this client ID overtakes it.
+        let gate = shared.sessions.gate(&client_id);
+        let opened;
+        let upstream = {
+            let _held = gate.lock().await;
+            opened = shared
+                .sessions
+                .open(&client_id, connect.clean, asked.expiry);
+            if opened.wipe_first {
+                if let Err(e) = upstream::wipe(shared.upstream, &client_id).await {
+                    warn!(error = %e, "Could not end an MQTT session in the embedded broker.");
+                }
+            }
+            let connect_packet =
+                handshake::upstream_connect(&connect, opened.clean_upstream, keep_alive);
+            match dial(shared.upstream, &connect_packet).await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(broker = %shared.upstream, error = %e, "Cannot reach the embedded MQTT broker.");
+                    drop(_held);
+                    shared
+                        .sessions
+                        .close(&client_id, opened.generation, Expiry(0));
+                    let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
+                    return farewell(&mut client_tx, &ack).await;
+                }
             }
         };
-        let _ = upstream.set_nodelay(true);
+        drop(gate);
+        inbound.advance(header.size());
         let (mut up_rx, mut up_tx) = upstream.into_split();
-        if up_tx.write_all(&connect_packet).await.is_err() {
-            return;
-        }
 
-        let filters = shared.sessions.open(&client_id, clean);
         let guard_pings = AtomicU32::new(0);
+        let unacked = AtomicU32::new(0);
+        let delivery = Mutex::new(Delivery::new(version, asked.limits));
         let (outbox, from_guard) = mpsc::channel(OUTBOX);
+        let owed = Notify::new();
         let mut inspector = Inspector {
             version,
             session,
             shared: &shared,
             aliases: HashMap::new(),
-            subscriptions: filters.clone(),
+            subscriptions: opened.filters.clone(),
             denied_qos2: HashSet::new(),
             pending: Vec::new(),
             outbox,
             pings,
             guard_pings: &guard_pings,
+            delivery: &delivery,
+            unacked: &unacked,
+            client_id: &client_id,
+            generation: opened.generation,
+            expiry: asked.expiry,
+            after_close: None,
         };
         let end = {
-            let inbound_pump = inspector.pump(&mut client_rx, socket, &mut up_tx, &mut inbound);
+            let inbound_pump =
+                inspector.pump(&mut client_rx, socket, &mut up_tx, &mut inbound, &owed);
             let relayed = AtomicU64::new(0);
             let downstream = Downstream {
                 version,
                 sub_plans: HashMap::new(),
                 unsub_plans: HashMap::new(),
                 guard_pings: &guard_pings,
+                delivery: &delivery,
+                unacked: &unacked,
+                owed: &owed,
+                offer: Offer {
+                    receive_max: shared.limits.receive_maximum,
+                    max_packet: u32::try_from(shared.limits.max_packet_size).unwrap_or(u32::MAX),
+                },
             };
             let outbound_pump = relay(downstream, &mut up_rx, &mut client_tx, from_guard, &relayed);
             tokio::pin!(inbound_pump, outbound_pump);
@@ -384,8 +457,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 end = &mut outbound_pump => end,
             }
         };
+        let undelivered = delivery
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .undelivered;
+        if undelivered != Undelivered::default() {
+            debug!(
+                expired = undelivered.expired,
+                too_large = undelivered.too_large,
+                "Publications this MQTT client did not get."
+            );
+        }
+        let after_close = inspector.after_close.take().unwrap_or_else(|| {
+            shared
+                .sessions
+                .close(&client_id, opened.generation, inspector.expiry)
+        });
+        if let AfterClose::Wipe { generation, after } = after_close {
+            tokio::spawn(expire(shared.clone(), client_id.clone(), generation, after));
+        }
         debug!(?end, "MQTT connection closed.");
-        shared.sessions.close(&client_id, clean, &filters);
         match end {
             // rumqttd publishes the last will when the connection ends
             // without DISCONNECT; mirror how the client left.
@@ -394,8 +485,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 let _ = up_rx.as_ref().set_linger(Some(Duration::ZERO));
             }
             End::ClientClosed => {}
-            End::BrokerClosed | End::Closing | End::Shutdown => {
+            End::BrokerClosed | End::Shutdown => {
                 let _ = tokio::time::timeout(FAREWELL, client_tx.shutdown()).await;
+            }
+            // The guard ended it, often with a DISCONNECT saying why. A
+            // client still sending (acknowledgements of what it read
+            // before) would get a reset for them, and a reset can destroy
+            // the DISCONNECT before the client reads it: read and discard
+            // until the client closes too, for a moment.
+            End::Closing => {
+                let _ = tokio::time::timeout(FAREWELL, async {
+                    client_tx.shutdown().await?;
+                    let mut sink = [0u8; 4096];
+                    while client_rx.read(&mut sink).await? > 0 {}
+                    std::io::Result::Ok(())
+                })
+                .await;
             }
         }
         drop(permit);
@@ -424,15 +529,37 @@ struct Inspector<'a> {
     pings: Option<Duration>,
     /// PINGREQs the guard sent whose PINGRESP the client must not see.
     guard_pings: &'a AtomicU32,
+    /// What is on its way to the client; its acknowledgements change it.
+    delivery: &'a Mutex<Delivery>,
+    /// The client's QoS 1 and 2 publications the broker has not yet
+    /// acknowledged (PUBACK, PUBCOMP): at most the Receive Maximum the
+    /// CONNACK announced.
+    unacked: &'a AtomicU32,
+    client_id: &'a str,
+    /// The session's generation this connection opened.
+    generation: u64,
+    /// The session's expiry; a DISCONNECT may change it.
+    expiry: Expiry,
+    /// Set at DISCONNECT: the session's fate is decided the moment the
+    /// client says goodbye, before it can come back on another connection.
+    after_close: Option<AfterClose>,
 }
 
 impl Inspector<'_> {
+    fn take_owed(&self) -> Option<Bytes> {
+        self.delivery
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_owed()
+    }
+
     async fn pump<R: AsyncRead + Unpin>(
         &mut self,
         client: &mut R,
         socket: RawFd,
         upstream: &mut OwnedWriteHalf,
         buf: &mut BytesMut,
+        owed: &Notify,
     ) -> End {
         let mut ping = self.pings.map(|every| {
             let mut i = tokio::time::interval_at(Instant::now() + every, every);
@@ -446,6 +573,13 @@ impl Inspector<'_> {
                     return End::Closing;
                 }
             }
+            // What the guard owes the broker goes first: the client's
+            // acknowledgements are among it, in the order rumqttd needs.
+            if let Some(acks) = self.take_owed() {
+                if upstream.write_all(&acks).await.is_err() {
+                    return End::BrokerClosed;
+                }
+            }
             if !chunk.is_empty() && upstream.write_all(&chunk).await.is_err() {
                 return End::BrokerClosed;
             }
@@ -453,16 +587,22 @@ impl Inspector<'_> {
                 return end;
             }
             grow(buf);
+            // Acknowledgements the guard owes the broker for what it
+            // delivered lower or not at all go in between the client's.
             let read = loop {
-                let Some(ping) = ping.as_mut() else {
-                    break client.read_buf(buf).await;
-                };
                 tokio::select! {
                     read = client.read_buf(buf) => break read,
-                    _ = ping.tick() => {
+                    _ = async { ping.as_mut()?.tick().await; Some(()) }, if ping.is_some() => {
                         self.guard_pings.fetch_add(1, Ordering::Relaxed);
                         if upstream.write_all(&PINGREQ).await.is_err() {
                             return End::BrokerClosed;
+                        }
+                    }
+                    _ = owed.notified() => {
+                        if let Some(acks) = self.take_owed() {
+                            if upstream.write_all(&acks).await.is_err() {
+                                return End::BrokerClosed;
+                            }
                         }
                     }
                 }
@@ -503,7 +643,7 @@ impl Inspector<'_> {
             };
             let frame_end = pos + header.size();
             let body = &buf[pos + header.header_len..frame_end];
-            let replacement = match self.inspect(header, body) {
+            let replacement = match self.inspect(header, &buf[pos..frame_end], body) {
                 Verdict::Forward => {
                     pos = frame_end;
                     continue;
@@ -535,7 +675,8 @@ impl Inspector<'_> {
         (chunk, end)
     }
 
-    fn inspect(&mut self, header: Header, body: &[u8]) -> Verdict {
+    /// `raw` is the whole packet, `body` what follows its fixed header.
+    fn inspect(&mut self, header: Header, raw: &[u8], body: &[u8]) -> Verdict {
         if let Err(violation) = validate::fixed_header(self.version, header.first, header.remaining)
         {
             return self.violation(violation, header.first);
@@ -551,6 +692,34 @@ impl Inspector<'_> {
                 }
                 _ => Verdict::Forward,
             },
+            // Acknowledgements of the broker's publications go through
+            // Delivery, which passes them on in rumqttd's order (a 3.1.1
+            // acknowledgement is a valid MQTT 5 one as it is).
+            packet::PUBACK | packet::PUBREC | packet::PUBCOMP => {
+                let mut delivery = self.delivery.lock().unwrap_or_else(|e| e.into_inner());
+                delivery.client_ack(raw, header.header_len);
+                if delivery.releasable() {
+                    self.pending.push(ToClient::Release);
+                }
+                Verdict::Drop
+            }
+            packet::DISCONNECT => {
+                if self.version == Version::V5 {
+                    if let Some(secs) = handshake::disconnect_expiry(body) {
+                        // A session that was to end with its connection
+                        // cannot be kept from its DISCONNECT (§3.14.2.2.2).
+                        if self.expiry.0 != 0 {
+                            self.expiry = Expiry(secs);
+                        }
+                    }
+                }
+                self.after_close = Some(self.shared.sessions.close(
+                    self.client_id,
+                    self.generation,
+                    self.expiry,
+                ));
+                Verdict::Forward
+            }
             _ => Verdict::Forward,
         }
     }
@@ -606,10 +775,23 @@ impl Inspector<'_> {
             );
             return self.close(Violation::TopicName.reason());
         }
+        if let Some(alias) = p
+            .alias
+            .filter(|&a| a == 0 || a > handshake::CLIENT_ALIAS_MAX)
+        {
+            debug!(
+                alias,
+                "Closed an MQTT connection that used a Topic Alias beyond the maximum."
+            );
+            return self.close(TOPIC_ALIAS_INVALID);
+        }
         let topic = match p.alias {
             None => p.topic,
             Some(alias) if p.topic.is_empty() => match self.aliases.get(&alias) {
-                Some(topic) => topic.as_str(),
+                Some(topic) => {
+                    let topic = topic.clone();
+                    return self.checked(first, &p, &topic);
+                }
                 None => {
                     debug!(
                         alias,
@@ -625,6 +807,12 @@ impl Inspector<'_> {
                 p.topic
             }
         };
+        self.checked(first, &p, topic)
+    }
+
+    /// A publication to `topic` (resolved from its alias), as the
+    /// principal's rights and the policy allow.
+    fn checked(&mut self, first: u8, p: &packet::Publish<'_>, topic: &str) -> Verdict {
         let reason = if !self.session.may_publish(topic) {
             info!(
                 principal = self.session.name(),
@@ -645,7 +833,7 @@ impl Inspector<'_> {
             self.shared.policy.observe(GuardEvent::PayloadRefused);
             PAYLOAD_FORMAT_INVALID
         } else {
-            return self.upstream(|| v4::publish(first, body));
+            return self.accepted(first, p, topic);
         };
         match (p.qos, self.version) {
             (0, _) => Verdict::Drop,
@@ -664,6 +852,26 @@ impl Inspector<'_> {
             }
             // A positive PUBREC would promise exactly-once delivery.
             (_, Version::V4) => self.close(UNSPECIFIED_ERROR),
+        }
+    }
+
+    /// A publication the broker gets: with the guard's marker, the topic
+    /// its alias stood for; counted against the Receive Maximum.
+    fn accepted(&mut self, first: u8, p: &packet::Publish<'_>, topic: &str) -> Verdict {
+        if p.qos > 0 && self.version == Version::V5 {
+            let unacked = self.unacked.fetch_add(1, Ordering::Relaxed) + 1;
+            if unacked > u32::from(self.shared.limits.receive_maximum) {
+                debug!(
+                    limit = self.shared.limits.receive_maximum,
+                    "Closed an MQTT connection that exceeded the Receive Maximum."
+                );
+                return self.close(RECEIVE_MAXIMUM_EXCEEDED);
+            }
+        }
+        match publication::to_broker(self.version, first, p, topic, now_ms()) {
+            Ok(None) => Verdict::Forward,
+            Ok(Some(bytes)) => Verdict::Replace(bytes),
+            Err(e) => self.malformed(&e),
         }
     }
 
@@ -839,6 +1047,12 @@ struct Downstream<'a> {
     /// UNSUBACKs to gather: how many more the broker owes, and the codes.
     unsub_plans: HashMap<u16, (usize, Vec<u8>)>,
     guard_pings: &'a AtomicU32,
+    delivery: &'a Mutex<Delivery>,
+    unacked: &'a AtomicU32,
+    /// Wakes the other pump to write what [`Delivery`] owes the broker.
+    owed: &'a Notify,
+    /// What an MQTT 5 client's CONNACK announces.
+    offer: Offer,
 }
 
 impl Downstream<'_> {
@@ -859,6 +1073,7 @@ impl Downstream<'_> {
             } => {
                 self.unsub_plans.insert(pkid, (forwarded, codes));
             }
+            ToClient::Release => self.lock().release(out),
             ToClient::Close(last) => {
                 if let Some(p) = last {
                     out.extend_from_slice(&p);
@@ -869,11 +1084,47 @@ impl Downstream<'_> {
         false
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Delivery> {
+        self.delivery.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A publication from the broker, or an acknowledgement the guard
+    /// owes it, goes through [`Delivery`].
+    fn publish(&mut self, raw: &[u8], header_len: usize, out: &mut BytesMut) -> Result<(), End> {
+        let result = self.lock().publish(raw, header_len, now_ms(), out);
+        self.owed.notify_one();
+        result.map_err(|e| {
+            warn!(error = %e, "The embedded MQTT broker sent a PUBLISH the guard cannot read.");
+            End::BrokerClosed
+        })
+    }
+
     /// What the client gets for one whole packet from the broker: `None`
     /// to pass it as it is, `Some(None)` to swallow it.
     fn translate(&mut self, first: u8, body: &[u8]) -> Result<Option<Option<Bytes>>, End> {
         let kind = first >> 4;
         match kind {
+            packet::CONNACK if self.version == Version::V5 => {
+                return match handshake::connack(body, self.offer) {
+                    Ok(ack) => Ok(Some(Some(ack))),
+                    Err(e) => {
+                        warn!(error = %e, "The embedded MQTT broker sent a CONNACK the guard cannot read.");
+                        Err(End::BrokerClosed)
+                    }
+                };
+            }
+            packet::PUBREL => {
+                let ours = packet::pubrel(body).is_ok_and(|pkid| self.lock().broker_pubrel(pkid));
+                if ours {
+                    self.owed.notify_one();
+                    return Ok(Some(None));
+                }
+            }
+            packet::PUBACK | packet::PUBCOMP => {
+                let _ = self
+                    .unacked
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            }
             packet::SUBACK if !self.sub_plans.is_empty() => {
                 let plan = packet::suback_pkid(body).and_then(|pkid| self.sub_plans.remove(&pkid));
                 if let Some(None) = plan {
@@ -951,6 +1202,16 @@ impl Downstream<'_> {
                 }
             };
             let frame_end = pos + header.size();
+            if header.kind() == packet::PUBLISH {
+                out.extend_from_slice(&buf[raw_from..pos]);
+                raw_from = frame_end;
+                if let Err(e) = self.publish(&buf[pos..frame_end], header.header_len, &mut out) {
+                    end = Some(e);
+                    break;
+                }
+                pos = frame_end;
+                continue;
+            }
             let body = &buf[pos + header.header_len..frame_end];
             match self.translate(header.first, body) {
                 Ok(None) => {}

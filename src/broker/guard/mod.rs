@@ -1,17 +1,31 @@
 //! The MQTT guard: a thin MQTT-aware proxy in front of rumqttd, which only
-//! authenticates at CONNECT and has no hook to authorize topics.
+//! authenticates at CONNECT, has no hook to authorize topics, and keeps
+//! only part of what MQTT 5 promises.
 //!
 //! The guard owns the public MQTT listeners. Each client connection gets one
-//! connection to one of rumqttd's internal loopback listeners, chosen by the
-//! protocol level of the client's CONNECT, so either public port serves both
-//! MQTT 3.1.1 and MQTT 5. The guard reads only what it must decide on
-//! (CONNECT, SUBSCRIBE, UNSUBSCRIBE, PUBLISH from the client; SUBACK from the
-//! broker when it changed the SUBSCRIBE) and forwards every other byte as it
-//! came.
+//! connection to rumqttd's internal MQTT 5 listener, whatever the client
+//! speaks ([`v4`] translates 3.1.1). The guard decides on CONNECT,
+//! SUBSCRIBE, UNSUBSCRIBE, PUBLISH and acknowledgements from the client and
+//! on CONNACK, SUBACK, UNSUBACK and PUBLISH from the broker, and forwards
+//! the rest as it came. The files:
+//!
+//! - `connection.rs`: the I/O of one connection (handshake, two pumps).
+//! - `validate.rs`, `packet.rs`, `properties.rs`: what a packet is.
+//! - `handshake.rs`: CONNECT and CONNACK as the client and rumqttd see them.
+//! - `publication.rs`: a client's PUBLISH on its way to rumqttd.
+//! - `delivery.rs`: rumqttd's PUBLISHes on their way to a client (QoS,
+//!   expiry, flow control, aliases, acknowledgements in rumqttd's order).
+//! - `sessions.rs`: filters per session and Session Expiry; `upstream.rs`
+//!   ends an expired session in rumqttd.
 
 mod connection;
+mod delivery;
+mod handshake;
 pub mod packet;
+mod properties;
+mod publication;
 mod sessions;
+mod upstream;
 mod v4;
 pub mod validate;
 
@@ -133,6 +147,9 @@ pub struct Limits {
     pub max_subscriptions: usize,
     /// Largest packet, fixed header included.
     pub max_packet_size: usize,
+    /// Unacknowledged QoS 1 and 2 publications an MQTT 5 client may have
+    /// (its CONNACK's Receive Maximum).
+    pub receive_maximum: u16,
     /// Time from accept (TLS handshake included) to a complete CONNECT.
     pub handshake_timeout: Duration,
 }
@@ -143,6 +160,7 @@ impl Limits {
             max_connections: config.max_connections,
             max_subscriptions: config.max_subscriptions,
             max_packet_size: config.max_payload_size.saturating_add(PACKET_HEADROOM),
+            receive_maximum: u16::try_from(config.max_inflight_count.max(1)).unwrap_or(u16::MAX),
             handshake_timeout: Duration::from_millis(u64::from(config.connection_timeout_ms)),
         }
     }

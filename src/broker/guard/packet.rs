@@ -7,6 +7,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::properties;
+
 pub const CONNECT: u8 = 1;
 pub const CONNACK: u8 = 2;
 pub const PUBLISH: u8 = 3;
@@ -22,9 +24,6 @@ pub const PINGREQ: u8 = 12;
 pub const PINGRESP: u8 = 13;
 pub const DISCONNECT: u8 = 14;
 pub const AUTH: u8 = 15;
-
-/// MQTT 5 property identifier of a Topic Alias.
-const TOPIC_ALIAS: u8 = 0x23;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -173,6 +172,13 @@ impl<'a> Reader<'a> {
         Ok(&before[..before.len() - self.buf.len()])
     }
 
+    /// What an MQTT 5 property list holds, every property checked.
+    fn property_content(&mut self) -> Result<&'a [u8], PacketError> {
+        let (content, _) = properties::list(self.properties()?)?;
+        properties::all(content)?;
+        Ok(content)
+    }
+
     fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
@@ -182,14 +188,27 @@ impl<'a> Reader<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connect<'a> {
     pub version: Version,
+    /// The connect flags byte as sent.
+    pub flags: u8,
     /// Clean Session (3.1.1) / Clean Start (5).
     pub clean: bool,
     /// Seconds; 0 turns keep-alive off.
     pub keep_alive: u16,
+    /// What the MQTT 5 property list holds; empty on 3.1.1.
+    pub properties: &'a [u8],
     pub client_id: &'a str,
-    pub will_topic: Option<&'a str>,
+    pub will: Option<Will<'a>>,
     pub username: Option<&'a str>,
     pub password: Option<&'a [u8]>,
+}
+
+/// A CONNECT's last will.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Will<'a> {
+    /// What the MQTT 5 will property list holds; empty on 3.1.1.
+    pub properties: &'a [u8],
+    pub topic: &'a str,
+    pub message: &'a [u8],
 }
 
 /// Decodes a CONNECT body (after the fixed header).
@@ -221,17 +240,23 @@ pub fn connect(body: &[u8]) -> Result<Connect<'_>, PacketError> {
         return Err(r.malformed());
     }
     let keep_alive = r.u16()?;
-    if version == Version::V5 {
-        r.properties()?;
-    }
+    let props = match version {
+        Version::V4 => &[][..],
+        Version::V5 => r.property_content()?,
+    };
     let client_id = r.string()?;
-    let will_topic = if will {
-        if version == Version::V5 {
-            r.properties()?;
-        }
+    let will = if will {
+        let properties = match version {
+            Version::V4 => &[][..],
+            Version::V5 => r.property_content()?,
+        };
         let topic = r.topic()?;
-        let _message = r.binary()?;
-        Some(topic)
+        let message = r.binary()?;
+        Some(Will {
+            properties,
+            topic,
+            message,
+        })
     } else {
         None
     };
@@ -247,13 +272,46 @@ pub fn connect(body: &[u8]) -> Result<Connect<'_>, PacketError> {
     };
     Ok(Connect {
         version,
+        flags,
         clean: flags & 0x02 != 0,
         keep_alive,
+        properties: props,
         client_id,
-        will_topic,
+        will,
         username,
         password,
     })
+}
+
+fn put_binary(out: &mut BytesMut, b: &[u8]) {
+    // Every field comes from a decoded packet, so it fits in 16 bits.
+    out.put_u16(b.len() as u16);
+    out.put_slice(b);
+}
+
+/// The MQTT 5 CONNECT the broker gets for a client's (3.1.1 or 5): the
+/// same client, will and credentials, with the clean start, keep-alive and
+/// properties the guard chose.
+pub fn encode_connect(c: &Connect<'_>, clean: bool, keep_alive: u16, props: &[&[u8]]) -> Bytes {
+    let mut body = BytesMut::with_capacity(64 + c.client_id.len());
+    put_binary(&mut body, b"MQTT");
+    body.put_u8(5);
+    body.put_u8((c.flags & !0x02) | if clean { 0x02 } else { 0 });
+    body.put_u16(keep_alive);
+    properties::put_list(&mut body, props);
+    put_binary(&mut body, c.client_id.as_bytes());
+    if let Some(will) = &c.will {
+        properties::put_list(&mut body, &[will.properties]);
+        put_binary(&mut body, will.topic.as_bytes());
+        put_binary(&mut body, will.message);
+    }
+    if let Some(u) = c.username {
+        put_binary(&mut body, u.as_bytes());
+    }
+    if let Some(p) = c.password {
+        put_binary(&mut body, p);
+    }
+    packet(0x10, &body)
 }
 
 /// What the guard needs from a PUBLISH.
@@ -265,6 +323,9 @@ pub struct Publish<'a> {
     /// Empty when an MQTT 5 publisher relies on a Topic Alias alone.
     pub topic: &'a str,
     pub alias: Option<u16>,
+    /// What the MQTT 5 property list holds (its length field left out);
+    /// empty on 3.1.1.
+    pub properties: &'a [u8],
     pub payload: &'a [u8],
 }
 
@@ -276,52 +337,28 @@ pub fn publish(first: u8, body: &[u8], version: Version) -> Result<Publish<'_>, 
     }
     let topic = r.topic()?;
     let pkid = if qos > 0 { r.u16()? } else { 0 };
-    let alias = match version {
-        Version::V4 => None,
-        Version::V5 => topic_alias(r.properties()?)?,
+    let (properties, alias) = match version {
+        Version::V4 => (&[][..], None),
+        Version::V5 => {
+            let (content, _) = properties::list(r.properties()?)?;
+            let mut alias = None;
+            for p in properties::walk(content) {
+                let p = p?;
+                if p.id == properties::TOPIC_ALIAS {
+                    alias = Some(p.int() as u16);
+                }
+            }
+            (content, alias)
+        }
     };
     Ok(Publish {
         qos,
         pkid,
         topic,
         alias,
+        properties,
         payload: r.buf,
     })
-}
-
-/// The Topic Alias among raw MQTT 5 properties (length included). Every
-/// property is walked, since their lengths depend on their types.
-fn topic_alias(properties: &[u8]) -> Result<Option<u16>, PacketError> {
-    let mut r = Reader::new(properties, "PUBLISH");
-    let n = r.varint()?;
-    let mut r = Reader::new(r.take(n)?, "PUBLISH");
-    let mut alias = None;
-    while !r.is_empty() {
-        match r.u8()? {
-            0x01 | 0x17 | 0x19 | 0x24 | 0x25 | 0x28 | 0x29 | 0x2A => {
-                r.u8()?;
-            }
-            TOPIC_ALIAS => alias = Some(r.u16()?),
-            0x13 | 0x21 | 0x22 => {
-                r.u16()?;
-            }
-            0x02 | 0x11 | 0x18 | 0x27 => {
-                r.take(4)?;
-            }
-            0x0B => {
-                r.varint()?;
-            }
-            0x03 | 0x08 | 0x12 | 0x15 | 0x1A | 0x1C | 0x1F | 0x09 | 0x16 => {
-                r.binary()?;
-            }
-            0x26 => {
-                r.binary()?;
-                r.binary()?;
-            }
-            _ => return Err(r.malformed()),
-        }
-    }
-    Ok(alias)
 }
 
 /// A SUBSCRIBE: packet identifier, raw MQTT 5 properties (empty on 3.1.1),
@@ -530,16 +567,6 @@ pub fn encode_unsubscribe(pkid: u16, properties: &[u8], filters: &[&str]) -> Byt
     packet(0xA2, &body)
 }
 
-/// Sets the keep-alive of a CONNECT body (protocol name "MQTT", as
-/// [`connect`] checked) and returns the whole packet.
-pub fn with_keep_alive(body: &[u8], keep_alive: u16) -> Bytes {
-    let mut b = body.to_vec();
-    if b.len() >= 10 {
-        b[8..10].copy_from_slice(&keep_alive.to_be_bytes());
-    }
-    packet(0x10, &b)
-}
-
 /// A SUBSCRIBE with the given filters; `properties` as in [`encode_suback`].
 pub fn encode_subscribe(
     version: Version,
@@ -631,13 +658,53 @@ mod tests {
             connect(b).unwrap(),
             Connect {
                 version: Version::V4,
+                flags: 0b1100_0110,
                 clean: true,
                 keep_alive: 60,
+                properties: &[],
                 client_id: "id",
-                will_topic: Some("w"),
+                will: Some(Will {
+                    properties: &[],
+                    topic: "w",
+                    message: b"xy",
+                }),
                 username: Some("alice"),
                 password: Some(&[0xFF, 0x00]),
             }
+        );
+    }
+
+    #[test]
+    fn connect_re_encodes_as_mqtt5_with_the_guards_choices() {
+        // 3.1.1 with a will and credentials, keep-alive 0.
+        let mut p = vec![0x10, 0];
+        p.extend([0, 4, b'M', b'Q', b'T', b'T', 4, 0b1100_0110, 0, 0]);
+        p.extend([0, 2, b'i', b'd', 0, 1, b'w', 0, 2, b'x', b'y']);
+        p.extend([0, 1, b'u', 0, 1, b'p']);
+        p[1] = (p.len() - 2) as u8;
+        let (_, b) = body(&p);
+        let c = connect(b).unwrap();
+        let expiry = properties::u32_property(properties::SESSION_EXPIRY, 9);
+        let v5 = encode_connect(&c, false, 300, &[&expiry]);
+        let (h, b5) = body(&v5);
+        assert_eq!(h.first, 0x10);
+        let again = connect(b5).unwrap();
+        assert_eq!(again.version, Version::V5);
+        assert!(!again.clean);
+        assert_eq!(again.keep_alive, 300);
+        assert_eq!(again.properties, &expiry[..]);
+        assert_eq!(again.will, c.will);
+        assert_eq!(
+            (again.client_id, again.username, again.password),
+            ("id", Some("u"), Some(&b"p"[..]))
+        );
+        // Without a will or credentials, clean.
+        let b = [0, 4, b'M', b'Q', b'T', b'T', 4, 0, 0, 60, 0, 1, b'c'];
+        let c = connect(&b).unwrap();
+        let v5 = encode_connect(&c, true, 60, &[]);
+        assert_eq!(
+            &v5[2..],
+            &[0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 60, 0, 0, 1, b'c']
         );
     }
 
@@ -654,7 +721,7 @@ mod tests {
         let c = connect(b).unwrap();
         assert_eq!(c.version, Version::V5);
         assert_eq!(
-            (c.client_id, c.will_topic, c.username, c.password),
+            (c.client_id, c.will.map(|w| w.topic), c.username, c.password),
             ("c", Some("w"), Some("u"), None)
         );
     }

@@ -1,14 +1,28 @@
-//! The filters each MQTT session holds, as the broker holds them.
+//! MQTT sessions as the guard keeps them: which filters each holds, and
+//! how long it outlives its connection.
 //!
 //! rumqttd answers an UNSUBSCRIBE with one UNSUBACK per filter it removed
-//! and none for a filter the session does not hold, so a client waiting for
-//! its UNSUBACK can hang. The guard therefore answers UNSUBSCRIBE itself
-//! and must know what the session holds, across reconnections of a session
-//! that is not clean (whose subscriptions rumqttd keeps, as MQTT requires),
-//! and counts them against `mqtt.max_subscriptions`.
+//! and none for a filter the session does not hold, so the guard answers
+//! UNSUBSCRIBE itself and must know what the session holds, across
+//! reconnections, and counts them against `mqtt.max_subscriptions`.
+//!
+//! rumqttd also knows only 3.1.1's two kinds of session: clean (ends with
+//! its connection) and not clean (kept forever). MQTT 5 separates starting
+//! clean (Clean Start) from how long the session outlives its connection
+//! (Session Expiry Interval, which a DISCONNECT may change). The guard
+//! maps one onto the other: a session that must be kept reaches rumqttd
+//! as not clean, and the guard ends it (a clean CONNECT and DISCONNECT
+//! under the same client ID, a "wipe") when it expires, or before a
+//! connection that must not find it. A wipe and a connection of the same
+//! client ID never overlap: both hold the session's gate.
+//!
+//! This file decides; the connection does the I/O.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// One session's filters, shared by the connections that resume it.
 #[derive(Debug, Default)]
@@ -22,46 +36,202 @@ impl Filters {
     }
 }
 
-/// Sessions by client ID; only sessions that are not clean outlive their
-/// connection, as in the broker.
+/// Serialises a client ID's connections and wipes.
+pub type Gate = Arc<tokio::sync::Mutex<()>>;
+
+/// How long a session outlives its connection (MQTT 5 Session Expiry
+/// Interval, seconds). 3.1.1: clean sessions 0, others [`Expiry::NEVER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry(pub u32);
+
+impl Expiry {
+    pub const NEVER: Expiry = Expiry(u32::MAX);
+
+    fn after(self, now: Instant) -> Option<Instant> {
+        (self != Expiry::NEVER).then(|| now + Duration::from_secs(u64::from(self.0)))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// A connection holds it.
+    Live,
+    /// Its connection ended; resumable until then (`None`: forever).
+    Kept { until: Option<Instant> },
+}
+
+#[derive(Debug)]
+struct Entry {
+    filters: Arc<Filters>,
+    /// Counts the connections that opened it; a connection or wipe acts
+    /// only while its generation is the current one.
+    generation: u64,
+    state: State,
+    gate: Gate,
+    /// Whether rumqttd keeps it beyond the connection (connected not
+    /// clean), so that ending it takes a wipe.
+    kept_by_broker: bool,
+}
+
+/// What a connection does with the session it opens.
+#[derive(Debug)]
+pub struct Opened {
+    pub filters: Arc<Filters>,
+    pub generation: u64,
+    /// Wipe rumqttd's session first: the client starts clean but wants it
+    /// kept, or the session it would resume has expired.
+    pub wipe_first: bool,
+    /// Connect to rumqttd clean (nothing to resume, nothing to keep).
+    pub clean_upstream: bool,
+}
+
+/// What becomes of a session whose connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterClose {
+    /// Nothing to do (rumqttd ends it, it is kept forever, or another
+    /// connection has it).
+    Nothing,
+    /// Wipe it once `after` has passed, if still nobody resumed it.
+    Wipe { generation: u64, after: Duration },
+}
+
+/// Sessions by client ID.
 #[derive(Debug, Default)]
 pub struct Sessions {
-    by_client: Mutex<HashMap<String, Arc<Filters>>>,
+    by_client: Mutex<HashMap<String, Entry>>,
 }
 
 impl Sessions {
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Filters>>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
         self.by_client.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The session a CONNECT opens: a clean one starts empty (and ends any
-    /// kept under that ID), one that is not clean resumes what was kept.
-    /// An empty client ID gets a session of its own that is never kept
-    /// (the broker assigns it an ID nobody can resume).
-    pub fn open(&self, client_id: &str, clean: bool) -> Arc<Filters> {
+    /// The gate a connection or wipe of `client_id` holds while it talks
+    /// to rumqttd about the session.
+    pub fn gate(&self, client_id: &str) -> Gate {
         if client_id.is_empty() {
-            return Arc::default();
+            // Never resumed: nothing to serialise.
+            return Gate::default();
         }
         let mut map = self.map();
-        if clean {
-            let fresh = Arc::<Filters>::default();
-            map.insert(client_id.to_owned(), fresh.clone());
-            fresh
-        } else {
-            map.entry(client_id.to_owned()).or_default().clone()
+        match map.get(client_id) {
+            Some(e) => e.gate.clone(),
+            None => {
+                let gate = Gate::default();
+                map.insert(
+                    client_id.to_owned(),
+                    Entry {
+                        filters: Arc::default(),
+                        generation: 0,
+                        // Nothing to resume.
+                        state: State::Kept {
+                            until: Some(Instant::now()),
+                        },
+                        gate: gate.clone(),
+                        kept_by_broker: false,
+                    },
+                );
+                gate
+            }
         }
     }
 
-    /// A connection ended: a clean session is forgotten unless another
-    /// connection took the client ID over meanwhile.
-    pub fn close(&self, client_id: &str, clean: bool, filters: &Arc<Filters>) {
-        if !clean || client_id.is_empty() {
-            return;
+    /// The gate of a client ID the guard knows.
+    pub fn existing_gate(&self, client_id: &str) -> Option<Gate> {
+        self.map().get(client_id).map(|e| e.gate.clone())
+    }
+
+    /// A CONNECT, under the gate. An empty client ID gets a session of its
+    /// own that is never kept (the broker assigns it an ID nobody can
+    /// resume).
+    pub fn open(&self, client_id: &str, clean_start: bool, expiry: Expiry) -> Opened {
+        let clean_upstream = clean_start && expiry.0 == 0;
+        if client_id.is_empty() {
+            return Opened {
+                filters: Arc::default(),
+                generation: 0,
+                wipe_first: false,
+                clean_upstream: clean_start,
+            };
+        }
+        let now = Instant::now();
+        let mut map = self.map();
+        let entry = map.entry(client_id.to_owned()).or_insert_with(|| Entry {
+            filters: Arc::default(),
+            generation: 0,
+            state: State::Kept { until: Some(now) },
+            gate: Gate::default(),
+            kept_by_broker: false,
+        });
+        let expired = match entry.state {
+            State::Live => false,
+            State::Kept { until } => until.is_some_and(|t| t <= now),
+        };
+        // rumqttd has a session to end when it kept one; a clean CONNECT
+        // ends it anyway.
+        let wipe_first = entry.kept_by_broker && !clean_upstream && (clean_start || expired);
+        if clean_start || expired {
+            entry.filters = Arc::default();
+        }
+        entry.generation += 1;
+        entry.state = State::Live;
+        entry.kept_by_broker = !clean_upstream;
+        Opened {
+            filters: entry.filters.clone(),
+            generation: entry.generation,
+            wipe_first,
+            clean_upstream,
+        }
+    }
+
+    /// The connection `generation` of `client_id` ended (or its client sent
+    /// DISCONNECT, which fixes the expiry): from now the session is kept
+    /// for `expiry`.
+    pub fn close(&self, client_id: &str, generation: u64, expiry: Expiry) -> AfterClose {
+        if client_id.is_empty() {
+            return AfterClose::Nothing;
         }
         let mut map = self.map();
-        if map.get(client_id).is_some_and(|f| Arc::ptr_eq(f, filters)) {
+        let Some(entry) = map.get_mut(client_id) else {
+            return AfterClose::Nothing;
+        };
+        if entry.generation != generation || entry.state != State::Live {
+            return AfterClose::Nothing;
+        }
+        let now = Instant::now();
+        entry.state = State::Kept {
+            until: expiry.after(now),
+        };
+        if !entry.kept_by_broker {
+            // rumqttd ends a clean session itself.
+            if Arc::strong_count(&entry.gate) == 1 {
+                map.remove(client_id);
+            }
+            return AfterClose::Nothing;
+        }
+        match expiry {
+            Expiry::NEVER => AfterClose::Nothing,
+            Expiry(secs) => AfterClose::Wipe {
+                generation,
+                after: Duration::from_secs(u64::from(secs)),
+            },
+        }
+    }
+
+    /// Under the gate, after `AfterClose::Wipe`: true when the session is
+    /// still the one that closed and has expired, and must be wiped now.
+    /// It is forgotten here; the caller wipes rumqttd's.
+    pub fn expire(&self, client_id: &str, generation: u64) -> bool {
+        let mut map = self.map();
+        let Some(entry) = map.get(client_id) else {
+            return false;
+        };
+        let due = entry.generation == generation
+            && matches!(entry.state, State::Kept { until: Some(t) } if t <= Instant::now());
+        if due {
             map.remove(client_id);
         }
+        due
     }
 
     /// Sessions currently known (connected, or kept for a client that
@@ -70,51 +240,113 @@ impl Sessions {
     pub fn len(&self) -> usize {
         self.map().len()
     }
-
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_session_that_is_not_clean_keeps_its_filters() {
+    const NONE: Expiry = Expiry(0);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_session_keeps_its_filters_until_it_expires() {
         let sessions = Sessions::default();
-        let first = sessions.open("c", false);
-        first.lock().insert("a/#".into());
-        sessions.close("c", false, &first);
-        let again = sessions.open("c", false);
-        assert!(again.lock().contains("a/#"));
-        // A clean connection discards it.
-        let clean = sessions.open("c", true);
-        assert!(clean.lock().is_empty());
-        sessions.close("c", true, &clean);
-        assert!(sessions.is_empty());
-        assert!(sessions.open("c", false).lock().is_empty());
+        let first = sessions.open("c", true, Expiry(10));
+        assert!(!first.clean_upstream);
+        assert!(!first.wipe_first, "nothing to wipe yet");
+        first.filters.lock().insert("a/#".into());
+        let after = sessions.close("c", first.generation, Expiry(10));
+        assert_eq!(
+            after,
+            AfterClose::Wipe {
+                generation: first.generation,
+                after: Duration::from_secs(10)
+            }
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let again = sessions.open("c", false, Expiry(10));
+        assert!(!again.wipe_first);
+        assert!(again.filters.lock().contains("a/#"));
+        // The first close's wipe finds another generation.
+        assert!(!sessions.expire("c", first.generation));
+        let after = sessions.close("c", again.generation, Expiry(10));
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(matches!(after, AfterClose::Wipe { .. }));
+        assert!(sessions.expire("c", again.generation));
+        assert_eq!(sessions.len(), 0);
     }
 
-    #[test]
-    fn a_takeover_is_not_undone_by_the_old_connection_ending() {
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_session_is_wiped_before_it_could_be_resumed() {
         let sessions = Sessions::default();
-        let old = sessions.open("c", true);
-        let new = sessions.open("c", true);
-        new.lock().insert("x".into());
-        sessions.close("c", true, &old);
+        let s = sessions.open("c", false, NONE);
+        s.filters.lock().insert("x".into());
+        // Not clean: rumqttd keeps it, so expiry 0 takes a wipe.
+        assert!(!s.clean_upstream);
+        assert_eq!(
+            sessions.close("c", s.generation, NONE),
+            AfterClose::Wipe {
+                generation: s.generation,
+                after: Duration::ZERO
+            }
+        );
+        // The client is back before the wipe ran: it must not resume.
+        let back = sessions.open("c", false, NONE);
+        assert!(back.wipe_first);
+        assert!(back.filters.lock().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clean_start_with_an_expiry_ends_what_was_kept() {
+        let sessions = Sessions::default();
+        let s = sessions.open("c", false, Expiry::NEVER);
+        s.filters.lock().insert("x".into());
+        assert_eq!(
+            sessions.close("c", s.generation, Expiry::NEVER),
+            AfterClose::Nothing
+        );
+        let clean = sessions.open("c", true, Expiry(5));
+        assert!(clean.wipe_first);
+        assert!(!clean.clean_upstream);
+        assert!(clean.filters.lock().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clean_sessions_are_rumqttds_to_end() {
+        let sessions = Sessions::default();
+        let s = sessions.open("c", true, NONE);
+        assert!(s.clean_upstream && !s.wipe_first);
+        assert_eq!(sessions.close("c", s.generation, NONE), AfterClose::Nothing);
+        assert_eq!(sessions.len(), 0);
+        let again = sessions.open("c", false, NONE);
+        assert!(!again.wipe_first, "rumqttd kept nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_takeover_is_not_undone_by_the_old_connection_ending() {
+        let sessions = Sessions::default();
+        let old = sessions.open("c", true, NONE);
+        let new = sessions.open("c", true, NONE);
+        new.filters.lock().insert("x".into());
+        assert_eq!(
+            sessions.close("c", old.generation, NONE),
+            AfterClose::Nothing
+        );
         assert_eq!(sessions.len(), 1);
-        sessions.close("c", true, &new);
-        assert!(sessions.is_empty());
+        sessions.close("c", new.generation, NONE);
+        assert_eq!(sessions.len(), 0);
     }
 
     #[test]
     fn empty_client_ids_are_never_kept() {
         let sessions = Sessions::default();
-        let s = sessions.open("", false);
-        s.lock().insert("x".into());
-        assert!(sessions.is_empty());
-        assert!(sessions.open("", false).lock().is_empty());
+        let s = sessions.open("", false, Expiry::NEVER);
+        s.filters.lock().insert("x".into());
+        assert_eq!(sessions.len(), 0);
+        assert!(sessions
+            .open("", false, Expiry::NEVER)
+            .filters
+            .lock()
+            .is_empty());
     }
 }

@@ -34,63 +34,6 @@ fn short(what: &'static str) -> PacketError {
     PacketError::Malformed(what)
 }
 
-/// Length of a UTF-8 string / binary field at `at` (2-byte length + bytes).
-fn field_len(body: &[u8], at: usize, what: &'static str) -> Result<usize, PacketError> {
-    let b = body.get(at..at + 2).ok_or(short(what))?;
-    let n = 2 + usize::from(u16::from_be_bytes([b[0], b[1]]));
-    if body.len() < at + n {
-        return Err(short(what));
-    }
-    Ok(n)
-}
-
-/// A 3.1.1 CONNECT body (already decoded once by [`packet::connect`]) as
-/// an MQTT 5 CONNECT packet: level 5, no properties, no will properties.
-/// Clean Session becomes Clean Start; rumqttd keeps a session that is not
-/// clean until the same client ID connects clean, as 3.1.1 requires.
-pub fn connect(body: &[u8], keep_alive: u16) -> Result<Bytes, PacketError> {
-    // "MQTT" (6), level, flags, keep alive: 10 bytes, then the client ID.
-    let head = body.get(..10).ok_or(short("CONNECT"))?;
-    let flags = head[7];
-    let id_end = 10 + field_len(body, 10, "CONNECT")?;
-    let mut fixed = [0u8; 10];
-    fixed.copy_from_slice(head);
-    fixed[6] = 5;
-    fixed[8..10].copy_from_slice(&keep_alive.to_be_bytes());
-    let rest = &body[id_end..];
-    Ok(if flags & 0x04 != 0 {
-        assemble(
-            0x10,
-            &[
-                &fixed,
-                &[NO_PROPERTIES],
-                &body[10..id_end],
-                &[NO_PROPERTIES],
-                rest,
-            ],
-        )
-    } else {
-        assemble(0x10, &[&fixed, &[NO_PROPERTIES], &body[10..id_end], rest])
-    })
-}
-
-/// A 3.1.1 PUBLISH as MQTT 5: an empty property list after the topic and
-/// packet identifier.
-pub fn publish(first: u8, body: &[u8]) -> Result<Bytes, PacketError> {
-    let qos = (first >> 1) & 0x03;
-    let mut at = field_len(body, 0, "PUBLISH")?;
-    if qos > 0 {
-        at += 2;
-    }
-    if body.len() < at {
-        return Err(short("PUBLISH"));
-    }
-    Ok(assemble(
-        first,
-        &[&body[..at], &[NO_PROPERTIES], &body[at..]],
-    ))
-}
-
 /// A 3.1.1 SUBSCRIBE or UNSUBSCRIBE as MQTT 5: an empty property list
 /// after the packet identifier.
 pub fn with_properties_after_pkid(first: u8, body: &[u8]) -> Result<Bytes, PacketError> {
@@ -157,15 +100,6 @@ pub fn downstream(first: u8, body: &[u8]) -> Result<Down, PacketError> {
             let b = body.get(..2).ok_or(short("CONNACK"))?;
             assemble(0x20, &[&[b[0] & 0x01, connack_code(b[1])]])
         }
-        packet::PUBLISH => {
-            let qos = (first >> 1) & 0x03;
-            let mut at = field_len(body, 0, "PUBLISH")?;
-            if qos > 0 {
-                at += 2;
-            }
-            let properties = properties_len(body.get(at..).ok_or(short("PUBLISH"))?, "PUBLISH")?;
-            assemble(first, &[&body[..at], &body[at + properties..]])
-        }
         packet::PUBACK | packet::PUBREC | packet::PUBREL | packet::PUBCOMP => {
             assemble(first, &[body.get(..2).ok_or(short("ack"))?])
         }
@@ -188,66 +122,9 @@ pub fn downstream(first: u8, body: &[u8]) -> Result<Down, PacketError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::guard::packet::{frame, Version};
-
-    fn split(p: &[u8]) -> (u8, &[u8]) {
-        let h = frame(p, usize::MAX).unwrap().unwrap();
-        (h.first, &p[h.header_len..h.size()])
-    }
-
-    #[test]
-    fn connect_gains_properties_and_keeps_everything_else() {
-        let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0b1100_0110, 0, 0];
-        body.extend([0, 2, b'i', b'd']);
-        body.extend([0, 1, b'w', 0, 2, b'x', b'y']);
-        body.extend([0, 1, b'u', 0, 1, b'p']);
-        let v5 = connect(&body, 300).unwrap();
-        let (first, b) = split(&v5);
-        assert_eq!(first, 0x10);
-        let c = packet::connect(b).unwrap();
-        assert_eq!(c.version, Version::V5);
-        assert_eq!(c.keep_alive, 300);
-        assert!(c.clean);
-        assert_eq!(
-            (c.client_id, c.will_topic, c.username, c.password),
-            ("id", Some("w"), Some("u"), Some(&b"p"[..]))
-        );
-        // Without a will, only the CONNECT properties are added.
-        let body = [0, 4, b'M', b'Q', b'T', b'T', 4, 0, 0, 60, 0, 1, b'c'];
-        let v5 = connect(&body, 60).unwrap();
-        let (_, b) = split(&v5);
-        assert_eq!(
-            b,
-            &[0, 4, b'M', b'Q', b'T', b'T', 5, 0, 0, 60, 0, 0, 1, b'c']
-        );
-        assert!(connect(&body[..11], 60).is_err());
-    }
-
-    #[test]
-    fn publish_round_trips_through_mqtt5() {
-        for first in [0x30u8, 0x32, 0x3D] {
-            let mut body = vec![0, 3, b'a', b'/', b'b'];
-            if first & 0x06 != 0 {
-                body.extend([0, 9]);
-            }
-            body.extend(b"payload");
-            let v5 = publish(first, &body).unwrap();
-            let (f, b) = split(&v5);
-            let p = packet::publish(f, b, Version::V5).unwrap();
-            assert_eq!((p.topic, p.payload), ("a/b", &b"payload"[..]));
-            let back = downstream(f, b).unwrap();
-            assert_eq!(back, Down::Packet(assemble(first, &[&body])));
-        }
-    }
 
     #[test]
     fn broker_packets_lose_their_properties() {
-        // PUBLISH QoS 1 with a user property.
-        let body = [0, 1, b't', 0, 7, 7, 0x26, 0, 1, b'k', 0, 1, b'v', b'x'];
-        assert_eq!(
-            downstream(0x32, &body).unwrap(),
-            Down::Packet(Bytes::from_static(&[0x32, 6, 0, 1, b't', 0, 7, b'x']))
-        );
         assert_eq!(
             downstream(0x20, &[1, 0x00, 3, 0x24, 0x01, 0x00]).unwrap(),
             Down::Packet(Bytes::from_static(&[0x20, 2, 1, 0]))
@@ -277,10 +154,7 @@ mod tests {
 
     #[test]
     fn truncated_packets_are_errors() {
-        assert!(downstream(0x32, &[0, 1, b't', 0]).is_err());
-        assert!(downstream(0x30, &[0, 1, b't', 5, 0]).is_err());
         assert!(downstream(0x90, &[0]).is_err());
-        assert!(publish(0x32, &[0, 1, b't', 0]).is_err());
         assert!(with_properties_after_pkid(0x82, &[0]).is_err());
     }
 }

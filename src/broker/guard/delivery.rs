@@ -1,0 +1,620 @@
+//! The broker's publications on their way to one client: what MQTT
+//! promises a subscriber that rumqttd 0.20 does not keep.
+//!
+//! - **QoS**: a subscriber gets min(published, granted) (MQTT 5 §3.8.4,
+//!   3.1.1 §3.3.5); rumqttd delivers at the granted QoS. The guard's marker
+//!   says what was published; the guard acknowledges to the broker, on the
+//!   client's behalf, what it delivers lower.
+//! - **Message Expiry**: an expired publication is not delivered; one that
+//!   is gets the time it has left (§3.3.2.3.3).
+//! - **Maximum Packet Size** (the client's): larger publications are not
+//!   sent (§3.1.2.11.4).
+//! - **Receive Maximum** (the client's): no more unacknowledged QoS 1 and 2
+//!   publications than it asked for; the rest wait here, in order
+//!   (§4.9). rumqttd's own window bounds how many wait.
+//! - **Topic Aliases** (broker to client): per topic, up to the client's
+//!   Topic Alias Maximum. rumqttd keys them by subscription filter, so a
+//!   wildcard subscriber would get every topic of the filter under one
+//!   alias; the guard never lets rumqttd alias.
+//!
+//! rumqttd accepts acknowledgements only in the order it sent the
+//! publications (PUBACK/PUBREC), and PUBCOMPs only in the order of the
+//! PUBRECs; anything else ends the connection. So every acknowledgement,
+//! the client's and the guard's own, goes to the broker through two queues
+//! here that release them in that order.
+//!
+//! Pure state: the connection feeds it packets and writes what it returns.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::packet::{self, put_remaining_length, PacketError, Version};
+use super::properties;
+
+/// What the client declared it can take (MQTT 5 CONNECT properties).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Largest packet, fixed header included.
+    pub max_packet: usize,
+    /// Unacknowledged QoS 1 and 2 publications at once.
+    pub receive_max: u16,
+    /// Topic aliases the guard may set; 0 for none.
+    pub alias_max: u16,
+}
+
+impl ClientLimits {
+    /// An MQTT 3.1.1 client's, or an MQTT 5 client's that said nothing.
+    pub const DEFAULT: ClientLimits = ClientLimits {
+        max_packet: usize::MAX,
+        receive_max: u16::MAX,
+        alias_max: 0,
+    };
+}
+
+/// Publications the guard did not deliver, by reason.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Undelivered {
+    pub expired: u64,
+    pub too_large: u64,
+}
+
+#[derive(Debug)]
+pub struct Delivery {
+    version: Version,
+    limits: ClientLimits,
+    /// Topic aliases set for the client, by topic.
+    aliases: HashMap<String, u16>,
+    /// QoS 1 and 2 publications sent and not yet acknowledged.
+    inflight: u16,
+    /// Publications waiting for the client's Receive Maximum, with their
+    /// QoS, in the order the broker sent them.
+    held: VecDeque<(u8, Bytes)>,
+    /// QoS 2 publications the client got at QoS 1: its PUBACK becomes the
+    /// broker's PUBREC.
+    relabelled: HashSet<u16>,
+    /// First acknowledgements (PUBACK, PUBREC) owed, in the order the
+    /// broker sent the publications.
+    acks: VecDeque<Owed>,
+    /// PUBCOMPs owed, in the order of the PUBRECs.
+    comps: VecDeque<Owed>,
+    /// What the broker gets next, in the order it requires.
+    to_broker: BytesMut,
+    pub undelivered: Undelivered,
+}
+
+/// One acknowledgement owed to the broker.
+#[derive(Debug)]
+struct Owed {
+    pkid: u16,
+    /// The guard's own (the client got the publication lower or not at
+    /// all): the broker's PUBREL is the guard's to answer.
+    ours: bool,
+    /// The packet, once there is one.
+    ack: Option<Bytes>,
+}
+
+impl Delivery {
+    pub fn new(version: Version, limits: ClientLimits) -> Delivery {
+        let limits = match version {
+            Version::V4 => ClientLimits::DEFAULT,
+            Version::V5 => limits,
+        };
+        Delivery {
+            version,
+            limits,
+            aliases: HashMap::new(),
+            inflight: 0,
+            held: VecDeque::new(),
+            relabelled: HashSet::new(),
+            acks: VecDeque::new(),
+            comps: VecDeque::new(),
+            to_broker: BytesMut::new(),
+            undelivered: Undelivered::default(),
+        }
+    }
+
+    /// One PUBLISH from the broker (`raw` is the whole packet, whose body
+    /// starts at `header_len`): what the client gets goes to `client`,
+    /// what the broker is owed waits in [`Delivery::take_owed`].
+    pub fn publish(
+        &mut self,
+        raw: &[u8],
+        header_len: usize,
+        now_ms: u64,
+        client: &mut BytesMut,
+    ) -> Result<(), PacketError> {
+        let first = raw[0];
+        let p = packet::publish(first, &raw[header_len..], Version::V5)?;
+        let mut marker = None;
+        let mut plain = true;
+        for prop in properties::walk(p.properties) {
+            let prop = prop?;
+            if let Some(m) = prop.marker() {
+                marker = Some(m);
+                plain = false;
+            } else if prop.id == properties::TOPIC_ALIAS {
+                plain = false;
+            }
+        }
+        if p.qos > 0 {
+            self.acks.push_back(Owed {
+                pkid: p.pkid,
+                ours: false,
+                ack: None,
+            });
+        }
+        if let Some(at) = marker.and_then(|m| m.expires_at_ms) {
+            if at <= now_ms {
+                self.undelivered.expired += 1;
+                self.ack_for_client(p.qos, p.pkid);
+                return Ok(());
+            }
+        }
+        let qos = p.qos.min(marker.map_or(2, |m| m.qos));
+        // As it came (no copy) when there is nothing to change.
+        let encoded =
+            if plain && qos == p.qos && self.version == Version::V5 && self.limits.alias_max == 0 {
+                None
+            } else {
+                Some(self.encode(first, qos, &p, marker.and_then(|m| m.expires_at_ms), now_ms))
+            };
+        if encoded.as_ref().map_or(raw.len(), Bytes::len) > self.limits.max_packet {
+            self.undelivered.too_large += 1;
+            self.ack_for_client(p.qos, p.pkid);
+            return Ok(());
+        }
+        match (p.qos, qos) {
+            (_, 0) => self.ack_for_client(p.qos, p.pkid),
+            (2, 1) => {
+                self.relabelled.insert(p.pkid);
+            }
+            _ => {}
+        }
+        if self.held.is_empty() && (qos == 0 || self.inflight < self.limits.receive_max) {
+            if qos > 0 {
+                self.inflight += 1;
+            }
+            client.extend_from_slice(encoded.as_deref().unwrap_or(raw));
+        } else {
+            let bytes = encoded.unwrap_or_else(|| Bytes::copy_from_slice(raw));
+            self.held.push_back((qos, bytes));
+        }
+        Ok(())
+    }
+
+    /// The client packet for `p`, at `qos`, with the properties it gets.
+    fn encode(
+        &mut self,
+        first: u8,
+        qos: u8,
+        p: &packet::Publish<'_>,
+        expires_at_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Bytes {
+        let mut topic = p.topic;
+        let mut props: Vec<&[u8]> = Vec::new();
+        let mut owned: Vec<Vec<u8>> = Vec::new();
+        if self.version == Version::V5 {
+            for prop in properties::walk(p.properties).filter_map(Result::ok) {
+                let ours = prop.id == properties::TOPIC_ALIAS
+                    || prop.user_key() == Some(properties::MARKER_KEY)
+                    || (prop.id == properties::MESSAGE_EXPIRY && expires_at_ms.is_some());
+                if !ours {
+                    props.push(prop.raw);
+                }
+            }
+            if let Some(at) = expires_at_ms {
+                let left = at.saturating_sub(now_ms).div_ceil(1000).max(1);
+                let left = u32::try_from(left).unwrap_or(u32::MAX);
+                owned.push(properties::u32_property(properties::MESSAGE_EXPIRY, left).to_vec());
+            }
+            if let Some((alias, known)) = self.alias(p.topic) {
+                if known {
+                    topic = "";
+                }
+                owned.push(properties::u16_property(properties::TOPIC_ALIAS, alias).to_vec());
+            }
+        }
+        props.extend(owned.iter().map(Vec::as_slice));
+        let mut body = BytesMut::with_capacity(p.topic.len() + p.payload.len() + 16);
+        // The topic comes from a decoded packet, so it fits in 16 bits.
+        body.put_u16(topic.len() as u16);
+        body.put_slice(topic.as_bytes());
+        if qos > 0 {
+            body.put_u16(p.pkid);
+        }
+        if self.version == Version::V5 {
+            properties::put_list(&mut body, &props);
+        }
+        body.put_slice(p.payload);
+        // DUP only where there is a packet identifier; retain as sent.
+        let flags = (first & 0x01) | (qos << 1) | if qos > 0 { first & 0x08 } else { 0 };
+        let mut out = BytesMut::with_capacity(body.len() + 5);
+        out.put_u8(0x30 | flags);
+        put_remaining_length(&mut out, body.len());
+        out.put_slice(&body);
+        out.freeze()
+    }
+
+    /// The alias for `topic`, and whether the client already knows it; a
+    /// new one while there are any left.
+    fn alias(&mut self, topic: &str) -> Option<(u16, bool)> {
+        if self.limits.alias_max == 0 || topic.is_empty() {
+            return None;
+        }
+        if let Some(&a) = self.aliases.get(topic) {
+            return Some((a, true));
+        }
+        let next = u16::try_from(self.aliases.len() + 1).ok()?;
+        if next > self.limits.alias_max {
+            return None;
+        }
+        self.aliases.insert(topic.to_owned(), next);
+        Some((next, false))
+    }
+
+    /// A publication the client does not acknowledge (it got it at QoS 0,
+    /// or not at all): the guard does, in its turn.
+    fn ack_for_client(&mut self, qos: u8, pkid: u16) {
+        let ack = match qos {
+            1 => packet::puback(Version::V5, pkid, 0),
+            2 => packet::pubrec(pkid, 0),
+            _ => return,
+        };
+        self.settle_ack(pkid, true, ack);
+    }
+
+    /// Fills in the first acknowledgement of `pkid` and releases what is
+    /// due. One the broker is not waiting for goes as it is.
+    fn settle_ack(&mut self, pkid: u16, ours: bool, ack: Bytes) {
+        match self
+            .acks
+            .iter_mut()
+            .find(|o| o.pkid == pkid && o.ack.is_none())
+        {
+            Some(owed) => {
+                owed.ours = ours;
+                owed.ack = Some(ack);
+            }
+            None => self.to_broker.extend_from_slice(&ack),
+        }
+        while let Some(owed) = self.acks.front().filter(|o| o.ack.is_some()) {
+            let ours = owed.ours;
+            let Some(Owed { pkid, ack, .. }) = self.acks.pop_front() else {
+                break;
+            };
+            let ack = ack.unwrap_or_default();
+            // A successful PUBREC is followed by the broker's PUBREL.
+            if ack.first().map(|b| b >> 4) == Some(packet::PUBREC)
+                && ack.get(4).is_none_or(|&reason| reason < 0x80)
+            {
+                self.comps.push_back(Owed {
+                    pkid,
+                    ours,
+                    ack: None,
+                });
+            }
+            self.to_broker.extend_from_slice(&ack);
+        }
+    }
+
+    /// Fills in the PUBCOMP of `pkid` and releases what is due.
+    fn settle_comp(&mut self, pkid: u16, ours: bool, comp: Bytes) -> bool {
+        let Some(owed) = self
+            .comps
+            .iter_mut()
+            .find(|o| o.pkid == pkid && o.ours == ours && o.ack.is_none())
+        else {
+            return false;
+        };
+        owed.ack = Some(comp);
+        while self.comps.front().is_some_and(|o| o.ack.is_some()) {
+            if let Some(Owed { ack: Some(ack), .. }) = self.comps.pop_front() {
+                self.to_broker.extend_from_slice(&ack);
+            }
+        }
+        true
+    }
+
+    /// A PUBREL from the broker: true when it answers the guard's PUBREC
+    /// (the client never sees it, the guard owes the PUBCOMP).
+    pub fn broker_pubrel(&mut self, pkid: u16) -> bool {
+        self.settle_comp(pkid, true, packet::pubcomp(pkid))
+    }
+
+    /// An acknowledgement from the client (PUBACK, PUBREC or PUBCOMP, the
+    /// whole packet): frees its slot, and goes to the broker in its turn,
+    /// as the PUBREC the broker waits for when the client got at QoS 1 what
+    /// the broker sent at QoS 2.
+    pub fn client_ack(&mut self, raw: &[u8], header_len: usize) {
+        let kind = raw[0] >> 4;
+        let body = &raw[header_len..];
+        let (Some(&hi), Some(&lo)) = (body.first(), body.get(1)) else {
+            self.to_broker.extend_from_slice(raw);
+            return;
+        };
+        let pkid = u16::from_be_bytes([hi, lo]);
+        let failed = body.get(2).is_some_and(|&reason| reason >= 0x80);
+        let raw = Bytes::copy_from_slice(raw);
+        match kind {
+            packet::PUBACK => {
+                self.inflight = self.inflight.saturating_sub(1);
+                if self.relabelled.remove(&pkid) {
+                    self.settle_ack(pkid, true, packet::pubrec(pkid, 0));
+                } else {
+                    self.settle_ack(pkid, false, raw);
+                }
+            }
+            packet::PUBREC => {
+                if failed {
+                    self.inflight = self.inflight.saturating_sub(1);
+                }
+                self.settle_ack(pkid, false, raw);
+            }
+            packet::PUBCOMP => {
+                self.inflight = self.inflight.saturating_sub(1);
+                if !self.settle_comp(pkid, false, raw.clone()) {
+                    self.to_broker.extend_from_slice(&raw);
+                }
+            }
+            _ => self.to_broker.extend_from_slice(&raw),
+        }
+    }
+
+    /// What the broker is owed now, in order.
+    pub fn take_owed(&mut self) -> Option<Bytes> {
+        (!self.to_broker.is_empty()).then(|| self.to_broker.split().freeze())
+    }
+
+    /// Whether held publications may go now.
+    pub fn releasable(&self) -> bool {
+        self.held
+            .front()
+            .is_some_and(|(qos, _)| *qos == 0 || self.inflight < self.limits.receive_max)
+    }
+
+    /// Sends what the client's Receive Maximum allows, in order.
+    pub fn release(&mut self, client: &mut BytesMut) {
+        while self.releasable() {
+            let Some((qos, bytes)) = self.held.pop_front() else {
+                return;
+            };
+            if qos > 0 {
+                self.inflight += 1;
+            }
+            client.extend_from_slice(&bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::guard::packet::frame;
+    use crate::broker::guard::properties::Marker;
+
+    /// A broker PUBLISH (MQTT 5) with the given properties.
+    fn from_broker(qos: u8, topic: &str, pkid: u16, props: &[&[u8]], payload: &[u8]) -> Vec<u8> {
+        let mut body = BytesMut::new();
+        body.put_u16(topic.len() as u16);
+        body.put_slice(topic.as_bytes());
+        if qos > 0 {
+            body.put_u16(pkid);
+        }
+        properties::put_list(&mut body, props);
+        body.put_slice(payload);
+        let mut out = BytesMut::new();
+        out.put_u8(0x30 | (qos << 1));
+        put_remaining_length(&mut out, body.len());
+        out.put_slice(&body);
+        out.to_vec()
+    }
+
+    fn marker(qos: u8, expires_at_ms: Option<u64>) -> Vec<u8> {
+        Marker { qos, expires_at_ms }.property()
+    }
+
+    /// Feeds one packet; returns the client's packets and the broker's.
+    fn feed(d: &mut Delivery, raw: &[u8], now: u64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let h = frame(raw, usize::MAX).unwrap().unwrap();
+        let mut client = BytesMut::new();
+        d.publish(raw, h.header_len, now, &mut client).unwrap();
+        (split(&client), owed(d))
+    }
+
+    fn owed(d: &mut Delivery) -> Vec<Vec<u8>> {
+        split(&d.take_owed().unwrap_or_default())
+    }
+
+    /// The client acknowledges; returns what the broker gets.
+    fn ack(d: &mut Delivery, packet: &[u8]) -> Vec<Vec<u8>> {
+        d.client_ack(packet, 2);
+        owed(d)
+    }
+
+    fn puback(pkid: u16) -> Vec<u8> {
+        packet::puback(Version::V5, pkid, 0).to_vec()
+    }
+
+    fn split(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Some(h) = frame(bytes, usize::MAX).unwrap() {
+            out.push(bytes[..h.size()].to_vec());
+            bytes = &bytes[h.size()..];
+        }
+        out
+    }
+
+    fn decoded(raw: &[u8], version: Version) -> (u8, String, Vec<u8>, Vec<u8>) {
+        let h = frame(raw, usize::MAX).unwrap().unwrap();
+        let p = packet::publish(raw[0], &raw[h.header_len..], version).unwrap();
+        (
+            p.qos,
+            p.topic.to_owned(),
+            p.properties.to_vec(),
+            p.payload.to_vec(),
+        )
+    }
+
+    #[test]
+    fn delivers_at_the_qos_published_and_acks_the_difference() {
+        let mut d = Delivery::new(Version::V5, ClientLimits::DEFAULT);
+        let m0 = marker(0, None);
+        // Granted 2, published 0: QoS 0, the broker gets PUBREC, then its
+        // PUBREL gets PUBCOMP.
+        let (client, broker) = feed(&mut d, &from_broker(2, "t", 5, &[&m0], b"x"), 0);
+        let (qos, topic, props, payload) = decoded(&client[0], Version::V5);
+        assert_eq!(
+            (qos, topic.as_str(), props, payload),
+            (0, "t", vec![], b"x".to_vec())
+        );
+        assert_eq!(broker, vec![packet::pubrec(5, 0).to_vec()]);
+        assert!(d.broker_pubrel(5));
+        assert_eq!(owed(&mut d), vec![packet::pubcomp(5).to_vec()]);
+        assert!(!d.broker_pubrel(5));
+        // Granted 1, published 0: the broker gets PUBACK.
+        let (client, broker) = feed(&mut d, &from_broker(1, "t", 6, &[&m0], b"x"), 0);
+        assert_eq!(decoded(&client[0], Version::V5).0, 0);
+        assert_eq!(broker, vec![puback(6)]);
+        // Granted 2, published 1: QoS 1 with the broker's identifier; the
+        // client's PUBACK becomes PUBREC, the broker's PUBREL the guard's.
+        let m1 = marker(1, None);
+        let (client, broker) = feed(&mut d, &from_broker(2, "t", 7, &[&m1], b"x"), 0);
+        assert_eq!(decoded(&client[0], Version::V5).0, 1);
+        assert!(broker.is_empty());
+        assert_eq!(ack(&mut d, &puback(7)), vec![packet::pubrec(7, 0).to_vec()]);
+        assert!(d.broker_pubrel(7));
+        assert_eq!(owed(&mut d), vec![packet::pubcomp(7).to_vec()]);
+        // Unmarked (published by the sidecar itself): as granted, as it came.
+        let raw = from_broker(1, "t", 8, &[], b"x");
+        let (client, broker) = feed(&mut d, &raw, 0);
+        assert_eq!(client, vec![raw]);
+        assert!(broker.is_empty());
+        assert_eq!(ack(&mut d, &puback(8)), vec![puback(8)]);
+    }
+
+    #[test]
+    fn acknowledgements_reach_the_broker_in_the_order_it_sent() {
+        let mut d = Delivery::new(Version::V5, ClientLimits::DEFAULT);
+        let m0 = marker(0, None);
+        let m2 = marker(2, None);
+        // 1: QoS 2 to the client; 2: delivered at QoS 0 (the guard's
+        // PUBREC); 3: QoS 2 to the client.
+        feed(&mut d, &from_broker(2, "t", 1, &[&m2], b"x"), 0);
+        let (_, broker) = feed(&mut d, &from_broker(2, "t", 2, &[&m0], b"x"), 0);
+        assert!(broker.is_empty(), "the guard's PUBREC waits for 1's");
+        feed(&mut d, &from_broker(2, "t", 3, &[&m2], b"x"), 0);
+        let rec = |pkid: u16| packet::pubrec(pkid, 0).to_vec();
+        assert!(ack(&mut d, &rec(3)).is_empty(), "3 waits for 1 and 2");
+        assert_eq!(ack(&mut d, &rec(1)), vec![rec(1), rec(2), rec(3)]);
+        // PUBCOMPs in the PUBRECs' order: the client's for 3 waits for the
+        // guard's for 2, which waits for the client's for 1.
+        let comp = |pkid: u16| packet::pubcomp(pkid).to_vec();
+        assert!(ack(&mut d, &comp(3)).is_empty());
+        assert!(d.broker_pubrel(2));
+        assert!(owed(&mut d).is_empty());
+        assert_eq!(ack(&mut d, &comp(1)), vec![comp(1), comp(2), comp(3)]);
+    }
+
+    #[test]
+    fn expired_publications_are_not_delivered_and_others_get_the_time_left() {
+        let mut d = Delivery::new(Version::V5, ClientLimits::DEFAULT);
+        let expiry = properties::u32_property(properties::MESSAGE_EXPIRY, 60);
+        let m = marker(1, Some(60_000));
+        let (client, broker) = feed(
+            &mut d,
+            &from_broker(1, "t", 1, &[&expiry, &m], b"x"),
+            60_000,
+        );
+        assert!(client.is_empty());
+        assert_eq!(broker, vec![puback(1)]);
+        assert_eq!(d.undelivered.expired, 1);
+        let (client, _) = feed(&mut d, &from_broker(1, "t", 2, &[&expiry, &m], b"x"), 2_500);
+        let (_, _, props, _) = decoded(&client[0], Version::V5);
+        assert_eq!(
+            props,
+            properties::u32_property(properties::MESSAGE_EXPIRY, 58)
+        );
+    }
+
+    #[test]
+    fn the_clients_receive_maximum_holds_the_rest_in_order() {
+        let limits = ClientLimits {
+            receive_max: 2,
+            ..ClientLimits::DEFAULT
+        };
+        let mut d = Delivery::new(Version::V5, limits);
+        let mut sent = Vec::new();
+        for pkid in 1..=3 {
+            sent.extend(feed(&mut d, &from_broker(1, "t", pkid, &[], b"x"), 0).0);
+        }
+        // A QoS 0 one after them waits too: order is kept.
+        sent.extend(feed(&mut d, &from_broker(0, "z", 0, &[], b"x"), 0).0);
+        assert_eq!(sent.len(), 2);
+        assert!(!d.releasable());
+        assert_eq!(ack(&mut d, &puback(1)), vec![puback(1)]);
+        assert!(d.releasable());
+        let mut client = BytesMut::new();
+        d.release(&mut client);
+        let released = split(&client);
+        assert_eq!(released.len(), 2);
+        assert_eq!(decoded(&released[1], Version::V5).1, "z");
+    }
+
+    #[test]
+    fn too_large_for_the_client_is_acknowledged_not_sent() {
+        let limits = ClientLimits {
+            max_packet: 20,
+            ..ClientLimits::DEFAULT
+        };
+        let mut d = Delivery::new(Version::V5, limits);
+        let (client, broker) = feed(&mut d, &from_broker(2, "t", 3, &[], &[b'.'; 32]), 0);
+        assert!(client.is_empty());
+        assert_eq!(broker, vec![packet::pubrec(3, 0).to_vec()]);
+        let (client, _) = feed(&mut d, &from_broker(2, "t", 4, &[], b"small"), 0);
+        assert_eq!(client.len(), 1);
+    }
+
+    #[test]
+    fn topic_aliases_are_per_topic_and_within_the_clients_maximum() {
+        let limits = ClientLimits {
+            alias_max: 2,
+            ..ClientLimits::DEFAULT
+        };
+        let mut d = Delivery::new(Version::V5, limits);
+        let mut known: HashMap<u16, String> = HashMap::new();
+        for topic in ["a/1", "a/2", "a/1", "a/3", "a/1", "a/2", "a/3"] {
+            let (client, _) = feed(&mut d, &from_broker(0, topic, 0, &[], b"x"), 0);
+            let (_, sent, props, _) = decoded(&client[0], Version::V5);
+            let alias = properties::all(&props)
+                .unwrap()
+                .iter()
+                .find(|p| p.id == properties::TOPIC_ALIAS)
+                .map(|p| p.int() as u16);
+            let resolved = match alias {
+                Some(a) if sent.is_empty() => known[&a].clone(),
+                Some(a) => {
+                    assert!(a <= 2);
+                    known.insert(a, sent.clone());
+                    sent
+                }
+                None => sent,
+            };
+            assert_eq!(resolved, topic);
+        }
+    }
+
+    #[test]
+    fn mqtt311_clients_get_no_properties() {
+        let mut d = Delivery::new(Version::V4, ClientLimits::DEFAULT);
+        let user = {
+            let mut p = vec![properties::USER_PROPERTY, 0, 1, b'k', 0, 1, b'v'];
+            p.extend(marker(1, None));
+            p
+        };
+        let (client, broker) = feed(&mut d, &from_broker(2, "t", 9, &[&user], b"x"), 0);
+        assert_eq!(client, vec![vec![0x32, 6, 0, 1, b't', 0, 9, b'x']]);
+        assert!(broker.is_empty());
+    }
+}

@@ -1,0 +1,142 @@
+//! A client's publication on its way to the broker.
+//!
+//! The broker never sees a Topic Alias (the guard resolves them per
+//! connection, as MQTT 5 scopes them) nor a marker a client made up, and
+//! gets the guard's marker wherever delivery will need it: below QoS 2, so
+//! that no subscriber gets it at a higher QoS than it was published with,
+//! and with a Message Expiry, so that it is not delivered once expired.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::packet::{put_remaining_length, PacketError, Publish, Version};
+use super::properties::{self, Marker};
+
+/// The MQTT 5 PUBLISH the broker gets for an accepted publication; `None`
+/// when an MQTT 5 client's packet can go as it came. `topic` is the one
+/// the publication resolved to (its own, or its alias's).
+pub fn to_broker(
+    version: Version,
+    first: u8,
+    p: &Publish<'_>,
+    topic: &str,
+    now_ms: u64,
+) -> Result<Option<Bytes>, PacketError> {
+    let mut expiry = None;
+    let mut changed = p.alias.is_some();
+    for prop in properties::walk(p.properties) {
+        let prop = prop?;
+        match prop.id {
+            properties::MESSAGE_EXPIRY => expiry = Some(prop.int()),
+            properties::USER_PROPERTY if prop.user_key() == Some(properties::MARKER_KEY) => {
+                changed = true
+            }
+            _ => {}
+        }
+    }
+    let marker = (p.qos < 2 || expiry.is_some()).then(|| Marker {
+        qos: p.qos,
+        expires_at_ms: expiry.map(|secs| now_ms.saturating_add(u64::from(secs) * 1000)),
+    });
+    if version == Version::V5 && marker.is_none() && !changed {
+        return Ok(None);
+    }
+    let marker = marker.map(|m| m.property());
+    let mut kept: Vec<&[u8]> = properties::walk(p.properties)
+        .filter_map(Result::ok)
+        .filter(|prop| {
+            prop.id != properties::TOPIC_ALIAS && prop.user_key() != Some(properties::MARKER_KEY)
+        })
+        .map(|prop| prop.raw)
+        .collect();
+    if let Some(m) = &marker {
+        kept.push(m);
+    }
+    let props_len: usize = kept.iter().map(|k| k.len()).sum();
+    let len = 2 + topic.len() + if p.qos > 0 { 2 } else { 0 } + 4 + props_len + p.payload.len();
+    let mut out = BytesMut::with_capacity(len + 5);
+    out.put_u8(first);
+    let mut body = BytesMut::with_capacity(len);
+    // The topic comes from a decoded packet, so it fits in 16 bits.
+    body.put_u16(topic.len() as u16);
+    body.put_slice(topic.as_bytes());
+    if p.qos > 0 {
+        body.put_u16(p.pkid);
+    }
+    properties::put_list(&mut body, &kept);
+    body.put_slice(p.payload);
+    put_remaining_length(&mut out, body.len());
+    out.put_slice(&body);
+    Ok(Some(out.freeze()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::guard::packet::{self, frame};
+
+    fn decode(bytes: &[u8]) -> (u8, Vec<u8>) {
+        let h = frame(bytes, usize::MAX).unwrap().unwrap();
+        (h.first, bytes[h.header_len..h.size()].to_vec())
+    }
+
+    #[test]
+    fn below_qos_2_the_broker_learns_the_qos() {
+        // 3.1.1, QoS 1.
+        let body = [0, 1, b't', 0, 7, b'x'];
+        let p = packet::publish(0x32, &body, Version::V4).unwrap();
+        let out = to_broker(Version::V4, 0x32, &p, "t", 0).unwrap().unwrap();
+        let (first, b) = decode(&out);
+        let back = packet::publish(first, &b, Version::V5).unwrap();
+        assert_eq!((back.topic, back.pkid, back.payload), ("t", 7, &b"x"[..]));
+        let props = properties::all(back.properties).unwrap();
+        assert_eq!(
+            props[0].marker(),
+            Some(Marker {
+                qos: 1,
+                expires_at_ms: None
+            })
+        );
+    }
+
+    #[test]
+    fn qos_2_without_expiry_or_alias_goes_as_it_came() {
+        let body = [0, 1, b't', 0, 7, 0, b'x'];
+        let p = packet::publish(0x34, &body, Version::V5).unwrap();
+        assert_eq!(to_broker(Version::V5, 0x34, &p, "t", 0).unwrap(), None);
+    }
+
+    #[test]
+    fn aliases_resolve_forged_markers_go_and_expiry_is_dated() {
+        let forged = Marker {
+            qos: 0,
+            expires_at_ms: Some(1),
+        }
+        .property();
+        let mut props = properties::u16_property(properties::TOPIC_ALIAS, 4).to_vec();
+        props.extend(properties::u32_property(properties::MESSAGE_EXPIRY, 5));
+        props.extend(&forged);
+        let mut body = vec![0, 0, 0, 9, props.len() as u8];
+        body.extend(&props);
+        body.extend(b"pay");
+        let p = packet::publish(0x34, &body, Version::V5).unwrap();
+        let out = to_broker(Version::V5, 0x34, &p, "a/b", 1_000)
+            .unwrap()
+            .unwrap();
+        let (first, b) = decode(&out);
+        let back = packet::publish(first, &b, Version::V5).unwrap();
+        assert_eq!(
+            (back.topic, back.alias, back.payload),
+            ("a/b", None, &b"pay"[..])
+        );
+        let props = properties::all(back.properties).unwrap();
+        assert_eq!(props.len(), 2);
+        assert_eq!(props[0].id, properties::MESSAGE_EXPIRY);
+        assert_eq!(
+            props[1].marker(),
+            Some(Marker {
+                qos: 2,
+                expires_at_ms: Some(6_000)
+            })
+        );
+    }
+}
