@@ -573,13 +573,19 @@ impl Inspector<'_> {
                     return End::Closing;
                 }
             }
-            // What the guard owes the broker goes first: the client's
-            // acknowledgements are among it, in the order rumqttd needs.
-            if let Some(acks) = self.take_owed() {
-                if upstream.write_all(&acks).await.is_err() {
-                    return End::BrokerClosed;
+            // What the guard owes the broker goes first (the client's
+            // acknowledgements are among it, in the order rumqttd needs),
+            // in the same write.
+            let chunk = match self.take_owed() {
+                None => chunk,
+                Some(acks) if chunk.is_empty() => acks,
+                Some(acks) => {
+                    let mut both = BytesMut::with_capacity(acks.len() + chunk.len());
+                    both.extend_from_slice(&acks);
+                    both.extend_from_slice(&chunk);
+                    both.freeze()
                 }
-            }
+            };
             if !chunk.is_empty() && upstream.write_all(&chunk).await.is_err() {
                 return End::BrokerClosed;
             }

@@ -94,6 +94,16 @@ struct Owed {
     ack: Option<Bytes>,
 }
 
+/// Bytes of a variable byte integer.
+fn varint_len(n: usize) -> usize {
+    match n {
+        0..=127 => 1,
+        128..=16_383 => 2,
+        16_384..=2_097_151 => 3,
+        _ => 4,
+    }
+}
+
 impl Delivery {
     pub fn new(version: Version, limits: ClientLimits) -> Delivery {
         let limits = match version {
@@ -152,17 +162,25 @@ impl Delivery {
             }
         }
         let qos = p.qos.min(marker.map_or(2, |m| m.qos));
-        // As it came (no copy) when there is nothing to change.
-        let encoded =
-            if plain && qos == p.qos && self.version == Version::V5 && self.limits.alias_max == 0 {
-                None
-            } else {
-                Some(self.encode(first, qos, &p, marker.and_then(|m| m.expires_at_ms), now_ms))
-            };
-        if encoded.as_ref().map_or(raw.len(), Bytes::len) > self.limits.max_packet {
+        // Written straight into the client's buffer, and taken back out if
+        // it is too large or must wait.
+        let start = client.len();
+        let mut new_alias = None;
+        if plain && qos == p.qos && self.version == Version::V5 && self.limits.alias_max == 0 {
+            // As it came.
+            client.extend_from_slice(raw);
+        } else {
+            let expires_at_ms = marker.and_then(|m| m.expires_at_ms);
+            new_alias = self.encode(first, qos, &p, expires_at_ms, now_ms, client);
+        }
+        if client.len() - start > self.limits.max_packet {
+            client.truncate(start);
             self.undelivered.too_large += 1;
             self.ack_for_client(p.qos, p.pkid);
             return Ok(());
+        }
+        if let Some(alias) = new_alias {
+            self.aliases.insert(p.topic.to_owned(), alias);
         }
         match (p.qos, qos) {
             (_, 0) => self.ack_for_client(p.qos, p.pkid),
@@ -175,71 +193,94 @@ impl Delivery {
             if qos > 0 {
                 self.inflight += 1;
             }
-            client.extend_from_slice(encoded.as_deref().unwrap_or(raw));
         } else {
-            let bytes = encoded.unwrap_or_else(|| Bytes::copy_from_slice(raw));
-            self.held.push_back((qos, bytes));
+            self.held.push_back((qos, client.split_off(start).freeze()));
         }
         Ok(())
     }
 
-    /// The client packet for `p`, at `qos`, with the properties it gets.
+    /// Appends the client packet for `p`, at `qos`, with the properties it
+    /// gets, to `out`; returns the topic alias it sets, if new.
     fn encode(
-        &mut self,
+        &self,
         first: u8,
         qos: u8,
         p: &packet::Publish<'_>,
         expires_at_ms: Option<u64>,
         now_ms: u64,
-    ) -> Bytes {
-        let mut topic = p.topic;
-        let mut props: Vec<&[u8]> = Vec::new();
-        let mut owned: Vec<Vec<u8>> = Vec::new();
-        if self.version == Version::V5 {
-            for prop in properties::walk(p.properties).filter_map(Result::ok) {
-                let ours = prop.id == properties::TOPIC_ALIAS
-                    || prop.user_key() == Some(properties::MARKER_KEY)
-                    || (prop.id == properties::MESSAGE_EXPIRY && expires_at_ms.is_some());
-                if !ours {
-                    props.push(prop.raw);
-                }
-            }
-            if let Some(at) = expires_at_ms {
-                let left = at.saturating_sub(now_ms).div_ceil(1000).max(1);
-                let left = u32::try_from(left).unwrap_or(u32::MAX);
-                owned.push(properties::u32_property(properties::MESSAGE_EXPIRY, left).to_vec());
-            }
-            if let Some((alias, known)) = self.alias(p.topic) {
-                if known {
-                    topic = "";
-                }
-                owned.push(properties::u16_property(properties::TOPIC_ALIAS, alias).to_vec());
-            }
-        }
-        props.extend(owned.iter().map(Vec::as_slice));
-        let mut body = BytesMut::with_capacity(p.topic.len() + p.payload.len() + 16);
-        // The topic comes from a decoded packet, so it fits in 16 bits.
-        body.put_u16(topic.len() as u16);
-        body.put_slice(topic.as_bytes());
-        if qos > 0 {
-            body.put_u16(p.pkid);
-        }
-        if self.version == Version::V5 {
-            properties::put_list(&mut body, &props);
-        }
-        body.put_slice(p.payload);
+        out: &mut BytesMut,
+    ) -> Option<u16> {
+        let v5 = self.version == Version::V5;
+        let kept = |prop: &properties::Property<'_>| {
+            !(prop.id == properties::TOPIC_ALIAS
+                || prop.user_key() == Some(properties::MARKER_KEY)
+                || (prop.id == properties::MESSAGE_EXPIRY && expires_at_ms.is_some()))
+        };
+        let expiry = expires_at_ms.map(|at| {
+            let left = at.saturating_sub(now_ms).div_ceil(1000).max(1);
+            properties::u32_property(
+                properties::MESSAGE_EXPIRY,
+                u32::try_from(left).unwrap_or(u32::MAX),
+            )
+        });
+        let alias = if v5 { self.alias(p.topic) } else { None };
+        let alias_property =
+            alias.map(|(a, _)| properties::u16_property(properties::TOPIC_ALIAS, a));
+        let topic = match alias {
+            Some((_, true)) => "",
+            _ => p.topic,
+        };
+        let props_len = if v5 {
+            properties::walk(p.properties)
+                .filter_map(Result::ok)
+                .filter(kept)
+                .map(|prop| prop.raw.len())
+                .sum::<usize>()
+                + expiry.map_or(0, |e| e.len())
+                + alias_property.map_or(0, |a| a.len())
+        } else {
+            0
+        };
+        let pkid_len = if qos > 0 { 2 } else { 0 };
+        let props_field = if v5 {
+            varint_len(props_len) + props_len
+        } else {
+            0
+        };
+        let remaining = 2 + topic.len() + pkid_len + props_field + p.payload.len();
         // DUP only where there is a packet identifier; retain as sent.
         let flags = (first & 0x01) | (qos << 1) | if qos > 0 { first & 0x08 } else { 0 };
-        let mut out = BytesMut::with_capacity(body.len() + 5);
+        out.reserve(remaining + 5);
         out.put_u8(0x30 | flags);
-        put_remaining_length(&mut out, body.len());
-        out.put_slice(&body);
-        out.freeze()
+        put_remaining_length(out, remaining);
+        // The topic comes from a decoded packet, so it fits in 16 bits.
+        out.put_u16(topic.len() as u16);
+        out.put_slice(topic.as_bytes());
+        if qos > 0 {
+            out.put_u16(p.pkid);
+        }
+        if v5 {
+            put_remaining_length(out, props_len);
+            for prop in properties::walk(p.properties)
+                .filter_map(Result::ok)
+                .filter(kept)
+            {
+                out.put_slice(prop.raw);
+            }
+            if let Some(e) = expiry {
+                out.put_slice(&e);
+            }
+            if let Some(a) = alias_property {
+                out.put_slice(&a);
+            }
+        }
+        out.put_slice(p.payload);
+        alias.and_then(|(a, known)| (!known).then_some(a))
     }
 
     /// The alias for `topic`, and whether the client already knows it; a
-    /// new one while there are any left.
-    fn alias(&mut self, topic: &str) -> Option<(u16, bool)> {
+    /// new one (not yet recorded) while there are any left.
+    fn alias(&self, topic: &str) -> Option<(u16, bool)> {
         if self.limits.alias_max == 0 || topic.is_empty() {
             return None;
         }
@@ -247,11 +288,7 @@ impl Delivery {
             return Some((a, true));
         }
         let next = u16::try_from(self.aliases.len() + 1).ok()?;
-        if next > self.limits.alias_max {
-            return None;
-        }
-        self.aliases.insert(topic.to_owned(), next);
-        Some((next, false))
+        (next <= self.limits.alias_max).then_some((next, false))
     }
 
     /// A publication the client does not acknowledge (it got it at QoS 0,
@@ -262,53 +299,70 @@ impl Delivery {
             2 => packet::pubrec(pkid, 0),
             _ => return,
         };
-        self.settle_ack(pkid, true, ack);
+        self.settle_ack(pkid, true, &ack);
     }
 
     /// Fills in the first acknowledgement of `pkid` and releases what is
     /// due. One the broker is not waiting for goes as it is.
-    fn settle_ack(&mut self, pkid: u16, ours: bool, ack: Bytes) {
-        match self
+    fn settle_ack(&mut self, pkid: u16, ours: bool, ack: &[u8]) {
+        let Some(at) = self
             .acks
-            .iter_mut()
-            .find(|o| o.pkid == pkid && o.ack.is_none())
-        {
-            Some(owed) => {
-                owed.ours = ours;
-                owed.ack = Some(ack);
-            }
-            None => self.to_broker.extend_from_slice(&ack),
+            .iter()
+            .position(|o| o.pkid == pkid && o.ack.is_none())
+        else {
+            self.to_broker.extend_from_slice(ack);
+            return;
+        };
+        if at > 0 {
+            // Out of the broker's order: it waits for those before it.
+            self.acks[at].ours = ours;
+            self.acks[at].ack = Some(Bytes::copy_from_slice(ack));
+            return;
         }
-        while let Some(owed) = self.acks.front().filter(|o| o.ack.is_some()) {
-            let ours = owed.ours;
-            let Some(Owed { pkid, ack, .. }) = self.acks.pop_front() else {
-                break;
-            };
-            let ack = ack.unwrap_or_default();
-            // A successful PUBREC is followed by the broker's PUBREL.
-            if ack.first().map(|b| b >> 4) == Some(packet::PUBREC)
-                && ack.get(4).is_none_or(|&reason| reason < 0x80)
+        self.acks.pop_front();
+        self.release_ack(pkid, ours, ack);
+        while self.acks.front().is_some_and(|o| o.ack.is_some()) {
+            if let Some(Owed {
+                pkid,
+                ours,
+                ack: Some(ack),
+            }) = self.acks.pop_front()
             {
-                self.comps.push_back(Owed {
-                    pkid,
-                    ours,
-                    ack: None,
-                });
+                self.release_ack(pkid, ours, &ack);
             }
-            self.to_broker.extend_from_slice(&ack);
         }
     }
 
-    /// Fills in the PUBCOMP of `pkid` and releases what is due.
-    fn settle_comp(&mut self, pkid: u16, ours: bool, comp: Bytes) -> bool {
-        let Some(owed) = self
+    fn release_ack(&mut self, pkid: u16, ours: bool, ack: &[u8]) {
+        // A successful PUBREC is followed by the broker's PUBREL.
+        if ack.first().map(|b| b >> 4) == Some(packet::PUBREC)
+            && ack.get(4).is_none_or(|&reason| reason < 0x80)
+        {
+            self.comps.push_back(Owed {
+                pkid,
+                ours,
+                ack: None,
+            });
+        }
+        self.to_broker.extend_from_slice(ack);
+    }
+
+    /// Fills in the PUBCOMP of `pkid` and releases what is due; false when
+    /// the broker waits for no such PUBCOMP.
+    fn settle_comp(&mut self, pkid: u16, ours: bool, comp: &[u8]) -> bool {
+        let Some(at) = self
             .comps
-            .iter_mut()
-            .find(|o| o.pkid == pkid && o.ours == ours && o.ack.is_none())
+            .iter()
+            .position(|o| o.pkid == pkid && o.ours == ours && o.ack.is_none())
         else {
             return false;
         };
-        owed.ack = Some(comp);
+        if at > 0 {
+            self.comps[at].ack = Some(Bytes::copy_from_slice(comp));
+            return true;
+        }
+        self.comps.pop_front();
+        self.to_broker.extend_from_slice(comp);
         while self.comps.front().is_some_and(|o| o.ack.is_some()) {
             if let Some(Owed { ack: Some(ack), .. }) = self.comps.pop_front() {
                 self.to_broker.extend_from_slice(&ack);
@@ -320,7 +374,7 @@ impl Delivery {
     /// A PUBREL from the broker: true when it answers the guard's PUBREC
     /// (the client never sees it, the guard owes the PUBCOMP).
     pub fn broker_pubrel(&mut self, pkid: u16) -> bool {
-        self.settle_comp(pkid, true, packet::pubcomp(pkid))
+        self.settle_comp(pkid, true, &packet::pubcomp(pkid))
     }
 
     /// An acknowledgement from the client (PUBACK, PUBREC or PUBCOMP, the
@@ -336,12 +390,11 @@ impl Delivery {
         };
         let pkid = u16::from_be_bytes([hi, lo]);
         let failed = body.get(2).is_some_and(|&reason| reason >= 0x80);
-        let raw = Bytes::copy_from_slice(raw);
         match kind {
             packet::PUBACK => {
                 self.inflight = self.inflight.saturating_sub(1);
                 if self.relabelled.remove(&pkid) {
-                    self.settle_ack(pkid, true, packet::pubrec(pkid, 0));
+                    self.settle_ack(pkid, true, &packet::pubrec(pkid, 0));
                 } else {
                     self.settle_ack(pkid, false, raw);
                 }
@@ -354,11 +407,11 @@ impl Delivery {
             }
             packet::PUBCOMP => {
                 self.inflight = self.inflight.saturating_sub(1);
-                if !self.settle_comp(pkid, false, raw.clone()) {
-                    self.to_broker.extend_from_slice(&raw);
+                if !self.settle_comp(pkid, false, raw) {
+                    self.to_broker.extend_from_slice(raw);
                 }
             }
-            _ => self.to_broker.extend_from_slice(&raw),
+            _ => self.to_broker.extend_from_slice(raw),
         }
     }
 
@@ -574,6 +627,21 @@ mod tests {
         assert_eq!(broker, vec![packet::pubrec(3, 0).to_vec()]);
         let (client, _) = feed(&mut d, &from_broker(2, "t", 4, &[], b"small"), 0);
         assert_eq!(client.len(), 1);
+    }
+
+    #[test]
+    fn a_skipped_publication_sets_no_alias() {
+        let limits = ClientLimits {
+            max_packet: 20,
+            alias_max: 4,
+            ..ClientLimits::DEFAULT
+        };
+        let mut d = Delivery::new(Version::V5, limits);
+        let (client, _) = feed(&mut d, &from_broker(0, "t", 0, &[], &[b'.'; 32]), 0);
+        assert!(client.is_empty());
+        // The client never learnt an alias for "t": the topic goes in full.
+        let (client, _) = feed(&mut d, &from_broker(0, "t", 0, &[], b"x"), 0);
+        assert_eq!(decoded(&client[0], Version::V5).1, "t");
     }
 
     #[test]
