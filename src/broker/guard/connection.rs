@@ -193,6 +193,12 @@ async fn farewell<W: AsyncWrite + Unpin>(writer: &mut W, last: &[u8]) {
     .await;
 }
 
+/// The delivery state, even after a panic in the other pump (each of its
+/// changes leaves it usable).
+fn lock(delivery: &Mutex<Delivery>) -> std::sync::MutexGuard<'_, Delivery> {
+    delivery.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Unix time in milliseconds, the clock Message Expiry is kept in.
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -457,10 +463,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 end = &mut outbound_pump => end,
             }
         };
-        let undelivered = delivery
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .undelivered;
+        let undelivered = lock(&delivery).undelivered;
         if undelivered != Undelivered::default() {
             debug!(
                 expired = undelivered.expired,
@@ -547,10 +550,7 @@ struct Inspector<'a> {
 
 impl Inspector<'_> {
     fn take_owed(&self) -> Option<Bytes> {
-        self.delivery
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take_owed()
+        lock(self.delivery).take_owed()
     }
 
     async fn pump<R: AsyncRead + Unpin>(
@@ -702,7 +702,7 @@ impl Inspector<'_> {
             // Delivery, which passes them on in rumqttd's order (a 3.1.1
             // acknowledgement is a valid MQTT 5 one as it is).
             packet::PUBACK | packet::PUBREC | packet::PUBCOMP => {
-                let mut delivery = self.delivery.lock().unwrap_or_else(|e| e.into_inner());
+                let mut delivery = lock(self.delivery);
                 delivery.client_ack(raw, header.header_len);
                 if delivery.releasable() {
                     self.pending.push(ToClient::Release);
@@ -1091,7 +1091,7 @@ impl Downstream<'_> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Delivery> {
-        self.delivery.lock().unwrap_or_else(|e| e.into_inner())
+        lock(self.delivery)
     }
 
     /// A publication from the broker, or an acknowledgement the guard

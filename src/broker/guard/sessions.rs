@@ -73,6 +73,21 @@ struct Entry {
     kept_by_broker: bool,
 }
 
+impl Entry {
+    /// A client ID with nothing to resume.
+    fn unknown() -> Entry {
+        Entry {
+            filters: Arc::default(),
+            generation: 0,
+            state: State::Kept {
+                until: Some(Instant::now()),
+            },
+            gate: Gate::default(),
+            kept_by_broker: false,
+        }
+    }
+}
+
 /// What a connection does with the session it opens.
 #[derive(Debug)]
 pub struct Opened {
@@ -113,27 +128,11 @@ impl Sessions {
             // Never resumed: nothing to serialise.
             return Gate::default();
         }
-        let mut map = self.map();
-        match map.get(client_id) {
-            Some(e) => e.gate.clone(),
-            None => {
-                let gate = Gate::default();
-                map.insert(
-                    client_id.to_owned(),
-                    Entry {
-                        filters: Arc::default(),
-                        generation: 0,
-                        // Nothing to resume.
-                        state: State::Kept {
-                            until: Some(Instant::now()),
-                        },
-                        gate: gate.clone(),
-                        kept_by_broker: false,
-                    },
-                );
-                gate
-            }
-        }
+        self.map()
+            .entry(client_id.to_owned())
+            .or_insert_with(Entry::unknown)
+            .gate
+            .clone()
     }
 
     /// The gate of a client ID the guard knows.
@@ -156,13 +155,9 @@ impl Sessions {
         }
         let now = Instant::now();
         let mut map = self.map();
-        let entry = map.entry(client_id.to_owned()).or_insert_with(|| Entry {
-            filters: Arc::default(),
-            generation: 0,
-            state: State::Kept { until: Some(now) },
-            gate: Gate::default(),
-            kept_by_broker: false,
-        });
+        let entry = map
+            .entry(client_id.to_owned())
+            .or_insert_with(Entry::unknown);
         let expired = match entry.state {
             State::Live => false,
             State::Kept { until } => until.is_some_and(|t| t <= now),
