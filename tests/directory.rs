@@ -397,3 +397,39 @@ async fn a_hosting_agent_registers_its_description_over_the_websocket() {
     );
     sidecar.stop().await;
 }
+
+/// The directory's own description (`/.well-known/wot`) passes the TD 1.1
+/// JSON Schema the sidecar holds every registered TD to: its events carry
+/// forms (WebSocket and MQTT, on the sidecar's own event topics) and its
+/// security is the one in force.
+#[tokio::test]
+async fn the_directory_describes_itself_as_validly_as_it_asks_of_others() {
+    let sidecar = TestSidecar::start().await;
+    let wot = http(sidecar.http, "GET", "/.well-known/wot", None, b"").await;
+    assert_eq!(wot.status, 200);
+    let td = wot.json();
+    if let Err(e) = lmos_sidecar::directory::validate::TdValidator::new().check_schema(&td) {
+        panic!("{e}\n{td:#}");
+    }
+    assert_eq!(td["security"], "nosec_sc", "{td:#}");
+    assert_eq!(td["securityDefinitions"]["nosec_sc"]["scheme"], "nosec");
+    for event in ["thingCreated", "thingUpdated", "thingDeleted"] {
+        let forms = td["events"][event]["forms"].as_array().expect("forms");
+        assert!(
+            forms.iter().any(|f| f["subprotocol"] == "lmosprotocol"
+                && f["href"].as_str().is_some_and(|h| h.starts_with("ws://"))),
+            "{event}: {forms:?}"
+        );
+        let mqtt = forms
+            .iter()
+            .find(|f| f["mqv:controlPacket"] == "subscribe")
+            .unwrap_or_else(|| panic!("{event}: {forms:?}"));
+        assert_eq!(
+            mqtt["mqv:filter"],
+            format!("lmos/urn:lmos:test-sidecar/events/{event}")
+        );
+    }
+    // The HTTP forms stay as they were.
+    assert_eq!(td["properties"]["things"]["forms"][0]["href"], "/things");
+    sidecar.stop().await;
+}

@@ -108,6 +108,24 @@ async fn the_websocket_takes_basic_or_bearer_credentials_and_refuses_others() {
         Some(401)
     );
 
+    // The directory's own description declares what is in force.
+    let reader = basic("reader", "reader-pw");
+    let wot = http_with(
+        sidecar.http,
+        "GET",
+        "/.well-known/wot",
+        &[("Authorization", reader.as_str())],
+        b"",
+    )
+    .await;
+    assert_eq!(wot.status, 200, "{}", wot.body);
+    let td = wot.json();
+    let security = td["security"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        td["securityDefinitions"][&security]["scheme"], "combo",
+        "{td:#}"
+    );
+
     // The challenge names both schemes.
     let refused = http(sidecar.http, "GET", "/things", None, b"").await;
     assert_eq!(refused.status, 401);

@@ -172,6 +172,33 @@ fn affordances(td: &mut Value, kind: &str) -> Vec<(String, Value)> {
         .unwrap_or_default()
 }
 
+/// The sidecar's own directory description: its HTTP forms as they are,
+/// the security in force on the HTTP port (the directory API's, the
+/// WebSocket's), and forms for its events (`thingCreated`, ...), which it
+/// publishes as its own LMOS events.
+pub fn directory(td: &mut Value, endpoints: &Endpoints) {
+    let Some(thing) = td["id"].as_str().map(str::to_owned) else {
+        return;
+    };
+    declare_security(td, endpoints);
+    let mut events = Map::new();
+    for (name, mut e) in affordances(td, "events") {
+        let forms = vec![
+            endpoints.ws(&["subscribeevent", "unsubscribeevent"]),
+            endpoints.mqtt_subscribe(
+                &endpoints.topics.event(&thing, &name),
+                &["subscribeevent", "unsubscribeevent"],
+            ),
+        ];
+        set_forms(&mut e, forms);
+        events.insert(name, e);
+    }
+    if !events.is_empty() {
+        td["events"] = Value::Object(events);
+        add_mqtt_context(td);
+    }
+}
+
 /// Adds (or replaces) the sidecar's WebSocket and MQTT forms on every
 /// property, action and event, and the Thing-level forms for all events.
 pub fn rewrite(td: &mut Value, endpoints: &Endpoints) {

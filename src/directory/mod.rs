@@ -57,6 +57,11 @@ impl Directory {
         }
     }
 
+    /// Where consumers reach this sidecar, as its forms say.
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
     pub fn validator(&self) -> &TdValidator {
         &self.validator
     }

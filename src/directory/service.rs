@@ -35,14 +35,12 @@ impl DirectoryService {
         sidecar: String,
         http_base: &str,
     ) -> DirectoryService {
-        let description = json!({
+        let mut description = json!({
             "@context": "https://www.w3.org/2022/wot/td/v1.1",
             "@type": "ThingDirectory",
             "id": sidecar,
             "title": "lmos-sidecar Thing Description directory",
             "base": http_base,
-            "securityDefinitions": {"nosec_sc": {"scheme": "nosec"}},
-            "security": "nosec_sc",
             "properties": {
                 "things": {
                     "description": "The registered Thing Descriptions; ?offset and ?limit page through them.",
@@ -65,6 +63,8 @@ impl DirectoryService {
                 "thingDeleted": {"data": {"type": "object"}}
             }
         });
+        // Security and event forms as every other TD the sidecar serves.
+        super::forms::directory(&mut description, directory.endpoints());
         DirectoryService {
             directory: Arc::new(Mutex::new(directory)),
             bus,

@@ -89,20 +89,35 @@ impl TdValidator {
 
     /// Checks a parsed TD against the schema and the LMOS vocabulary.
     pub fn check(&self, td: &Value) -> Result<(), TdError> {
-        let mut violations: Vec<Violation> = self
-            .schema
-            .iter_errors(td)
-            .map(|e| Violation {
-                pointer: e.instance_path().as_str().to_owned(),
-                message: e.to_string(),
-            })
-            .collect();
+        let mut violations = self.schema_violations(td);
         violations.extend(vocabulary(td));
         if violations.is_empty() {
             Ok(())
         } else {
             Err(TdError::Invalid(violations))
         }
+    }
+
+    /// The W3C TD 1.1 JSON Schema alone, without the LMOS vocabulary (the
+    /// sidecar's own directory description is a WoT Thing Directory, not
+    /// an LMOS agent or tool).
+    pub fn check_schema(&self, td: &Value) -> Result<(), TdError> {
+        let violations = self.schema_violations(td);
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(TdError::Invalid(violations))
+        }
+    }
+
+    fn schema_violations(&self, td: &Value) -> Vec<Violation> {
+        self.schema
+            .iter_errors(td)
+            .map(|e| Violation {
+                pointer: e.instance_path().as_str().to_owned(),
+                message: e.to_string(),
+            })
+            .collect()
     }
 }
 
