@@ -51,9 +51,6 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// of it, for as long as the client stays.
 const UPSTREAM_KEEP_ALIVE: u16 = 300;
 const PINGREQ: [u8; 2] = [0xC0, 0];
-/// How long a connection taking over a client ID waits for the one that
-/// holds it to end (see `Sessions::held_elsewhere`).
-const TAKEOVER_GRACE: Duration = Duration::from_millis(100);
 
 // MQTT 3.1.1 CONNACK return codes.
 const V4_UNACCEPTABLE_PROTOCOL: u8 = 1;
@@ -375,9 +372,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         let opened;
         let upstream = {
             let _held = gate.lock().await;
-            if let Some(ended) = shared.sessions.held_elsewhere(&client_id) {
-                let _ = tokio::time::timeout(TAKEOVER_GRACE, ended.notified()).await;
-            }
             opened = shared
                 .sessions
                 .open(&client_id, connect.clean, asked.expiry);

@@ -68,9 +68,6 @@ struct Entry {
     generation: u64,
     state: State,
     gate: Gate,
-    /// Told when the connection holding it ends (or its client says
-    /// DISCONNECT).
-    ended: Arc<tokio::sync::Notify>,
     /// Whether rumqttd keeps it beyond the connection (connected not
     /// clean), so that ending it takes a wipe.
     kept_by_broker: bool,
@@ -86,7 +83,6 @@ impl Entry {
                 until: Some(Instant::now()),
             },
             gate: Gate::default(),
-            ended: Arc::default(),
             kept_by_broker: false,
         }
     }
@@ -139,17 +135,6 @@ impl Sessions {
             .clone()
     }
 
-    /// While a connection holds the session: what tells when it ends. A
-    /// client that sends DISCONNECT and connects again at once can have
-    /// its new CONNECT read before the old DISCONNECT; the new connection
-    /// waits a moment for the old one, so that the session ends as the
-    /// client said (a true takeover just waits that moment).
-    pub fn held_elsewhere(&self, client_id: &str) -> Option<Arc<tokio::sync::Notify>> {
-        let map = self.map();
-        let entry = map.get(client_id)?;
-        (entry.state == State::Live).then(|| entry.ended.clone())
-    }
-
     /// The gate of a client ID the guard knows.
     pub fn existing_gate(&self, client_id: &str) -> Option<Gate> {
         self.map().get(client_id).map(|e| e.gate.clone())
@@ -185,9 +170,6 @@ impl Sessions {
         }
         entry.generation += 1;
         entry.state = State::Live;
-        // A fresh signal for this connection's end: no stale one from an
-        // earlier connection's.
-        entry.ended = Arc::default();
         entry.kept_by_broker = !clean_upstream;
         Opened {
             filters: entry.filters.clone(),
@@ -212,7 +194,6 @@ impl Sessions {
             return AfterClose::Nothing;
         }
         let now = Instant::now();
-        entry.ended.notify_one();
         entry.state = State::Kept {
             until: expiry.after(now),
         };
