@@ -115,14 +115,23 @@ impl Application {
             config.mqtt.authentication,
             metrics.clone(),
         );
-        let broker = EmbeddedBroker::start(
+        let side_filters = if config.topics.value_topics {
+            vec![crate::wot::values::filters(&topics)]
+        } else {
+            Vec::new()
+        };
+        let mut broker = EmbeddedBroker::start(
             &config.mqtt,
             Gateway::bus_filters(&topics),
+            side_filters,
             Arc::new(policy),
             mqtt_tls,
             mqtt_stop.clone(),
         )
         .await?;
+        if let Some((bus, deliveries)) = broker.side_links.pop() {
+            tokio::spawn(crate::wot::values::run(topics.clone(), bus, deliveries));
+        }
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
@@ -244,6 +253,7 @@ impl Application {
             mqtt_connections: self.mqtt_connections,
             broker: self.broker_health.clone(),
             cluster,
+            request_timeout: self.config.requests.timeout(),
             auth: HttpAuth {
                 authority: self.authority,
                 schemes: self.config.http.authentication.clone(),
@@ -342,7 +352,9 @@ fn directory_service(
             public_host(config, mqtt),
             mqtt.port()
         ),
+        http: http_base.clone(),
         topics: config.topics(),
+        value_topics: config.topics.value_topics,
         http_schemes: config.http.authentication.clone(),
         mqtt_password: config.mqtt.authentication,
     };

@@ -222,12 +222,17 @@ impl RequestsConfig {
 pub struct TopicsConfig {
     /// First level(s) of every LMOS topic.
     pub prefix: String,
+    /// Mirror every event's `data` and every property's `value` to
+    /// `{prefix}/{thing}/values/...` for W3C WoT consumers, whose TD forms
+    /// point there.
+    pub value_topics: bool,
 }
 
 impl Default for TopicsConfig {
     fn default() -> Self {
         TopicsConfig {
             prefix: "lmos".into(),
+            value_topics: true,
         }
     }
 }

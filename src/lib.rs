@@ -5,6 +5,7 @@
 //! - [`broker`]: the message bus, here an embedded rumqttd;
 //! - [`gateway`]: the `lmosprotocol` WebSocket gateway;
 //! - [`http`]: the HTTP port that hosts it;
+//! - [`wot`]: value-only topics for W3C WoT consumers;
 //! - [`config`], [`telemetry`], [`app`]: wiring.
 
 pub mod app;
@@ -20,6 +21,7 @@ pub mod lmos;
 pub mod telemetry;
 pub mod tls;
 pub mod topics;
+pub mod wot;
 
 pub use app::Application;
 pub use config::Config;

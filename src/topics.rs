@@ -13,6 +13,12 @@
 //! | the agent's replies           | `{prefix}/{thing}/agent/replies`                       |
 //! | the agent's presence (retained) | `{prefix}/{thing}/agent/status`                      |
 //! | the Thing Description (retained) | `{prefix}/{thing}/td`                               |
+//! | an event's `data` alone       | `{prefix}/{thing}/values/events/{event}`               |
+//! | a property's `value` alone (retained) | `{prefix}/{thing}/values/properties/{property}` |
+//!
+//! The `values/` topics are for W3C WoT consumers (node-wot and the like),
+//! whose TD forms promise the affordance's data, not an LMOS envelope; the
+//! sidecar derives them from the envelope topics (see `crate::wot`).
 //!
 //! `{thing}`, `{event}`, `{property}`, `{action}` and `{invocation}` are one
 //! topic level each, escaped by [`escape`] so that any thingID URI or name is
@@ -47,6 +53,7 @@ pub const REQUESTS: &str = "requests";
 pub const REPLIES: &str = "replies";
 pub const AGENT: &str = "agent";
 pub const TD: &str = "td";
+pub const VALUES: &str = "values";
 
 /// The longest topic MQTT can carry: its length is written in 16 bits.
 /// rumqttd does not check; it writes a longer topic's length wrapped, a
@@ -284,6 +291,26 @@ impl Topics {
             STATUS,
             &escape(invocation),
         ])
+    }
+
+    /// An event's `data` alone, for WoT consumers.
+    pub fn event_value(&self, thing: &str, event: &str) -> String {
+        self.join(&[&escape(thing), VALUES, EVENTS, &escape(event)])
+    }
+
+    /// A property's `value` alone (retained), for WoT consumers.
+    pub fn property_value(&self, thing: &str, name: &str) -> String {
+        self.join(&[&escape(thing), VALUES, PROPERTIES, &escape(name)])
+    }
+
+    /// Every event of every Thing.
+    pub fn all_events_filter(&self) -> String {
+        self.join(&["+", EVENTS, "+"])
+    }
+
+    /// Every property of every Thing.
+    pub fn all_properties_filter(&self) -> String {
+        self.join(&["+", PROPERTIES, "+"])
     }
 
     /// All events of one Thing.

@@ -234,20 +234,31 @@ async fn the_forms_served_reach_the_running_agent() {
     let event_forms = td["events"]["userFeedbackReceived"]["forms"]
         .as_array()
         .unwrap();
-    let filter = event_forms
+    // The first MQTT form carries the event's data alone (for WoT
+    // consumers); the one marked `lmosprotocol` the LMOS message.
+    let mqtt_forms: Vec<&Value> = event_forms
         .iter()
-        .find_map(|f| f["mqv:filter"].as_str())
-        .unwrap();
-    let mqtt_href = event_forms
+        .filter(|f| f["href"].as_str().is_some_and(|h| h.starts_with("mqtt://")))
+        .collect();
+    for form in &mqtt_forms {
+        let filter = form["mqv:filter"].as_str().unwrap();
+        assert_eq!(
+            form["href"],
+            format!("mqtt://127.0.0.1:{}/{filter}", sidecar.mqtt.port())
+        );
+    }
+    assert!(mqtt_forms[0].get("subprotocol").is_none(), "{mqtt_forms:?}");
+    let envelope = mqtt_forms
         .iter()
-        .find_map(|f| f["href"].as_str().filter(|h| h.starts_with("mqtt://")))
+        .find(|f| f["subprotocol"] == "lmosprotocol")
         .unwrap();
-    assert_eq!(
-        mqtt_href,
-        format!("mqtt://127.0.0.1:{}/{filter}", sidecar.mqtt.port())
-    );
     let mut mqtt = sidecar.mqtt("follower").await;
-    mqtt.subscribe(filter).await;
+    mqtt.subscribe(envelope["mqv:filter"].as_str().unwrap())
+        .await;
+    let mut values = sidecar.mqtt("wot-follower").await;
+    values
+        .subscribe(mqtt_forms[0]["mqv:filter"].as_str().unwrap())
+        .await;
 
     let action_forms = td["actions"]["getWeather"]["forms"].as_array().unwrap();
     let ws_href = action_forms
@@ -269,6 +280,8 @@ async fn the_forms_served_reach_the_running_agent() {
     }
     let (_, feedback, _) = mqtt.recv_json().await;
     assert_eq!(feedback["event"], "userFeedbackReceived");
+    let (_, data, _) = values.recv_json().await;
+    assert_eq!(data, feedback["data"]);
     sidecar.stop().await;
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -420,13 +433,18 @@ async fn the_directory_describes_itself_as_validly_as_it_asks_of_others() {
                 && f["href"].as_str().is_some_and(|h| h.starts_with("ws://"))),
             "{event}: {forms:?}"
         );
-        let mqtt = forms
+        let filters: Vec<&Value> = forms
             .iter()
-            .find(|f| f["mqv:controlPacket"] == "subscribe")
-            .unwrap_or_else(|| panic!("{event}: {forms:?}"));
+            .filter(|f| f["mqv:controlPacket"] == "subscribe")
+            .map(|f| &f["mqv:filter"])
+            .collect();
         assert_eq!(
-            mqtt["mqv:filter"],
-            format!("lmos/urn:lmos:test-sidecar/events/{event}")
+            filters,
+            [
+                &json!(format!("lmos/urn:lmos:test-sidecar/values/events/{event}")),
+                &json!(format!("lmos/urn:lmos:test-sidecar/events/{event}"))
+            ],
+            "{event}: {forms:?}"
         );
     }
     // The HTTP forms stay as they were.

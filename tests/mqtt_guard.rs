@@ -107,9 +107,16 @@ impl Rig {
     async fn with(config: MqttConfig, tls: Option<TlsAcceptor>) -> Rig {
         let rules = Arc::new(Rules::default());
         let stop = CancellationToken::new();
-        let broker = EmbeddedBroker::start(&config, Vec::new(), rules.clone(), tls, stop.clone())
-            .await
-            .expect("broker starts");
+        let broker = EmbeddedBroker::start(
+            &config,
+            Vec::new(),
+            Vec::new(),
+            rules.clone(),
+            tls,
+            stop.clone(),
+        )
+        .await
+        .expect("broker starts");
         Rig {
             mqtt: broker.mqtt_addr,
             mqtt5: broker.mqtt5_addr,

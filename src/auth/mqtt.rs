@@ -6,7 +6,7 @@
 //!
 //! | subtree                                   | subscribe | publish |
 //! |-------------------------------------------|-----------|---------|
-//! | `events/…`, `properties/…`, `actions/…`, `td`, `agent/status` | consume | host |
+//! | `events/…`, `properties/…`, `actions/…`, `td`, `agent/status`, `values/…` | consume | host |
 //! | `requests/{type}`                         | host (others' requests) | consume for `readProperty`, else operate |
 //! | `replies/{correlationID}`                 | consume; host with a wildcard | host |
 //! | `agent/requests/…`, `agent/replies`       | host | host |
@@ -19,7 +19,7 @@ use super::{Access, Authority, Principal};
 use crate::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session};
 use crate::telemetry::metrics::{Metrics, MQTT};
 use crate::topics::{
-    unescape, Topics, ACTIONS, AGENT, EVENTS, PROPERTIES, REPLIES, REQUESTS, STATUS, TD,
+    unescape, Topics, ACTIONS, AGENT, EVENTS, PROPERTIES, REPLIES, REQUESTS, STATUS, TD, VALUES,
 };
 
 /// Why an operation is refused: the access it needed, and for which Thing
@@ -106,6 +106,8 @@ const CONSUMED: &[&[&str]] = &[
     &[ACTIONS, "*", STATUS, "*"],
     &[TD],
     &[AGENT, STATUS],
+    &[VALUES, EVENTS, "*"],
+    &[VALUES, PROPERTIES, "*"],
 ];
 const HOSTED: &[&[&str]] = &[&[REQUESTS, "*"], &[AGENT, REQUESTS, "*"], &[AGENT, REPLIES]];
 
@@ -366,6 +368,8 @@ mod tests {
             "lmos/urn:a/properties/#",
             "lmos/urn:a/actions/+/status/+",
             "lmos/urn:a/td",
+            "lmos/urn:a/values/events/e",
+            "lmos/urn:a/values/properties/+",
             "lmos/urn:a/replies/my-correlation",
             "$share/g/lmos/urn:a/events/e",
             "other/#",
@@ -375,6 +379,7 @@ mod tests {
         }
         for (denied, access) in [
             ("lmos/urn:b/events/e", Access::Consume),
+            ("lmos/urn:b/values/events/e", Access::Consume),
             ("lmos/+/events/e", Access::Consume),
             ("#", Access::Host),
             ("lmos/#", Access::Host),

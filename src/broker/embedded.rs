@@ -80,6 +80,9 @@ pub struct EmbeddedBroker {
     pub mqtt5_addr: SocketAddr,
     pub bus: Bus,
     pub deliveries: mpsc::Receiver<Delivery>,
+    /// One more link per `side_filters` entry given to [`EmbeddedBroker::start`],
+    /// in that order, subscribed to those filters.
+    pub side_links: Vec<(Bus, mpsc::Receiver<Delivery>)>,
     /// MQTT client connections, from rumqttd's meters (every second).
     pub mqtt_connections: Arc<AtomicUsize>,
     /// A guard listener on loopback that lets every client in, for the
@@ -144,10 +147,13 @@ impl EmbeddedBroker {
     /// connections, then opens the public listeners through the guard, which
     /// applies `policy`, speaks TLS when `tls` is given, and closes every
     /// client connection once `shutdown` fires. `filters` are subscribed
-    /// before the broker is declared ready.
+    /// before the broker is declared ready. Each of `side_filters` gets a
+    /// link of its own (see [`EmbeddedBroker::side_links`]), so that its
+    /// deliveries do not queue behind the gateway's.
     pub async fn start(
         config: &MqttConfig,
         filters: Vec<String>,
+        side_filters: Vec<Vec<String>>,
         policy: Arc<dyn Policy>,
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
@@ -186,13 +192,6 @@ impl EmbeddedBroker {
         };
 
         let mut broker = Broker::new(rumqttd_config);
-        // A client ID no MQTT client will pick by accident: a duplicate would
-        // make rumqttd drop the sidecar's own link.
-        let link_id = format!("lmos-sidecar-{}", uuid::Uuid::new_v4().simple());
-        let (link_tx, link_rx) = broker
-            .link(&link_id)
-            .map_err(|e| BrokerError::Link(e.to_string()))?;
-
         let alerts = broker
             .alerts()
             .map_err(|e| BrokerError::Link(e.to_string()))?;
@@ -203,6 +202,21 @@ impl EmbeddedBroker {
         let mqtt_connections = Arc::new(AtomicUsize::new(0));
         tokio::spawn(count_connections(meters, mqtt_connections.clone()));
 
+        let probe_topic = format!("lmos-sidecar/probe/{}", uuid::Uuid::new_v4().simple());
+        let (probe_tx, mut probes) = mpsc::unbounded_channel();
+        // Once the probe arrives through the link, the subscriptions queued
+        // before it are live too.
+        let main_filters = filters.into_iter().chain([probe_topic.clone()]).collect();
+        let (bus, deliveries) = open_link(
+            &mut broker,
+            main_filters,
+            Some((probe_topic.clone(), probe_tx)),
+        )?;
+        let side_links = side_filters
+            .into_iter()
+            .map(|filters| open_link(&mut broker, filters, None))
+            .collect::<Result<Vec<_>, _>>()?;
+
         std::thread::Builder::new()
             .name("rumqttd".into())
             .spawn(move || {
@@ -212,34 +226,10 @@ impl EmbeddedBroker {
             })
             .map_err(BrokerError::Thread)?;
 
-        let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
-        std::thread::Builder::new()
-            .name("bus-publisher".into())
-            .spawn(move || run_link_tx(link_tx, command_rx))
-            .map_err(BrokerError::Thread)?;
-
-        let probe_topic = format!("lmos-sidecar/probe/{}", uuid::Uuid::new_v4().simple());
-        let (probe_tx, mut probes) = mpsc::unbounded_channel();
-        let (delivery_tx, deliveries) = mpsc::channel(DELIVERY_QUEUE);
-        // The link's commands are applied in order: once a probe arrives,
-        // these subscriptions are live too.
-        for filter in filters {
-            let _ = command_tx.send(BusCommand::Subscribe(filter)).await;
-        }
-        let _ = command_tx
-            .send(BusCommand::Subscribe(probe_topic.clone()))
-            .await;
-        tokio::spawn(run_link_rx(
-            link_rx,
-            delivery_tx,
-            probe_topic.clone(),
-            probe_tx,
-        ));
-
         if !wait_ready(internal_v5, &probe_topic, &mut probes, READY_TIMEOUT).await {
             return Err(BrokerError::NotReady { addr: internal_v5 });
         }
-        let _ = command_tx.send(BusCommand::Unsubscribe(probe_topic)).await;
+        let _ = bus.unsubscribe(probe_topic).await;
         super::health::watch_broker_panics();
         let health = Health::default();
         tokio::spawn(health.clone().watch(internal_v5, shutdown.clone()));
@@ -256,14 +246,45 @@ impl EmbeddedBroker {
         Ok(EmbeddedBroker {
             mqtt_addr,
             mqtt5_addr,
-            bus: Bus::new(command_tx),
+            bus,
             deliveries,
+            side_links,
             mqtt_connections,
             internal_addr: trusted.1,
             health,
             broker_addr: internal_v5,
         })
     }
+}
+
+/// A link of the sidecar's own to the router: a thread that sends its
+/// commands, a task that receives its deliveries (and answers `probe`).
+/// Its subscriptions are queued first, so they are live before anything
+/// published through the link after them.
+fn open_link(
+    broker: &mut Broker,
+    filters: Vec<String>,
+    probe: Option<(String, mpsc::UnboundedSender<String>)>,
+) -> Result<(Bus, mpsc::Receiver<Delivery>), BrokerError> {
+    // A client ID no MQTT client will pick by accident: a duplicate would
+    // make rumqttd drop the sidecar's own link.
+    let link_id = format!("lmos-sidecar-{}", uuid::Uuid::new_v4().simple());
+    let (link_tx, link_rx) = broker
+        .link(&link_id)
+        .map_err(|e| BrokerError::Link(e.to_string()))?;
+    let (command_tx, command_rx) = mpsc::channel(COMMAND_QUEUE);
+    for filter in filters {
+        command_tx
+            .try_send(BusCommand::Subscribe(filter))
+            .map_err(|e| BrokerError::Link(e.to_string()))?;
+    }
+    std::thread::Builder::new()
+        .name("bus-publisher".into())
+        .spawn(move || run_link_tx(link_tx, command_rx))
+        .map_err(BrokerError::Thread)?;
+    let (delivery_tx, deliveries) = mpsc::channel(DELIVERY_QUEUE);
+    tokio::spawn(run_link_rx(link_rx, delivery_tx, probe));
+    Ok((Bus::new(command_tx), deliveries))
 }
 
 fn subscribe_packet(filter: String) -> Packet {
@@ -337,15 +358,19 @@ fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
 async fn run_link_rx(
     mut link_rx: LinkRx,
     deliveries: mpsc::Sender<Delivery>,
-    probe_topic: String,
-    probes: mpsc::UnboundedSender<String>,
+    probe: Option<(String, mpsc::UnboundedSender<String>)>,
 ) {
     loop {
         match link_rx.next().await {
             Ok(Some(Notification::Forward(forward)))
-                if forward.publish.topic == probe_topic.as_bytes() =>
+                if probe
+                    .as_ref()
+                    .is_some_and(|(topic, _)| forward.publish.topic == topic.as_bytes()) =>
             {
-                let _ = probes.send(String::from_utf8_lossy(&forward.publish.payload).into_owned());
+                if let Some((_, probes)) = &probe {
+                    let _ =
+                        probes.send(String::from_utf8_lossy(&forward.publish.payload).into_owned());
+                }
             }
             Ok(Some(Notification::Forward(forward))) => {
                 let (response, trace) = match forward.properties {

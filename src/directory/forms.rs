@@ -1,7 +1,15 @@
 //! Forms for the sidecar: every TD served says how to reach each affordance
-//! through this sidecar, over the `lmosprotocol` WebSocket and over MQTT
-//! (W3C WoT Binding Templates, MQTT), on the topics of [`crate::topics`].
-//! Pure functions.
+//! through this sidecar, over the `lmosprotocol` WebSocket, over HTTP (the
+//! WoT HTTP Basic Profile's conventions, `crate::http::things`) and over
+//! MQTT (W3C WoT Binding Templates, MQTT), on the topics of
+//! [`crate::topics`]. Pure functions.
+//!
+//! Each form delivers what it promises. The HTTP forms and the MQTT forms on
+//! the `values/` topics carry the affordance's data as its schema describes
+//! it, so a stock WoT consumer (node-wot) can follow them; they come first,
+//! because such a consumer takes the first form of a protocol it speaks for
+//! an operation. The forms on the LMOS envelope topics say
+//! `"subprotocol": "lmosprotocol"`: their payloads are LMOS messages.
 
 use serde_json::{json, Map, Value};
 
@@ -9,6 +17,8 @@ use crate::config::HttpScheme;
 use crate::topics::Topics;
 
 pub const MQTT_NAMESPACE: &str = "https://www.w3.org/2019/wot/mqtt#";
+pub const HTTP_NAMESPACE: &str = "http://www.w3.org/2011/http#";
+pub const LMOS_NAMESPACE: &str = "https://eclipse.dev/lmos/protocol/v1";
 
 /// Where consumers reach this sidecar (the advertised addresses, not
 /// necessarily the bound ones).
@@ -18,7 +28,11 @@ pub struct Endpoints {
     pub websocket: String,
     /// e.g. `mqtt://sidecar.example:1883`
     pub mqtt: String,
+    /// e.g. `http://sidecar.example:8080`
+    pub http: String,
     pub topics: Topics,
+    /// Whether the `values/` topics are kept (`topics.value_topics`).
+    pub value_topics: bool,
     /// Schemes the HTTP port requires (empty: none).
     pub http_schemes: Vec<HttpScheme>,
     /// Whether MQTT clients must give a username and password.
@@ -30,6 +44,23 @@ const BASIC: &str = "basic_sc";
 const BEARER: &str = "bearer_sc";
 const WS_COMBO: &str = "lmos_ws_sc";
 const MQTT_PASSWORD: &str = "lmos_mqtt_sc";
+/// Marks the HTTP forms the sidecar wrote, so a TD rewritten again (or
+/// learnt from another sidecar) gets this sidecar's and keeps the agent's.
+const OURS: &str = "lmos:sidecar";
+
+/// One path segment, percent-encoded as RFC 3986 asks (`urn:uuid:...` stays
+/// readable: `:` is allowed in a segment).
+pub fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:@!$&'()*+,;=".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
 
 /// A topic as the path of an `mqtt://` URI: decoding the href gives the
 /// topic back (`%`, `#`, `?` and spaces would not survive otherwise). The
@@ -118,10 +149,45 @@ impl Endpoints {
         })
     }
 
+    /// An HTTP form on `{http}/things/{id}/{path}`.
+    fn http(&self, thing: &str, path: &str, ops: &[&str], method: Option<&str>) -> Value {
+        let mut form = json!({
+            "href": format!("{}/things/{}/{path}", self.http, path_segment(thing)),
+            "op": ops,
+            "contentType": "application/json",
+            "security": self.scheme_names().0,
+            OURS: true,
+        });
+        if let Some(method) = method {
+            form["htv:methodName"] = method.into();
+        }
+        form
+    }
+
+    /// An MQTT form on a `values/` topic: the payload is the data itself.
+    fn mqtt_value(&self, topic: &str, ops: &[&str]) -> Value {
+        let mut form = self.mqtt_subscribe(topic, ops);
+        if let Some(f) = form.as_object_mut() {
+            f.remove("subprotocol");
+        }
+        form
+    }
+
+    fn event_forms(&self, thing: &str, event: &str) -> Vec<Value> {
+        let ops = ["subscribeevent", "unsubscribeevent"];
+        let mut forms = vec![self.ws(&ops)];
+        if self.value_topics {
+            forms.push(self.mqtt_value(&self.topics.event_value(thing, event), &ops));
+        }
+        forms.push(self.mqtt_subscribe(&self.topics.event(thing, event), &ops));
+        forms
+    }
+
     fn mqtt_publish(&self, topic: &str, op: &str) -> Value {
         json!({
             "href": format!("{}/{}", self.mqtt, uri_path(topic)),
             "op": op,
+            "subprotocol": "lmosprotocol",
             "contentType": "application/json",
             "mqv:controlPacket": "publish",
             "mqv:topic": topic,
@@ -135,6 +201,7 @@ impl Endpoints {
         json!({
             "href": format!("{}/{}", self.mqtt, uri_path(filter)),
             "op": ops,
+            "subprotocol": "lmosprotocol",
             "contentType": "application/json",
             "mqv:controlPacket": "subscribe",
             "mqv:filter": filter,
@@ -144,24 +211,27 @@ impl Endpoints {
     }
 }
 
-/// Whether a form reaches the Thing over a protocol the sidecar now serves
-/// (those are replaced; forms for other protocols are kept).
+/// Whether a form reaches the Thing over a protocol the sidecar now serves,
+/// or is an HTTP form a sidecar wrote (those are replaced; the agent's own
+/// forms for other protocols are kept).
 fn is_ours(form: &Value) -> bool {
     let href = form["href"].as_str().unwrap_or_default();
-    ["ws:", "wss:", "mqtt:", "mqtts:"]
-        .iter()
-        .any(|s| href.starts_with(s))
+    form[OURS] == true
+        || ["ws:", "wss:", "mqtt:", "mqtts:"]
+            .iter()
+            .any(|s| href.starts_with(s))
 }
 
+/// The sidecar's forms first (see the module documentation), then the
+/// agent's own for other protocols.
 fn set_forms(affordance: &mut Value, added: Vec<Value>) {
     let Some(map) = affordance.as_object_mut() else {
         return;
     };
-    let mut forms: Vec<Value> = match map.remove("forms") {
-        Some(Value::Array(forms)) => forms.into_iter().filter(|f| !is_ours(f)).collect(),
-        _ => Vec::new(),
-    };
-    forms.extend(added);
+    let mut forms = added;
+    if let Some(Value::Array(theirs)) = map.remove("forms") {
+        forms.extend(theirs.into_iter().filter(|f| !is_ours(f)));
+    }
     map.insert("forms".into(), Value::Array(forms));
 }
 
@@ -183,19 +253,12 @@ pub fn directory(td: &mut Value, endpoints: &Endpoints) {
     declare_security(td, endpoints);
     let mut events = Map::new();
     for (name, mut e) in affordances(td, "events") {
-        let forms = vec![
-            endpoints.ws(&["subscribeevent", "unsubscribeevent"]),
-            endpoints.mqtt_subscribe(
-                &endpoints.topics.event(&thing, &name),
-                &["subscribeevent", "unsubscribeevent"],
-            ),
-        ];
-        set_forms(&mut e, forms);
+        set_forms(&mut e, endpoints.event_forms(&thing, &name));
         events.insert(name, e);
     }
     if !events.is_empty() {
         td["events"] = Value::Object(events);
-        add_mqtt_context(td);
+        add_contexts(td);
     }
 }
 
@@ -208,31 +271,56 @@ pub fn rewrite(td: &mut Value, endpoints: &Endpoints) {
     let t = &endpoints.topics;
     declare_security(td, endpoints);
 
+    let values = endpoints.value_topics;
     let mut properties = Map::new();
     for (name, mut p) in affordances(td, "properties") {
         let read_only = p["readOnly"] == true;
-        let mut ws_ops = vec!["readproperty", "observeproperty", "unobserveproperty"];
-        let mut forms = vec![
-            endpoints.mqtt_publish(&t.request(&thing, "readProperty"), "readproperty"),
-            endpoints.mqtt_subscribe(
-                &t.property(&thing, &name),
-                &["observeproperty", "unobserveproperty"],
-            ),
-        ];
+        let path = format!("properties/{}", path_segment(&name));
+        let mut forms = if read_only {
+            vec![
+                endpoints.ws(&["readproperty", "observeproperty", "unobserveproperty"]),
+                endpoints.http(&thing, &path, &["readproperty"], Some("GET")),
+            ]
+        } else {
+            vec![
+                endpoints.ws(&[
+                    "readproperty",
+                    "writeproperty",
+                    "observeproperty",
+                    "unobserveproperty",
+                ]),
+                endpoints.http(&thing, &path, &["readproperty"], Some("GET")),
+                endpoints.http(&thing, &path, &["writeproperty"], Some("PUT")),
+            ]
+        };
+        if values {
+            forms.push(endpoints.mqtt_value(
+                &t.property_value(&thing, &name),
+                &["readproperty", "observeproperty", "unobserveproperty"],
+            ));
+        }
+        forms.push(endpoints.mqtt_publish(&t.request(&thing, "readProperty"), "readproperty"));
+        forms.push(endpoints.mqtt_subscribe(
+            &t.property(&thing, &name),
+            &["observeproperty", "unobserveproperty"],
+        ));
         if !read_only {
-            ws_ops.insert(1, "writeproperty");
             forms
                 .push(endpoints.mqtt_publish(&t.request(&thing, "writeProperty"), "writeproperty"));
         }
-        forms.insert(0, endpoints.ws(&ws_ops));
         set_forms(&mut p, forms);
         properties.insert(name, p);
     }
 
     let mut actions = Map::new();
     for (name, mut a) in affordances(td, "actions") {
+        let path = format!("actions/{}", path_segment(&name));
         let forms = vec![
             endpoints.ws(&["invokeaction", "queryaction", "cancelaction"]),
+            endpoints.http(&thing, &path, &["invokeaction"], Some("POST")),
+            // Without an invocation in the path: the caller's latest one.
+            endpoints.http(&thing, &path, &["queryaction"], Some("GET")),
+            endpoints.http(&thing, &path, &["cancelaction"], Some("DELETE")),
             endpoints.mqtt_publish(&t.request(&thing, "invokeAction"), "invokeaction"),
             endpoints.mqtt_publish(&t.request(&thing, "queryAction"), "queryaction"),
             endpoints.mqtt_publish(&t.request(&thing, "cancelAction"), "cancelaction"),
@@ -243,17 +331,11 @@ pub fn rewrite(td: &mut Value, endpoints: &Endpoints) {
 
     let mut events = Map::new();
     for (name, mut e) in affordances(td, "events") {
-        let forms = vec![
-            endpoints.ws(&["subscribeevent", "unsubscribeevent"]),
-            endpoints.mqtt_subscribe(
-                &t.event(&thing, &name),
-                &["subscribeevent", "unsubscribeevent"],
-            ),
-        ];
-        set_forms(&mut e, forms);
+        set_forms(&mut e, endpoints.event_forms(&thing, &name));
         events.insert(name, e);
     }
 
+    let has_properties = !properties.is_empty();
     let has_events = !events.is_empty();
     for (kind, map) in [
         ("properties", properties),
@@ -264,17 +346,21 @@ pub fn rewrite(td: &mut Value, endpoints: &Endpoints) {
             td[kind] = Value::Object(map);
         }
     }
+    let mut top = Vec::new();
+    if has_properties {
+        top.push(endpoints.http(&thing, "properties", &["readallproperties"], Some("GET")));
+    }
     if has_events {
-        let top = vec![
-            endpoints.ws(&["subscribeallevents", "unsubscribeallevents"]),
-            endpoints.mqtt_subscribe(
-                &t.thing_events_filter(&thing),
-                &["subscribeallevents", "unsubscribeallevents"],
-            ),
-        ];
+        top.push(endpoints.ws(&["subscribeallevents", "unsubscribeallevents"]));
+        top.push(endpoints.mqtt_subscribe(
+            &t.thing_events_filter(&thing),
+            &["subscribeallevents", "unsubscribeallevents"],
+        ));
+    }
+    if !top.is_empty() {
         set_forms(td, top);
     }
-    add_mqtt_context(td);
+    add_contexts(td);
 }
 
 /// The schemes actually in force join the agent's own definitions, and
@@ -316,22 +402,27 @@ fn declare_security(td: &mut Value, endpoints: &Endpoints) {
     map.insert("security".into(), Value::String(ws.to_owned()));
 }
 
-/// Brings the `mqv:` prefix into `@context`, once.
-fn add_mqtt_context(td: &mut Value) {
-    let mqv = json!({ "mqv": MQTT_NAMESPACE });
-    let context = td.get_mut("@context");
-    match context {
-        Some(Value::Array(items)) => {
-            let present = items.iter().any(|i| i.get("mqv").is_some());
-            if !present {
-                items.push(mqv);
-            }
+/// Brings the `mqv:`, `htv:` and `lmos:` prefixes into `@context`, once
+/// each (an agent's own `lmos` or `htv` stays as it is).
+fn add_contexts(td: &mut Value) {
+    let Some(context) = td.get_mut("@context") else {
+        return;
+    };
+    if !context.is_array() {
+        let first = context.take();
+        *context = Value::Array(vec![first]);
+    }
+    let Value::Array(items) = context else {
+        return;
+    };
+    for (prefix, iri) in [
+        ("mqv", MQTT_NAMESPACE),
+        ("htv", HTTP_NAMESPACE),
+        ("lmos", LMOS_NAMESPACE),
+    ] {
+        if !items.iter().any(|i| i.get(prefix).is_some()) {
+            items.push(json!({ prefix: iri }));
         }
-        Some(other) => {
-            let first = other.take();
-            *other = Value::Array(vec![first, mqv]);
-        }
-        None => {}
     }
 }
 
@@ -345,7 +436,9 @@ mod tests {
         Endpoints {
             websocket: "ws://sidecar:8080/lmos".into(),
             mqtt: "mqtt://sidecar:1883".into(),
+            http: "http://sidecar:8080".into(),
             topics: Topics::new("lmos").unwrap(),
+            value_topics: true,
             http_schemes: Vec::new(),
             mqtt_password: false,
         }
@@ -379,13 +472,39 @@ mod tests {
                 .contains(&json!("writeproperty")),
             "readOnly"
         );
-        let observe = p.iter().find(|f| f["mqv:filter"].is_string()).unwrap();
+        // A WoT consumer takes the first form of its protocol for an
+        // operation: the HTTP form, and on MQTT the value-only topic.
+        let first = |scheme: &str, op: &str| {
+            p.iter()
+                .find(|f| {
+                    f["href"].as_str().unwrap().starts_with(scheme)
+                        && f["op"].as_array().is_some_and(|o| o.contains(&json!(op)))
+                })
+                .unwrap()
+        };
         assert_eq!(
-            observe["mqv:filter"],
-            format!("lmos/{t}/properties/modelConfiguration")
+            first("http:", "readproperty")["href"],
+            format!("http://sidecar:8080/things/{t}/properties/modelConfiguration")
         );
+        assert_eq!(first("http:", "readproperty")["htv:methodName"], "GET");
+        assert!(
+            !p.iter().any(|f| f["op"] == json!(["writeproperty"])),
+            "readOnly: {p:?}"
+        );
+        let value = first("mqtt:", "observeproperty");
         assert_eq!(
-            observe["href"],
+            value["mqv:filter"],
+            format!("lmos/{t}/values/properties/modelConfiguration")
+        );
+        assert!(value.get("subprotocol").is_none());
+        assert_eq!(first("mqtt:", "readproperty"), value);
+        let envelope = p
+            .iter()
+            .find(|f| f["mqv:filter"] == format!("lmos/{t}/properties/modelConfiguration"))
+            .unwrap();
+        assert_eq!(envelope["subprotocol"], "lmosprotocol");
+        assert_eq!(
+            envelope["href"],
             format!("mqtt://sidecar:1883/lmos/{t}/properties/modelConfiguration")
         );
 
@@ -424,9 +543,29 @@ mod tests {
         rewrite(&mut td, &endpoints());
         rewrite(&mut td, &endpoints());
         let f = forms(&td, "/events/e/forms");
-        assert_eq!(f.len(), 3, "{f:?}");
-        assert_eq!(f[0]["href"], "https://agent.example/e");
-        assert_eq!(td["@context"], json!(["x", {"mqv": MQTT_NAMESPACE}]));
+        assert_eq!(f.len(), 4, "{f:?}");
+        assert_eq!(f[3]["href"], "https://agent.example/e", "theirs last");
+        assert_eq!(
+            td["@context"],
+            json!(["x", {"mqv": MQTT_NAMESPACE}, {"htv": HTTP_NAMESPACE}, {"lmos": LMOS_NAMESPACE}])
+        );
+    }
+
+    #[test]
+    fn without_value_topics_no_form_points_at_them() {
+        let mut td: Value = serde_json::from_str(WEATHER).unwrap();
+        let endpoints = Endpoints {
+            value_topics: false,
+            ..endpoints()
+        };
+        rewrite(&mut td, &endpoints);
+        assert!(!td.to_string().contains("/values/"));
+    }
+
+    #[test]
+    fn thing_ids_are_one_path_segment_in_http_hrefs() {
+        assert_eq!(path_segment("urn:uuid:1-2"), "urn:uuid:1-2");
+        assert_eq!(path_segment("a/b c?#%é"), "a%2Fb%20c%3F%23%25%C3%A9");
     }
 
     #[test]

@@ -214,7 +214,9 @@ mod tests {
         Directory::new(Endpoints {
             websocket: "ws://h:8080/lmos".into(),
             mqtt: "mqtt://h:1883".into(),
+            http: "http://h:8080".into(),
             topics: Topics::new("lmos").unwrap(),
+            value_topics: true,
             http_schemes: Vec::new(),
             mqtt_password: false,
         })
@@ -256,7 +258,9 @@ mod tests {
             &Endpoints {
                 websocket: "ws://other:8080/lmos".into(),
                 mqtt: "mqtt://other:1883".into(),
+                http: "http://other:8080".into(),
                 topics: Topics::new("lmos").unwrap(),
+                value_topics: true,
                 http_schemes: Vec::new(),
                 mqtt_password: false,
             },

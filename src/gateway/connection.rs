@@ -19,8 +19,8 @@ use super::dispatcher::Command;
 use super::inbound::{route, Outcome};
 use super::outbound::Inbox;
 use super::subscriptions::ConnId;
-use super::{trace_publication, Client, Shared};
-use crate::auth::{Access, Principal};
+use super::{authorize, trace_publication, Client, Shared};
+use crate::auth::Principal;
 use crate::directory::affordances;
 use crate::lmos::{Body, Direction, Message, Problem, ProblemKind};
 use crate::telemetry::metrics;
@@ -247,8 +247,7 @@ where
         };
         let thing = message.thing_id.clone();
         let correlation = message.reply_correlation_id().to_owned();
-        let access = Access::to_send(message.message_type());
-        if !self.principal.may(access, &thing) {
+        if let Err((access, problem)) = authorize(&self.principal, &message) {
             self.shared
                 .metrics
                 .denied(metrics::WEBSOCKET, access.as_str());
@@ -257,12 +256,6 @@ where
                 message_type = %message.message_type(),
                 "Denied a WebSocket message."
             );
-            let detail = format!(
-                "`{}` may not send `{}` for `{thing}`: that needs `{access}` access to the Thing, which [auth] does not grant.",
-                self.principal.name(),
-                message.message_type()
-            );
-            let problem = Problem::new(ProblemKind::Forbidden, detail);
             return self.reply(problem, Some(&thing), Some(&correlation)).await;
         }
         if self.shared.validate_agent_data {

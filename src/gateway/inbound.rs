@@ -103,7 +103,7 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
 /// the agent's request it starts) must fit in an MQTT packet, and each
 /// property of a `propertyReadings` needs a name, as it becomes a topic
 /// level of its own.
-fn unfit(message: &Message, topics: &Topics) -> Option<Problem> {
+pub(super) fn unfit(message: &Message, topics: &Topics) -> Option<Problem> {
     let thing = &message.thing_id;
     let correlation = message.reply_correlation_id();
     let request = || topics.agent_request(thing, message.message_type().as_str());

@@ -8,11 +8,13 @@
 mod connection;
 mod dispatcher;
 mod foreign;
+mod http_consumers;
 mod inbound;
 mod outbound;
 mod requests;
 pub mod subscriptions;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,18 +26,20 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::auth::Principal;
+use crate::auth::{Access, Principal};
 use crate::broker::{Bus, Delivery, Publication};
 use crate::config::{GatewayConfig, RequestsConfig};
 use crate::directory::DirectoryService;
 use crate::lmos::splice::set_traceparent;
-use crate::lmos::Message;
+use crate::lmos::{Message, Problem, ProblemKind};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
 use crate::topics::Topics;
 use connection::Connection;
 use dispatcher::Command;
 pub use dispatcher::{Dispatcher, GatewayStats};
+use http_consumers::HttpConsumer;
+pub use http_consumers::Replies;
 pub use requests::ClaimError;
 use subscriptions::ConnId;
 
@@ -57,6 +61,8 @@ pub(crate) struct Shared {
     metrics: Metrics,
     dispatcher: mpsc::Sender<Command>,
     next_id: AtomicU64,
+    /// The router connection of each principal using the HTTP binding.
+    http_consumers: tokio::sync::Mutex<HashMap<String, HttpConsumer>>,
 }
 
 impl Shared {
@@ -147,6 +153,7 @@ impl Gateway {
             metrics,
             dispatcher: commands_tx,
             next_id: AtomicU64::new(1),
+            http_consumers: Default::default(),
         });
         (Gateway { shared }, dispatcher)
     }
@@ -182,6 +189,52 @@ impl Gateway {
     }
 
     /// Releases what a connection that never started had claimed.
+    /// A consumer's request that came by HTTP: the WebSocket's checks and
+    /// router, on the principal's own router connection (see
+    /// [`http_consumers`]). The replies carry the request's correlation ID.
+    pub async fn http_request(
+        &self,
+        principal: &Principal,
+        message: Message,
+    ) -> Result<Replies, Problem> {
+        if let Err((access, problem)) = authorize(principal, &message) {
+            self.shared
+                .metrics
+                .denied(crate::telemetry::metrics::HTTP, access.as_str());
+            return Err(problem);
+        }
+        if let Some(problem) = inbound::unfit(&message, &self.shared.topics) {
+            return Err(problem);
+        }
+        self.shared.metrics.received(
+            crate::telemetry::metrics::HTTP,
+            message.message_type().as_str(),
+        );
+        let consumer = self.http_consumer(principal).await;
+        let replies = consumer.wait_for(message.reply_correlation_id());
+        let command = Command::Request {
+            conn: consumer.conn,
+            message: Box::new(message),
+        };
+        self.shared.command(command).await;
+        Ok(replies)
+    }
+
+    async fn http_consumer(&self, principal: &Principal) -> HttpConsumer {
+        let mut consumers = self.shared.http_consumers.lock().await;
+        if let Some(c) = consumers.get(principal.name()) {
+            return c.clone();
+        }
+        let shared = &self.shared;
+        let (outbound, inbox) =
+            outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
+        let conn = self.next_connection();
+        shared.command(Command::Register { conn, outbound }).await;
+        let consumer = HttpConsumer::start(conn, inbox);
+        consumers.insert(principal.name().to_owned(), consumer.clone());
+        consumer
+    }
+
     pub async fn release(&self, conn: ConnId) {
         self.shared.command(Command::Deregister { conn }).await;
     }
@@ -233,6 +286,22 @@ impl Gateway {
             .instrument(span)
             .await;
     }
+}
+
+/// Whether `principal` may send `message`: the access it needed and the
+/// LMOS error when it may not.
+pub(crate) fn authorize(principal: &Principal, message: &Message) -> Result<(), (Access, Problem)> {
+    let access = Access::to_send(message.message_type());
+    if principal.may(access, &message.thing_id) {
+        return Ok(());
+    }
+    let detail = format!(
+        "`{}` may not send `{}` for `{}`: that needs `{access}` access to the Thing, which [auth] does not grant.",
+        principal.name(),
+        message.message_type(),
+        message.thing_id,
+    );
+    Err((access, Problem::new(ProblemKind::Forbidden, detail)))
 }
 
 /// What a span says about a parsed message.

@@ -1,10 +1,12 @@
 //! The HTTP port: `/lmos` (WebSocket gateway), the Thing Description
-//! directory (`/.well-known/wot`, `/things`), `/healthz`, `/readyz` and
-//! `/metrics`.
+//! directory (`/.well-known/wot`, `/things`), the HTTP binding for
+//! properties and actions (`/things/{id}/properties/...`,
+//! `/things/{id}/actions/...`), `/healthz`, `/readyz` and `/metrics`.
 
 pub mod auth;
 pub mod directory;
 pub mod server;
+mod things;
 mod upgrade;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +16,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +48,9 @@ pub struct HttpState {
     pub auth: auth::HttpAuth,
     /// The cluster link's state, when there is one.
     pub cluster: Option<crate::cluster::ClusterStatus>,
+    /// How long an HTTP caller waits for a synchronous action to end
+    /// before it gets a status resource instead (`requests.timeout_ms`).
+    pub request_timeout: Duration,
 }
 
 pub fn router(state: HttpState) -> Router {
@@ -66,6 +71,21 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/things/{id}/properties", get(things::read_all_properties))
+        .route(
+            "/things/{id}/properties/{name}",
+            get(things::read_property).put(things::write_property),
+        )
+        .route(
+            "/things/{id}/actions/{name}",
+            post(things::invoke_action)
+                .get(things::query_latest)
+                .delete(things::cancel_latest),
+        )
+        .route(
+            "/things/{id}/actions/{name}/{invocation}",
+            get(things::query_invocation).delete(things::cancel_invocation),
+        )
         .with_state(state)
         .merge(things)
         .layer(Extension(auth))

@@ -1,0 +1,439 @@
+//! The HTTP binding for properties and actions, on the WoT HTTP Basic
+//! Profile's conventions, for consumers that speak neither `lmosprotocol`
+//! nor MQTT (node-wot's HTTP client, `curl`):
+//!
+//! | operation          | request                                      | answer |
+//! |--------------------|----------------------------------------------|--------|
+//! | readproperty       | `GET /things/{id}/properties/{name}`         | 200, the value |
+//! | writeproperty      | `PUT /things/{id}/properties/{name}`, the value | 204 |
+//! | readallproperties  | `GET /things/{id}/properties`                | 200, `{name: value}` |
+//! | invokeaction       | `POST /things/{id}/actions/{name}`, the input | 200 with the output (204 without) once the action completes; 201 with `Location` and a status object when it is not synchronous or takes longer than `requests.timeout_ms` |
+//! | queryaction        | `GET /things/{id}/actions/{name}/{invocation}` (or without `{invocation}`: the caller's latest) | 200, `{status, output?, href}` |
+//! | cancelaction       | `DELETE` on the same                         | 204 |
+//!
+//! Each request becomes the LMOS message a WebSocket consumer would send and
+//! goes through the same gateway: the same authorization, TD checks and
+//! router (see `crate::gateway::Gateway::http_request`). LMOS `error`
+//! replies become `application/problem+json` with their status. A
+//! `traceparent` header continues the caller's trace.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::auth::Caller;
+use super::HttpState;
+use crate::directory::forms::path_segment;
+use crate::gateway::Replies;
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+
+const JSON: &str = "application/json";
+const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An LMOS problem as RFC 9457 problem details.
+fn problem(p: &Problem, thing: &str) -> Response {
+    from_error(&p.to_message(thing, None).to_value())
+}
+
+/// An LMOS `error` reply as problem details with its status.
+fn from_error(error: &Value) -> Response {
+    let status = match &error["status"] {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+        _ => None,
+    }
+    .and_then(|s| StatusCode::from_u16(s).ok())
+    .filter(|s| s.is_client_error() || s.is_server_error())
+    .unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut body = Map::new();
+    for member in ["type", "title", "detail", "instance"] {
+        if let Some(v) = error.get(member) {
+            body.insert(member.into(), v.clone());
+        }
+    }
+    body.insert("status".into(), status.as_u16().into());
+    (
+        status,
+        [(header::CONTENT_TYPE, PROBLEM_JSON)],
+        Value::Object(body).to_string(),
+    )
+        .into_response()
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    (status, [(header::CONTENT_TYPE, JSON)], value.to_string()).into_response()
+}
+
+fn is_error(reply: &Value) -> bool {
+    reply["messageType"] == "error"
+}
+
+fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled" | "canceled")
+}
+
+/// The request as a consumer's LMOS message with the caller's trace. Its
+/// replies come with `correlation`, else with its fresh message ID.
+fn message(thing: &str, body: Body, correlation: Option<String>, headers: &HeaderMap) -> Message {
+    let mut m = Message::new(thing, body);
+    m.correlation_id = correlation;
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    m.traceparent = header("traceparent").map(str::to_owned);
+    m.tracestate = header("tracestate").map(str::to_owned);
+    m
+}
+
+/// Sends the request and returns its replies, or the answer for a refusal.
+async fn ask(state: &HttpState, caller: &Caller, message: Message) -> Result<Replies, Response> {
+    let thing = message.thing_id.clone();
+    state
+        .gateway
+        .http_request(&caller.principal, message)
+        .await
+        .map_err(|p| problem(&p, &thing))
+}
+
+fn shutting_down(thing: &str) -> Response {
+    let p = Problem::new(
+        ProblemKind::Unavailable,
+        "The sidecar is shutting down; the request may not have been answered.",
+    );
+    problem(&p, thing)
+}
+
+/// The first reply, or the answer when there is none.
+async fn first_reply(replies: &mut Replies, thing: &str) -> Result<Value, Response> {
+    let reply = replies.next().await.ok_or_else(|| shutting_down(thing))?;
+    if is_error(&reply) {
+        return Err(from_error(&reply));
+    }
+    Ok(reply)
+}
+
+/// A body that must be JSON (or empty: `None`).
+fn parse_body(body: &Bytes, thing: &str) -> Result<Option<Value>, Response> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(body).map(Some).map_err(|e| {
+        let p = Problem::new(
+            ProblemKind::InvalidJson,
+            format!("The request body is not JSON: {e}."),
+        );
+        problem(&p, thing)
+    })
+}
+
+pub async fn read_property(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Path((thing, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let body = Body::ReadProperty { name: name.clone() };
+    let result = async {
+        let mut replies = ask(&state, &caller, message(&thing, body, None, &headers)).await?;
+        let reply = first_reply(&mut replies, &thing).await?;
+        Ok(reading_of(&reply, &name).unwrap_or(Value::Null))
+    };
+    match result.await {
+        Ok(value) => json_response(StatusCode::OK, &value),
+        Err(response) => response,
+    }
+}
+
+/// A property's value from a `propertyReading` or `propertyReadings` (either
+/// spelling of the value member).
+fn reading_of(reply: &Value, name: &str) -> Option<Value> {
+    match reply["messageType"].as_str()? {
+        "propertyReading" => reply.get("value").or_else(|| reply.get("data")).cloned(),
+        "propertyReadings" => reply["data"].get(name).cloned(),
+        _ => None,
+    }
+}
+
+pub async fn write_property(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Path((thing, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let data = parse_body(&body, &thing)?.unwrap_or(Value::Null);
+        let body = Body::WriteProperty { name, data };
+        let mut replies = ask(&state, &caller, message(&thing, body, None, &headers)).await?;
+        first_reply(&mut replies, &thing).await
+    };
+    match result.await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(response) => response,
+    }
+}
+
+/// Every readable property of the Thing's description, read at once.
+pub async fn read_all_properties(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Path(thing): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let names: Vec<String> = {
+        let directory = state.directory.directory();
+        let Some(td) = directory.get(&thing) else {
+            let p = Problem::new(
+                ProblemKind::NotFound,
+                format!("No Thing `{thing}` is registered with this sidecar."),
+            );
+            return problem(&p, &thing);
+        };
+        td["properties"]
+            .as_object()
+            .map(|props| {
+                props
+                    .iter()
+                    .filter(|(_, p)| p["writeOnly"] != true)
+                    .map(|(name, _)| name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut pending = Vec::with_capacity(names.len());
+    for name in &names {
+        let body = Body::ReadProperty { name: name.clone() };
+        match ask(&state, &caller, message(&thing, body, None, &headers)).await {
+            Ok(replies) => pending.push((name, replies)),
+            Err(response) => return response,
+        }
+    }
+    let mut values = Map::new();
+    for (name, mut replies) in pending {
+        match first_reply(&mut replies, &thing).await {
+            Ok(reply) => {
+                values.insert(
+                    name.clone(),
+                    reading_of(&reply, name).unwrap_or(Value::Null),
+                );
+            }
+            Err(response) => return response,
+        }
+    }
+    json_response(StatusCode::OK, &Value::Object(values))
+}
+
+/// Where an invocation's status is kept for `GET` and `DELETE`.
+fn status_href(thing: &str, action: &str, invocation: &str) -> String {
+    format!(
+        "/things/{}/actions/{}/{}",
+        path_segment(thing),
+        path_segment(action),
+        path_segment(invocation)
+    )
+}
+
+/// The Basic Profile's status object for an `actionStatus`.
+fn status_object(status: &Value, href: &str) -> Value {
+    let mut object = json!({
+        "status": status["status"].clone(),
+        "href": href,
+    });
+    if let Some(output) = status.get("output") {
+        object["output"] = output.clone();
+    }
+    object
+}
+
+/// `201 Created`: the action goes on; its status is at `Location`.
+fn accepted(status: &Value, href: &str) -> Response {
+    let mut response = json_response(StatusCode::CREATED, &status_object(status, href));
+    if let Ok(location) = HeaderValue::from_str(href) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+/// How a finished invocation answers a synchronous invoke.
+fn finished(status: &Value, href: &str) -> Response {
+    match status["status"].as_str().unwrap_or_default() {
+        "completed" => match status.get("output") {
+            Some(output) => json_response(StatusCode::OK, output),
+            None => StatusCode::NO_CONTENT.into_response(),
+        },
+        ended => {
+            let (code, title) = if ended == "failed" {
+                (StatusCode::INTERNAL_SERVER_ERROR, "Action failed")
+            } else {
+                (StatusCode::CONFLICT, "Action cancelled")
+            };
+            let mut body = json!({
+                "type": "about:blank",
+                "title": title,
+                "status": code.as_u16(),
+                "detail": format!("The invocation ended `{ended}`; its status stays at {href}."),
+            });
+            if let Some(output) = status.get("output") {
+                body["output"] = output.clone();
+            }
+            (
+                code,
+                [(header::CONTENT_TYPE, PROBLEM_JSON)],
+                body.to_string(),
+            )
+                .into_response()
+        }
+    }
+}
+
+pub async fn invoke_action(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Path((thing, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let input = match parse_body(&body, &thing) {
+        Ok(input) => input,
+        Err(response) => return response,
+    };
+    let synchronous = {
+        let directory = state.directory.directory();
+        directory
+            .get(&thing)
+            .map(|td| td["actions"][&action]["synchronous"] != false)
+            .unwrap_or(true)
+    };
+    let invocation = Uuid::new_v4().to_string();
+    let href = status_href(&thing, &action, &invocation);
+    let request = message(
+        &thing,
+        Body::InvokeAction {
+            action: action.clone(),
+            input,
+        },
+        Some(invocation),
+        &headers,
+    );
+    let mut replies = match ask(&state, &caller, request).await {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let mut latest = match first_reply(&mut replies, &thing).await {
+        Ok(status) => status,
+        Err(response) => return response,
+    };
+    if !synchronous {
+        return accepted(&latest, &href);
+    }
+    // A synchronous action is answered when it ends, unless that takes
+    // longer than an agent may take to answer at all: then the caller gets
+    // the status resource, as for an asynchronous one.
+    let deadline = tokio::time::Instant::now() + state.request_timeout;
+    loop {
+        if is_error(&latest) {
+            return from_error(&latest);
+        }
+        if is_terminal(latest["status"].as_str().unwrap_or_default()) {
+            return finished(&latest, &href);
+        }
+        match tokio::time::timeout_at(deadline, replies.next()).await {
+            Ok(Some(status)) => latest = status,
+            Ok(None) => return shutting_down(&thing),
+            Err(_) => return accepted(&latest, &href),
+        }
+    }
+}
+
+async fn query(
+    state: HttpState,
+    caller: Caller,
+    thing: String,
+    action: String,
+    invocation: Option<String>,
+    headers: HeaderMap,
+) -> Response {
+    let body = Body::QueryAction {
+        action: action.clone(),
+    };
+    // Without a correlation ID the router answers for the caller's latest
+    // invocation of the action.
+    let request = message(&thing, body, invocation.clone(), &headers);
+    let result = async {
+        let mut replies = ask(&state, &caller, request).await?;
+        first_reply(&mut replies, &thing).await
+    };
+    match result.await {
+        Ok(status) => {
+            let mut object = status_object(&status, "");
+            match &invocation {
+                Some(i) => object["href"] = status_href(&thing, &action, i).into(),
+                None => drop(object.as_object_mut().map(|o| o.remove("href"))),
+            }
+            json_response(StatusCode::OK, &object)
+        }
+        Err(response) => response,
+    }
+}
+
+pub async fn query_invocation(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Path((thing, action, invocation)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    query(state, caller, thing, action, Some(invocation), headers).await
+}
+
+/// The caller's latest invocation of the action.
+pub async fn query_latest(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Path((thing, action)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    query(state, caller, thing, action, None, headers).await
+}
+
+async fn cancel(
+    state: HttpState,
+    caller: Caller,
+    thing: String,
+    action: String,
+    invocation: Option<String>,
+    headers: HeaderMap,
+) -> Response {
+    let body = Body::CancelAction {
+        action,
+        reason: Some("Cancelled over HTTP (DELETE).".into()),
+    };
+    let request = message(&thing, body, invocation, &headers);
+    let result = async {
+        let mut replies = ask(&state, &caller, request).await?;
+        first_reply(&mut replies, &thing).await
+    };
+    match result.await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(response) => response,
+    }
+}
+
+/// The caller's latest invocation of the action.
+pub async fn cancel_latest(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Path((thing, action)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    cancel(state, caller, thing, action, None, headers).await
+}
+
+pub async fn cancel_invocation(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Path((thing, action, invocation)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    cancel(state, caller, thing, action, Some(invocation), headers).await
+}
