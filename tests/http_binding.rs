@@ -150,6 +150,19 @@ async fn slow_sidecar(timeout_ms: u64) -> (TestSidecar, WsClient) {
     (sidecar, agent)
 }
 
+/// A POST on the slow Thing's action, answered while the test plays the
+/// agent.
+fn invoke(
+    a: std::net::SocketAddr,
+    action: &'static str,
+    body: &'static [u8],
+) -> tokio::task::JoinHandle<HttpResponse> {
+    tokio::spawn(async move {
+        let path = format!("/things/{ASYNC_THING}/actions/{action}");
+        http(a, "POST", &path, JSON, body).await
+    })
+}
+
 fn status(agent_request: &Value, status: &str, output: Option<Value>) -> Value {
     let mut m = lmos(
         ASYNC_THING,
@@ -166,21 +179,12 @@ fn status(agent_request: &Value, status: &str, output: Option<Value>) -> Value {
 async fn a_long_action_gets_201_and_a_status_resource_to_query_and_cancel() {
     let (sidecar, mut agent) = slow_sidecar(10_000).await;
     let a = sidecar.http;
-    let invoke = tokio::spawn(async move {
-        http(
-            a,
-            "POST",
-            &format!("/things/{ASYNC_THING}/actions/plan"),
-            JSON,
-            b"{\"goal\":\"x\"}",
-        )
-        .await
-    });
+    let call = invoke(a, "plan", b"{\"goal\":\"x\"}");
     let request = agent.recv().await;
     assert_eq!(request["messageType"], "invokeAction");
     assert_eq!(request["input"], json!({"goal": "x"}));
     agent.send(status(&request, "pending", None)).await;
-    let created = invoke.await.unwrap();
+    let created = call.await.unwrap();
     assert_eq!(created.status, 201, "{created:?}");
     let location = created.header("location").unwrap().to_owned();
     assert!(location.starts_with(&format!("/things/{ASYNC_THING}/actions/plan/")));
@@ -212,20 +216,11 @@ async fn a_long_action_gets_201_and_a_status_resource_to_query_and_cancel() {
 async fn a_synchronous_action_that_outlasts_the_request_timeout_gets_a_status_resource() {
     let (sidecar, mut agent) = slow_sidecar(300).await;
     let a = sidecar.http;
-    let invoke = tokio::spawn(async move {
-        http(
-            a,
-            "POST",
-            &format!("/things/{ASYNC_THING}/actions/think"),
-            None,
-            b"",
-        )
-        .await
-    });
+    let call = invoke(a, "think", b"");
     let request = agent.recv().await;
     assert_eq!(request.get("input"), None, "an empty body is no input");
     agent.send(status(&request, "running", None)).await;
-    let created = invoke.await.unwrap();
+    let created = call.await.unwrap();
     assert_eq!(created.status, 201, "{created:?}");
     let location = created.header("location").unwrap().to_owned();
     // The result, when it comes, is kept for the caller.
@@ -238,6 +233,10 @@ async fn a_synchronous_action_that_outlasts_the_request_timeout_gets_a_status_re
         done.json(),
         json!({"status": "completed", "output": "thought", "href": location})
     );
+    // Too late to cancel: the answer says how it ended.
+    let late = http(a, "DELETE", &location, None, b"").await;
+    assert_eq!(late.status, 409, "{late:?}");
+    assert_eq!(late.json()["status"], "completed");
     sidecar.stop().await;
 }
 
@@ -247,16 +246,7 @@ async fn failures_are_problem_details_with_the_lmos_status() {
     let a = sidecar.http;
 
     // The agent's own error, with its status.
-    let invoke = tokio::spawn(async move {
-        http(
-            a,
-            "POST",
-            &format!("/things/{ASYNC_THING}/actions/think"),
-            JSON,
-            b"1",
-        )
-        .await
-    });
+    let call = invoke(a, "think", b"1");
     let request = agent.recv().await;
     let mut refusal = lmos(
         ASYNC_THING,
@@ -265,7 +255,7 @@ async fn failures_are_problem_details_with_the_lmos_status() {
     );
     refusal["correlationID"] = request["correlationID"].clone();
     agent.send(refusal).await;
-    let refused = invoke.await.unwrap();
+    let refused = call.await.unwrap();
     assert_eq!(refused.status, 409, "{refused:?}");
     assert_eq!(
         refused.header("content-type"),
@@ -275,21 +265,12 @@ async fn failures_are_problem_details_with_the_lmos_status() {
     assert_eq!(refused.json()["status"], 409);
 
     // A failed action.
-    let invoke = tokio::spawn(async move {
-        http(
-            a,
-            "POST",
-            &format!("/things/{ASYNC_THING}/actions/think"),
-            None,
-            b"",
-        )
-        .await
-    });
+    let call = invoke(a, "think", b"");
     let request = agent.recv().await;
     agent
         .send(status(&request, "failed", Some(json!({"why": "no idea"}))))
         .await;
-    let failed = invoke.await.unwrap();
+    let failed = call.await.unwrap();
     assert_eq!(failed.status, 500, "{failed:?}");
     assert_eq!(failed.json()["output"], json!({"why": "no idea"}));
 
@@ -410,7 +391,7 @@ async fn http_requests_take_the_rights_a_websocket_message_would() {
         .unwrap()
         .contains("operate"));
 
-    let invoke = tokio::spawn(async move {
+    let invoked = tokio::spawn(async move {
         http_with(
             a,
             "POST",
@@ -425,7 +406,7 @@ async fn http_requests_take_the_rights_a_websocket_message_would() {
     agent
         .send(status(&request, "completed", Some(json!("ok"))))
         .await;
-    let allowed = invoke.await.unwrap();
+    let allowed = invoked.await.unwrap();
     assert_eq!((allowed.status, allowed.json()), (200, json!("ok")));
     sidecar.stop().await;
 }

@@ -104,6 +104,14 @@ fn shutting_down(thing: &str) -> Response {
     problem(&p, thing)
 }
 
+/// Sends the request and returns its first reply, or the answer for a
+/// refusal, an LMOS `error` or a shutdown.
+async fn answer(state: &HttpState, caller: &Caller, message: Message) -> Result<Value, Response> {
+    let thing = message.thing_id.clone();
+    let mut replies = ask(state, caller, message).await?;
+    first_reply(&mut replies, &thing).await
+}
+
 /// The first reply, or the answer when there is none.
 async fn first_reply(replies: &mut Replies, thing: &str) -> Result<Value, Response> {
     let reply = replies.next().await.ok_or_else(|| shutting_down(thing))?;
@@ -134,13 +142,11 @@ pub async fn read_property(
     headers: HeaderMap,
 ) -> Response {
     let body = Body::ReadProperty { name: name.clone() };
-    let result = async {
-        let mut replies = ask(&state, &caller, message(&thing, body, None, &headers)).await?;
-        let reply = first_reply(&mut replies, &thing).await?;
-        Ok(reading_of(&reply, &name).unwrap_or(Value::Null))
-    };
-    match result.await {
-        Ok(value) => json_response(StatusCode::OK, &value),
+    match answer(&state, &caller, message(&thing, body, None, &headers)).await {
+        Ok(reply) => json_response(
+            StatusCode::OK,
+            &reading_of(&reply, &name).unwrap_or(Value::Null),
+        ),
         Err(response) => response,
     }
 }
@@ -162,13 +168,12 @@ pub async fn write_property(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let result = async {
-        let data = parse_body(&body, &thing)?.unwrap_or(Value::Null);
-        let body = Body::WriteProperty { name, data };
-        let mut replies = ask(&state, &caller, message(&thing, body, None, &headers)).await?;
-        first_reply(&mut replies, &thing).await
+    let data = match parse_body(&body, &thing) {
+        Ok(data) => data.unwrap_or(Value::Null),
+        Err(response) => return response,
     };
-    match result.await {
+    let body = Body::WriteProperty { name, data };
+    match answer(&state, &caller, message(&thing, body, None, &headers)).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(response) => response,
     }
@@ -360,11 +365,7 @@ async fn query(
     // Without a correlation ID the router answers for the caller's latest
     // invocation of the action.
     let request = message(&thing, body, invocation.clone(), &headers);
-    let result = async {
-        let mut replies = ask(&state, &caller, request).await?;
-        first_reply(&mut replies, &thing).await
-    };
-    match result.await {
+    match answer(&state, &caller, request).await {
         Ok(status) => {
             let mut object = status_object(&status, "");
             match &invocation {
@@ -409,12 +410,12 @@ async fn cancel(
         reason: Some("Cancelled over HTTP (DELETE).".into()),
     };
     let request = message(&thing, body, invocation, &headers);
-    let result = async {
-        let mut replies = ask(&state, &caller, request).await?;
-        first_reply(&mut replies, &thing).await
-    };
-    match result.await {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+    match answer(&state, &caller, request).await {
+        Ok(status) if matches!(status["status"].as_str(), Some("cancelled" | "canceled")) => {
+            StatusCode::NO_CONTENT.into_response()
+        }
+        // Too late: it ended otherwise.
+        Ok(status) => json_response(StatusCode::CONFLICT, &status_object(&status, "")),
         Err(response) => response,
     }
 }
