@@ -45,6 +45,11 @@ const FAREWELL: Duration = Duration::from_secs(1);
 /// while stopping) still goes out: the connection closes once the broker
 /// has been quiet this long, or after `DRAIN` at the latest.
 const QUIET: Duration = Duration::from_millis(200);
+/// How long a connection asked to hand its client ID over keeps reading
+/// what its client sent before (a DISCONNECT already in the socket takes
+/// microseconds), and how long the new connection waits for that.
+const HANDOVER_DRAIN: Duration = Duration::from_millis(20);
+const HANDOVER_WAIT: Duration = Duration::from_millis(200);
 const DRAIN: Duration = Duration::from_secs(2);
 /// rumqttd refuses keep-alive 0 (legal MQTT: no keep-alive). The guard
 /// gives the broker this keep-alive instead and pings it itself, every half
@@ -98,6 +103,8 @@ enum End {
     /// The guard closes the connection; any last word is queued.
     Closing,
     Shutdown,
+    /// A new connection of the client ID took the session over.
+    TakenOver,
 }
 
 /// What the broker-to-client pump is asked to do besides relaying.
@@ -366,6 +373,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             k => k,
         };
 
+        // A connection still holding the client ID first reads what its
+        // client sent before this CONNECT (see `sessions::Handover`).
+        if let Some(old) = shared.sessions.holder(&client_id) {
+            old.asked.cancel();
+            let _ = tokio::time::timeout(HANDOVER_WAIT, old.done.cancelled()).await;
+        }
         // The session's gate stays held until rumqttd has the CONNECT, so
         // that no wipe of this client ID overtakes it.
         let gate = shared.sessions.gate(&client_id);
@@ -441,7 +454,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             };
             let outbound_pump = relay(downstream, &mut up_rx, &mut client_tx, from_guard, &relayed);
             tokio::pin!(inbound_pump, outbound_pump);
+            let handover = opened.handover.asked.clone();
             tokio::select! {
+                // What the client sent before its next connection counts
+                // first: a DISCONNECT already in the socket ends the session
+                // as it says. A client still talking is cut off.
+                _ = handover.cancelled() => {
+                    match tokio::time::timeout(HANDOVER_DRAIN, &mut inbound_pump).await {
+                        Ok(end) => end,
+                        Err(_) => End::TakenOver,
+                    }
+                }
                 _ = shared.shutdown.cancelled() => {
                     let deadline = Instant::now() + DRAIN;
                     loop {
@@ -471,11 +494,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 "Publications this MQTT client did not get."
             );
         }
-        let after_close = inspector.after_close.take().unwrap_or_else(|| {
-            shared
+        let after_close = match (inspector.after_close.take(), end) {
+            (Some(after), _) => after,
+            // The session lives on with the connection that took it over.
+            (None, End::TakenOver) => AfterClose::Nothing,
+            (None, _) => shared
                 .sessions
-                .close(&client_id, opened.generation, inspector.expiry)
-        });
+                .close(&client_id, opened.generation, inspector.expiry),
+        };
+        opened.handover.done.cancel();
         if let AfterClose::Wipe { generation, after } = after_close {
             tokio::spawn(expire(shared.clone(), client_id.clone(), generation, after));
         }
@@ -488,7 +515,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 let _ = up_rx.as_ref().set_linger(Some(Duration::ZERO));
             }
             End::ClientClosed => {}
-            End::BrokerClosed | End::Shutdown => {
+            End::BrokerClosed | End::Shutdown | End::TakenOver => {
                 let _ = tokio::time::timeout(FAREWELL, client_tx.shutdown()).await;
             }
             // The guard ended it, often with a DISCONNECT saying why. A

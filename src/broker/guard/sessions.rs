@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// One session's filters, shared by the connections that resume it.
 #[derive(Debug, Default)]
@@ -38,6 +39,20 @@ impl Filters {
 
 /// Serialises a client ID's connections and wipes.
 pub type Gate = Arc<tokio::sync::Mutex<()>>;
+
+/// How a connection holding a client ID is asked to hand it over to a new
+/// connection of the same client ID, and tells that it has.
+///
+/// A client that sends DISCONNECT and at once connects again can have its
+/// new CONNECT read before the old connection reads the DISCONNECT (two
+/// sockets, two tasks). The session must then end as the DISCONNECT said,
+/// so the new connection asks the old one to finish reading what its client
+/// sent before and waits until it has closed.
+#[derive(Debug, Clone, Default)]
+pub struct Handover {
+    pub asked: CancellationToken,
+    pub done: CancellationToken,
+}
 
 /// How long a session outlives its connection (MQTT 5 Session Expiry
 /// Interval, seconds). 3.1.1: clean sessions 0, others [`Expiry::NEVER`].
@@ -71,6 +86,8 @@ struct Entry {
     /// Whether rumqttd keeps it beyond the connection (connected not
     /// clean), so that ending it takes a wipe.
     kept_by_broker: bool,
+    /// The live connection's.
+    handover: Handover,
 }
 
 impl Entry {
@@ -84,6 +101,7 @@ impl Entry {
             },
             gate: Gate::default(),
             kept_by_broker: false,
+            handover: Handover::default(),
         }
     }
 }
@@ -98,6 +116,9 @@ pub struct Opened {
     pub wipe_first: bool,
     /// Connect to rumqttd clean (nothing to resume, nothing to keep).
     pub clean_upstream: bool,
+    /// This connection's: it is asked to hand the session over by the
+    /// next connection of its client ID.
+    pub handover: Handover,
 }
 
 /// What becomes of a session whose connection ended.
@@ -151,6 +172,7 @@ impl Sessions {
                 generation: 0,
                 wipe_first: false,
                 clean_upstream: clean_start,
+                handover: Handover::default(),
             };
         }
         let now = Instant::now();
@@ -171,12 +193,24 @@ impl Sessions {
         entry.generation += 1;
         entry.state = State::Live;
         entry.kept_by_broker = !clean_upstream;
+        entry.handover = Handover::default();
         Opened {
             filters: entry.filters.clone(),
             generation: entry.generation,
             wipe_first,
             clean_upstream,
+            handover: entry.handover.clone(),
         }
+    }
+
+    /// The handover of the connection holding `client_id`, if one does.
+    pub fn holder(&self, client_id: &str) -> Option<Handover> {
+        if client_id.is_empty() {
+            return None;
+        }
+        let map = self.map();
+        let entry = map.get(client_id)?;
+        (entry.state == State::Live).then(|| entry.handover.clone())
     }
 
     /// The connection `generation` of `client_id` ended (or its client sent
@@ -242,6 +276,21 @@ mod tests {
     use super::*;
 
     const NONE: Expiry = Expiry(0);
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_live_connection_is_asked_to_hand_over() {
+        let sessions = Sessions::default();
+        assert!(sessions.holder("c").is_none());
+        let first = sessions.open("c", false, NONE);
+        let holder = sessions.holder("c").expect("live");
+        holder.asked.cancel();
+        assert!(first.handover.asked.is_cancelled(), "the same handover");
+        sessions.close("c", first.generation, NONE);
+        assert!(sessions.holder("c").is_none(), "closed");
+        let second = sessions.open("c", false, NONE);
+        assert!(!second.handover.asked.is_cancelled(), "a fresh one");
+        assert!(sessions.holder("").is_none(), "empty IDs are never resumed");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_kept_session_keeps_its_filters_until_it_expires() {
