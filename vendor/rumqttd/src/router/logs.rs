@@ -337,7 +337,9 @@ where
         // max_segment_size: usize, max_mem_segments: usize
         let log = CommitLog::new(max_segment_size, max_mem_segments).unwrap();
 
-        let waiters = Waiters::with_capacity(10);
+        // lmos-sidecar patch: was `with_capacity(10)`; most filters never
+        // have a parked request, and the slots cost memory per filter.
+        let waiters = Waiters::with_capacity(0);
         let metrics = SubscriptionMeter::default();
         Data {
             filter: filter.to_owned(),

@@ -27,16 +27,19 @@ impl<T> Segment<T>
 where
     T: Storage + Clone,
 {
+    // lmos-sidecar patch: no preallocation (was `Vec::with_capacity(1024)`
+    // in both constructors). Every subscription filter has a segment, most
+    // never hold a message, and the unused slots cost memory per filter.
     pub(crate) fn with_offset(absolute_offset: u64) -> Self {
         Self {
-            data: Vec::with_capacity(1024),
+            data: Vec::new(),
             absolute_offset,
             total_size: 0,
         }
     }
     pub(crate) fn new() -> Self {
         Self {
-            data: Vec::with_capacity(1024),
+            data: Vec::new(),
             absolute_offset: 0,
             total_size: 0,
         }
