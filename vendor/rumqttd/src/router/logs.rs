@@ -1,17 +1,16 @@
 use super::Ack;
-use slab::Slab;
 use tracing::{info, trace};
 
 use crate::protocol::{
     matches, ConnAck, ConnAckProperties, PingResp, PubAck, PubComp, PubRec, PubRel, Publish,
     PublishProperties, SubAck, UnsubAck,
 };
-use crate::router::{DataRequest, FilterIdx, SubscriptionMeter, Waiters};
+use crate::router::{log_filter, DataRequest, FilterIdx, SubscriptionMeter, Waiters};
 use crate::{ConnectionId, Filter, Offset, RouterConfig, Topic};
 
 use crate::segments::{CommitLog, Position};
 use crate::Storage;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::time::Instant;
 
@@ -55,7 +54,14 @@ pub struct DataLog {
     /// Also has waiters used to wake connections/replicator tracker
     /// which are caught up with all the data on 'Filter' and waiting
     /// for new data
-    pub native: Slab<Data<PublishData>>,
+    ///
+    /// lmos-sidecar patch: a map instead of a `Slab`, so that a filter's
+    /// log can be removed (see `release`) and its index is never handed
+    /// to another filter: stale indexes may linger in `Outgoing`'s
+    /// inflight buffer and in requests, and must not find a new filter.
+    pub native: HashMap<FilterIdx, Data<PublishData>>,
+    /// Index the next new filter gets (lmos-sidecar patch)
+    next_filter_idx: FilterIdx,
     /// Map of subscription filter name to filter index
     filter_indexes: HashMap<Filter, FilterIdx>,
     retained_publishes: HashMap<Topic, PublishData>,
@@ -65,24 +71,28 @@ pub struct DataLog {
 
 impl DataLog {
     pub fn new(config: RouterConfig) -> io::Result<DataLog> {
-        let mut native = Slab::new();
+        let mut native = HashMap::new();
         let mut filter_indexes = HashMap::new();
         let retained_publishes = HashMap::new();
         let publish_filters = HashMap::new();
 
         if let Some(warmup_filters) = config.initialized_filters.clone() {
             for filter in warmup_filters {
-                let data = Data::new(&filter, &config);
+                let mut data = Data::new(&filter, &config);
+                // Held by the configuration: never released
+                data.holders = 1;
 
                 // Add commitlog to datalog and add datalog index to filter to
                 // datalog index map
-                let idx = native.insert(data);
+                let idx = native.len();
+                native.insert(idx, data);
                 filter_indexes.insert(filter, idx);
             }
         }
 
         Ok(DataLog {
             config,
+            next_filter_idx: native.len(),
             native,
             publish_filters,
             filter_indexes,
@@ -91,16 +101,22 @@ impl DataLog {
     }
 
     pub fn meter(&mut self, filter: &str) -> Option<&mut SubscriptionMeter> {
-        let data = self.native.get_mut(*self.filter_indexes.get(filter)?)?;
+        let data = self.native.get_mut(self.filter_indexes.get(filter)?)?;
         Some(&mut data.meter)
     }
 
     pub fn waiters(&self, filter: &Filter) -> Option<&Waiters<DataRequest>> {
         self.native
-            .get(*self.filter_indexes.get(filter)?)
+            .get(self.filter_indexes.get(filter)?)
             .map(|data| &data.waiters)
     }
 
+    /// lmos-sidecar patch: `filter` is the subscription as the client named
+    /// it, `$share/group/` and all, and only the request made for that
+    /// subscription is removed. It used to look the log up by the full name
+    /// (none for a shared subscription, whose request stayed parked) and
+    /// remove the connection's first request on the log, which is another
+    /// subscription's when the connection holds both `f` and `$share/g/f`.
     pub fn remove_waiters_for_id(
         &mut self,
         id: ConnectionId,
@@ -108,13 +124,12 @@ impl DataLog {
     ) -> Option<DataRequest> {
         let data = self
             .native
-            .get_mut(*self.filter_indexes.get(filter)?)
-            .unwrap();
+            .get_mut(self.filter_indexes.get(log_filter(filter))?)?;
         let waiters = data.waiters.get_mut();
 
         waiters
             .iter()
-            .position(|&(conn_id, _)| conn_id == id)
+            .position(|(conn_id, request)| *conn_id == id && request.filter == *filter)
             .and_then(|index| {
                 waiters
                     .swap_remove_back(index)
@@ -149,13 +164,15 @@ impl DataLog {
         let filter_indexes = &mut self.filter_indexes;
 
         let (filter_idx, data) = match filter_indexes.get(filter) {
-            Some(idx) => (*idx, self.native.get(*idx).unwrap()),
+            Some(idx) => (*idx, self.native.get(idx).unwrap()),
             None => {
                 let data = Data::new(filter, &self.config);
 
                 // Add commitlog to datalog and add datalog index to filter to
                 // datalog index map
-                let idx = self.native.insert(data);
+                let idx = self.next_filter_idx;
+                self.next_filter_idx += 1;
+                self.native.insert(idx, data);
                 self.filter_indexes.insert(filter.to_owned(), idx);
 
                 // Match new filter to existing topics and add to publish_filters if it matches
@@ -165,11 +182,52 @@ impl DataLog {
                     }
                 }
 
-                (idx, self.native.get(idx).unwrap())
+                (idx, self.native.get(&idx).unwrap())
             }
         };
 
         (filter_idx, data.log.next_offset())
+    }
+
+    /// lmos-sidecar patch: one more subscription (of a connection or a
+    /// saved session) holds the filter at `filter_idx`.
+    pub fn hold(&mut self, filter_idx: FilterIdx) {
+        if let Some(data) = self.native.get_mut(&filter_idx) {
+            data.holders += 1;
+        }
+    }
+
+    /// lmos-sidecar patch: `subscriptions` (as clients named them, shared
+    /// ones with their `$share/group/` prefix) no longer hold their filters.
+    /// A filter nothing holds any more is removed with its log, waiters and
+    /// entries in the topic cache. Rumqttd used to keep every filter ever
+    /// subscribed to, a few kB each, for the life of the process.
+    ///
+    /// Requests on a removed filter can outlive it only where rumqttd had
+    /// already lost track of them (see `native_readv` and `park`); the
+    /// index is never reused, so nothing else can find them.
+    pub fn release<'a>(&mut self, subscriptions: impl IntoIterator<Item = &'a Filter>) {
+        let mut removed = HashSet::new();
+        for subscription in subscriptions {
+            let filter = log_filter(subscription);
+            let Some(&idx) = self.filter_indexes.get(filter) else {
+                continue;
+            };
+            let data = self.native.get_mut(&idx).unwrap();
+            data.holders -= 1;
+            if data.holders == 0 {
+                self.native.remove(&idx);
+                self.filter_indexes.remove(filter);
+                removed.insert(idx);
+            }
+        }
+
+        if !removed.is_empty() {
+            self.publish_filters.retain(|_, filters| {
+                filters.retain(|idx| !removed.contains(idx));
+                !filters.is_empty()
+            });
+        }
     }
 
     pub fn native_readv(
@@ -178,11 +236,13 @@ impl DataLog {
         offset: Offset,
         len: u64,
     ) -> io::Result<(Position, Vec<(PubWithProp, Offset)>)> {
-        // unwrap to get index of `self.native` is fine here, because when a new subscribe packet
-        // arrives in `Router::handle_device_payload`, it first calls the function
-        // `next_native_offset` which creates a new commitlog if one doesn't exist. So any new
-        // reads will definitely happen on a valid filter.
-        let data = self.native.get(filter_idx).unwrap();
+        // lmos-sidecar patch: no unwrap. A filter is removed once no
+        // subscription holds it (`release`); should a request outlive it,
+        // reading it is an error, which `forward_device_data` takes for
+        // caught up, and `park` then drops the request.
+        let data = self.native.get(&filter_idx).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "filter no longer subscribed")
+        })?;
         let mut o = Vec::new();
         // TODO: `readv` is infallible but its current return type does not
         // reflect that. Consequently, this method is also infallible.
@@ -226,7 +286,7 @@ impl DataLog {
     }
 
     pub fn shadow(&mut self, filter: &str) -> Option<PubWithProp> {
-        let data = self.native.get_mut(*self.filter_indexes.get(filter)?)?;
+        let data = self.native.get_mut(self.filter_indexes.get(filter)?)?;
         data.log.last().map(|p| (p.publish, p.properties))
     }
 
@@ -236,19 +296,17 @@ impl DataLog {
     /// methods converts a `DataRequest` (which actively reads the commit log in `Router::consume`)
     /// to a `Waiter` (which only reads when notified).
     pub fn park(&mut self, id: ConnectionId, request: DataRequest) {
-        // calling unwrap on index here is fine, because only place this function is called is in
-        // `Router::consume` method, when the status after reading from commit log of the same
-        // filter as `request` is "done", that is, the subscriber has caught up. In other words,
-        // there has been atleast 1 call to `native_readv` for the same filter, which means if
-        // `native_readv` hasn't paniced, so this won't panic either.
-        let data = self.native.get_mut(request.filter_idx).unwrap();
-        data.waiters.register(id, request);
+        // lmos-sidecar patch: no unwrap; a request on a removed filter is
+        // dropped (see `native_readv`).
+        if let Some(data) = self.native.get_mut(&request.filter_idx) {
+            data.waiters.register(id, request);
+        }
     }
 
     /// Cleanup a connection from all the waiters
     pub fn clean(&mut self, id: ConnectionId) -> Vec<DataRequest> {
         let mut inflight = Vec::new();
-        for (_, data) in self.native.iter_mut() {
+        for data in self.native.values_mut() {
             inflight.append(&mut data.waiters.remove(id));
         }
 
@@ -313,6 +371,9 @@ pub struct Data<T> {
     pub log: CommitLog<T>,
     pub waiters: Waiters<DataRequest>,
     meter: SubscriptionMeter,
+    /// lmos-sidecar patch: how many subscriptions, of connections and of
+    /// saved sessions, hold this filter (`DataLog::hold`, `DataLog::release`)
+    holders: usize,
 }
 
 impl<T> Data<T>
@@ -346,6 +407,7 @@ where
             log,
             waiters,
             meter: metrics,
+            holders: 0,
         }
     }
 

@@ -35,6 +35,15 @@ pub const MAX_CHANNEL_CAPACITY: usize = 200;
 
 pub(crate) type FilterIdx = usize;
 
+/// lmos-sidecar patch: the filter whose log serves a subscription, `f` for
+/// both `f` and the shared `$share/group/f` (as `routing::extract_group`).
+pub(crate) fn log_filter(subscription: &str) -> &str {
+    subscription
+        .strip_prefix("$share/")
+        .and_then(|s| s.split_once('/'))
+        .map_or(subscription, |(_group, filter)| filter)
+}
+
 #[derive(Debug)]
 // TODO: Fix this
 #[allow(clippy::large_enum_variant)]

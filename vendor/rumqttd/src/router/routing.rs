@@ -329,7 +329,14 @@ impl Router {
             )
         } else {
             // Only retrieve metrics in clean session
-            connection.events = saved.map_or_else(ConnectionEvents::default, |s| s.metrics);
+            connection.events = saved.map_or_else(ConnectionEvents::default, |s| {
+                // lmos-sidecar patch: the saved session ends here, and with
+                // it its hold on its filters
+                if let Some(session) = s.session_state {
+                    self.datalog.release(&session.subscriptions);
+                }
+                s.metrics
+            });
             Tracker::new(client_id.clone())
         };
 
@@ -478,6 +485,11 @@ impl Router {
         for filter in connection.subscriptions.iter() {
             if let Some(connections) = self.subscription_map.get_mut(filter) {
                 connections.remove(&id);
+                // lmos-sidecar patch: no entry left behind for every filter
+                // ever subscribed to
+                if connections.is_empty() {
+                    self.subscription_map.remove(filter);
+                }
             }
         }
 
@@ -522,6 +534,9 @@ impl Router {
                 outgoing.unacked_pubrels,
             );
         } else {
+            // lmos-sidecar patch: the session ends with the connection, and
+            // with it its hold on its filters
+            self.datalog.release(&connection.subscriptions);
             tracker.pause(PauseReason::Busy);
             let id = tracker.id.clone();
             // Only save metrics in clean session
@@ -717,6 +732,10 @@ impl Router {
                         debug!("Removing subscription on filter {}", filter);
                         if let Some(connection_ids) = self.subscription_map.get_mut(filter) {
                             let removed = connection_ids.remove(&id);
+                            // lmos-sidecar patch: as in `handle_disconnection`
+                            if connection_ids.is_empty() {
+                                self.subscription_map.remove(filter);
+                            }
                             if !removed {
                                 continue;
                             }
@@ -756,6 +775,9 @@ impl Router {
                             ackslog.unsuback(unsuback);
                             self.scheduler.untrack(id, filter);
                             self.datalog.remove_waiters_for_id(id, filter);
+                            // lmos-sidecar patch: the connection's hold on
+                            // the filter ends (see `prepare_filter`)
+                            self.datalog.release([filter]);
                             force_ack = true;
                         }
                     }
@@ -965,6 +987,9 @@ impl Router {
         // call to `insert(_)` returns `true` if it didn't contain the filter_path already
         // i.e. its a new subscription
         if connection.subscriptions.insert(filter_path.clone()) {
+            // lmos-sidecar patch: the subscription holds its filter until it
+            // is unsubscribed or its session ends (`DataLog::release`)
+            self.datalog.hold(filter_idx);
             let request = DataRequest {
                 filter: filter_path.clone(),
                 filter_idx,
@@ -1252,7 +1277,7 @@ fn append_to_commitlog(
 
     let mut o = (0, 0);
     for filter_idx in filter_idxs {
-        let datalog = datalog.native.get_mut(filter_idx).unwrap();
+        let datalog = datalog.native.get_mut(&filter_idx).unwrap();
         let publish_data = (publish.clone(), properties.clone());
         let (offset, filter) = datalog.append(publish_data.into(), notifications);
         debug!(
@@ -1318,7 +1343,7 @@ fn append_will_message(
 
     let mut o = (0, 0);
     for filter_idx in filter_idxs {
-        let datalog = datalog.native.get_mut(filter_idx).unwrap();
+        let datalog = datalog.native.get_mut(&filter_idx).unwrap();
         let publish_data = (publish.clone(), properties.clone());
         let (offset, filter) = datalog.append(publish_data.into(), notifications);
         debug!(
