@@ -11,65 +11,19 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::process::{sidecar, start_ready, Running};
 use common::raw_mqtt::{self, Client};
-use common::WAIT;
-use serde_json::Value;
 
 const FILTERS: usize = 1_000;
 const ROUNDS: usize = 8;
 
-/// Kills the sidecar when the test ends, passed or failed.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The sidecar binary on ephemeral loopback ports; its MQTT 3.1.1 address.
 fn start() -> (Running, SocketAddr) {
-    let mut child = Running(
-        Command::new(env!("CARGO_BIN_EXE_lmos-sidecar"))
-            .env_remove("RUST_LOG")
-            .args([
-                "--mqtt-addr",
-                "127.0.0.1:0",
-                "--mqtt5-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stdout = child.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    // Reads the log to its end, so the sidecar never blocks writing it.
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    loop {
-        let line = rx
-            .recv_timeout(WAIT)
-            .expect("the sidecar logs that it is ready");
-        if line["message"] == "Sidecar ready." {
-            return (child, line["mqtt"].as_str().unwrap().parse().unwrap());
-        }
-    }
+    let (child, _log, ready) = start_ready(&mut sidecar());
+    (child, ready["mqtt"].as_str().unwrap().parse().unwrap())
 }
 
 /// The process's resident set, in kB.
