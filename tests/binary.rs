@@ -3,42 +3,15 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use common::process::{sidecar, start_ready};
 use common::{lmos, WsClient, WAIT};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
-
-fn sidecar() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lmos-sidecar"));
-    c.env_remove("RUST_LOG");
-    c
-}
-
-fn ephemeral_flags(c: &mut Command) -> &mut Command {
-    c.args([
-        "--mqtt-addr",
-        "127.0.0.1:0",
-        "--mqtt5-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-    ])
-}
-
-/// Kills the child if a test fails half-way.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + within;
@@ -52,33 +25,6 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Starts the sidecar on port 0 with JSON logs; its log lines, and the
-/// `Sidecar ready.` one.
-fn start_ready(cmd: &mut Command) -> (Running, std::sync::mpsc::Receiver<Value>, Value) {
-    ephemeral_flags(cmd)
-        .args(["--log-format", "json"])
-        .stdout(Stdio::piped());
-    let mut child = Running(cmd.spawn().unwrap());
-    let stdout = child.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    let ready = loop {
-        let line = rx
-            .recv_timeout(WAIT)
-            .expect("the sidecar logs that it is ready");
-        if line["message"] == "Sidecar ready." {
-            break line;
-        }
-    };
-    (child, rx, ready)
 }
 
 #[tokio::test]

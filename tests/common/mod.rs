@@ -4,6 +4,7 @@
 
 pub mod mqtt5;
 pub mod otlp;
+pub mod process;
 pub mod raw_mqtt;
 
 use std::collections::VecDeque;

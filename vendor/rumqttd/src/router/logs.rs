@@ -1,0 +1,575 @@
+use super::Ack;
+use tracing::{info, trace};
+
+use crate::protocol::{
+    matches, ConnAck, ConnAckProperties, PingResp, PubAck, PubComp, PubRec, PubRel, Publish,
+    PublishProperties, SubAck, UnsubAck,
+};
+use crate::router::{log_filter, DataRequest, FilterIdx, SubscriptionMeter, Waiters};
+use crate::{ConnectionId, Filter, Offset, RouterConfig, Topic};
+
+use crate::segments::{CommitLog, Position};
+use crate::Storage;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io;
+use std::time::Instant;
+
+type PubWithProp = (Publish, Option<PublishProperties>);
+
+#[derive(Clone)]
+pub struct PublishData {
+    pub publish: Publish,
+    pub properties: Option<PublishProperties>,
+    pub timestamp: Instant,
+}
+
+impl From<PubWithProp> for PublishData {
+    fn from((publish, properties): PubWithProp) -> Self {
+        PublishData {
+            publish,
+            properties,
+            timestamp: Instant::now(),
+        }
+    }
+}
+
+// TODO: remove this from here
+impl Storage for PublishData {
+    // TODO: calculate size of publish properties as well!
+    fn size(&self) -> usize {
+        let publish = &self.publish;
+        4 + publish.topic.len() + publish.payload.len()
+    }
+}
+
+/// Stores 'device' data and 'actions' data in native commitlog
+/// organized by subscription filter. Device data is replicated
+/// while actions data is not
+pub struct DataLog {
+    pub config: RouterConfig,
+    /// Native commitlog data organized by subscription. Contains
+    /// device data and actions data logs.
+    ///
+    /// Device data is replicated while actions data is not.
+    /// Also has waiters used to wake connections/replicator tracker
+    /// which are caught up with all the data on 'Filter' and waiting
+    /// for new data
+    ///
+    /// lmos-sidecar patch: a map instead of a `Slab`, so that a filter's
+    /// log can be removed (see `release`) and its index is never handed
+    /// to another filter: stale indexes may linger in `Outgoing`'s
+    /// inflight buffer and in requests, and must not find a new filter.
+    pub native: HashMap<FilterIdx, Data<PublishData>>,
+    /// Index the next new filter gets (lmos-sidecar patch)
+    next_filter_idx: FilterIdx,
+    /// Map of subscription filter name to filter index
+    filter_indexes: HashMap<Filter, FilterIdx>,
+    retained_publishes: HashMap<Topic, PublishData>,
+    /// List of filters associated with a topic
+    publish_filters: HashMap<Topic, Vec<FilterIdx>>,
+}
+
+impl DataLog {
+    pub fn new(config: RouterConfig) -> io::Result<DataLog> {
+        let mut native = HashMap::new();
+        let mut filter_indexes = HashMap::new();
+        let retained_publishes = HashMap::new();
+        let publish_filters = HashMap::new();
+
+        if let Some(warmup_filters) = config.initialized_filters.clone() {
+            for filter in warmup_filters {
+                let mut data = Data::new(&filter, &config);
+                // Held by the configuration: never released
+                data.holders = 1;
+
+                // Add commitlog to datalog and add datalog index to filter to
+                // datalog index map
+                let idx = native.len();
+                native.insert(idx, data);
+                filter_indexes.insert(filter, idx);
+            }
+        }
+
+        Ok(DataLog {
+            config,
+            next_filter_idx: native.len(),
+            native,
+            publish_filters,
+            filter_indexes,
+            retained_publishes,
+        })
+    }
+
+    pub fn meter(&mut self, filter: &str) -> Option<&mut SubscriptionMeter> {
+        let data = self.native.get_mut(self.filter_indexes.get(filter)?)?;
+        Some(&mut data.meter)
+    }
+
+    pub fn waiters(&self, filter: &Filter) -> Option<&Waiters<DataRequest>> {
+        self.native
+            .get(self.filter_indexes.get(filter)?)
+            .map(|data| &data.waiters)
+    }
+
+    /// lmos-sidecar patch: `filter` is the subscription as the client named
+    /// it, `$share/group/` and all, and only the request made for that
+    /// subscription is removed. It used to look the log up by the full name
+    /// (none for a shared subscription, whose request stayed parked) and
+    /// remove the connection's first request on the log, which is another
+    /// subscription's when the connection holds both `f` and `$share/g/f`.
+    pub fn remove_waiters_for_id(
+        &mut self,
+        id: ConnectionId,
+        filter: &Filter,
+    ) -> Option<DataRequest> {
+        let data = self
+            .native
+            .get_mut(self.filter_indexes.get(log_filter(filter))?)?;
+        let waiters = data.waiters.get_mut();
+
+        waiters
+            .iter()
+            .position(|(conn_id, request)| *conn_id == id && request.filter == *filter)
+            .and_then(|index| {
+                waiters
+                    .swap_remove_back(index)
+                    .map(|(_, data_req)| data_req)
+            })
+    }
+
+    // TODO: Currently returning a Option<Vec> instead of Option<&Vec> due to Rust borrow checker
+    // limitation
+    pub fn matches(&mut self, topic: &str) -> Option<Vec<usize>> {
+        match &self.publish_filters.get(topic) {
+            Some(v) => Some(v.to_vec()),
+            None => {
+                let v: Vec<usize> = self
+                    .filter_indexes
+                    .iter()
+                    .filter(|(filter, _)| matches(topic, filter))
+                    .map(|(_, filter_idx)| *filter_idx)
+                    .collect();
+
+                if !v.is_empty() {
+                    self.publish_filters.insert(topic.to_owned(), v.clone());
+                }
+
+                Some(v)
+            }
+        }
+    }
+
+    pub fn next_native_offset(&mut self, filter: &str) -> (FilterIdx, Offset) {
+        let publish_filters = &mut self.publish_filters;
+        let filter_indexes = &mut self.filter_indexes;
+
+        let (filter_idx, data) = match filter_indexes.get(filter) {
+            Some(idx) => (*idx, self.native.get(idx).unwrap()),
+            None => {
+                let data = Data::new(filter, &self.config);
+
+                // Add commitlog to datalog and add datalog index to filter to
+                // datalog index map
+                let idx = self.next_filter_idx;
+                self.next_filter_idx += 1;
+                self.native.insert(idx, data);
+                self.filter_indexes.insert(filter.to_owned(), idx);
+
+                // Match new filter to existing topics and add to publish_filters if it matches
+                for (topic, filters) in publish_filters.iter_mut() {
+                    if matches(topic, filter) {
+                        filters.push(idx);
+                    }
+                }
+
+                (idx, self.native.get(&idx).unwrap())
+            }
+        };
+
+        (filter_idx, data.log.next_offset())
+    }
+
+    /// lmos-sidecar patch: one more subscription (of a connection or a
+    /// saved session) holds the filter at `filter_idx`.
+    pub fn hold(&mut self, filter_idx: FilterIdx) {
+        if let Some(data) = self.native.get_mut(&filter_idx) {
+            data.holders += 1;
+        }
+    }
+
+    /// lmos-sidecar patch: `subscriptions` (as clients named them, shared
+    /// ones with their `$share/group/` prefix) no longer hold their filters.
+    /// A filter nothing holds any more is removed with its log, waiters and
+    /// entries in the topic cache. Rumqttd used to keep every filter ever
+    /// subscribed to, a few kB each, for the life of the process.
+    ///
+    /// Requests on a removed filter can outlive it only where rumqttd had
+    /// already lost track of them (see `native_readv` and `park`); the
+    /// index is never reused, so nothing else can find them.
+    pub fn release<'a>(&mut self, subscriptions: impl IntoIterator<Item = &'a Filter>) {
+        let mut removed = HashSet::new();
+        for subscription in subscriptions {
+            let filter = log_filter(subscription);
+            let Some(&idx) = self.filter_indexes.get(filter) else {
+                continue;
+            };
+            let data = self.native.get_mut(&idx).unwrap();
+            // Every subscription took a hold; a miscount frees the filter
+            // early (its requests are then dropped) rather than panic.
+            debug_assert!(data.holders > 0, "filter {filter} released unheld");
+            data.holders = data.holders.saturating_sub(1);
+            if data.holders == 0 {
+                self.native.remove(&idx);
+                self.filter_indexes.remove(filter);
+                removed.insert(idx);
+            }
+        }
+
+        if !removed.is_empty() {
+            self.publish_filters.retain(|_, filters| {
+                filters.retain(|idx| !removed.contains(idx));
+                !filters.is_empty()
+            });
+        }
+    }
+
+    pub fn native_readv(
+        &self,
+        filter_idx: FilterIdx,
+        offset: Offset,
+        len: u64,
+    ) -> io::Result<(Position, Vec<(PubWithProp, Offset)>)> {
+        // lmos-sidecar patch: no unwrap. A filter is removed once no
+        // subscription holds it (`release`); should a request outlive it,
+        // reading it is an error, which `forward_device_data` takes for
+        // caught up, and `park` then drops the request.
+        let data = self.native.get(&filter_idx).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "filter no longer subscribed")
+        })?;
+        let mut o = Vec::new();
+        // TODO: `readv` is infallible but its current return type does not
+        // reflect that. Consequently, this method is also infallible.
+        // Encoding this information is important so that calling function
+        // has more information on how this method behaves.
+        let next = data.log.readv(offset, len, &mut o)?;
+
+        let now = Instant::now();
+        o.retain_mut(|(pubdata, _)| {
+            // Keep data if no properties exists, which implies no message expiry!
+            let Some(properties) = pubdata.properties.as_mut() else {
+                return true;
+            };
+
+            // Keep data if there is no message_expiry_interval
+            let Some(message_expiry_interval) = properties.message_expiry_interval.as_mut() else {
+                return true;
+            };
+
+            let time_spent = (now - pubdata.timestamp).as_secs() as u32;
+
+            let is_valid = time_spent < *message_expiry_interval;
+
+            // ignore expired messages
+            if is_valid {
+                // set message_expiry_interval to (original value - time spent waiting in server)
+                // ref: https://docs.oasis-open.org/mqtt/mqtt/v5.0/os/mqtt-v5.0-os.html#_Toc3901112
+                *message_expiry_interval -= time_spent;
+            }
+
+            is_valid
+        });
+
+        // no need to include timestamp when returning
+        let o = o
+            .into_iter()
+            .map(|(pubdata, offset)| ((pubdata.publish, pubdata.properties), offset))
+            .collect();
+
+        Ok((next, o))
+    }
+
+    pub fn shadow(&mut self, filter: &str) -> Option<PubWithProp> {
+        let data = self.native.get_mut(self.filter_indexes.get(filter)?)?;
+        data.log.last().map(|p| (p.publish, p.properties))
+    }
+
+    /// This method is called when the subscriber has caught up with the commit log. In which case,
+    /// instead of actively checking for commits in each `Router::run_inner` iteration, we instead
+    /// wait and only try reading again when new messages have been added to the commit log. This
+    /// methods converts a `DataRequest` (which actively reads the commit log in `Router::consume`)
+    /// to a `Waiter` (which only reads when notified).
+    pub fn park(&mut self, id: ConnectionId, request: DataRequest) {
+        // lmos-sidecar patch: no unwrap; a request on a removed filter is
+        // dropped (see `native_readv`).
+        if let Some(data) = self.native.get_mut(&request.filter_idx) {
+            data.waiters.register(id, request);
+        }
+    }
+
+    /// Cleanup a connection from all the waiters
+    pub fn clean(&mut self, id: ConnectionId) -> Vec<DataRequest> {
+        let mut inflight = Vec::new();
+        for data in self.native.values_mut() {
+            inflight.append(&mut data.waiters.remove(id));
+        }
+
+        inflight
+    }
+
+    pub fn insert_to_retained_publishes(
+        &mut self,
+        publish: Publish,
+        publish_properties: Option<PublishProperties>,
+        topic: Topic,
+    ) {
+        let pub_with_props = (publish, publish_properties);
+        self.retained_publishes.insert(topic, pub_with_props.into());
+    }
+
+    pub fn remove_from_retained_publishes(&mut self, topic: Topic) {
+        self.retained_publishes.remove(&topic);
+    }
+
+    pub fn read_retained_messages(&mut self, filter: &str) -> Vec<PubWithProp> {
+        trace!(info = "reading retain msg", filter = &filter);
+        let now = Instant::now();
+
+        // discard expired retained messages
+        self.retained_publishes.retain(|_, pubdata| {
+            // Keep data if no properties exists, which implies no message expiry!
+            let Some(properties) = pubdata.properties.as_mut() else {
+                return true;
+            };
+
+            // Keep data if there is no message_expiry_interval
+            let Some(message_expiry_interval) = properties.message_expiry_interval.as_mut() else {
+                return true;
+            };
+
+            let time_spent = (now - pubdata.timestamp).as_secs() as u32;
+
+            let is_valid = time_spent < *message_expiry_interval;
+
+            // ignore expired messages
+            if is_valid {
+                // set message_expiry_interval to (original value - time spent waiting in server)
+                // ref: https://docs.oasis-open.org/mqtt/mqtt/v5.0/os/mqtt-v5.0-os.html#_Toc3901112
+                *message_expiry_interval -= time_spent;
+            }
+
+            is_valid
+        });
+
+        // no need to include timestamp when returning
+        self.retained_publishes
+            .iter()
+            .filter(|(topic, _)| matches(topic, filter))
+            .map(|(_, p)| (p.publish.clone(), p.properties.clone()))
+            .collect()
+    }
+}
+
+pub struct Data<T> {
+    filter: Filter,
+    pub log: CommitLog<T>,
+    pub waiters: Waiters<DataRequest>,
+    meter: SubscriptionMeter,
+    /// lmos-sidecar patch: how many subscriptions, of connections and of
+    /// saved sessions, hold this filter (`DataLog::hold`, `DataLog::release`)
+    holders: usize,
+}
+
+impl<T> Data<T>
+where
+    T: Storage + Clone,
+{
+    pub fn new(filter: &str, router_config: &RouterConfig) -> Data<T> {
+        let mut max_segment_size = router_config.max_segment_size;
+        let mut max_mem_segments = router_config.max_segment_count;
+
+        // Override segment config for selected filter
+        if let Some(config) = &router_config.custom_segment {
+            for (f, segment_config) in config {
+                if matches(filter, f) {
+                    info!("Overriding segment config for filter: {}", filter);
+                    max_segment_size = segment_config.max_segment_size;
+                    max_mem_segments = segment_config.max_segment_count;
+                }
+            }
+        }
+
+        // max_segment_size: usize, max_mem_segments: usize
+        let log = CommitLog::new(max_segment_size, max_mem_segments).unwrap();
+
+        // lmos-sidecar patch: was `with_capacity(10)`; most filters never
+        // have a parked request, and the slots cost memory per filter.
+        let waiters = Waiters::with_capacity(0);
+        let metrics = SubscriptionMeter::default();
+        Data {
+            filter: filter.to_owned(),
+            log,
+            waiters,
+            meter: metrics,
+            holders: 0,
+        }
+    }
+
+    /// Writes to all the filters that are mapped to this publish topic
+    /// and wakes up consumers that are matching this topic (if they exist)
+    pub fn append(
+        &mut self,
+        item: T,
+        notifications: &mut VecDeque<(ConnectionId, DataRequest)>,
+    ) -> (Offset, &Filter) {
+        let size = item.size();
+        let offset = self.log.append(item);
+        if let Some(mut parked) = self.waiters.take() {
+            notifications.append(&mut parked);
+        }
+
+        self.meter.count += 1;
+        self.meter.total_size += size;
+
+        (offset, &self.filter)
+    }
+}
+
+/// Acks log for a subscription
+#[derive(Debug)]
+pub struct AckLog {
+    // Committed acks per connection. First pkid, last pkid, data
+    committed: VecDeque<Ack>,
+    // Recorded qos 2 publishes
+    recorded: VecDeque<(Publish, Option<PublishProperties>)>,
+}
+
+impl AckLog {
+    /// New log
+    pub fn new() -> AckLog {
+        AckLog {
+            committed: VecDeque::with_capacity(100),
+            recorded: VecDeque::with_capacity(100),
+        }
+    }
+
+    pub fn connack(&mut self, id: ConnectionId, ack: ConnAck, props: Option<ConnAckProperties>) {
+        let ack = Ack::ConnAck(id, ack, props);
+        self.committed.push_back(ack);
+    }
+
+    pub fn suback(&mut self, ack: SubAck) {
+        let ack = Ack::SubAck(ack);
+        self.committed.push_back(ack);
+    }
+
+    pub fn puback(&mut self, ack: PubAck) {
+        let ack = Ack::PubAck(ack);
+        self.committed.push_back(ack);
+    }
+
+    pub fn pubrec(&mut self, publish: Publish, props: Option<PublishProperties>, ack: PubRec) {
+        let ack = Ack::PubRec(ack);
+        self.recorded.push_back((publish, props));
+        self.committed.push_back(ack);
+    }
+
+    pub fn pubrel(&mut self, ack: PubRel) {
+        let ack = Ack::PubRel(ack);
+        self.committed.push_back(ack);
+    }
+
+    pub fn pubcomp(&mut self, ack: PubComp) -> Option<(Publish, Option<PublishProperties>)> {
+        let ack = Ack::PubComp(ack);
+        self.committed.push_back(ack);
+        self.recorded.pop_front()
+    }
+
+    pub fn pingresp(&mut self, ack: PingResp) {
+        let ack = Ack::PingResp(ack);
+        self.committed.push_back(ack);
+    }
+
+    pub fn unsuback(&mut self, ack: UnsubAck) {
+        let ack = Ack::UnsubAck(ack);
+        self.committed.push_back(ack);
+    }
+
+    pub fn readv(&mut self) -> &mut VecDeque<Ack> {
+        &mut self.committed
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::DataLog;
+    use crate::router::shared_subs::Strategy;
+    use crate::RouterConfig;
+
+    #[test]
+    fn publish_filters_updating_correctly_on_new_topic_subscription() {
+        let config = RouterConfig {
+            max_segment_size: 1024,
+            max_connections: 10,
+            max_segment_count: 10,
+            max_outgoing_packet_count: 1024,
+            custom_segment: None,
+            initialized_filters: None,
+            shared_subscriptions_strategy: Strategy::RoundRobin,
+        };
+        let mut data = DataLog::new(config).unwrap();
+        data.next_native_offset("topic/a");
+        data.matches("topic/a");
+
+        data.next_native_offset("topic/+");
+
+        assert_eq!(data.publish_filters.get("topic/a").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn publish_filters_updating_correctly_on_new_publish() {
+        let config = RouterConfig {
+            max_segment_size: 1024,
+            max_connections: 10,
+            max_segment_count: 10,
+            max_outgoing_packet_count: 1024,
+            custom_segment: None,
+            initialized_filters: None,
+            shared_subscriptions_strategy: Strategy::RoundRobin,
+        };
+        let mut data = DataLog::new(config).unwrap();
+        data.next_native_offset("+/+");
+
+        data.matches("topic/a");
+
+        assert_eq!(data.publish_filters.get("topic/a").unwrap().len(), 1);
+    }
+
+    //     #[test]
+    //     fn appends_are_written_to_correct_commitlog() {
+    //         pretty_env_logger::init();
+    //         let config = RouterConfig {
+    //             instant_ack: true,
+    //             max_segment_size: 1024,
+    //             max_connections: 10,
+    //             max_mem_segments: 10,
+    //             max_disk_segments: 0,
+    //             max_read_len: 1024,
+    //             log_dir: None,
+    //             dynamic_log: true,
+    //         };
+
+    //         let mut data = DataLog::new(config).unwrap();
+    //         data.next_native_offset("/devices/2321/actions");
+    //         for i in 0..2 {
+    //             let publish = Publish::new("/devices/2321/events/imu/jsonarray", QoS::AtLeastOnce, vec![1, 2, 3]);
+    //             let v = data.native_append(publish);
+    //             dbg!(v);
+    //         }
+
+    //         for i in 0..2 {
+    //             let publish = Publish::new("/devices/2321/actions", QoS::AtLeastOnce, vec![1, 2, 3]);
+    //             let v = data.native_append(publish);
+    //             dbg!(v);
+    //         }
+    //     }
+}
