@@ -6,7 +6,8 @@
 //! `cargo bench --bench fanout`; settings: FANOUT_N consumers (4),
 //! FANOUT_MESSAGES (20000), FANOUT_PAYLOAD bytes of padding in each event's
 //! data (64), FANOUT_TRACING a comma list of the sidecar's tracing modes
-//! (off,collector,down):
+//! (off,collector,down), FANOUT_VALUE_TOPICS 0 to turn the sidecar's
+//! value-only topics off (`topics.value_topics`, on by default):
 //! - off: no OTLP endpoint;
 //! - collector: OTLP/gRPC to a receiver in this process (its own thread and
 //!   runtime) that counts the spans it gets;
@@ -480,6 +481,7 @@ async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
     config.sidecar.shutdown_grace_ms = 1_000;
     config.tracing.endpoint = endpoint;
     config.tracing.protocol = OtlpProtocol::Grpc;
+    config.topics.value_topics = env_or("FANOUT_VALUE_TOPICS", 1) != 0;
     Ok((Application::build(config).await?, collector))
 }
 
