@@ -195,9 +195,12 @@ impl Default for GatewayConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RequestsConfig {
-    /// How long an agent has to answer a request (for `invokeAction`, to send
-    /// its first `actionStatus`; for `cancelAction`, its answer), in ms.
+    /// How long an agent has to answer `readProperty`, `writeProperty`,
+    /// `writeMultipleProperties` and `cancelAction`, in ms.
     pub timeout_ms: u64,
+    /// How long an invocation may go without a sign of life from its agent
+    /// (its first `actionStatus`, then each further one), in ms.
+    pub action_liveness_ms: u64,
     /// Finished invocations remembered for `queryAction` and `cancelAction`.
     pub finished_invocations: usize,
 }
@@ -206,6 +209,7 @@ impl Default for RequestsConfig {
     fn default() -> Self {
         RequestsConfig {
             timeout_ms: 10_000,
+            action_liveness_ms: 600_000,
             finished_invocations: 1_000,
         }
     }
@@ -214,6 +218,10 @@ impl Default for RequestsConfig {
 impl RequestsConfig {
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
+    }
+
+    pub fn action_liveness(&self) -> Duration {
+        Duration::from_millis(self.action_liveness_ms)
     }
 }
 

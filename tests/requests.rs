@@ -549,6 +549,50 @@ async fn an_agent_that_does_not_answer_gets_the_consumer_a_timeout_error() {
     consumer
         .send(lmos(
             THING,
+            "readProperty",
+            json!({"name": "p", "correlationID": "t"}),
+        ))
+        .await;
+    let request = agent_receives(&mut agent, "readProperty").await;
+    let e = consumer.recv().await;
+    assert_eq!(
+        (e["status"].as_str(), e["correlationID"].as_str()),
+        (Some("504"), Some("t"))
+    );
+    assert!(e["detail"].as_str().unwrap().contains("200 ms"));
+    // A late answer to a read goes nowhere, and nothing is left behind.
+    let mut late = lmos(
+        THING,
+        "propertyReading",
+        json!({"name": "p", "value": 1, "timestamp": "2025-01-20T19:00:00Z"}),
+    );
+    late["correlationID"] = request["correlationID"].clone();
+    agent.send(late).await;
+    consumer.assert_nothing_pending().await;
+    wait_for_stats(&sidecar, |s| {
+        s.pending_requests == 0 && s.remembered_requests == 0
+    })
+    .await;
+    sidecar.stop().await;
+}
+
+/// An invocation whose agent stays silent past `requests.action_liveness_ms`
+/// gets the consumer a 504, and the result that comes later still reaches
+/// it, the invocation's status topic and queryAction.
+#[tokio::test]
+async fn a_late_result_of_a_silent_invocation_still_arrives() {
+    let mut config = common::test_config();
+    config.requests.action_liveness_ms = 200;
+    let sidecar = TestSidecar::start_with(config).await;
+    let mut agent = sidecar.ws_agent(THING).await;
+    let mut consumer = sidecar.ws().await;
+    let mut follower = sidecar.mqtt("status-follower").await;
+    follower
+        .subscribe(&format!("lmos/{THING}/actions/slow/status/t"))
+        .await;
+    consumer
+        .send(lmos(
+            THING,
             "invokeAction",
             json!({"action": "slow", "correlationID": "t"}),
         ))
@@ -559,16 +603,30 @@ async fn an_agent_that_does_not_answer_gets_the_consumer_a_timeout_error() {
         (e["status"].as_str(), e["correlationID"].as_str()),
         (Some("504"), Some("t"))
     );
-    assert!(e["detail"].as_str().unwrap().contains("200 ms"));
-    // A late answer goes nowhere, and nothing is left behind.
+    assert!(e["detail"].as_str().unwrap().contains("action_liveness_ms"));
     agent
-        .send(status(&request, "slow", "completed", None))
+        .send(status(&request, "slow", "completed", Some(json!("late"))))
         .await;
-    consumer.assert_nothing_pending().await;
-    wait_for_stats(&sidecar, |s| {
-        s.pending_requests == 0 && s.remembered_requests == 0
-    })
-    .await;
+    let done = consumer.recv().await;
+    assert_eq!(
+        (
+            done["status"].as_str(),
+            done["output"].as_str(),
+            done["correlationID"].as_str()
+        ),
+        (Some("completed"), Some("late"), Some("t"))
+    );
+    let (_, published, _) = follower.recv_json().await;
+    assert_eq!(published["status"], "completed");
+    consumer
+        .send(lmos(
+            THING,
+            "queryAction",
+            json!({"action": "slow", "correlationID": "t"}),
+        ))
+        .await;
+    assert_eq!(consumer.recv().await["status"], "completed");
+    wait_for_stats(&sidecar, |s| s.pending_requests == 0).await;
     sidecar.stop().await;
 }
 

@@ -124,6 +124,7 @@ impl Gateway {
             requests.timeout(),
             requests.finished_invocations,
         )
+        .with_action_liveness(requests.action_liveness())
         .with_metrics(metrics.clone());
         let services = dispatcher::Services {
             tracer: tracer.clone(),

@@ -85,6 +85,9 @@ struct Pending {
     action: Option<String>,
     latest: Option<Value>,
     finished: bool,
+    /// In the queue of remembered requests: finished, or an invocation
+    /// whose agent went silent past its liveness (still listened to).
+    remembered: bool,
     cancel_waiters: Vec<String>,
     /// The forwarded request's `traceparent`: what the sidecar says in the
     /// agent's stead (timeouts, failures) continues its trace.
@@ -111,6 +114,8 @@ enum Timer {
 pub struct Requests {
     topics: Topics,
     timeout: Duration,
+    /// How long an invocation may go without a status from its agent.
+    liveness: Duration,
     finished_limit: usize,
     hosts: HashMap<String, Host>,
     routes: HashMap<String, Pending>,
@@ -150,6 +155,7 @@ impl Requests {
         Requests {
             topics,
             timeout,
+            liveness: timeout,
             finished_limit,
             hosts: HashMap::new(),
             routes: HashMap::new(),
@@ -163,6 +169,13 @@ impl Requests {
         }
     }
 
+    /// How long an invocation may go without a sign of life from its agent
+    /// (else the request timeout).
+    pub fn with_action_liveness(mut self, liveness: Duration) -> Requests {
+        self.liveness = liveness;
+        self
+    }
+
     /// Reports request latencies here.
     pub fn with_metrics(mut self, metrics: Metrics) -> Requests {
         self.metrics = metrics;
@@ -170,14 +183,15 @@ impl Requests {
     }
 
     pub fn pending_count(&self) -> usize {
-        self.routes.values().filter(|p| !p.finished).count()
+        self.routes.values().filter(|p| !p.remembered).count()
     }
 
-    /// Requests of one consumer still waiting, running invocations included.
+    /// Requests of one consumer still waiting, running invocations included
+    /// (not those whose agent went silent: they are remembered, bounded).
     pub fn pending_for(&self, consumer: &Consumer) -> usize {
         self.routes
             .values()
-            .filter(|p| !p.finished && p.consumer == *consumer)
+            .filter(|p| !p.remembered && p.consumer == *consumer)
             .count()
     }
 
@@ -273,7 +287,7 @@ impl Requests {
                     let waiters = std::mem::take(&mut p.cancel_waiters);
                     p.latest = Some(status.clone());
                     effects.push(Effect::ToConsumer(consumer.clone(), status.to_string()));
-                    effects.extend(self.answer_cancels(&consumer, &status, waiters, &route));
+                    effects.extend(self.answer_cancels(&consumer, &status, waiters, &route, false));
                     self.finish(&route);
                 }
                 Kind::ReadProperty | Kind::WriteProperty => {
@@ -350,12 +364,17 @@ impl Requests {
                 action,
                 latest: None,
                 finished: false,
+                remembered: false,
                 cancel_waiters: Vec::new(),
                 traceparent: forwarded_traceparent,
                 started: Some((Instant::now(), message_type)),
             },
         );
-        self.arm(Timer::Reply(route));
+        let wait = match kind {
+            Kind::Invocation => self.liveness,
+            _ => self.timeout,
+        };
+        self.arm(Timer::Reply(route), wait);
         vec![self.to_host(host, &thing, message_type.as_str(), text)]
     }
 
@@ -443,7 +462,7 @@ impl Requests {
             return self.host_gone(&thing);
         };
         let forwarded = message.with_correlation_id(route.clone()).to_json();
-        self.arm(Timer::Cancel(route));
+        self.arm(Timer::Cancel(route), self.timeout);
         vec![self.to_host(host, &thing, "cancelAction", forwarded)]
     }
 
@@ -515,7 +534,11 @@ impl Requests {
         let mut effects = vec![Effect::ToConsumer(consumer.clone(), copy.clone())];
         match (&message.body, p.kind) {
             (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
-                self.disarm(&Timer::Reply(route.clone()));
+                // A sign of life: the agent has as long again (unless the
+                // consumer was already told it went silent).
+                if !p.remembered {
+                    self.arm(Timer::Reply(route.clone()), self.liveness);
+                }
                 let p = self.routes.get_mut(&route).expect("present");
                 let value: Value = serde_json::from_str(&copy).expect("spliced JSON is valid");
                 p.latest = Some(value.clone());
@@ -527,17 +550,25 @@ impl Requests {
                 )));
                 if is_terminal(status) {
                     let waiters = std::mem::take(&mut p.cancel_waiters);
-                    effects.extend(self.answer_cancels(&consumer, &value, waiters, &route));
+                    effects.extend(self.answer_cancels(&consumer, &value, waiters, &route, false));
                     self.finish(&route);
                 }
             }
             (Body::Error(_), Kind::Invocation) => {
                 let p = self.routes.get_mut(&route).expect("present");
-                let waiters = std::mem::take(&mut p.cancel_waiters);
                 let value: Value = serde_json::from_str(&copy).expect("spliced JSON is valid");
-                p.latest = Some(value.clone());
-                effects.extend(self.answer_cancels(&consumer, &value, waiters, &route));
-                self.finish(&route);
+                if p.cancel_waiters.is_empty() {
+                    // The agent refuses the invocation: it ends here.
+                    p.latest = Some(value);
+                    self.finish(&route);
+                } else {
+                    // The agent refuses the cancel (the draft's "could not
+                    // be cancelled"): the invocation goes on, and whoever
+                    // asked to cancel hears why.
+                    let waiters = std::mem::take(&mut p.cancel_waiters);
+                    effects.clear();
+                    effects.extend(self.answer_cancels(&consumer, &value, waiters, &route, true));
+                }
             }
             (Body::PropertyReadings { data, timestamp }, _) => {
                 // Observers see what was written.
@@ -573,20 +604,23 @@ impl Requests {
         Some(effects)
     }
 
-    /// A `cancelAction` is answered by the invocation's final status; waiters
-    /// whose correlation differs from the invocation's get their own copy.
+    /// A `cancelAction` is answered by the invocation's final status, or by
+    /// the agent's refusal; waiters whose correlation differs from the
+    /// invocation's get their own copy (`all`: every waiter does, as the
+    /// refusal is no status of the invocation).
     fn answer_cancels(
         &mut self,
         consumer: &Consumer,
         status: &Value,
         waiters: Vec<String>,
         route: &str,
+        all: bool,
     ) -> Vec<Effect> {
         self.disarm(&Timer::Cancel(route.to_owned()));
         let own = self.routes.get(route).map(|p| p.correlation.clone());
         waiters
             .into_iter()
-            .filter(|w| Some(w) != own.as_ref())
+            .filter(|w| all || Some(w) != own.as_ref())
             .map(|w| {
                 let mut copy = status.clone();
                 copy["correlationID"] = w.into();
@@ -597,9 +631,9 @@ impl Requests {
 
     // ----- time and cleanup -----
 
-    fn arm(&mut self, timer: Timer) {
+    fn arm(&mut self, timer: Timer, after: Duration) {
         self.disarm(&timer);
-        let key = self.timers.insert(timer.clone(), self.timeout);
+        let key = self.timers.insert(timer.clone(), after);
         self.timer_keys.insert(timer, key);
     }
 
@@ -628,18 +662,32 @@ impl Requests {
                 let Some(p) = self.routes.get(route) else {
                     return Vec::new();
                 };
-                let detail = format!(
-                    "The agent hosting `{}` did not answer within {} ms (requests.timeout_ms).",
-                    p.thing,
-                    self.timeout.as_millis()
-                );
+                let detail = if p.kind == Kind::Invocation {
+                    format!(
+                        "The agent hosting `{}` sent no status of this invocation for {} ms (requests.action_liveness_ms). It is still remembered: a status that comes later reaches you, its status topic and queryAction.",
+                        p.thing,
+                        self.liveness.as_millis()
+                    )
+                } else {
+                    format!(
+                        "The agent hosting `{}` did not answer within {} ms (requests.timeout_ms).",
+                        p.thing,
+                        self.timeout.as_millis()
+                    )
+                };
                 let m = p.speak(
                     Problem::new(ProblemKind::Timeout, detail)
                         .to_message(&p.thing, Some(&p.correlation)),
                 );
                 let effect = Effect::ToConsumer(p.consumer.clone(), m.to_json());
                 let route = route.clone();
-                self.forget(&route);
+                if p.kind == Kind::Invocation {
+                    // No late answer is dropped: the invocation stays, among
+                    // the remembered ones (bounded), listening.
+                    self.remember(&route);
+                } else {
+                    self.forget(&route);
+                }
                 return vec![effect];
             }
             Timer::Cancel(route) => match self.routes.get_mut(route) {
@@ -664,8 +712,19 @@ impl Requests {
 
     /// Keeps a finished invocation for queries, within the limit.
     fn finish(&mut self, route: &str) {
+        self.disarm(&Timer::Reply(route.to_owned()));
         if let Some(p) = self.routes.get_mut(route) {
             p.finished = true;
+        }
+        self.remember(route);
+    }
+
+    /// Puts a request among the remembered ones (once), forgetting the
+    /// oldest past the limit.
+    fn remember(&mut self, route: &str) {
+        match self.routes.get_mut(route) {
+            Some(p) if !p.remembered => p.remembered = true,
+            _ => return,
         }
         self.finished.push_back(route.to_owned());
         while self.finished.len() > self.finished_limit {
@@ -907,6 +966,100 @@ mod tests {
             1,
             "the invocation itself is still running"
         );
+    }
+
+    fn invoke(r: &mut Requests, correlation: &str) -> String {
+        let invoke = message(
+            json!({"thingID": T, "messageID": "i", "messageType": "invokeAction", "action": "a", "correlationID": correlation}),
+        );
+        forwarded(&r.request(Consumer::WebSocket(2), invoke))
+    }
+
+    fn action_status(route: &str, status: &str) -> Value {
+        json!({"thingID": T, "messageID": "s", "messageType": "actionStatus", "action": "a", "status": status, "output": status, "correlationID": route})
+    }
+
+    fn query(r: &mut Requests, correlation: &str) -> Value {
+        let q = message(
+            json!({"thingID": T, "messageID": "q", "messageType": "queryAction", "action": "a", "correlationID": correlation}),
+        );
+        to_consumer(&r.request(Consumer::WebSocket(2), q))
+            .remove(0)
+            .1
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invocation_refused_with_an_error_gets_that_error_once() {
+        let mut r = router(10);
+        let route = invoke(&mut r, "inv");
+        let refusal = json!({"thingID": T, "messageID": "e", "messageType": "error", "type": "about:blank", "title": "Busy", "status": "409", "detail": "busy", "instance": "urn:x", "correlationID": route});
+        let effects = reply_to(&mut r, &refusal).unwrap();
+        assert_eq!(to_consumer(&effects)[0].1["status"], "409");
+        assert!(!r.has_timers(), "no 504 later");
+        assert_eq!(query(&mut r, "inv")["status"], "409", "queried, the error");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_status_gives_a_long_action_as_long_again() {
+        let mut r = router(10).with_action_liveness(Duration::from_secs(60));
+        let route = invoke(&mut r, "inv");
+        for status in ["pending", "running", "running"] {
+            assert!(
+                tokio::time::timeout(Duration::from_secs(59), r.next_timeout())
+                    .await
+                    .is_err(),
+                "no timeout before {status}"
+            );
+            reply_to(&mut r, &action_status(&route, status)).unwrap();
+        }
+        tokio::time::advance(Duration::from_secs(59)).await;
+        let done = reply_to(&mut r, &action_status(&route, "completed")).unwrap();
+        assert_eq!(to_consumer(&done)[0].1["status"], "completed");
+        assert!(!r.has_timers());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_agent_gets_a_504_and_its_late_answer_still_arrives() {
+        let mut r = router(10).with_action_liveness(Duration::from_secs(60));
+        let route = invoke(&mut r, "inv");
+        let timeout = to_consumer(&r.next_timeout().await.unwrap());
+        assert_eq!(timeout[0].1["status"], "504");
+        assert!(timeout[0].1["detail"]
+            .as_str()
+            .unwrap()
+            .contains("action_liveness_ms"));
+        assert_eq!(r.pending_count(), 0, "no longer counted as waiting");
+        let late = reply_to(&mut r, &action_status(&route, "completed")).unwrap();
+        assert_eq!(to_consumer(&late)[0].1["correlationID"], "inv");
+        assert!(late.iter().any(
+            |e| matches!(e, Effect::Publish(p) if p.topic == "lmos/urn:t/actions/a/status/inv")
+        ));
+        assert_eq!(query(&mut r, "inv")["status"], "completed");
+        assert!(!r.has_timers());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_cancel_is_relayed_and_the_invocation_goes_on() {
+        let mut r = router(10);
+        let route = invoke(&mut r, "inv");
+        reply_to(&mut r, &action_status(&route, "running")).unwrap();
+        let cancel = message(
+            json!({"thingID": T, "messageID": "k", "messageType": "cancelAction", "action": "a", "correlationID": "inv"}),
+        );
+        assert_eq!(forwarded(&r.request(Consumer::WebSocket(2), cancel)), route);
+        let refusal = json!({"thingID": T, "messageID": "e", "messageType": "error", "type": "about:blank", "title": "Conflict", "status": "409", "detail": "cannot stop now", "instance": "urn:x", "correlationID": route});
+        let answer = to_consumer(&reply_to(&mut r, &refusal).unwrap());
+        assert_eq!(answer.len(), 1, "{answer:?}");
+        assert_eq!(
+            (
+                answer[0].1["status"].as_str(),
+                answer[0].1["correlationID"].as_str()
+            ),
+            (Some("409"), Some("inv"))
+        );
+        assert_eq!(r.pending_count(), 1, "still running");
+        let done = to_consumer(&reply_to(&mut r, &action_status(&route, "completed")).unwrap());
+        assert_eq!(done[0].1["status"], "completed");
     }
 
     // DelayQueue needs a runtime even when no timer fires.
