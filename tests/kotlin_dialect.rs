@@ -14,7 +14,9 @@ use lmos_sidecar::topics::Topics;
 use serde_json::{json, Value};
 
 const THING: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
-/// An `Instant` as Jackson writes it (WRITE_DATES_AS_TIMESTAMPS, nanoseconds).
+/// An `Instant` as Jackson writes it (WRITE_DATES_AS_TIMESTAMPS, nanoseconds);
+/// an f64 keeps what it can, as the sidecar's reader does.
+#[allow(clippy::excessive_precision)]
 const INSTANT: f64 = 1737399600.123456789;
 
 fn id() -> String {

@@ -581,6 +581,8 @@ mod tests {
     }
 
     #[test]
+    // The nanoseconds Jackson writes; an f64 keeps what it can.
+    #[allow(clippy::excessive_precision)]
     fn observe_and_unobserve_property() {
         let m = one(
             json!({"messageType": "observeProperty", "thingId": T, "messageId": "m1", "property": "p", "lastPropertyReading": 1737399600.123456789}),
