@@ -22,8 +22,10 @@ use super::subscriptions::ConnId;
 use super::{authorize, trace_publication, Client, Shared};
 use crate::auth::Principal;
 use crate::directory::affordances;
-use crate::lmos::{Body, Direction, Message, Problem, ProblemKind};
+use crate::lmos::dialect::{self, Dialect, Gatherer};
+use crate::lmos::{Body, Direction, Message, Problem, ProblemKind, Rejection};
 use crate::telemetry::metrics;
+use serde_json::{Map, Value};
 
 /// Frames written per flush when many are queued.
 const WRITE_BATCH: usize = 64;
@@ -40,6 +42,12 @@ pub struct Connection<S> {
     inbox: Inbox,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
+    /// The dialect the peer speaks, from the first of its messages that is
+    /// unambiguous; until then, and for draft peers, frames go out as the
+    /// dispatcher wrote them.
+    dialect: Option<Dialect>,
+    /// Kotlin reads of several properties waiting for all their readings.
+    gatherer: Gatherer,
 }
 
 /// Why a connection ends, which decides its close frame.
@@ -71,6 +79,8 @@ where
             inbox,
             shared,
             shutdown,
+            dialect: None,
+            gatherer: Gatherer::default(),
         }
     }
 
@@ -186,14 +196,49 @@ where
     }
 
     async fn write_batch(&mut self, first: Utf8Bytes) -> Result<(), WsError> {
-        self.socket.feed(WsMessage::Text(first)).await?;
+        self.feed(first).await?;
         for _ in 1..WRITE_BATCH {
             match self.inbox.rx.try_recv() {
-                Ok(frame) => self.socket.feed(WsMessage::Text(frame)).await?,
+                Ok(frame) => self.feed(frame).await?,
                 Err(_) => break,
             }
         }
         self.socket.flush().await
+    }
+
+    /// Queues one frame, in the peer's dialect.
+    async fn feed(&mut self, frame: Utf8Bytes) -> Result<(), WsError> {
+        if self.dialect != Some(Dialect::Kotlin) {
+            return self.socket.feed(WsMessage::Text(frame)).await;
+        }
+        if let Some(text) = self.in_kotlin(&frame) {
+            self.socket.feed(WsMessage::Text(text.into())).await?;
+        }
+        Ok(())
+    }
+
+    /// A canonical message as this Kotlin peer reads it; `None` while the
+    /// gatherer holds it. Text that is no JSON goes out as it is.
+    fn in_kotlin(&mut self, text: &str) -> Option<String> {
+        let Ok(value) = serde_json::from_str::<Value>(text) else {
+            return Some(text.to_owned());
+        };
+        let value = self.gatherer.offer(value)?;
+        Some(dialect::render(value).to_string())
+    }
+
+    /// Sends one message the connection writes itself, in the peer's
+    /// dialect, ahead of queued deliveries.
+    async fn send_now(&mut self, text: String) -> Result<(), WsError> {
+        let text = if self.dialect == Some(Dialect::Kotlin) {
+            match self.in_kotlin(&text) {
+                Some(text) => text,
+                None => return Ok(()),
+            }
+        } else {
+            text
+        };
+        self.socket.send(WsMessage::Text(text.into())).await
     }
 
     async fn handle(&mut self, message: WsMessage) -> Result<(), WsError> {
@@ -225,14 +270,84 @@ where
                 )
                 .await;
         }
-        let message = match Message::parse(text.as_bytes()) {
+        let value = match serde_json::from_slice::<Value>(text.as_bytes()) {
+            Ok(value) => value,
+            // Parsed again for the rejection naming where it failed.
+            Err(_) => {
+                return self
+                    .handle_parsed(Message::parse(text.as_bytes()), text)
+                    .await
+            }
+        };
+        if looks_like_td(&value) {
+            return self.register_td(&text).await;
+        }
+        let detected = match &value {
+            Value::Object(map) => dialect::detect(map),
+            _ => None,
+        };
+        if self.dialect.is_none() && detected.is_some() {
+            self.dialect = detected;
+            debug!(dialect = ?detected, "The peer's dialect is known.");
+        }
+        let kotlin = detected == Some(Dialect::Kotlin)
+            || (detected.is_none() && self.dialect == Some(Dialect::Kotlin));
+        match value {
+            Value::Object(map) if kotlin => self.handle_kotlin(map).await,
+            // The draft's (or a message valid in both): published verbatim.
+            value => self.handle_parsed(Message::from_value(value), text).await,
+        }
+    }
+
+    /// A message in the Kotlin dialect: the canonical message(s) it stands
+    /// for are handled as if sent so, and what is published is their
+    /// canonical form, so draft consumers read it.
+    async fn handle_kotlin(&mut self, map: Map<String, Value>) -> Result<(), WsError> {
+        let (thing, correlation) = dialect::reply_target(&map);
+        let normalized = dialect::normalize(map, |t| {
+            let directory = self.shared.directory.directory();
+            dialect::readable_properties(directory.get(t)?)
+        });
+        let normalized = match normalized {
+            Ok(n) => n,
+            Err(e) => {
+                return self
+                    .reply(e.problem(), thing.as_deref(), correlation.as_deref())
+                    .await
+            }
+        };
+        if let Some(names) = &normalized.gather {
+            let thing = thing.as_deref().unwrap_or_default();
+            let correlation = correlation.as_deref().unwrap_or_default();
+            if let Some(empty) = self.gatherer.expect(thing, correlation, names) {
+                return self.send_now(empty.to_string()).await;
+            }
+        }
+        for map in normalized.messages {
+            let message = Message::from_value(Value::Object(map));
+            let raw = match &message {
+                Ok(m) => Utf8Bytes::from(m.to_json()),
+                Err(_) => Utf8Bytes::default(),
+            };
+            self.handle_parsed(message, raw).await?;
+        }
+        Ok(())
+    }
+
+    /// A message as read (or why it could not be); `raw` is what agents'
+    /// messages are published as.
+    async fn handle_parsed(
+        &mut self,
+        parsed: Result<Message, Rejection>,
+        raw: Utf8Bytes,
+    ) -> Result<(), WsError> {
+        let message = match parsed {
             Ok(m) => {
                 self.shared
                     .metrics
                     .received(metrics::WEBSOCKET, m.message_type().as_str());
                 m
             }
-            Err(_) if looks_like_td(&text) => return self.register_td(&text).await,
             Err(rejection) => {
                 let problem = Problem::from(&rejection);
                 let correlation = rejection.reply_correlation_id().map(str::to_owned);
@@ -245,6 +360,7 @@ where
                     .await;
             }
         };
+        let text = raw;
         let thing = message.thing_id.clone();
         let correlation = message.reply_correlation_id().to_owned();
         if let Err((access, problem)) = authorize(&self.principal, &message) {
@@ -290,8 +406,14 @@ where
             self.shared.command(command).await;
             return Ok(());
         }
+        let kotlin = self.dialect == Some(Dialect::Kotlin);
         match outcome {
-            Outcome::Command(command) => {
+            Outcome::Command(mut command) => {
+                if let Command::Subscribe { acknowledge, .. }
+                | Command::Unsubscribe { acknowledge, .. } = &mut command
+                {
+                    *acknowledge = kotlin;
+                }
                 debug!(message_type = %message.message_type(), "Applying subscription change.");
                 self.shared.command(command).await;
                 Ok(())
@@ -362,16 +484,12 @@ where
         if let Body::Error(e) = &message.body {
             info!(kind = problem.kind.slug(), instance = %e.instance, "Rejected a WebSocket message.");
         }
-        self.socket
-            .send(WsMessage::Text(message.to_json().into()))
-            .await
+        self.send_now(message.to_json()).await
     }
 }
 
 /// A JSON object with `@context` and no `messageType`: a Thing Description,
 /// not an LMOS message.
-fn looks_like_td(text: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .is_some_and(|v| v.get("@context").is_some() && v.get("messageType").is_none())
+fn looks_like_td(value: &Value) -> bool {
+    value.get("@context").is_some() && value.get("messageType").is_none()
 }

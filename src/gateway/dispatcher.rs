@@ -18,8 +18,9 @@ use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
 use super::{incoming_trace, message_info, trace_publication};
 use crate::broker::{Bus, Delivery, Publication, ResponseInfo};
 use crate::directory::{affordances, DirectoryService};
+use crate::lmos::dialect::{self, Dialect};
 use crate::lmos::splice::peek_member;
-use crate::lmos::splice::{json_string, Prepared};
+use crate::lmos::splice::{json_string, PrepareError, Prepared};
 use crate::lmos::{Body, Message, Problem, ProblemKind};
 use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
@@ -43,11 +44,16 @@ pub enum Command {
         thing: String,
         selector: Selector,
         correlation_id: String,
+        /// Confirm with an `acknowledgement` (a Kotlin-dialect connection,
+        /// whose client waits for one) unless a reading answers it.
+        acknowledge: bool,
     },
     Unsubscribe {
         conn: ConnId,
         thing: String,
         selector: Selector,
+        correlation_id: String,
+        acknowledge: bool,
     },
     /// A consumer's request.
     Request {
@@ -208,6 +214,7 @@ impl Dispatcher {
                 thing,
                 selector,
                 correlation_id,
+                acknowledge,
             } => {
                 if !self.outbounds.contains_key(&conn) {
                     return;
@@ -225,25 +232,35 @@ impl Dispatcher {
                 let change = self
                     .table
                     .add(conn, &thing, selector.clone(), correlation.clone());
+                let mut answered = false;
                 if let Selector::Property(name) = &selector {
                     let cached = self.latest.get(&thing).and_then(|m| m.get(name)).cloned();
                     if let Some(prepared) = cached {
                         let topic = self.topics.property(&thing, name);
                         let recipient = vec![(conn, correlation.clone())];
                         self.fan_out(&topic, &thing, name, &prepared, recipient);
+                        answered = true;
                     }
                 }
                 if let Some(change) = change {
                     self.change_bus(change).await;
+                }
+                if acknowledge && !answered {
+                    self.acknowledge(conn, &thing, &correlation_id, &selector, true);
                 }
             }
             Command::Unsubscribe {
                 conn,
                 thing,
                 selector,
+                correlation_id,
+                acknowledge,
             } => {
                 if let Some(change) = self.table.remove(conn, &thing, &selector) {
                     self.change_bus(change).await;
+                }
+                if acknowledge {
+                    self.acknowledge(conn, &thing, &correlation_id, &selector, false);
                 }
             }
             Command::Request { conn, mut message } => {
@@ -302,6 +319,31 @@ impl Dispatcher {
                 });
             }
         }
+    }
+
+    /// Tells a Kotlin-dialect connection its subscription change took effect,
+    /// as the Kotlin server does (its client waits for this before it
+    /// listens). Sent after the bus subscription, so what is published
+    /// after it arrives reaches the subscriber.
+    fn acknowledge(
+        &mut self,
+        conn: ConnId,
+        thing: &str,
+        correlation: &str,
+        selector: &Selector,
+        subscribe: bool,
+    ) {
+        let of = match (selector, subscribe) {
+            (Selector::Event(_), true) => "subscribeevent",
+            (Selector::Event(_), false) => "unsubscribeEvent",
+            (Selector::Property(_), true) => "observeProperty",
+            (Selector::Property(_), false) => "unobserveProperty",
+            (Selector::AllEvents, true) => "subscribeAllEvents",
+            (Selector::AllEvents, false) => "unsubscribeAllEvents",
+        };
+        let text = dialect::acknowledgement(thing, correlation, of).to_string();
+        self.count_sent(metrics::WEBSOCKET, &text);
+        self.send(conn, text);
     }
 
     /// A subscription to an event or property the Thing's TD lacks.
@@ -444,20 +486,35 @@ impl Dispatcher {
             Route::Request {
                 thing,
                 message_type,
-            } => self.mqtt_request(&thing, &message_type, delivery).await,
-            Route::AgentReplies { thing } => match Message::parse(&delivery.payload) {
-                Ok(mut message) if self.requests.answers(&thing, &message) => {
+            } => {
+                for (message_type, delivery) in self.kotlin_requests(&thing, message_type, delivery)
+                {
+                    self.mqtt_request(&thing, &message_type, delivery).await;
+                }
+            }
+            Route::AgentReplies { thing } => {
+                let messages = match parse_kotlin(&delivery.payload) {
+                    Some(messages) => messages,
+                    None => Message::parse(&delivery.payload).into_iter().collect(),
+                };
+                if messages.is_empty() {
+                    debug!("Dropped an unreadable agent reply.");
+                }
+                for mut message in messages {
+                    if !self.requests.answers(&thing, &message) {
+                        debug!("Dropped an agent reply that answers no pending request.");
+                        continue;
+                    }
                     if message.traceparent.is_none() {
                         // MQTT 5 agents may carry the context in user properties only.
-                        if let Some(t) = delivery.trace {
-                            message.traceparent = Some(t.traceparent);
-                            message.tracestate = t.tracestate;
+                        if let Some(t) = &delivery.trace {
+                            message.traceparent = Some(t.traceparent.clone());
+                            message.tracestate = t.tracestate.clone();
                         }
                     }
                     self.agent_reply(&thing, &message).await;
                 }
-                _ => debug!("Dropped an agent reply that answers no pending request."),
-            },
+            }
             Route::AgentStatus { thing } => {
                 let effects = self.requests.mqtt_presence(&thing, &delivery.payload);
                 self.carry_out(effects).await;
@@ -547,6 +604,59 @@ impl Dispatcher {
             let text = prepared.with(&correlation, ctx.as_ref().map(|c| c.traceparent.as_str()));
             self.send(conn, text);
         }
+    }
+
+    /// A request an MQTT consumer published in the Kotlin dialect, as the
+    /// canonical request(s) it stands for, each with the topic's message
+    /// type renamed alike (`.../requests/readMultipleProperties` becomes one
+    /// `readProperty` per property). Anything else as it came.
+    fn kotlin_requests(
+        &self,
+        thing: &str,
+        message_type: String,
+        delivery: Delivery,
+    ) -> Vec<(String, Delivery)> {
+        let kotlin = serde_json::from_slice::<Value>(&delivery.payload)
+            .ok()
+            .and_then(|v| match v {
+                Value::Object(map) if dialect::detect(&map) == Some(Dialect::Kotlin) => Some(map),
+                _ => None,
+            });
+        let Some(map) = kotlin else {
+            return vec![(message_type, delivery)];
+        };
+        let original = map
+            .get("messageType")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let normalized = dialect::normalize(map, |t| {
+            dialect::readable_properties(self.directory.directory().get(t)?)
+        });
+        let Ok(normalized) = normalized else {
+            // Refused as an unknown type by the usual reader, with its reply.
+            return vec![(message_type, delivery)];
+        };
+        normalized
+            .messages
+            .into_iter()
+            .map(|m| {
+                let canonical_type = m
+                    .get("messageType")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let topic_type = if message_type == original {
+                    canonical_type
+                } else {
+                    message_type.clone()
+                };
+                let mut copy = delivery.clone();
+                copy.payload = Value::Object(m).to_string().into();
+                debug!(thing, "Read an MQTT request in the Kotlin dialect.");
+                (topic_type, copy)
+            })
+            .collect()
     }
 
     /// A request published by an MQTT consumer on
@@ -807,19 +917,54 @@ impl Dispatcher {
 }
 
 /// Parses a delivery once for all its recipients. Trace context from MQTT 5
-/// user properties counts when the payload has none.
+/// user properties counts when the payload has none. An event or reading a
+/// Kotlin-dialect agent published is put in the draft's form first, so
+/// draft consumers read it (Kotlin ones get it rendered back).
 fn prepare(payload: &[u8], thing: &str, trace: Option<TraceContext>) -> Option<Arc<Prepared>> {
-    match Prepared::from_payload(payload, thing) {
-        Ok(mut p) => {
-            if let (None, Some(t)) = (&p.traceparent, trace) {
-                p.traceparent = Some(t.traceparent);
-                p.tracestate = t.tracestate;
+    let map = match serde_json::from_slice::<Value>(payload) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => return invalid(&PrepareError::NotAnObject),
+        Err(e) => return invalid(&PrepareError::NotJson(e.to_string())),
+    };
+    let mut map = if dialect::detect(&map) == Some(Dialect::Kotlin) {
+        match dialect::normalize(map, |_| None) {
+            Ok(mut n) if n.messages.len() == 1 => n.messages.remove(0),
+            _ => {
+                warn!(kind = "invalid-payload", "Dropped a Kotlin-dialect message published on an LMOS topic that is no single event or reading.");
+                return None;
             }
-            Some(Arc::new(p))
         }
-        Err(e) => {
-            warn!(error = %e, kind = "invalid-payload", "Dropped a message published on an LMOS topic.");
-            None
-        }
+    } else {
+        map
+    };
+    let mut p = Prepared::from_map(&mut map, thing);
+    if let (None, Some(t)) = (&p.traceparent, trace) {
+        p.traceparent = Some(t.traceparent);
+        p.tracestate = t.tracestate;
     }
+    Some(Arc::new(p))
+}
+
+fn invalid(e: &PrepareError) -> Option<Arc<Prepared>> {
+    warn!(error = %e, kind = "invalid-payload", "Dropped a message published on an LMOS topic.");
+    None
+}
+
+/// A payload in the Kotlin dialect as the canonical messages it stands for
+/// (those that parse); `None` when it is not in the Kotlin dialect.
+fn parse_kotlin(payload: &[u8]) -> Option<Vec<Message>> {
+    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(payload) else {
+        return None;
+    };
+    if dialect::detect(&map) != Some(Dialect::Kotlin) {
+        return None;
+    }
+    let normalized = dialect::normalize(map, |_| None).ok()?;
+    Some(
+        normalized
+            .messages
+            .into_iter()
+            .filter_map(|m| Message::from_value(Value::Object(m)).ok())
+            .collect(),
+    )
 }

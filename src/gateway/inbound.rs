@@ -33,6 +33,7 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
             thing: thing.clone(),
             selector,
             correlation_id: message.reply_correlation_id().to_owned(),
+            acknowledge: false,
         })
     };
     let unsubscribe = |selector| {
@@ -40,6 +41,8 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
             conn,
             thing: thing.clone(),
             selector,
+            correlation_id: message.reply_correlation_id().to_owned(),
+            acknowledge: false,
         })
     };
     match &message.body {
@@ -198,6 +201,7 @@ mod tests {
                 thing,
                 selector: Selector::Property(p),
                 correlation_id,
+                acknowledge: false,
             }) => {
                 assert_eq!(
                     (thing.as_str(), p.as_str(), correlation_id.as_str()),

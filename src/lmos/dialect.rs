@@ -1,0 +1,976 @@
+//! The Kotlin dialect of `lmosprotocol`: what the one other public
+//! implementation (eclipse-thingweb/kotlin-wot, `kotlin-wot-binding-websocket`,
+//! `Messages.kt`) reads and writes, and its translation to and from the
+//! draft's canonical messages the rest of the sidecar handles. No I/O.
+//!
+//! Jackson writes those classes with `messageType` as the type id and the
+//! constructor parameters as members: `thingId`, `messageId`, `correlationId`
+//! (`null` when unset), `property` where the draft says `name`, `data` where a
+//! `propertyReading` has `value`, `subscribeevent` in lower case, `Instant`s as
+//! decimal seconds (`1737399600.123456789`), and `lastEvent` /
+//! `lastPropertyReading` in subscriptions. It has types the draft lacks
+//! (`readAllProperties`, `readMultipleProperties`, `writeAllProperties`,
+//! `actionStatuses`, `acknowledgement`); its reader ignores unknown members but
+//! fails on a missing `thingId`, `property` or `data`, and on an `actionStatus`
+//! whose `status` is not `pending`, `completed` or `failed`.
+//!
+//! On the way in, [`normalize`] turns a Kotlin message into one or more
+//! canonical ones; on the way out, [`render`] turns a canonical message into
+//! what a Kotlin reader accepts, and a [`Gatherer`] joins the replies to a
+//! Kotlin read of several properties into the one `propertyReadings` its
+//! sender expects.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Number, Value};
+use uuid::Uuid;
+
+use super::problem::{Problem, ProblemKind};
+
+/// The dialect a message or a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// The draft's: `thingID`, `name`, `value`, `subscribeEvent`, RFC 3339.
+    Draft,
+    /// kotlin-wot's `Messages.kt`.
+    Kotlin,
+}
+
+/// Message types only the Kotlin library has, or spells its own way.
+const KOTLIN_ONLY_TYPES: [&str; 6] = [
+    "subscribeevent",
+    "readAllProperties",
+    "readMultipleProperties",
+    "writeAllProperties",
+    "actionStatuses",
+    "acknowledgement",
+];
+
+/// Message types only the draft has.
+const DRAFT_ONLY_TYPES: [&str; 5] = [
+    "subscribeEvent",
+    "subscribeAllEvents",
+    "unsubscribeAllEvents",
+    "queryAction",
+    "cancelAction",
+];
+
+/// Messages naming one property: `name` in the draft, `property` in Kotlin.
+const PROPERTY_TYPES: [&str; 5] = [
+    "readProperty",
+    "writeProperty",
+    "observeProperty",
+    "unobserveProperty",
+    "propertyReading",
+];
+
+/// Requests a consumer sends: towards a Kotlin agent, their `messageId` is
+/// what the agent's reply carries as `correlationId`.
+const REQUEST_TYPES: [&str; 10] = [
+    "readProperty",
+    "writeProperty",
+    "writeMultipleProperties",
+    "observeProperty",
+    "unobserveProperty",
+    "invokeAction",
+    "queryAction",
+    "cancelAction",
+    "subscribeEvent",
+    "unsubscribeEvent",
+];
+
+/// The envelope members, draft spelling first.
+const ENVELOPE: [(&str, &str); 3] = [
+    ("thingID", "thingId"),
+    ("messageID", "messageId"),
+    ("correlationID", "correlationId"),
+];
+
+/// Why a Kotlin message has no canonical form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DialectError {
+    #[error("`readMultipleProperties` needs `properties`: a list of property names")]
+    PropertyList,
+    #[error("`writeAllProperties` needs `data`: an object of property values")]
+    WriteData,
+    #[error("`actionStatuses` needs `statuses`: an object of action names to status strings")]
+    StatusMap,
+    #[error("`readAllProperties` needs the Thing Description of `{0}` registered with the sidecar, which lists its properties; none is")]
+    NoDescription(String),
+}
+
+impl DialectError {
+    /// The LMOS `error` reporting it.
+    pub fn problem(&self) -> Problem {
+        let kind = match self {
+            DialectError::PropertyList | DialectError::WriteData | DialectError::StatusMap => {
+                ProblemKind::InvalidMember
+            }
+            DialectError::NoDescription(_) => ProblemKind::NotFound,
+        };
+        Problem::new(kind, format!("{self}."))
+    }
+}
+
+fn message_type(map: &Map<String, Value>) -> &str {
+    map.get("messageType")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The dialect a message is unambiguously in, if any. Kotlin: one of its own
+/// types, `property` (or a reading's `data`) where the draft says `name` (or
+/// `value`), `lastEvent` / `lastPropertyReading`, or a numeric `timestamp`.
+/// Draft: a table-spelled envelope member, `name` / `value`, or a type only
+/// the draft has. Many messages (an `invokeAction` with `thingId`, say) are
+/// valid in both.
+pub fn detect(map: &Map<String, Value>) -> Option<Dialect> {
+    let t = message_type(map);
+    let property_message = PROPERTY_TYPES.contains(&t);
+    let kotlin = KOTLIN_ONLY_TYPES.contains(&t)
+        || (property_message && map.contains_key("property") && !map.contains_key("name"))
+        || (t == "propertyReading" && map.contains_key("data") && !map.contains_key("value"))
+        || map.contains_key("lastEvent")
+        || map.contains_key("lastPropertyReading")
+        || map.get("timestamp").is_some_and(Value::is_number);
+    if kotlin {
+        return Some(Dialect::Kotlin);
+    }
+    let draft = ENVELOPE.iter().any(|(draft, _)| map.contains_key(*draft))
+        || (property_message && map.contains_key("name"))
+        || (t == "propertyReading" && map.contains_key("value"))
+        || DRAFT_ONLY_TYPES.contains(&t);
+    draft.then_some(Dialect::Draft)
+}
+
+/// A Kotlin message in canonical form.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Normalized {
+    /// Canonical messages, in order (none for an `acknowledgement`, which
+    /// asks nothing of the sidecar).
+    pub messages: Vec<Map<String, Value>>,
+    /// For a read of several properties that became one `readProperty` each:
+    /// the properties whose readings answer it.
+    pub gather: Option<Vec<String>>,
+}
+
+impl Normalized {
+    fn one(map: Map<String, Value>) -> Normalized {
+        Normalized {
+            messages: vec![map],
+            gather: None,
+        }
+    }
+}
+
+/// `thingId` / `messageId` / the reply correlation of a raw message, to
+/// answer one that cannot be normalized.
+pub fn reply_target(map: &Map<String, Value>) -> (Option<String>, Option<String>) {
+    let get = |(a, b): (&str, &str)| {
+        [a, b]
+            .into_iter()
+            .find_map(|k| map.get(k)?.as_str().filter(|s| !s.is_empty()))
+            .map(str::to_owned)
+    };
+    let thing = get(ENVELOPE[0]);
+    let correlation = get(ENVELOPE[2]).or_else(|| get(ENVELOPE[1]));
+    (thing, correlation)
+}
+
+fn rename(map: &mut Map<String, Value>, from: &str, to: &str) {
+    if map.contains_key(to) {
+        return;
+    }
+    if let Some(v) = map.shift_remove(from) {
+        map.insert(to.to_owned(), v);
+    }
+}
+
+fn drop_null(map: &mut Map<String, Value>, member: &str) {
+    if map.get(member).is_some_and(Value::is_null) {
+        map.shift_remove(member);
+    }
+}
+
+/// A Kotlin message (see [`detect`]) as the draft's canonical message(s).
+/// `readable_properties` lists the readable properties of a Thing from its
+/// registered Thing Description, for `readAllProperties`.
+///
+/// - `property` → `name`; a reading's `data` → `value`; `subscribeevent` →
+///   `subscribeEvent`; `writeAllProperties` → `writeMultipleProperties`;
+///   numeric timestamps → RFC 3339.
+/// - `lastEvent` / `lastPropertyReading` are dropped: the Kotlin client sets
+///   them to "now" on every subscription, and the sidecar keeps no history
+///   to replay from them (an observer gets the latest reading anyway).
+/// - `null` `input`, `output`, `href` and `correlationId` are what Jackson
+///   writes for "none": dropped.
+/// - `readMultipleProperties` / `readAllProperties` → one `readProperty` per
+///   property, with [`Normalized::gather`] set.
+/// - `actionStatuses` → one `actionStatus` per action.
+/// - `acknowledgement` → nothing.
+pub fn normalize(
+    mut map: Map<String, Value>,
+    readable_properties: impl FnOnce(&str) -> Option<Vec<String>>,
+) -> Result<Normalized, DialectError> {
+    for member in ["correlationId", "correlationID", "input", "output", "href"] {
+        drop_null(&mut map, member);
+    }
+    map.shift_remove("lastEvent");
+    map.shift_remove("lastPropertyReading");
+    if let Some(ts) = map.get_mut("timestamp") {
+        if let Some(text) = ts.as_f64().and_then(rfc3339_of_seconds) {
+            *ts = Value::String(text);
+        }
+    }
+    let t = message_type(&map).to_owned();
+    if PROPERTY_TYPES.contains(&t.as_str()) {
+        rename(&mut map, "property", "name");
+    }
+    let set_type = |map: &mut Map<String, Value>, t: &str| {
+        map.insert("messageType".into(), t.into());
+    };
+    match t.as_str() {
+        "propertyReading" => rename(&mut map, "data", "value"),
+        "subscribeevent" => set_type(&mut map, "subscribeEvent"),
+        "writeAllProperties" => {
+            if !map.get("data").is_some_and(Value::is_object) {
+                return Err(DialectError::WriteData);
+            }
+            set_type(&mut map, "writeMultipleProperties");
+        }
+        "acknowledgement" => return Ok(Normalized::default()),
+        "readMultipleProperties" => {
+            let names = match map.shift_remove("properties") {
+                Some(Value::Array(a)) => a
+                    .into_iter()
+                    .map(|v| match v {
+                        Value::String(s) if !s.is_empty() => Ok(s),
+                        _ => Err(DialectError::PropertyList),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+                _ => return Err(DialectError::PropertyList),
+            };
+            return Ok(expand_reads(map, names));
+        }
+        "readAllProperties" => {
+            let thing = reply_target(&map).0.unwrap_or_default();
+            let names =
+                readable_properties(&thing).ok_or(DialectError::NoDescription(thing.clone()))?;
+            return Ok(expand_reads(map, names));
+        }
+        "actionStatuses" => {
+            let Some(Value::Object(statuses)) = map.shift_remove("statuses") else {
+                return Err(DialectError::StatusMap);
+            };
+            let mut messages = Vec::with_capacity(statuses.len());
+            for (action, status) in statuses {
+                let Value::String(status) = status else {
+                    return Err(DialectError::StatusMap);
+                };
+                let mut m = map.clone();
+                set_type(&mut m, "actionStatus");
+                m.insert("action".into(), action.into());
+                m.insert("status".into(), status.into());
+                messages.push(m);
+            }
+            return Ok(Normalized {
+                messages,
+                gather: None,
+            });
+        }
+        _ => {}
+    }
+    Ok(Normalized::one(map))
+}
+
+/// One `readProperty` per distinct name, each with the envelope (and trace
+/// context) of the original, so each reply carries its correlation.
+fn expand_reads(mut map: Map<String, Value>, names: Vec<String>) -> Normalized {
+    let mut distinct: Vec<String> = Vec::with_capacity(names.len());
+    for n in names {
+        if !distinct.contains(&n) {
+            distinct.push(n);
+        }
+    }
+    map.insert("messageType".into(), "readProperty".into());
+    let messages = distinct
+        .iter()
+        .map(|name| {
+            let mut m = map.clone();
+            m.insert("name".into(), name.as_str().into());
+            m
+        })
+        .collect();
+    Normalized {
+        messages,
+        gather: Some(distinct),
+    }
+}
+
+/// The readable properties a Thing Description lists (`writeOnly` ones are
+/// left out), or `None` when it has no `properties` object.
+pub fn readable_properties(td: &Value) -> Option<Vec<String>> {
+    let properties = td.get("properties")?.as_object()?;
+    Some(
+        properties
+            .iter()
+            .filter(|(_, p)| p.get("writeOnly") != Some(&Value::Bool(true)))
+            .map(|(name, _)| name.clone())
+            .collect(),
+    )
+}
+
+/// A canonical message as a Kotlin reader wants it. Members it does not
+/// know (trace context, vendor members) are kept: Jackson ignores them.
+///
+/// - envelope → `thingId` / `messageId` / `correlationId`;
+/// - `name` → `property`; a reading's `value` → `data`; `subscribeEvent` →
+///   `subscribeevent`; timestamps → decimal seconds, as Jackson writes an
+///   `Instant`;
+/// - an `actionStatus`'s `status` becomes one of the three Kotlin knows:
+///   `cancelled` → `failed`, any other unfinished state → `pending`;
+/// - a request (towards a Kotlin agent) carries its `correlationID` as
+///   `messageId`: the Kotlin agent answers with `correlationId` = the
+///   request's `messageId`, and the sidecar routes answers by that.
+///
+/// Anything else (an `acknowledgement`, a type Kotlin lacks) gets the
+/// envelope renamed only.
+pub fn render(value: Value) -> Value {
+    let Value::Object(mut map) = value else {
+        return value;
+    };
+    let t = message_type(&map).to_owned();
+    if REQUEST_TYPES.contains(&t.as_str()) {
+        if let Some(c) = map.shift_remove("correlationID") {
+            map.insert("messageID".into(), c);
+        }
+    }
+    for (draft, kotlin) in ENVELOPE {
+        rename(&mut map, draft, kotlin);
+        map.shift_remove(draft);
+    }
+    if PROPERTY_TYPES.contains(&t.as_str()) {
+        rename(&mut map, "name", "property");
+    }
+    match t.as_str() {
+        "propertyReading" => rename(&mut map, "value", "data"),
+        "subscribeEvent" => {
+            map.insert("messageType".into(), "subscribeevent".into());
+        }
+        "actionStatus" => {
+            if let Some(Value::String(s)) = map.get_mut("status") {
+                let kotlin = kotlin_status(s);
+                if kotlin != s {
+                    *s = kotlin.to_owned();
+                }
+            }
+        }
+        _ => {}
+    }
+    if let Some(ts) = map.get_mut("timestamp") {
+        if let Some(n) = ts.as_str().and_then(seconds_of_rfc3339) {
+            *ts = Value::Number(n);
+        }
+    }
+    Value::Object(map)
+}
+
+/// The Kotlin `ActionStatus` enum has `pending`, `completed`, `failed`.
+fn kotlin_status(status: &str) -> &str {
+    match status {
+        "pending" | "completed" | "failed" => status,
+        "cancelled" | "canceled" => "failed",
+        _ => "pending",
+    }
+}
+
+/// RFC 3339 (with an optional RFC 9557 suffix) → decimal seconds.
+fn seconds_of_rfc3339(s: &str) -> Option<Number> {
+    let base = s.split_once('[').map_or(s, |(base, _)| base);
+    let t = DateTime::parse_from_rfc3339(base).ok()?;
+    let seconds = t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9;
+    Number::from_f64(seconds)
+}
+
+/// Decimal seconds since the epoch → RFC 3339, UTC, to the microsecond (an
+/// f64 holds no more of a current date).
+fn rfc3339_of_seconds(seconds: f64) -> Option<String> {
+    let micros = (seconds * 1e6).round();
+    if !micros.is_finite() || micros.abs() > 9.0e18 {
+        return None;
+    }
+    let t = DateTime::<Utc>::from_timestamp_micros(micros as i64)?;
+    Some(t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
+}
+
+/// A Kotlin `acknowledgement` (canonical envelope; [`render`] respells it)
+/// that the subscription change `of` (e.g. `subscribeevent`), requested
+/// with `correlation`, took effect.
+pub fn acknowledgement(thing: &str, correlation: &str, of: &str) -> Value {
+    let mut map = Map::with_capacity(5);
+    map.insert("thingID".into(), thing.into());
+    map.insert("messageID".into(), Uuid::new_v4().to_string().into());
+    map.insert("messageType".into(), "acknowledgement".into());
+    map.insert("correlationID".into(), correlation.into());
+    map.insert("message".into(), of.into());
+    Value::Object(map)
+}
+
+/// Joins the answers to a Kotlin `readMultipleProperties` /
+/// `readAllProperties` (one `readProperty` each) into one `propertyReadings`.
+/// The first `error` among them goes through instead, and the rest of them
+/// are swallowed: the Kotlin sender waits for one answer.
+#[derive(Debug, Default)]
+pub struct Gatherer {
+    pending: HashMap<String, Gathering>,
+}
+
+#[derive(Debug)]
+struct Gathering {
+    thing: String,
+    outstanding: usize,
+    data: Map<String, Value>,
+    timestamp: Option<Value>,
+    failed: bool,
+}
+
+impl Gatherer {
+    /// Readings of `names` with `correlation` answer one read; with no names
+    /// the answer is ready at once.
+    pub fn expect(&mut self, thing: &str, correlation: &str, names: &[String]) -> Option<Value> {
+        if names.is_empty() {
+            return Some(readings(thing, correlation, Map::new(), None));
+        }
+        self.pending.insert(
+            correlation.to_owned(),
+            Gathering {
+                thing: thing.to_owned(),
+                outstanding: names.len(),
+                data: Map::new(),
+                timestamp: None,
+                failed: false,
+            },
+        );
+        None
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// A canonical message on its way out: itself, the joined
+    /// `propertyReadings` it completes, or nothing while it is held.
+    pub fn offer(&mut self, value: Value) -> Option<Value> {
+        if self.pending.is_empty() {
+            return Some(value);
+        }
+        let t = value.get("messageType").and_then(Value::as_str);
+        let correlation = value.get("correlationID").and_then(Value::as_str);
+        let (Some(t @ ("propertyReading" | "error")), Some(correlation)) = (t, correlation) else {
+            return Some(value);
+        };
+        let correlation = correlation.to_owned();
+        let Some(g) = self.pending.get_mut(&correlation) else {
+            return Some(value);
+        };
+        g.outstanding -= 1;
+        let out = if g.failed {
+            None
+        } else if t == "error" {
+            g.failed = true;
+            Some(value)
+        } else {
+            if let Some(name) = value.get("name").and_then(Value::as_str) {
+                g.data.insert(
+                    name.to_owned(),
+                    value.get("value").cloned().unwrap_or(Value::Null),
+                );
+            }
+            if let Some(ts) = value.get("timestamp") {
+                g.timestamp = Some(ts.clone());
+            }
+            None
+        };
+        if g.outstanding > 0 {
+            return out;
+        }
+        let g = self.pending.remove(&correlation).expect("present");
+        if g.failed {
+            return out;
+        }
+        Some(readings(&g.thing, &correlation, g.data, g.timestamp))
+    }
+}
+
+fn readings(
+    thing: &str,
+    correlation: &str,
+    data: Map<String, Value>,
+    timestamp: Option<Value>,
+) -> Value {
+    let mut map = Map::with_capacity(6);
+    map.insert("thingID".into(), thing.into());
+    map.insert("messageID".into(), Uuid::new_v4().to_string().into());
+    map.insert("messageType".into(), "propertyReadings".into());
+    map.insert("correlationID".into(), correlation.into());
+    map.insert("data".into(), Value::Object(data));
+    map.insert(
+        "timestamp".into(),
+        timestamp.unwrap_or_else(|| super::now_timestamp().into()),
+    );
+    Value::Object(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lmos::{Body, Message};
+    use serde_json::json;
+
+    const T: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    /// A Kotlin message in canonical form, parsed as the gateway does.
+    fn canonical(v: Value) -> Vec<Message> {
+        normalize(obj(v), |_| Some(vec!["a".into(), "b".into()]))
+            .unwrap()
+            .messages
+            .into_iter()
+            .map(|m| Message::from_value(Value::Object(m)).unwrap())
+            .collect()
+    }
+
+    fn one(v: Value) -> Message {
+        let mut all = canonical(v);
+        assert_eq!(all.len(), 1);
+        all.remove(0)
+    }
+
+    // ----- Kotlin → draft, one test per Messages.kt class -----
+
+    #[test]
+    fn read_property() {
+        let m = one(
+            json!({"messageType": "readProperty", "thingId": T, "messageId": "m1", "property": "modelConfiguration"}),
+        );
+        assert_eq!(
+            m.body,
+            Body::ReadProperty {
+                name: "modelConfiguration".into()
+            }
+        );
+        assert_eq!((m.thing_id.as_str(), m.reply_correlation_id()), (T, "m1"));
+    }
+
+    #[test]
+    fn write_property() {
+        let m = one(
+            json!({"messageType": "writeProperty", "thingId": T, "messageId": "m1", "property": "p", "data": {"x": 1}}),
+        );
+        assert_eq!(
+            m.body,
+            Body::WriteProperty {
+                name: "p".into(),
+                data: json!({"x": 1})
+            }
+        );
+    }
+
+    #[test]
+    // The nanoseconds Jackson writes; an f64 keeps what it can.
+    #[allow(clippy::excessive_precision)]
+    fn observe_and_unobserve_property() {
+        let m = one(
+            json!({"messageType": "observeProperty", "thingId": T, "messageId": "m1", "property": "p", "lastPropertyReading": 1737399600.123456789}),
+        );
+        assert_eq!(m.body, Body::ObserveProperty { name: "p".into() });
+        assert!(m.extra.is_empty(), "{:?}", m.extra);
+        let m = one(
+            json!({"messageType": "unobserveProperty", "thingId": T, "messageId": "m1", "property": "p"}),
+        );
+        assert_eq!(m.body, Body::UnobserveProperty { name: "p".into() });
+    }
+
+    #[test]
+    fn read_multiple_properties_is_one_read_each() {
+        let v = json!({"messageType": "readMultipleProperties", "thingId": T, "messageId": "m1", "properties": ["a", "b", "a"]});
+        let n = normalize(obj(v), |_| None).unwrap();
+        assert_eq!(n.gather, Some(vec!["a".to_owned(), "b".to_owned()]));
+        let names: Vec<_> = n
+            .messages
+            .into_iter()
+            .map(|m| {
+                let m = Message::from_value(Value::Object(m)).unwrap();
+                assert_eq!(m.reply_correlation_id(), "m1");
+                m.affordance().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        let bad = json!({"messageType": "readMultipleProperties", "thingId": T, "messageId": "m1", "properties": "a"});
+        assert_eq!(
+            normalize(obj(bad), |_| None).unwrap_err(),
+            DialectError::PropertyList
+        );
+    }
+
+    #[test]
+    fn read_all_properties_reads_what_the_td_lists() {
+        let all =
+            canonical(json!({"messageType": "readAllProperties", "thingId": T, "messageId": "m1"}));
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].body, Body::ReadProperty { name: "b".into() });
+        let v = json!({"messageType": "readAllProperties", "thingId": T, "messageId": "m1"});
+        let e = normalize(obj(v), |_| None).unwrap_err();
+        assert_eq!(e, DialectError::NoDescription(T.into()));
+        assert_eq!(e.problem().kind, ProblemKind::NotFound);
+        let td = json!({"properties": {"r": {}, "w": {"writeOnly": true}}});
+        assert_eq!(readable_properties(&td), Some(vec!["r".to_owned()]));
+    }
+
+    #[test]
+    fn write_all_and_write_multiple_properties() {
+        for t in ["writeAllProperties", "writeMultipleProperties"] {
+            let v = json!({"messageType": t, "thingId": T, "messageId": "m1", "data": {"a": 1, "b": "x"}});
+            let m = match detect(&obj(v.clone())) {
+                // writeMultipleProperties is the same in both.
+                None => Message::from_value(v).unwrap(),
+                Some(_) => one(v),
+            };
+            assert_eq!(
+                m.body,
+                Body::WriteMultipleProperties {
+                    data: obj(json!({"a": 1, "b": "x"}))
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn property_reading_and_readings() {
+        let m = one(
+            json!({"messageType": "propertyReading", "thingId": T, "messageId": "m1", "correlationId": null, "property": "p", "data": 21.5, "timestamp": 1737399600.5}),
+        );
+        assert_eq!(
+            m.body,
+            Body::PropertyReading {
+                name: "p".into(),
+                value: json!(21.5),
+                timestamp: "2025-01-20T19:00:00.500Z".into()
+            }
+        );
+        assert_eq!(m.correlation_id, None);
+        let m = one(
+            json!({"messageType": "propertyReadings", "thingId": T, "messageId": "m1", "correlationId": "c", "data": {"a": 1}, "timestamp": 1737399600}),
+        );
+        assert_eq!(
+            m.body,
+            Body::PropertyReadings {
+                data: obj(json!({"a": 1})),
+                timestamp: "2025-01-20T19:00:00Z".into()
+            }
+        );
+    }
+
+    #[test]
+    fn invoke_action_without_input() {
+        let m = one(
+            json!({"messageType": "invokeAction", "thingId": T, "messageId": "m1", "action": "getWeather", "input": null}),
+        );
+        assert_eq!(
+            m.body,
+            Body::InvokeAction {
+                action: "getWeather".into(),
+                input: None
+            }
+        );
+    }
+
+    #[test]
+    fn action_status_and_statuses() {
+        let m = one(
+            json!({"messageType": "actionStatus", "thingId": T, "messageId": "m1", "correlationId": "c", "action": "a", "status": "completed", "output": null}),
+        );
+        assert_eq!(
+            m.body,
+            Body::ActionStatus {
+                action: "a".into(),
+                status: "completed".into(),
+                output: None
+            }
+        );
+        let all = canonical(
+            json!({"messageType": "actionStatuses", "thingId": T, "messageId": "m1", "correlationId": "c", "statuses": {"a": "pending", "b": "failed"}}),
+        );
+        let statuses: Vec<_> = all.iter().map(|m| (m.affordance(), &m.body)).collect();
+        assert_eq!(statuses.len(), 2);
+        assert!(
+            matches!(statuses[1], (Some("b"), Body::ActionStatus { status, .. }) if status == "failed")
+        );
+        assert!(all.iter().all(|m| m.correlation_id.as_deref() == Some("c")));
+    }
+
+    #[test]
+    fn subscribe_and_unsubscribe_event() {
+        let m = one(
+            json!({"messageType": "subscribeevent", "thingId": T, "messageId": "m1", "event": "e", "lastEvent": 1737399600.0}),
+        );
+        assert_eq!(m.body, Body::SubscribeEvent { event: "e".into() });
+        assert!(m.extra.is_empty());
+        // unsubscribeEvent is spelled alike: valid in both.
+        let v = json!({"messageType": "unsubscribeEvent", "thingId": T, "messageId": "m1", "event": "e"});
+        assert_eq!(detect(&obj(v.clone())), None);
+        let n = normalize(obj(v), |_| None).unwrap();
+        let m = Message::from_value(Value::Object(n.messages[0].clone())).unwrap();
+        assert_eq!(m.body, Body::UnsubscribeEvent { event: "e".into() });
+    }
+
+    #[test]
+    fn event() {
+        let m = one(
+            json!({"messageType": "event", "thingId": T, "messageId": "m1", "correlationId": null, "event": "e", "href": null, "data": {"rating": 4}, "timestamp": 1737399600.25}),
+        );
+        assert_eq!(
+            m.body,
+            Body::Event {
+                event: "e".into(),
+                data: json!({"rating": 4}),
+                timestamp: "2025-01-20T19:00:00.250Z".into()
+            }
+        );
+        assert!(m.extra.is_empty());
+    }
+
+    #[test]
+    fn error_and_acknowledgement() {
+        let v = json!({"messageType": "error", "thingId": T, "messageId": "m1", "correlationId": "c", "type": "https://eclipse.dev/lmos/protocol/v1/errors#not-found", "title": "Property Not Found", "status": "404", "detail": "Property 'x' not found.", "instance": "https://eclipse.dev/lmos/protocol/v1/errors/1"});
+        // Spelled alike in both: parsed as is.
+        let m = Message::from_value(v).unwrap();
+        assert!(matches!(&m.body, Body::Error(e) if e.status == "404"));
+        let ack = json!({"messageType": "acknowledgement", "thingId": T, "messageId": "m1", "correlationId": "c", "message": "subscribeevent"});
+        assert_eq!(detect(&obj(ack.clone())), Some(Dialect::Kotlin));
+        assert!(normalize(obj(ack), |_| None).unwrap().messages.is_empty());
+    }
+
+    #[test]
+    fn detection() {
+        let d = |v: Value| detect(&obj(v));
+        assert_eq!(
+            d(json!({"thingID": T, "messageType": "invokeAction"})),
+            Some(Dialect::Draft)
+        );
+        assert_eq!(
+            d(json!({"thingId": T, "messageType": "readProperty", "name": "p"})),
+            Some(Dialect::Draft)
+        );
+        assert_eq!(
+            d(json!({"thingId": T, "messageType": "subscribeEvent"})),
+            Some(Dialect::Draft)
+        );
+        assert_eq!(
+            d(json!({"thingId": T, "messageType": "invokeAction", "action": "a"})),
+            None
+        );
+        assert_eq!(
+            d(json!({"thingId": T, "messageType": "event", "timestamp": 1.5})),
+            Some(Dialect::Kotlin)
+        );
+    }
+
+    // ----- draft → Kotlin -----
+
+    fn rendered(m: Message) -> Value {
+        render(m.to_value())
+    }
+
+    fn assert_envelope(v: &Value) {
+        for draft in ["thingID", "messageID", "correlationID"] {
+            assert!(v.get(draft).is_none(), "{draft} in {v}");
+        }
+        assert!(
+            v["thingId"].is_string() && v["messageId"].is_string(),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn readings_get_property_data_and_numeric_timestamps() {
+        let m = Message::new(
+            T,
+            Body::PropertyReading {
+                name: "p".into(),
+                value: json!(3),
+                timestamp: "2025-01-20T19:00:00.500Z".into(),
+            },
+        )
+        .with_correlation_id("c");
+        let v = rendered(m);
+        assert_envelope(&v);
+        assert_eq!(
+            (
+                &v["property"],
+                &v["data"],
+                &v["timestamp"],
+                &v["correlationId"]
+            ),
+            (&json!("p"), &json!(3), &json!(1737399600.5), &json!("c"))
+        );
+        assert!(v.get("name").is_none() && v.get("value").is_none());
+        let v = rendered(Message::new(
+            T,
+            Body::PropertyReadings {
+                data: obj(json!({"a": 1})),
+                timestamp: "2025-01-20T19:00:00Z[Europe/Paris]".into(),
+            },
+        ));
+        assert_eq!(v["timestamp"], json!(1737399600.0));
+        assert_eq!(v["data"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn events_and_action_statuses() {
+        let v = rendered(Message::new(
+            T,
+            Body::Event {
+                event: "e".into(),
+                data: json!(1),
+                timestamp: "2025-01-20T19:00:00Z".into(),
+            },
+        ));
+        assert_envelope(&v);
+        assert_eq!((&v["event"], &v["data"]), (&json!("e"), &json!(1)));
+        for (draft, kotlin) in [
+            ("pending", "pending"),
+            ("running", "pending"),
+            ("completed", "completed"),
+            ("failed", "failed"),
+            ("cancelled", "failed"),
+        ] {
+            let v = rendered(Message::new(
+                T,
+                Body::ActionStatus {
+                    action: "a".into(),
+                    status: draft.into(),
+                    output: None,
+                },
+            ));
+            assert_eq!(v["status"], kotlin);
+        }
+    }
+
+    #[test]
+    fn requests_to_a_kotlin_agent_carry_the_route_as_message_id() {
+        let m = Message::new(
+            T,
+            Body::WriteProperty {
+                name: "p".into(),
+                data: json!(1),
+            },
+        )
+        .with_correlation_id("route");
+        let v = rendered(m);
+        assert_eq!(
+            v,
+            json!({"thingId": T, "messageId": "route", "messageType": "writeProperty", "property": "p", "data": 1})
+        );
+        let v = rendered(Message::new(T, Body::SubscribeEvent { event: "e".into() }));
+        assert_eq!(v["messageType"], "subscribeevent");
+        let v = rendered(Message::new(
+            T,
+            Body::InvokeAction {
+                action: "a".into(),
+                input: Some(json!({"q": 1})),
+            },
+        ));
+        assert_eq!((&v["action"], &v["input"]), (&json!("a"), &json!({"q": 1})));
+        let v = rendered(Message::new(T, Body::ReadProperty { name: "p".into() }));
+        assert_eq!(v["property"], "p");
+    }
+
+    #[test]
+    fn errors_keep_their_problem_members_and_string_status() {
+        let m = Problem::new(ProblemKind::NotFound, "gone").to_message(T, Some("c"));
+        let v = rendered(m);
+        assert_envelope(&v);
+        assert_eq!(v["correlationId"], "c");
+        assert_eq!(v["status"], "404");
+        for member in ["type", "title", "detail", "instance"] {
+            assert!(v[member].is_string(), "{member}");
+        }
+    }
+
+    #[test]
+    fn acknowledgements_render_as_kotlin_writes_them() {
+        let v = render(acknowledgement(T, "m1", "subscribeevent"));
+        assert_eq!(v["messageType"], "acknowledgement");
+        assert_eq!(
+            (&v["thingId"], &v["correlationId"], &v["message"]),
+            (&json!(T), &json!("m1"), &json!("subscribeevent"))
+        );
+        assert_envelope(&v);
+    }
+
+    #[test]
+    fn round_trip_keeps_the_meaning() {
+        let m = Message::new(
+            T,
+            Body::PropertyReading {
+                name: "p".into(),
+                value: json!({"deep": [1, 2]}),
+                timestamp: "2025-01-20T19:00:00.125Z".into(),
+            },
+        )
+        .with_correlation_id("c");
+        let kotlin = obj(render(m.to_value()));
+        let back = normalize(kotlin, |_| None).unwrap().messages.remove(0);
+        let back = Message::from_value(Value::Object(back)).unwrap();
+        assert_eq!((back.body, back.correlation_id), (m.body, m.correlation_id));
+    }
+
+    // ----- gathering -----
+
+    fn reading(name: &str, value: i64, correlation: &str) -> Value {
+        Message::new(
+            T,
+            Body::PropertyReading {
+                name: name.into(),
+                value: json!(value),
+                timestamp: "2025-01-20T19:00:00Z".into(),
+            },
+        )
+        .with_correlation_id(correlation)
+        .to_value()
+    }
+
+    #[test]
+    fn readings_are_joined_into_one_property_readings() {
+        let mut g = Gatherer::default();
+        assert!(g.expect(T, "m1", &["a".into(), "b".into()]).is_none());
+        let other = reading("a", 0, "other");
+        assert_eq!(g.offer(other.clone()), Some(other));
+        assert_eq!(g.offer(reading("b", 2, "m1")), None);
+        let joined = g.offer(reading("a", 1, "m1")).unwrap();
+        assert_eq!(joined["messageType"], "propertyReadings");
+        assert_eq!(joined["correlationID"], "m1");
+        assert_eq!(joined["data"], json!({"b": 2, "a": 1}));
+        assert!(g.is_empty());
+        let empty = g.expect(T, "m2", &[]).unwrap();
+        assert_eq!(empty["data"], json!({}));
+    }
+
+    #[test]
+    fn the_first_error_answers_a_gathered_read() {
+        let mut g = Gatherer::default();
+        g.expect(T, "m1", &["a".into(), "b".into(), "c".into()]);
+        assert_eq!(g.offer(reading("a", 1, "m1")), None);
+        let e = Problem::new(ProblemKind::Timeout, "late")
+            .to_message(T, Some("m1"))
+            .to_value();
+        assert_eq!(g.offer(e.clone()), Some(e.clone()));
+        assert_eq!(g.offer(e), None);
+        assert!(g.is_empty());
+    }
+}
