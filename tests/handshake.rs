@@ -1,9 +1,11 @@
-//! The WebSocket handshake: `lmosprotocol` or a clear refusal.
+//! The WebSocket handshake: `lmosprotocol` (offered, or no subprotocol at
+//! all) or a clear refusal.
 
 mod common;
 
 use common::{ws_request, TestSidecar};
-use tokio_tungstenite::tungstenite::Error as WsError;
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage};
 
 #[tokio::test]
 async fn a_handshake_offering_lmosprotocol_is_answered_with_it() {
@@ -16,9 +18,43 @@ async fn a_handshake_offering_lmosprotocol_is_answered_with_it() {
 }
 
 #[tokio::test]
-async fn a_handshake_without_lmosprotocol_is_refused_clearly() {
+async fn a_handshake_offering_no_subprotocol_speaks_lmosprotocol_unnamed() {
+    // As the Kotlin LMOS stack's client (ktor) connects.
     let sidecar = TestSidecar::start().await;
-    for offered in [None, Some("mqtt")] {
+    let request = ws_request(&sidecar.ws_url(), None);
+    let (mut socket, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert!(
+        response.headers().get("sec-websocket-protocol").is_none(),
+        "no subprotocol the client did not offer"
+    );
+    socket
+        .send(WsMessage::Text(
+            r#"{"messageType":"readProperty","thingId":"urn:nobody","messageId":"m1","property":"p"}"#.into(),
+        ))
+        .await
+        .unwrap();
+    let reply = loop {
+        match socket.next().await.unwrap().unwrap() {
+            WsMessage::Text(t) => break serde_json::from_str::<serde_json::Value>(&t).unwrap(),
+            _ => continue,
+        }
+    };
+    assert_eq!(
+        (
+            reply["messageType"].as_str(),
+            reply["status"].as_str(),
+            reply["correlationId"].as_str()
+        ),
+        (Some("error"), Some("503"), Some("m1")),
+        "an LMOS answer, in the Kotlin dialect it was asked in: {reply}"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_handshake_offering_only_other_subprotocols_is_refused_clearly() {
+    let sidecar = TestSidecar::start().await;
+    for offered in [Some("mqtt"), Some("v1.lmos, graphql-ws")] {
         let err = tokio_tungstenite::connect_async(ws_request(&sidecar.ws_url(), offered))
             .await
             .unwrap_err();

@@ -60,8 +60,13 @@ pub async fn lmos(
             "This is the LMOS WebSocket endpoint: connect with a WebSocket client (version 13) offering the subprotocol `lmosprotocol`.\n",
         );
     };
-    if !header_has_token(headers, header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL) {
-        debug!(%peer, "Refused a WebSocket handshake without the lmosprotocol subprotocol.");
+    // A client offering subprotocols must offer ours. One offering none is
+    // taken to speak it: the Kotlin LMOS stack's client (ktor's
+    // `webSocketSession`) offers none, and is answered without one, as RFC
+    // 6455 requires.
+    let offers_any = headers.contains_key(header::SEC_WEBSOCKET_PROTOCOL);
+    if offers_any && !header_has_token(headers, header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL) {
+        debug!(%peer, "Refused a WebSocket handshake offering other subprotocols than lmosprotocol.");
         return refuse(
             StatusCode::BAD_REQUEST,
             "The WebSocket handshake must offer the subprotocol `lmosprotocol` (header `Sec-WebSocket-Protocol: lmosprotocol`).\n",
@@ -136,15 +141,18 @@ pub async fn lmos(
         .in_current_span(),
     );
 
-    Response::builder()
+    let mut response = Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::CONNECTION, "upgrade")
         .header(header::UPGRADE, "websocket")
         .header(
             header::SEC_WEBSOCKET_ACCEPT,
             derive_accept_key(key.as_bytes()),
-        )
-        .header(header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL)
+        );
+    if offers_any {
+        response = response.header(header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL);
+    }
+    response
         .body(Body::empty())
         .expect("static response parts are valid")
 }
