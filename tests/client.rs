@@ -170,7 +170,7 @@ async fn check_reports_the_failures_of_a_broken_endpoint() {
     let (code, out) = cli(&["check", &format!("ws://{addr}/lmos")]).await;
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("FAIL  handshake without the subprotocol is refused"),
+        out.contains("FAIL  handshake with another subprotocol is refused"),
         "{out}"
     );
     assert!(out.contains("PASS  handshake with `lmosprotocol`"), "{out}");

@@ -619,6 +619,34 @@ async fn subscriptions_are_capped_per_connection() {
     assert!(rig.rules.saw(GuardEvent::Limit(GuardLimit::Subscriptions)));
 }
 
+/// rumqttd frees a connection's ID on its DISCONNECT and gives it to the
+/// next connection at once; its link reports the disconnection again, by
+/// ID, when the socket closes before the router's goodbye reaches it. The
+/// guard (and its watchdog) wait for rumqttd to close after a DISCONNECT,
+/// or that second report would end whoever connected next.
+#[tokio::test]
+async fn a_clean_disconnect_never_ends_the_connection_that_follows() {
+    let rig = Rig::start().await;
+    for i in 0..500 {
+        let mut leaving = raw::Client::open(rig.mqtt5).await;
+        leaving
+            .send(&raw::connect(5, &format!("leaving-{i}"), "alice"))
+            .await;
+        assert_eq!(leaving.recv().await.expect("CONNACK")[0], 0x20);
+        leaving.send(&[0xE0, 0]).await;
+        drop(leaving);
+        let mut next = raw::Client::open(rig.mqtt5).await;
+        next.send(&raw::connect(5, &format!("next-{i}"), "alice"))
+            .await;
+        assert_eq!(next.recv().await.expect("CONNACK")[0], 0x20);
+        next.send(&[0xC0, 0]).await;
+        assert!(
+            next.until_closed_or_pong().await,
+            "round {i}: the connection after a clean disconnect was ended"
+        );
+    }
+}
+
 #[tokio::test]
 async fn connections_are_capped() {
     let mut config = config();

@@ -200,7 +200,12 @@ impl EmbeddedBroker {
             .meters()
             .map_err(|e| BrokerError::Link(e.to_string()))?;
         let mqtt_connections = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(count_connections(meters, mqtt_connections.clone()));
+        let own_links = 1 + side_filters.len();
+        tokio::spawn(count_connections(
+            meters,
+            mqtt_connections.clone(),
+            own_links,
+        ));
 
         let probe_topic = format!("lmos-sidecar/probe/{}", uuid::Uuid::new_v4().simple());
         let (probe_tx, mut probes) = mpsc::unbounded_channel();
@@ -474,14 +479,18 @@ fn trace_from_user_properties(properties: &[(String, String)]) -> Option<TraceCo
     })
 }
 
-/// rumqttd counts the router's connections, the sidecar's own link
-/// included; the rest are MQTT clients.
-async fn count_connections(meters: MetersLink, mqtt_connections: Arc<AtomicUsize>) {
+/// rumqttd counts the router's connections, the sidecar's own links
+/// (`own_links`) included; the rest are MQTT clients.
+async fn count_connections(
+    meters: MetersLink,
+    mqtt_connections: Arc<AtomicUsize>,
+    own_links: usize,
+) {
     while let Ok(batch) = meters.next().await {
         for meter in batch {
             if let rumqttd::Meter::Router(_, router) = meter {
                 mqtt_connections.store(
-                    router.total_connections.saturating_sub(1),
+                    router.total_connections.saturating_sub(own_links),
                     Ordering::Relaxed,
                 );
             }

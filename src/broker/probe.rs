@@ -41,6 +41,28 @@ fn publish_packet(topic: &str, payload: &[u8]) -> Vec<u8> {
     with_length(0x30, body)
 }
 
+/// How long rumqttd may take to close a connection after its DISCONNECT.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Ends a conversation with rumqttd: DISCONNECT, then read (and discard)
+/// until rumqttd closes, for at most a second.
+///
+/// Closing first races rumqttd. Its router ends the connection on the
+/// DISCONNECT and frees the connection ID; if the socket closes before the
+/// router's goodbye reaches the link, the link reports the disconnection
+/// once more, by ID, and the router ends whichever connection has been
+/// given that ID meanwhile: a client that just connected.
+pub(crate) async fn leave(stream: &mut TcpStream, disconnect: &[u8]) -> std::io::Result<()> {
+    stream.write_all(disconnect).await?;
+    let mut sink = [0u8; 256];
+    let _ = tokio::time::timeout(LEAVE_TIMEOUT, async {
+        while stream.read(&mut sink).await? > 0 {}
+        std::io::Result::Ok(())
+    })
+    .await;
+    Ok(())
+}
+
 /// One probe: the token is the payload, so a late answer to an earlier
 /// attempt cannot be mistaken for this one.
 async fn try_once(addr: SocketAddr, topic: &str, token: &str) -> std::io::Result<bool> {
@@ -55,7 +77,7 @@ async fn try_once(addr: SocketAddr, topic: &str, token: &str) -> std::io::Result
     stream
         .write_all(&publish_packet(topic, token.as_bytes()))
         .await?;
-    stream.write_all(&[0xE0, 0x00]).await?;
+    leave(&mut stream, &[0xE0, 0x00]).await?;
     Ok(true)
 }
 
@@ -68,7 +90,7 @@ pub async fn alive(addr: SocketAddr, client_id: &str) -> std::io::Result<bool> {
     stream.write_all(&connect_packet(client_id)).await?;
     let mut ack = [0u8; 4];
     stream.read_exact(&mut ack).await?;
-    stream.write_all(&[0xE0, 0x00]).await?;
+    leave(&mut stream, &[0xE0, 0x00]).await?;
     Ok(ack[0] == 0x20 && ack[3] == 0)
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::SinkExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::{connect, message, next, send, Socket};
@@ -91,18 +92,24 @@ async fn bad_input(
 pub async fn run(url: &str) -> Vec<Check> {
     let mut report = Vec::new();
 
+    // A client that offers no subprotocol at all may be served (the Kotlin
+    // stack's does not offer one); one offering only others must not be.
     let refused = async {
-        let request = url.into_client_request().map_err(|e| e.to_string())?;
+        let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+        request.headers_mut().insert(
+            "Sec-WebSocket-Protocol",
+            HeaderValue::from_static("not-lmosprotocol"),
+        );
         match tokio_tungstenite::connect_async(request).await {
             Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
                 Ok(format!("refused with HTTP {}", r.status()))
             }
             Err(e) => Ok(format!("refused: {e}")),
-            Ok(_) => Err("a handshake without `lmosprotocol` was accepted".to_owned()),
+            Ok(_) => Err("a handshake offering only another subprotocol was accepted".to_owned()),
         }
     };
     report.push(check(
-        "handshake without the subprotocol is refused",
+        "handshake with another subprotocol is refused",
         refused.await,
     ));
 

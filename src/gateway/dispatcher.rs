@@ -493,10 +493,7 @@ impl Dispatcher {
                 }
             }
             Route::AgentReplies { thing } => {
-                let messages = match parse_kotlin(&delivery.payload) {
-                    Some(messages) => messages,
-                    None => Message::parse(&delivery.payload).into_iter().collect(),
-                };
+                let messages = parse_agent_replies(&delivery.payload);
                 if messages.is_empty() {
                     debug!("Dropped an unreadable agent reply.");
                 }
@@ -950,21 +947,22 @@ fn invalid(e: &PrepareError) -> Option<Arc<Prepared>> {
     None
 }
 
-/// A payload in the Kotlin dialect as the canonical messages it stands for
-/// (those that parse); `None` when it is not in the Kotlin dialect.
-fn parse_kotlin(payload: &[u8]) -> Option<Vec<Message>> {
-    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(payload) else {
-        return None;
+/// An agent's reply as the canonical messages it stands for (several for a
+/// Kotlin `actionStatuses`), parsed once; none when it is unreadable.
+fn parse_agent_replies(payload: &[u8]) -> Vec<Message> {
+    let value = match serde_json::from_slice::<Value>(payload) {
+        Ok(Value::Object(map)) if dialect::detect(&map) == Some(Dialect::Kotlin) => {
+            let Ok(normalized) = dialect::normalize(map, |_| None) else {
+                return Vec::new();
+            };
+            return normalized
+                .messages
+                .into_iter()
+                .filter_map(|m| Message::from_value(Value::Object(m)).ok())
+                .collect();
+        }
+        Ok(value) => value,
+        Err(_) => return Vec::new(),
     };
-    if dialect::detect(&map) != Some(Dialect::Kotlin) {
-        return None;
-    }
-    let normalized = dialect::normalize(map, |_| None).ok()?;
-    Some(
-        normalized
-            .messages
-            .into_iter()
-            .filter_map(|m| Message::from_value(Value::Object(m)).ok())
-            .collect(),
-    )
+    Message::from_value(value).into_iter().collect()
 }

@@ -97,6 +97,8 @@ enum ReadError {
 enum End {
     /// The client closed its side.
     ClientClosed,
+    /// The client sent DISCONNECT, which went to the broker.
+    ClientDisconnected,
     /// The client's connection failed (reset, timeout).
     ClientFailed,
     BrokerClosed,
@@ -455,7 +457,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             let outbound_pump = relay(downstream, &mut up_rx, &mut client_tx, from_guard, &relayed);
             tokio::pin!(inbound_pump, outbound_pump);
             let handover = opened.handover.asked.clone();
-            tokio::select! {
+            let end = tokio::select! {
                 // What the client sent before its next connection counts
                 // first: a DISCONNECT already in the socket ends the session
                 // as it says. A client still talking is cut off.
@@ -484,7 +486,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                     end
                 }
                 end = &mut outbound_pump => end,
+            };
+            // rumqttd closes the connection of a DISCONNECT itself; the
+            // guard waits for that, as `probe::leave` explains why.
+            if end == End::ClientDisconnected {
+                let _ = tokio::time::timeout(FAREWELL, &mut outbound_pump).await;
             }
+            end
         };
         let undelivered = lock(&delivery).undelivered;
         if undelivered != Undelivered::default() {
@@ -514,7 +522,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 #[allow(deprecated)] // Linger 0 resets at once; it never blocks.
                 let _ = up_rx.as_ref().set_linger(Some(Duration::ZERO));
             }
-            End::ClientClosed => {}
+            End::ClientClosed | End::ClientDisconnected => {}
             End::BrokerClosed | End::Shutdown | End::TakenOver => {
                 let _ = tokio::time::timeout(FAREWELL, client_tx.shutdown()).await;
             }
@@ -677,6 +685,12 @@ impl Inspector<'_> {
             let frame_end = pos + header.size();
             let body = &buf[pos + header.header_len..frame_end];
             let replacement = match self.inspect(header, &buf[pos..frame_end], body) {
+                // Nothing comes after a DISCONNECT.
+                Verdict::Forward if header.kind() == packet::DISCONNECT => {
+                    pos = frame_end;
+                    end = Some(End::ClientDisconnected);
+                    break;
+                }
                 Verdict::Forward => {
                     pos = frame_end;
                     continue;

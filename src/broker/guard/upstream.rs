@@ -49,8 +49,7 @@ pub async fn wipe(addr: SocketAddr, client_id: &str) -> std::io::Result<()> {
         // The CONNACK says the router has discarded the kept session. A
         // connection of the client that overtakes this DISCONNECT takes
         // this clean session over, which leaves nothing behind either.
-        stream.write_all(&packet::disconnect(0)).await?;
-        Ok(())
+        crate::broker::probe::leave(&mut stream, &packet::disconnect(0)).await
     };
     tokio::time::timeout(WIPE_TIMEOUT, talk)
         .await
