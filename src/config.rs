@@ -2,6 +2,7 @@
 //! TOML file, then `LMOS_SIDECAR_...` environment variables, then flags.
 //! Validated once at start-up.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -201,8 +202,17 @@ pub struct RequestsConfig {
     /// How long an invocation may go without a sign of life from its agent
     /// (its first `actionStatus`, then each further one), in ms.
     pub action_liveness_ms: u64,
+    /// Per-Thing or per-action liveness, in ms, overriding
+    /// `action_liveness_ms`: keys are a thingID or `{thingID}#{action}`.
+    /// An action's TD may say it too (`lmos:livenessMs`); this wins.
+    pub action_liveness_overrides: BTreeMap<String, u64>,
     /// Finished invocations remembered for `queryAction` and `cancelAction`.
     pub finished_invocations: usize,
+    /// How long a finished invocation stays queryable, in ms.
+    pub invocation_retention_ms: u64,
+    /// Invocations running at once; past it a new `invokeAction` is refused
+    /// with a 429.
+    pub max_running_invocations: usize,
 }
 
 impl Default for RequestsConfig {
@@ -210,7 +220,10 @@ impl Default for RequestsConfig {
         RequestsConfig {
             timeout_ms: 10_000,
             action_liveness_ms: 600_000,
+            action_liveness_overrides: BTreeMap::new(),
             finished_invocations: 1_000,
+            invocation_retention_ms: 3_600_000,
+            max_running_invocations: 10_000,
         }
     }
 }
@@ -222,6 +235,10 @@ impl RequestsConfig {
 
     pub fn action_liveness(&self) -> Duration {
         Duration::from_millis(self.action_liveness_ms)
+    }
+
+    pub fn invocation_retention(&self) -> Duration {
+        Duration::from_millis(self.invocation_retention_ms)
     }
 }
 

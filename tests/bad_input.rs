@@ -168,3 +168,94 @@ async fn garbage_published_over_mqtt_does_not_reach_or_break_websocket_consumers
     assert_eq!(consumer.recv().await["data"], 1);
     sidecar.stop().await;
 }
+
+/// Issue 15: what an MQTT client publishes for consumers meets the checks a
+/// WebSocket publisher meets. Incomplete or mislabelled messages reach no
+/// WebSocket consumer, are counted in `/metrics`, and are logged once per
+/// topic however often they repeat.
+#[tokio::test]
+async fn malformed_messages_published_over_mqtt_never_reach_websocket_consumers() {
+    let logs = common::CapturedLogs::install("warn");
+    let sidecar = TestSidecar::start().await;
+    let mut consumer = sidecar.ws().await;
+    consumer
+        .send(lmos(THING, "subscribeAllEvents", json!({})))
+        .await;
+    consumer
+        .send(lmos(THING, "observeProperty", json!({"name": "p"})))
+        .await;
+    consumer.barrier().await;
+    let mut agent = sidecar.mqtt("agent").await;
+    let topic = format!("lmos/{THING}/events/e");
+    let complete = event(THING, "e", json!(1));
+    let without = |member: &str| {
+        let mut v = complete.clone();
+        v.as_object_mut().unwrap().remove(member);
+        v
+    };
+    let mut other_thing = complete.clone();
+    other_thing["thingID"] = json!("urn:someone-else");
+    let mut other_event = complete.clone();
+    other_event["event"] = json!("f");
+    let bad = [
+        json!({"messageType": "event"}),
+        without("thingID"),
+        without("messageID"),
+        without("event"),
+        without("data"),
+        without("timestamp"),
+        json!({"messageType": "event", "thingID": THING, "messageID": "m", "event": "e", "data": 1, "timestamp": "yesterday"}),
+        other_thing,
+        other_event,
+        common::reading(THING, "e", json!(1)),
+    ];
+    for payload in &bad {
+        agent.publish(&topic, payload, false).await;
+    }
+    // A property topic carrying an event.
+    agent
+        .publish(&format!("lmos/{THING}/properties/p"), &complete, true)
+        .await;
+    agent.publish_event(THING, "e", json!("good")).await;
+    let got = consumer.recv().await;
+    assert_eq!(
+        got["data"], "good",
+        "only the complete event arrives: {got}"
+    );
+    consumer.assert_nothing_pending().await;
+
+    // The property topic is another subscription: its refusal may come
+    // after the good event.
+    // The message about another Thing is refused earlier, at publish, by
+    // the MQTT authorization (auth/mqtt.rs); every other one here.
+    let wanted = bad.len() - 1 + 1;
+    let mut count = 0;
+    for _ in 0..100 {
+        let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"")
+            .await
+            .body;
+        count = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("lmos_sidecar_dropped_messages_total")
+                    && l.contains("invalid_payload")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0) as usize;
+        if count >= wanted {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(count, wanted, "every refusal counted: {}", logs.text());
+
+    let text = logs.text();
+    let lines = |topic: &str| {
+        text.lines()
+            .filter(|l| l.contains("invalid-payload") && l.contains(topic))
+            .count()
+    };
+    assert_eq!(lines("/events/e"), 1, "once per topic: {text}");
+    assert_eq!(lines("/properties/p"), 1, "{text}");
+    sidecar.stop().await;
+}

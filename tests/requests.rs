@@ -631,7 +631,7 @@ async fn a_late_result_of_a_silent_invocation_still_arrives() {
 }
 
 #[tokio::test]
-async fn a_consumer_that_disconnects_leaves_nothing_behind() {
+async fn a_consumer_that_disconnects_leaves_only_its_invocations_behind() {
     let sidecar = TestSidecar::start().await;
     let mut agent = sidecar.ws_agent(THING).await;
     let mut consumer = sidecar.ws().await;
@@ -642,31 +642,148 @@ async fn a_consumer_that_disconnects_leaves_nothing_behind() {
         .send(lmos(THING, "observeProperty", json!({"name": "p"})))
         .await;
     consumer
-        .send(lmos(THING, "invokeAction", json!({"action": "long"})))
+        .send(lmos(
+            THING,
+            "invokeAction",
+            json!({"action": "long", "cancelOnDisconnect": true}),
+        ))
+        .await;
+    consumer
+        .send(lmos(THING, "invokeAction", json!({"action": "kept"})))
         .await;
     consumer
         .send(lmos(THING, "readProperty", json!({"name": "p"})))
         .await;
-    let invoke = agent_receives(&mut agent, "invokeAction").await;
-    agent.send(status(&invoke, "long", "pending", None)).await;
+    let cancelled = agent_receives(&mut agent, "invokeAction").await;
+    agent
+        .send(status(&cancelled, "long", "pending", None))
+        .await;
+    let kept = agent_receives(&mut agent, "invokeAction").await;
     let _read = agent_receives(&mut agent, "readProperty").await;
     wait_for_stats(&sidecar, |s| {
-        s.connections == 2 && s.subscriptions == 2 && s.pending_requests == 2
+        s.connections == 2 && s.subscriptions == 2 && s.pending_requests == 3
     })
     .await;
 
     drop(consumer);
-    // The running invocation is cancelled at the agent...
+    // The invocation that asked for it is cancelled at the agent...
     let cancel = agent_receives(&mut agent, "cancelAction").await;
-    assert_eq!(cancel["correlationID"], invoke["correlationID"]);
-    // ...and the sidecar keeps nothing of the consumer.
+    assert_eq!(cancel["correlationID"], cancelled["correlationID"]);
+    // ...the other one runs on, and nothing else of the consumer stays.
     wait_for_stats(&sidecar, |s| {
         s.connections == 1
             && s.subscriptions == 0
-            && s.pending_requests == 0
-            && s.remembered_requests == 0
+            && s.pending_requests == 1
+            && s.remembered_requests == 1
     })
     .await;
+    agent.assert_nothing_pending().await;
+    agent.send(status(&kept, "kept", "completed", None)).await;
+    wait_for_stats(&sidecar, |s| s.pending_requests == 0).await;
+    sidecar.stop().await;
+}
+
+/// Issue 15: an invocation belongs to the consumer's principal, not to its
+/// connection. A phone that loses its connection asks from the next one by
+/// correlation ID, gets the status so far, then the rest as it comes;
+/// another connection cancels it.
+#[tokio::test]
+async fn an_invocation_outlives_its_consumers_connection_and_is_found_from_the_next() {
+    let sidecar = TestSidecar::start().await;
+    let mut agent = sidecar.ws_agent(THING).await;
+    let mut phone = sidecar.ws().await;
+    phone
+        .send(lmos(
+            THING,
+            "invokeAction",
+            json!({"action": "plan", "correlationID": "inv-1"}),
+        ))
+        .await;
+    let invoke = agent_receives(&mut agent, "invokeAction").await;
+    agent
+        .send(status(&invoke, "plan", "running", Some(json!("thinking"))))
+        .await;
+    let running = phone.recv().await;
+    assert_eq!(running["correlationID"], "inv-1");
+    assert_eq!(
+        running["href"],
+        format!("/things/{}/actions/plan/inv-1", THING),
+        "where to ask after it: {running}"
+    );
+    drop(phone);
+    agent.assert_nothing_pending().await;
+    agent
+        .send(status(
+            &invoke,
+            "plan",
+            "running",
+            Some(json!("still thinking")),
+        ))
+        .await;
+    agent.barrier().await;
+
+    // Back on a new connection.
+    let mut phone = sidecar.ws().await;
+    phone
+        .send(lmos(
+            THING,
+            "queryAction",
+            json!({"action": "plan", "correlationID": "inv-1"}),
+        ))
+        .await;
+    let so_far = phone.recv().await;
+    assert_eq!(
+        (so_far["status"].as_str(), so_far["output"].as_str()),
+        (Some("running"), Some("still thinking")),
+        "{so_far}"
+    );
+    agent
+        .send(status(
+            &invoke,
+            "plan",
+            "completed",
+            Some(json!("the plan")),
+        ))
+        .await;
+    let done = phone.recv().await;
+    assert_eq!(done["correlationID"], "inv-1", "{done}");
+    assert_eq!(
+        (done["status"].as_str(), done["output"].as_str()),
+        (Some("completed"), Some("the plan"))
+    );
+
+    // Another connection cancels an invocation of this one.
+    phone
+        .send(lmos(
+            THING,
+            "invokeAction",
+            json!({"action": "plan", "correlationID": "inv-2"}),
+        ))
+        .await;
+    let second = agent_receives(&mut agent, "invokeAction").await;
+    let mut laptop = sidecar.ws().await;
+    laptop
+        .send(lmos(
+            THING,
+            "cancelAction",
+            json!({"action": "plan", "correlationID": "inv-2"}),
+        ))
+        .await;
+    let cancel = agent_receives(&mut agent, "cancelAction").await;
+    assert_eq!(cancel["correlationID"], second["correlationID"]);
+    agent.send(status(&second, "plan", "cancelled", None)).await;
+    assert_eq!(phone.recv().await["status"], "cancelled");
+    let answered = laptop.recv().await;
+    assert_eq!(
+        (
+            answered["status"].as_str(),
+            answered["correlationID"].as_str()
+        ),
+        (Some("cancelled"), Some("inv-2")),
+        "the canceller hears how it ended: {answered}"
+    );
+    phone.assert_nothing_pending().await;
+    laptop.assert_nothing_pending().await;
     sidecar.stop().await;
 }
 

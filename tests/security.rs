@@ -566,3 +566,62 @@ async fn the_client_authenticates_from_the_environment() {
     );
     sidecar.stop().await;
 }
+
+/// Issue 15: an invocation is its principal's. Another connection of the
+/// same principal (here over HTTP) finds it by correlation ID; another
+/// principal, allowed to operate the same Thing, cannot query or cancel it.
+#[tokio::test]
+async fn an_invocation_is_visible_to_its_principal_only() {
+    let mut config = secured_config();
+    config.auth.principals.push(principal(
+        "other-operator",
+        "other-pw",
+        &[],
+        &["urn:a"],
+        &["urn:a"],
+    ));
+    let sidecar = TestSidecar::start_with(config).await;
+    let url = format!("{}?host=urn:a", sidecar.ws_url());
+    let mut agent =
+        WsClient::connect_request(request(&url, Some(&format!("Bearer {AGENT_TOKEN}"))))
+            .await
+            .unwrap();
+    let mut operator = connect_as(&sidecar, "operator", "operator-pw").await;
+    operator.send(json!({"thingID": "urn:a", "messageID": "m1", "correlationID": "mine", "messageType": "invokeAction", "action": "go"})).await;
+    let forwarded = agent.recv().await;
+    assert_eq!(forwarded["messageType"], "invokeAction", "{forwarded}");
+    agent.send(json!({"thingID": "urn:a", "messageID": "s1", "correlationID": forwarded["correlationID"], "messageType": "actionStatus", "action": "go", "status": "running"})).await;
+    assert_eq!(operator.recv().await["status"], "running");
+
+    let mut other = connect_as(&sidecar, "other-operator", "other-pw").await;
+    other.send(json!({"thingID": "urn:a", "messageID": "q1", "correlationID": "mine", "messageType": "queryAction", "action": "go"})).await;
+    assert_error(&other.recv().await, 404, "mine");
+    other.send(json!({"thingID": "urn:a", "messageID": "c1", "correlationID": "mine", "messageType": "cancelAction", "action": "go"})).await;
+    assert_error(&other.recv().await, 404, "mine");
+    let as_other = http_with(
+        sidecar.http,
+        "GET",
+        "/things/urn:a/actions/go/mine",
+        &[("Authorization", &basic("other-operator", "other-pw"))],
+        b"",
+    )
+    .await;
+    assert_eq!(as_other.status, 404, "{}", as_other.body);
+
+    // The same principal over HTTP: the status resource of the invocation.
+    let as_owner = http_with(
+        sidecar.http,
+        "GET",
+        "/things/urn:a/actions/go/mine",
+        &[("Authorization", &basic("operator", "operator-pw"))],
+        b"",
+    )
+    .await;
+    assert_eq!(as_owner.status, 200, "{}", as_owner.body);
+    assert_eq!(as_owner.json()["status"], "running");
+    // Nothing of the other principal's reached the agent: its next message
+    // is the next invocation.
+    operator.send(json!({"thingID": "urn:a", "messageID": "m2", "messageType": "invokeAction", "action": "again"})).await;
+    assert_eq!(agent.recv().await["action"], "again");
+    sidecar.stop().await;
+}

@@ -48,6 +48,18 @@ const MQTT_PASSWORD: &str = "lmos_mqtt_sc";
 /// learnt from another sidecar) gets this sidecar's and keeps the agent's.
 const OURS: &str = "lmos:sidecar";
 
+/// Where an invocation's status is kept, relative to the sidecar's HTTP
+/// base: `GET` queries it, `DELETE` cancels it (HTTP binding), and every
+/// `actionStatus` a consumer gets names it as `href`.
+pub fn status_href(thing: &str, action: &str, invocation: &str) -> String {
+    format!(
+        "/things/{}/actions/{}/{}",
+        path_segment(thing),
+        path_segment(action),
+        path_segment(invocation)
+    )
+}
+
 /// One path segment, percent-encoded as RFC 3986 asks (`urn:uuid:...` stays
 /// readable: `:` is allowed in a segment).
 pub fn path_segment(s: &str) -> String {

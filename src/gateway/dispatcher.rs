@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::outbound::{Offer, Outbound};
+use super::published::{self, Expected, LoggedOnce};
 use super::requests::{ClaimError, Consumer, Effect, Requests};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
 use super::{incoming_trace, message_info, trace_publication};
@@ -20,7 +21,7 @@ use crate::broker::{Bus, Delivery, Publication, ResponseInfo};
 use crate::directory::{affordances, DirectoryService};
 use crate::lmos::dialect::{self, Dialect};
 use crate::lmos::splice::peek_member;
-use crate::lmos::splice::{json_string, PrepareError, Prepared};
+use crate::lmos::splice::{json_string, Prepared};
 use crate::lmos::{Body, Message, Problem, ProblemKind};
 use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
@@ -35,9 +36,12 @@ pub enum Command {
         things: Vec<String>,
         reply: oneshot::Sender<Result<(), ClaimError>>,
     },
+    /// A consumer connection (WebSocket, or a principal's HTTP one).
     Register {
         conn: ConnId,
         outbound: Outbound,
+        /// Its principal, which owns its invocations.
+        principal: String,
     },
     Subscribe {
         conn: ConnId,
@@ -84,6 +88,8 @@ pub struct Services {
     pub directory: DirectoryService,
     pub metrics: Metrics,
     pub limits: Limits,
+    /// Check what agents publish against their TDs' data schemas.
+    pub validate_agent_data: bool,
 }
 
 /// Per-connection limits the dispatcher enforces, because it owns the state
@@ -120,6 +126,9 @@ pub struct Dispatcher {
     directory: DirectoryService,
     metrics: Metrics,
     limits: Limits,
+    validate_agent_data: bool,
+    /// Topics whose malformed publications were logged.
+    refusals_logged: LoggedOnce,
     bus: Bus,
     topics: Topics,
     commands: mpsc::Receiver<Command>,
@@ -140,6 +149,7 @@ impl Dispatcher {
             directory,
             metrics,
             limits,
+            validate_agent_data,
         } = services;
         Dispatcher {
             table: Table::default(),
@@ -150,6 +160,8 @@ impl Dispatcher {
             directory,
             metrics,
             limits,
+            validate_agent_data,
+            refusals_logged: LoggedOnce::default(),
             bus,
             topics,
             commands,
@@ -206,8 +218,13 @@ impl Dispatcher {
                 };
                 self.carry_out(effects).await;
             }
-            Command::Register { conn, outbound } => {
+            Command::Register {
+                conn,
+                outbound,
+                principal,
+            } => {
                 self.outbounds.insert(conn, outbound);
+                self.requests.register(conn, &principal);
             }
             Command::Subscribe {
                 conn,
@@ -280,7 +297,10 @@ impl Dispatcher {
                     return;
                 }
                 self.trace_request(&mut message);
-                let effects = self.requests.request(Consumer::WebSocket(conn), *message);
+                let liveness = self.td_liveness(&message);
+                let effects = self
+                    .requests
+                    .request(Consumer::WebSocket(conn), *message, liveness);
                 self.carry_out(effects).await;
             }
             Command::AgentMessage {
@@ -344,6 +364,18 @@ impl Dispatcher {
         let text = dialect::acknowledgement(thing, correlation, of).to_string();
         self.count_sent(metrics::WEBSOCKET, &text);
         self.send(conn, text);
+    }
+
+    /// An invoked action's liveness as its TD declares it
+    /// (`"lmos:livenessMs"` in the action affordance).
+    fn td_liveness(&self, message: &Message) -> Option<std::time::Duration> {
+        let Body::InvokeAction { action, .. } = &message.body else {
+            return None;
+        };
+        let directory = self.directory.directory();
+        let td = directory.get(&message.thing_id)?;
+        let ms = td["actions"][action]["lmos:livenessMs"].as_u64()?;
+        Some(std::time::Duration::from_millis(ms))
     }
 
     /// A subscription to an event or property the Thing's TD lacks.
@@ -472,11 +504,14 @@ impl Dispatcher {
                 let recipients = self.table.event_recipients(&thing, &event);
                 // Events nobody wants are not worth parsing.
                 if !recipients.is_empty() {
-                    match prepare(&delivery.payload, &thing, delivery.trace) {
-                        Some(prepared) => {
-                            self.fan_out(topic, &thing, &event, &prepared, recipients)
-                        }
-                        None => self.metrics.dropped("invalid_payload"),
+                    let expected = Expected::Event {
+                        thing: &thing,
+                        event: &event,
+                    };
+                    if let Some(prepared) =
+                        self.checked(topic, &delivery.payload, expected, delivery.trace)
+                    {
+                        self.fan_out(topic, &thing, &event, &prepared, recipients)
                     }
                 }
             }
@@ -537,8 +572,8 @@ impl Dispatcher {
             }
             return;
         }
-        let Some(prepared) = prepare(payload, thing, trace) else {
-            self.metrics.dropped("invalid_payload");
+        let expected = Expected::Reading { thing, name };
+        let Some(prepared) = self.checked(topic, payload, expected, trace) else {
             return;
         };
         // Cached even without an observer of this property yet, but only
@@ -552,6 +587,36 @@ impl Dispatcher {
         }
         let recipients = self.table.property_recipients(thing, name);
         self.fan_out(topic, thing, name, &prepared, recipients);
+    }
+
+    /// A publication for consumers, checked once; what fails is counted,
+    /// logged once per topic, and reaches no one.
+    fn checked(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        expected: Expected<'_>,
+        trace: Option<TraceContext>,
+    ) -> Option<Arc<Prepared>> {
+        let result = {
+            let directory = self.directory.directory();
+            let td = match expected {
+                Expected::Event { thing, .. } | Expected::Reading { thing, .. } => {
+                    directory.get(thing).filter(|_| self.validate_agent_data)
+                }
+            };
+            published::check(payload, expected, trace, td)
+        };
+        match result {
+            Ok(prepared) => Some(prepared),
+            Err(refused) => {
+                self.metrics.dropped("invalid_payload");
+                if self.refusals_logged.first(topic) {
+                    warn!(topic, reason = %refused, kind = "invalid-payload", "Dropped a message published for consumers; further ones on this topic are only counted (lmos_sidecar_dropped_messages_total, reason invalid_payload).");
+                }
+                None
+            }
+        }
     }
 
     /// One copy per recipient. Traced: one CONSUMER span per recipient, all
@@ -761,7 +826,8 @@ impl Dispatcher {
             return;
         }
         self.trace_request(&mut message);
-        let effects = self.requests.request(consumer, message);
+        let liveness = self.td_liveness(&message);
+        let effects = self.requests.request(consumer, message, liveness);
         self.carry_out(effects).await;
     }
 
@@ -917,36 +983,6 @@ impl Dispatcher {
 /// user properties counts when the payload has none. An event or reading a
 /// Kotlin-dialect agent published is put in the draft's form first, so
 /// draft consumers read it (Kotlin ones get it rendered back).
-fn prepare(payload: &[u8], thing: &str, trace: Option<TraceContext>) -> Option<Arc<Prepared>> {
-    let map = match serde_json::from_slice::<Value>(payload) {
-        Ok(Value::Object(map)) => map,
-        Ok(_) => return invalid(&PrepareError::NotAnObject),
-        Err(e) => return invalid(&PrepareError::NotJson(e.to_string())),
-    };
-    let mut map = if dialect::detect(&map) == Some(Dialect::Kotlin) {
-        match dialect::normalize(map, |_| None) {
-            Ok(mut n) if n.messages.len() == 1 => n.messages.remove(0),
-            _ => {
-                warn!(kind = "invalid-payload", "Dropped a Kotlin-dialect message published on an LMOS topic that is no single event or reading.");
-                return None;
-            }
-        }
-    } else {
-        map
-    };
-    let mut p = Prepared::from_map(&mut map, thing);
-    if let (None, Some(t)) = (&p.traceparent, trace) {
-        p.traceparent = Some(t.traceparent);
-        p.tracestate = t.tracestate;
-    }
-    Some(Arc::new(p))
-}
-
-fn invalid(e: &PrepareError) -> Option<Arc<Prepared>> {
-    warn!(error = %e, kind = "invalid-payload", "Dropped a message published on an LMOS topic.");
-    None
-}
-
 /// An agent's reply as the canonical messages it stands for (several for a
 /// Kotlin `actionStatuses`), parsed once; none when it is unreadable.
 fn parse_agent_replies(payload: &[u8]) -> Vec<Message> {

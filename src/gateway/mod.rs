@@ -11,6 +11,7 @@ mod foreign;
 mod http_consumers;
 mod inbound;
 mod outbound;
+mod published;
 mod requests;
 pub mod subscriptions;
 
@@ -125,6 +126,17 @@ impl Gateway {
             requests.finished_invocations,
         )
         .with_action_liveness(requests.action_liveness())
+        .with_liveness_overrides(
+            requests
+                .action_liveness_overrides
+                .iter()
+                .map(|(k, ms)| (k.clone(), std::time::Duration::from_millis(*ms)))
+                .collect(),
+        )
+        .with_invocation_limits(
+            requests.invocation_retention(),
+            requests.max_running_invocations,
+        )
         .with_metrics(metrics.clone());
         let services = dispatcher::Services {
             tracer: tracer.clone(),
@@ -134,6 +146,7 @@ impl Gateway {
                 max_subscriptions: config.max_subscriptions,
                 max_pending_requests: config.max_pending_requests,
             },
+            validate_agent_data,
         };
         let dispatcher = Dispatcher::new(
             bus.clone(),
@@ -230,7 +243,13 @@ impl Gateway {
         let (outbound, inbox) =
             outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
         let conn = self.next_connection();
-        shared.command(Command::Register { conn, outbound }).await;
+        let principal_name = principal.name().to_owned();
+        let register = Command::Register {
+            conn,
+            outbound,
+            principal: principal_name,
+        };
+        shared.command(register).await;
         let consumer = HttpConsumer::start(conn, inbox);
         consumers.insert(principal.name().to_owned(), consumer.clone());
         consumer
@@ -274,7 +293,12 @@ impl Gateway {
         let (outbound, inbox) =
             outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
         let conn = client.conn;
-        shared.command(Command::Register { conn, outbound }).await;
+        let register = Command::Register {
+            conn,
+            outbound,
+            principal: client.principal.name().to_owned(),
+        };
+        shared.command(register).await;
         let span = tracing::info_span!(
             "ws",
             conn,

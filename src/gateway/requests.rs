@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::foreign::ForeignRoutes;
 use super::subscriptions::ConnId;
 use crate::broker::Publication;
+use crate::directory::forms::status_href;
 use crate::lmos::splice::{json_string, Prepared};
 use crate::lmos::{Body, Message, MessageType, Problem, ProblemKind};
 use crate::telemetry::metrics::Metrics;
@@ -88,7 +89,20 @@ struct Pending {
     /// In the queue of remembered requests: finished, or an invocation
     /// whose agent went silent past its liveness (still listened to).
     remembered: bool,
-    cancel_waiters: Vec<String>,
+    /// Who asked to cancel, and under which correlation ID.
+    cancel_waiters: Vec<(Consumer, String)>,
+    /// For invocations: the principal that owns it (WebSocket and HTTP
+    /// consumers), so any of its connections can name it.
+    owner: Option<String>,
+    /// Other consumers of the owner following the invocation's statuses:
+    /// those that queried it while it ran (a consumer back after a
+    /// reconnect, say).
+    watchers: Vec<Consumer>,
+    /// Cancel at the agent when the invoking connection closes (asked for
+    /// with `"cancelOnDisconnect": true` in the invokeAction).
+    cancel_on_disconnect: bool,
+    /// How long the agent may stay silent (invocations).
+    liveness: Duration,
     /// The forwarded request's `traceparent`: what the sidecar says in the
     /// agent's stead (timeouts, failures) continues its trace.
     traceparent: Option<String>,
@@ -102,6 +116,19 @@ impl Pending {
         message.traceparent = self.traceparent.clone();
         message
     }
+
+    /// Everyone who gets the request's answers: the consumer that asked and
+    /// the invocation's watchers.
+    fn to_all(&self, text: &str) -> Vec<Effect> {
+        std::iter::once(&self.consumer)
+            .chain(&self.watchers)
+            .map(|c| Effect::ToConsumer(c.clone(), text.to_owned()))
+            .collect()
+    }
+
+    fn follows(&self, consumer: &Consumer) -> bool {
+        self.consumer == *consumer || self.watchers.contains(consumer)
+    }
 }
 
 /// Timer keys: the first reply of a request, or the answer to a cancel.
@@ -109,6 +136,8 @@ impl Pending {
 enum Timer {
     Reply(String),
     Cancel(String),
+    /// A remembered invocation's retention ends.
+    Retain(String),
 }
 
 pub struct Requests {
@@ -117,11 +146,20 @@ pub struct Requests {
     /// How long an invocation may go without a status from its agent.
     liveness: Duration,
     finished_limit: usize,
+    /// Liveness per `{thing}` or `{thing}#{action}`.
+    liveness_overrides: HashMap<String, Duration>,
+    /// How long a remembered invocation is kept.
+    retention: Duration,
+    /// Invocations running at once, at most.
+    max_running: usize,
+    /// The principal of each WebSocket / HTTP consumer connection.
+    owners: HashMap<ConnId, String>,
     hosts: HashMap<String, Host>,
     routes: HashMap<String, Pending>,
-    /// (consumer key, correlation) → route, for naming invocations.
+    /// (consumer key or owner key, correlation) → route, for naming
+    /// invocations.
     invocations: HashMap<(String, String), String>,
-    /// (consumer key, action) → route of its latest invocation.
+    /// (consumer key or owner key, action) → route of its latest invocation.
     latest_invocation: HashMap<(String, String), String>,
     finished: VecDeque<String>,
     timers: DelayQueue<Timer>,
@@ -157,6 +195,10 @@ impl Requests {
             timeout,
             liveness: timeout,
             finished_limit,
+            liveness_overrides: HashMap::new(),
+            retention: Duration::from_secs(3600),
+            max_running: usize::MAX,
+            owners: HashMap::new(),
             hosts: HashMap::new(),
             routes: HashMap::new(),
             invocations: HashMap::new(),
@@ -174,6 +216,34 @@ impl Requests {
     pub fn with_action_liveness(mut self, liveness: Duration) -> Requests {
         self.liveness = liveness;
         self
+    }
+
+    /// Liveness of particular Things (`{thing}`) or actions
+    /// (`{thing}#{action}`).
+    pub fn with_liveness_overrides(mut self, overrides: HashMap<String, Duration>) -> Requests {
+        self.liveness_overrides = overrides;
+        self
+    }
+
+    /// How long finished invocations stay, and how many may run at once.
+    pub fn with_invocation_limits(mut self, retention: Duration, max_running: usize) -> Requests {
+        self.retention = retention;
+        self.max_running = max_running;
+        self
+    }
+
+    /// A consumer connection and its principal: its invocations belong to
+    /// the principal, so another of its connections can query or cancel
+    /// them.
+    pub fn register(&mut self, conn: ConnId, principal: &str) {
+        self.owners.insert(conn, principal.to_owned());
+    }
+
+    fn owner_key(&self, consumer: &Consumer) -> Option<String> {
+        match consumer {
+            Consumer::WebSocket(conn) => self.owners.get(conn).map(|p| format!("principal:{p}")),
+            Consumer::Mqtt { .. } => None,
+        }
     }
 
     /// Reports request latencies here.
@@ -197,6 +267,14 @@ impl Requests {
 
     pub fn remembered_count(&self) -> usize {
         self.routes.len()
+    }
+
+    /// Invocations waiting for their agent's final status.
+    fn running_count(&self) -> usize {
+        self.routes
+            .values()
+            .filter(|p| p.kind == Kind::Invocation && !p.remembered)
+            .count()
     }
 
     // ----- hosts -----
@@ -283,11 +361,10 @@ impl Requests {
                         ))
                         .with_correlation_id(p.correlation.clone())
                         .to_value();
-                    let consumer = p.consumer.clone();
                     let waiters = std::mem::take(&mut p.cancel_waiters);
                     p.latest = Some(status.clone());
-                    effects.push(Effect::ToConsumer(consumer.clone(), status.to_string()));
-                    effects.extend(self.answer_cancels(&consumer, &status, waiters, &route, false));
+                    effects.extend(p.to_all(&status.to_string()));
+                    effects.extend(self.answer_cancels(&status, waiters, &route, false));
                     self.finish(&route);
                 }
                 Kind::ReadProperty | Kind::WriteProperty => {
@@ -306,8 +383,15 @@ impl Requests {
 
     // ----- requests -----
 
-    /// A consumer's request. Returns what to send where.
-    pub fn request(&mut self, consumer: Consumer, message: Message) -> Vec<Effect> {
+    /// A consumer's request. Returns what to send where. `td_liveness`: the
+    /// invoked action's liveness when its TD gives one
+    /// (`requests.action_liveness_overrides` win over it).
+    pub fn request(
+        &mut self,
+        consumer: Consumer,
+        message: Message,
+        td_liveness: Option<Duration>,
+    ) -> Vec<Effect> {
         let correlation = message.reply_correlation_id().to_owned();
         let thing = message.thing_id.clone();
         let error = |kind, detail: String| {
@@ -338,22 +422,43 @@ impl Requests {
                 format!("No agent hosting the Thing `{thing}` is connected to this sidecar."),
             );
         };
+        if kind == Kind::Invocation && self.running_count() >= self.max_running {
+            self.metrics.limit_hit("any", "max_running_invocations");
+            return error(
+                ProblemKind::TooManyRequests,
+                format!("{} invocations are running on this sidecar (requests.max_running_invocations); invoke again when some have ended.", self.max_running),
+            );
+        }
         let route = Uuid::new_v4().to_string();
         let action = match &message.body {
             Body::InvokeAction { action, .. } => Some(action.clone()),
             _ => None,
         };
+        let cancel_on_disconnect =
+            message.extra.get("cancelOnDisconnect") == Some(&Value::Bool(true));
+        let owner = self.owner_key(&consumer);
         let message_type = message.message_type();
         let forwarded_traceparent = message.traceparent.clone();
         let forwarded = message.with_correlation_id(route.clone());
         let text = forwarded.to_json();
         if let Some(action) = &action {
-            let key = consumer.key();
-            self.invocations
-                .insert((key.clone(), correlation.clone()), route.clone());
-            self.latest_invocation
-                .insert((key, action.clone()), route.clone());
+            for key in std::iter::once(consumer.key()).chain(owner.clone()) {
+                self.invocations
+                    .insert((key.clone(), correlation.clone()), route.clone());
+                self.latest_invocation
+                    .insert((key, action.clone()), route.clone());
+            }
         }
+        let wait = match (kind, &action) {
+            (Kind::Invocation, Some(action)) => self
+                .liveness_overrides
+                .get(&format!("{thing}#{action}"))
+                .or_else(|| self.liveness_overrides.get(&thing))
+                .copied()
+                .or(td_liveness)
+                .unwrap_or(self.liveness),
+            _ => self.timeout,
+        };
         self.routes.insert(
             route.clone(),
             Pending {
@@ -366,14 +471,14 @@ impl Requests {
                 finished: false,
                 remembered: false,
                 cancel_waiters: Vec::new(),
+                owner,
+                watchers: Vec::new(),
+                cancel_on_disconnect,
+                liveness: wait,
                 traceparent: forwarded_traceparent,
                 started: Some((Instant::now(), message_type)),
             },
         );
-        let wait = match kind {
-            Kind::Invocation => self.liveness,
-            _ => self.timeout,
-        };
         self.arm(Timer::Reply(route), wait);
         vec![self.to_host(host, &thing, message_type.as_str(), text)]
     }
@@ -398,18 +503,24 @@ impl Requests {
         message: &Message,
         action: &str,
     ) -> Option<String> {
-        let key = consumer.key();
-        let route = match &message.correlation_id {
+        // The consumer's own first (correlation IDs need only be unique per
+        // consumer), then its principal's.
+        let keys = std::iter::once(consumer.key()).chain(self.owner_key(consumer));
+        keys.filter_map(|key| match &message.correlation_id {
             Some(c) => self.invocations.get(&(key, c.clone())),
             None => self.latest_invocation.get(&(key, action.to_owned())),
-        }?;
-        let p = self.routes.get(route)?;
-        (p.action.as_deref() == Some(action)).then(|| route.clone())
+        })
+        .find(|route| {
+            self.routes
+                .get(*route)
+                .is_some_and(|p| p.action.as_deref() == Some(action))
+        })
+        .cloned()
     }
 
     fn no_invocation(&self, consumer: Consumer, message: &Message, action: &str) -> Vec<Effect> {
         let detail = match &message.correlation_id {
-            Some(c) => format!("No invocation of `{action}` with correlationID `{c}` is known for this consumer; name an invocation by the correlationID (or, without one, the messageID) of its invokeAction."),
+            Some(c) => format!("No invocation of `{action}` with correlationID `{c}` is known for this consumer or its principal (finished ones are kept for requests.invocation_retention_ms, at most requests.finished_invocations); name an invocation by the correlationID (or, without one, the messageID) of its invokeAction."),
             None => format!("This consumer has not invoked `{action}` (or it was forgotten)."),
         };
         let m = Problem::new(ProblemKind::NotFound, detail)
@@ -419,10 +530,15 @@ impl Requests {
 
     /// Answered by the sidecar, which saw every status of the invocation.
     fn query(&mut self, consumer: Consumer, message: &Message, action: String) -> Vec<Effect> {
-        let Some(route) = self.find_invocation(&consumer, message, &action) else {
+        let found = self.find_invocation(&consumer, message, &action);
+        let Some(p) = found.and_then(|route| self.routes.get_mut(&route)) else {
             return self.no_invocation(consumer, message, &action);
         };
-        let p = &self.routes[&route];
+        if !p.finished && !p.follows(&consumer) {
+            // Another connection of the owner (a consumer back after a
+            // reconnect): it follows the rest of the invocation too.
+            p.watchers.push(consumer.clone());
+        }
         let mut status = p.latest.clone().unwrap_or_else(|| {
             // Forwarded, no status from the agent yet.
             Message::new(
@@ -444,11 +560,11 @@ impl Requests {
     }
 
     fn cancel(&mut self, consumer: Consumer, message: Message, action: String) -> Vec<Effect> {
-        let Some(route) = self.find_invocation(&consumer, &message, &action) else {
+        let found = self.find_invocation(&consumer, &message, &action);
+        let Some((route, p)) = found.and_then(|r| self.routes.get_mut(&r).map(|p| (r, p))) else {
             return self.no_invocation(consumer, &message, &action);
         };
         let reply_correlation = message.reply_correlation_id().to_owned();
-        let p = self.routes.get_mut(&route).expect("found above");
         if p.finished {
             // Too late to cancel: the answer is how it ended.
             let mut status = p.latest.clone().unwrap_or(Value::Null);
@@ -456,7 +572,7 @@ impl Requests {
             status["messageID"] = Uuid::new_v4().to_string().into();
             return vec![Effect::ToConsumer(consumer, status.to_string())];
         }
-        p.cancel_waiters.push(reply_correlation);
+        p.cancel_waiters.push((consumer, reply_correlation));
         let thing = p.thing.clone();
         let Some(host) = self.hosts.get(&thing).copied() else {
             return self.host_gone(&thing);
@@ -524,23 +640,30 @@ impl Requests {
             self.metrics
                 .request_done(message_type.as_str(), started.elapsed());
         }
-        let consumer = p.consumer.clone();
         // The parsed message keeps every member it arrived with.
         let Value::Object(mut prepared_map) = message.to_value() else {
             return None;
         };
+        if let (Body::ActionStatus { action, .. }, Kind::Invocation) = (&message.body, p.kind) {
+            // Where the invocation can be asked after, as the WoT profiles'
+            // status objects say.
+            prepared_map
+                .entry("href")
+                .or_insert_with(|| status_href(thing, action, &p.correlation).into());
+        }
         let copy =
             Prepared::from_map(&mut prepared_map, thing).with(&json_string(&p.correlation), trace);
-        let mut effects = vec![Effect::ToConsumer(consumer.clone(), copy.clone())];
+        let mut effects = p.to_all(&copy);
         match (&message.body, p.kind) {
             (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
                 // A sign of life: the agent has as long again (unless the
                 // consumer was already told it went silent).
                 if !p.remembered {
-                    self.arm(Timer::Reply(route.clone()), self.liveness);
+                    let liveness = p.liveness;
+                    self.arm(Timer::Reply(route.clone()), liveness);
                 }
-                let p = self.routes.get_mut(&route).expect("present");
-                let value: Value = serde_json::from_str(&copy).expect("spliced JSON is valid");
+                let value: Value = serde_json::from_str(&copy).ok()?;
+                let p = self.routes.get_mut(&route)?;
                 p.latest = Some(value.clone());
                 let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
                 effects.push(Effect::Publish(Publication::new(
@@ -550,13 +673,13 @@ impl Requests {
                 )));
                 if is_terminal(status) {
                     let waiters = std::mem::take(&mut p.cancel_waiters);
-                    effects.extend(self.answer_cancels(&consumer, &value, waiters, &route, false));
+                    effects.extend(self.answer_cancels(&value, waiters, &route, false));
                     self.finish(&route);
                 }
             }
             (Body::Error(_), Kind::Invocation) => {
-                let p = self.routes.get_mut(&route).expect("present");
-                let value: Value = serde_json::from_str(&copy).expect("spliced JSON is valid");
+                let value: Value = serde_json::from_str(&copy).ok()?;
+                let p = self.routes.get_mut(&route)?;
                 if p.cancel_waiters.is_empty() {
                     // The agent refuses the invocation: it ends here.
                     p.latest = Some(value);
@@ -567,7 +690,7 @@ impl Requests {
                     // asked to cancel hears why.
                     let waiters = std::mem::take(&mut p.cancel_waiters);
                     effects.clear();
-                    effects.extend(self.answer_cancels(&consumer, &value, waiters, &route, true));
+                    effects.extend(self.answer_cancels(&value, waiters, &route, true));
                 }
             }
             (Body::PropertyReadings { data, timestamp }, _) => {
@@ -605,26 +728,28 @@ impl Requests {
     }
 
     /// A `cancelAction` is answered by the invocation's final status, or by
-    /// the agent's refusal; waiters whose correlation differs from the
-    /// invocation's get their own copy (`all`: every waiter does, as the
-    /// refusal is no status of the invocation).
+    /// the agent's refusal. Each waiter gets its copy under its cancel's
+    /// correlation ID, unless it follows the invocation and named it by the
+    /// invocation's own (then the status it gets anyway answers it); `all`:
+    /// every waiter does, as a refusal is no status of the invocation.
     fn answer_cancels(
         &mut self,
-        consumer: &Consumer,
         status: &Value,
-        waiters: Vec<String>,
+        waiters: Vec<(Consumer, String)>,
         route: &str,
         all: bool,
     ) -> Vec<Effect> {
         self.disarm(&Timer::Cancel(route.to_owned()));
-        let own = self.routes.get(route).map(|p| p.correlation.clone());
+        let Some(p) = self.routes.get(route) else {
+            return Vec::new();
+        };
         waiters
             .into_iter()
-            .filter(|w| all || Some(w) != own.as_ref())
-            .map(|w| {
+            .filter(|(c, w)| all || *w != p.correlation || !p.follows(c))
+            .map(|(c, w)| {
                 let mut copy = status.clone();
                 copy["correlationID"] = w.into();
-                Effect::ToConsumer(consumer.clone(), copy.to_string())
+                Effect::ToConsumer(c, copy.to_string())
             })
             .collect()
     }
@@ -664,9 +789,9 @@ impl Requests {
                 };
                 let detail = if p.kind == Kind::Invocation {
                     format!(
-                        "The agent hosting `{}` sent no status of this invocation for {} ms (requests.action_liveness_ms). It is still remembered: a status that comes later reaches you, its status topic and queryAction.",
+                        "The agent hosting `{}` sent no status of this invocation for {} ms (requests.action_liveness_ms, or the action's own). It is still remembered: a status that comes later reaches you, its status topic and queryAction.",
                         p.thing,
-                        self.liveness.as_millis()
+                        p.liveness.as_millis()
                     )
                 } else {
                     format!(
@@ -679,7 +804,7 @@ impl Requests {
                     Problem::new(ProblemKind::Timeout, detail)
                         .to_message(&p.thing, Some(&p.correlation)),
                 );
-                let effect = Effect::ToConsumer(p.consumer.clone(), m.to_json());
+                let effects = p.to_all(&m.to_json());
                 let route = route.clone();
                 if p.kind == Kind::Invocation {
                     // No late answer is dropped: the invocation stays, among
@@ -688,35 +813,46 @@ impl Requests {
                 } else {
                     self.forget(&route);
                 }
-                return vec![effect];
+                return effects;
+            }
+            Timer::Retain(route) => {
+                let route = route.clone();
+                self.forget(&route);
+                self.finished.retain(|r| *r != route);
+                return Vec::new();
             }
             Timer::Cancel(route) => match self.routes.get_mut(route) {
                 Some(p) => (route.clone(), std::mem::take(&mut p.cancel_waiters)),
                 None => return Vec::new(),
             },
         };
-        let p = &self.routes[&route];
+        let Some(p) = self.routes.get(&route) else {
+            return Vec::new();
+        };
         waiters
             .into_iter()
-            .map(|w| {
+            .map(|(c, w)| {
                 let detail = format!(
                     "The agent hosting `{}` did not answer the cancelAction within {} ms; the invocation may still be running.",
                     p.thing,
                     self.timeout.as_millis()
                 );
                 let m = p.speak(Problem::new(ProblemKind::Timeout, detail).to_message(&p.thing, Some(&w)));
-                Effect::ToConsumer(p.consumer.clone(), m.to_json())
+                Effect::ToConsumer(c, m.to_json())
             })
             .collect()
     }
 
-    /// Keeps a finished invocation for queries, within the limit.
+    /// Keeps a finished invocation for queries, within the limit and for
+    /// the retention (from its end).
     fn finish(&mut self, route: &str) {
         self.disarm(&Timer::Reply(route.to_owned()));
         if let Some(p) = self.routes.get_mut(route) {
             p.finished = true;
+            p.watchers.clear();
         }
         self.remember(route);
+        self.arm(Timer::Retain(route.to_owned()), self.retention);
     }
 
     /// Puts a request among the remembered ones (once), forgetting the
@@ -726,6 +862,7 @@ impl Requests {
             Some(p) if !p.remembered => p.remembered = true,
             _ => return,
         }
+        self.arm(Timer::Retain(route.to_owned()), self.retention);
         self.finished.push_back(route.to_owned());
         while self.finished.len() > self.finished_limit {
             if let Some(old) = self.finished.pop_front() {
@@ -737,24 +874,19 @@ impl Requests {
     fn forget(&mut self, route: &str) {
         self.disarm(&Timer::Reply(route.to_owned()));
         self.disarm(&Timer::Cancel(route.to_owned()));
-        if let Some(p) = self.routes.remove(route) {
-            let key = p.consumer.key();
-            if self
-                .invocations
-                .get(&(key.clone(), p.correlation.clone()))
-                .map(String::as_str)
-                == Some(route)
-            {
-                self.invocations.remove(&(key.clone(), p.correlation));
+        self.disarm(&Timer::Retain(route.to_owned()));
+        let Some(p) = self.routes.remove(route) else {
+            return;
+        };
+        for key in std::iter::once(p.consumer.key()).chain(p.owner) {
+            let named = (key, p.correlation.clone());
+            if self.invocations.get(&named).map(String::as_str) == Some(route) {
+                self.invocations.remove(&named);
             }
-            if let Some(action) = p.action {
-                if self
-                    .latest_invocation
-                    .get(&(key.clone(), action.clone()))
-                    .map(String::as_str)
-                    == Some(route)
-                {
-                    self.latest_invocation.remove(&(key, action));
+            if let Some(action) = &p.action {
+                let latest = (named.0, action.clone());
+                if self.latest_invocation.get(&latest).map(String::as_str) == Some(route) {
+                    self.latest_invocation.remove(&latest);
                 }
             }
         }
@@ -786,9 +918,10 @@ impl Requests {
         effects
     }
 
-    /// A WebSocket connection closed: as a consumer, its requests are
-    /// forgotten (running invocations are asked to cancel); as an agent,
-    /// what waits on it fails.
+    /// A WebSocket connection closed: as a consumer, its property requests
+    /// are forgotten, while its invocations stay, owned by its principal
+    /// (cancelled at the agent only if it asked for that); as an agent, what
+    /// waits on it fails.
     pub fn connection_gone(&mut self, conn: ConnId) -> Vec<Effect> {
         let mut effects = Vec::new();
         let hosted: Vec<String> = self
@@ -808,15 +941,23 @@ impl Requests {
             effects.push(self.presence(&thing, false));
             effects.extend(self.host_gone(&thing));
         }
+        let gone = Consumer::WebSocket(conn);
+        for p in self.routes.values_mut() {
+            p.watchers.retain(|w| *w != gone);
+        }
         let mine: Vec<String> = self
             .routes
             .iter()
-            .filter(|(_, p)| p.consumer == Consumer::WebSocket(conn))
+            .filter(|(_, p)| p.consumer == gone)
+            .filter(|(_, p)| p.kind != Kind::Invocation || (p.cancel_on_disconnect && !p.finished))
             .map(|(r, _)| r.clone())
             .collect();
+        self.owners.remove(&conn);
         for route in mine {
-            let p = &self.routes[&route];
-            if p.kind == Kind::Invocation && !p.finished {
+            let Some(p) = self.routes.get(&route) else {
+                continue;
+            };
+            if p.kind == Kind::Invocation {
                 if let (Some(host), Some(action)) =
                     (self.hosts.get(&p.thing).copied(), p.action.clone())
                 {
@@ -906,7 +1047,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_unanswered_request_times_out_after_the_configured_time() {
         let mut r = router(10);
-        forwarded(&r.request(Consumer::WebSocket(2), read("c")));
+        forwarded(&r.request(Consumer::WebSocket(2), read("c"), None));
         assert!(
             tokio::time::timeout(Duration::from_millis(4_999), r.next_timeout())
                 .await
@@ -930,7 +1071,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_answer_disarms_the_timeout() {
         let mut r = router(10);
-        let route = forwarded(&r.request(Consumer::WebSocket(2), read("c")));
+        let route = forwarded(&r.request(Consumer::WebSocket(2), read("c"), None));
         let reply = json!({"thingID": T, "messageID": "r", "messageType": "propertyReading", "name": "p", "value": 1, "timestamp": "2025-01-20T19:00:00Z", "correlationID": route});
         let effects = reply_to(&mut r, &reply).unwrap();
         assert_eq!(to_consumer(&effects)[0].1["correlationID"], "c");
@@ -945,13 +1086,16 @@ mod tests {
         let invoke = message(
             json!({"thingID": T, "messageID": "i", "messageType": "invokeAction", "action": "a", "correlationID": "inv"}),
         );
-        let route = forwarded(&r.request(Consumer::WebSocket(2), invoke));
+        let route = forwarded(&r.request(Consumer::WebSocket(2), invoke, None));
         let pending = json!({"thingID": T, "messageID": "s", "messageType": "actionStatus", "action": "a", "status": "pending", "correlationID": route});
         reply_to(&mut r, &pending).unwrap();
         let cancel = message(
             json!({"thingID": T, "messageID": "k", "messageType": "cancelAction", "action": "a", "correlationID": "inv"}),
         );
-        assert_eq!(forwarded(&r.request(Consumer::WebSocket(2), cancel)), route);
+        assert_eq!(
+            forwarded(&r.request(Consumer::WebSocket(2), cancel, None)),
+            route
+        );
         let effects = r.next_timeout().await.unwrap();
         let replies = to_consumer(&effects);
         assert_eq!(
@@ -972,7 +1116,12 @@ mod tests {
         let invoke = message(
             json!({"thingID": T, "messageID": "i", "messageType": "invokeAction", "action": "a", "correlationID": correlation}),
         );
-        forwarded(&r.request(Consumer::WebSocket(2), invoke))
+        forwarded(&r.request(Consumer::WebSocket(2), invoke, None))
+    }
+
+    /// Whether the router still waits for the agent on this route.
+    fn waits(r: &Requests, route: &str) -> bool {
+        r.timer_keys.contains_key(&Timer::Reply(route.to_owned()))
     }
 
     fn action_status(route: &str, status: &str) -> Value {
@@ -983,7 +1132,7 @@ mod tests {
         let q = message(
             json!({"thingID": T, "messageID": "q", "messageType": "queryAction", "action": "a", "correlationID": correlation}),
         );
-        to_consumer(&r.request(Consumer::WebSocket(2), q))
+        to_consumer(&r.request(Consumer::WebSocket(2), q, None))
             .remove(0)
             .1
     }
@@ -995,7 +1144,7 @@ mod tests {
         let refusal = json!({"thingID": T, "messageID": "e", "messageType": "error", "type": "about:blank", "title": "Busy", "status": "409", "detail": "busy", "instance": "urn:x", "correlationID": route});
         let effects = reply_to(&mut r, &refusal).unwrap();
         assert_eq!(to_consumer(&effects)[0].1["status"], "409");
-        assert!(!r.has_timers(), "no 504 later");
+        assert!(!waits(&r, &route), "no 504 later");
         assert_eq!(query(&mut r, "inv")["status"], "409", "queried, the error");
     }
 
@@ -1015,7 +1164,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(59)).await;
         let done = reply_to(&mut r, &action_status(&route, "completed")).unwrap();
         assert_eq!(to_consumer(&done)[0].1["status"], "completed");
-        assert!(!r.has_timers());
+        assert!(!waits(&r, &route));
     }
 
     #[tokio::test(start_paused = true)]
@@ -1035,7 +1184,79 @@ mod tests {
             |e| matches!(e, Effect::Publish(p) if p.topic == "lmos/urn:t/actions/a/status/inv")
         ));
         assert_eq!(query(&mut r, "inv")["status"], "completed");
-        assert!(!r.has_timers());
+        assert!(!waits(&r, &route));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_invocation_is_kept_for_its_retention() {
+        let mut r = router(10).with_invocation_limits(Duration::from_secs(600), 10);
+        let route = invoke(&mut r, "inv");
+        reply_to(&mut r, &action_status(&route, "completed")).unwrap();
+        tokio::time::advance(Duration::from_secs(599)).await;
+        assert_eq!(query(&mut r, "inv")["status"], "completed");
+        let forgotten = r.next_timeout().await.unwrap();
+        assert!(forgotten.is_empty(), "forgotten quietly: {forgotten:?}");
+        assert_eq!(query(&mut r, "inv")["status"], "404");
+        assert_eq!(r.remembered_count(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_the_running_cap_an_invocation_is_refused_until_one_ends() {
+        let mut r = router(10).with_invocation_limits(Duration::from_secs(600), 2);
+        let first = invoke(&mut r, "a");
+        invoke(&mut r, "b");
+        let third = message(
+            json!({"thingID": T, "messageID": "c", "messageType": "invokeAction", "action": "a"}),
+        );
+        let refused = to_consumer(&r.request(Consumer::WebSocket(2), third.clone(), None));
+        assert_eq!(refused[0].1["status"], "429");
+        assert!(refused[0].1["detail"]
+            .as_str()
+            .unwrap()
+            .contains("max_running_invocations"));
+        reply_to(&mut r, &action_status(&first, "completed")).unwrap();
+        forwarded(&r.request(Consumer::WebSocket(2), third, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_action_may_have_a_liveness_of_its_own() {
+        let overrides = HashMap::from([(format!("{T}#a"), Duration::from_secs(1200))]);
+        let mut r = router(10)
+            .with_action_liveness(Duration::from_secs(60))
+            .with_liveness_overrides(overrides);
+        let route = invoke(&mut r, "inv");
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1199), r.next_timeout())
+                .await
+                .is_err(),
+            "configured per action"
+        );
+        reply_to(&mut r, &action_status(&route, "running")).unwrap();
+        tokio::time::advance(Duration::from_secs(1199)).await;
+        assert!(waits(&r, &route), "each status gives it as long again");
+        // From its TD, when configuration says nothing of it.
+        let mut r = router(10).with_action_liveness(Duration::from_secs(60));
+        let invoke = message(
+            json!({"thingID": T, "messageID": "i", "messageType": "invokeAction", "action": "a"}),
+        );
+        forwarded(&r.request(
+            Consumer::WebSocket(2),
+            invoke,
+            Some(Duration::from_secs(300)),
+        ));
+        let timeout = tokio::time::timeout(Duration::from_secs(299), r.next_timeout()).await;
+        assert!(timeout.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn statuses_name_where_the_invocation_is_kept() {
+        let mut r = router(10);
+        let route = invoke(&mut r, "inv 1");
+        let status = reply_to(&mut r, &action_status(&route, "running")).unwrap();
+        assert_eq!(
+            to_consumer(&status)[0].1["href"],
+            "/things/urn:t/actions/a/inv%201"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1046,7 +1267,10 @@ mod tests {
         let cancel = message(
             json!({"thingID": T, "messageID": "k", "messageType": "cancelAction", "action": "a", "correlationID": "inv"}),
         );
-        assert_eq!(forwarded(&r.request(Consumer::WebSocket(2), cancel)), route);
+        assert_eq!(
+            forwarded(&r.request(Consumer::WebSocket(2), cancel, None)),
+            route
+        );
         let refusal = json!({"thingID": T, "messageID": "e", "messageType": "error", "type": "about:blank", "title": "Conflict", "status": "409", "detail": "cannot stop now", "instance": "urn:x", "correlationID": route});
         let answer = to_consumer(&reply_to(&mut r, &refusal).unwrap());
         assert_eq!(answer.len(), 1, "{answer:?}");
@@ -1066,8 +1290,8 @@ mod tests {
     #[tokio::test]
     async fn colliding_correlation_ids_of_two_consumers_stay_apart() {
         let mut r = router(10);
-        let a = forwarded(&r.request(Consumer::WebSocket(2), read("same")));
-        let b = forwarded(&r.request(Consumer::WebSocket(3), read("same")));
+        let a = forwarded(&r.request(Consumer::WebSocket(2), read("same"), None));
+        let b = forwarded(&r.request(Consumer::WebSocket(3), read("same"), None));
         assert_ne!(a, b);
         let answer = |route: &str| {
             json!({"thingID": T, "messageID": "r", "messageType": "propertyReading", "name": "p", "value": route, "timestamp": "2025-01-20T19:00:00Z", "correlationID": route}).to_string()
@@ -1088,7 +1312,7 @@ mod tests {
             let invoke = message(
                 json!({"thingID": T, "messageID": c, "messageType": "invokeAction", "action": "a", "correlationID": c}),
             );
-            let route = forwarded(&r.request(Consumer::WebSocket(2), invoke));
+            let route = forwarded(&r.request(Consumer::WebSocket(2), invoke, None));
             let done = json!({"thingID": T, "messageID": "s", "messageType": "actionStatus", "action": "a", "status": "completed", "correlationID": route});
             reply_to(&mut r, &done).unwrap();
         }
@@ -1098,9 +1322,9 @@ mod tests {
                 json!({"thingID": T, "messageID": "q", "messageType": "queryAction", "action": "a", "correlationID": c}),
             )
         };
-        let oldest = to_consumer(&r.request(Consumer::WebSocket(2), query("inv-0")));
+        let oldest = to_consumer(&r.request(Consumer::WebSocket(2), query("inv-0"), None));
         assert_eq!(oldest[0].1["status"], "404");
-        let newest = to_consumer(&r.request(Consumer::WebSocket(2), query("inv-2")));
+        let newest = to_consumer(&r.request(Consumer::WebSocket(2), query("inv-2"), None));
         assert_eq!(newest[0].1["status"], "completed");
     }
 

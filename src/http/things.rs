@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use super::auth::Caller;
 use super::HttpState;
-use crate::directory::forms::path_segment;
+use crate::directory::forms::status_href;
 use crate::gateway::Replies;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
 
@@ -227,16 +227,6 @@ pub async fn read_all_properties(
         }
     }
     json_response(StatusCode::OK, &Value::Object(values))
-}
-
-/// Where an invocation's status is kept for `GET` and `DELETE`.
-fn status_href(thing: &str, action: &str, invocation: &str) -> String {
-    format!(
-        "/things/{}/actions/{}/{}",
-        path_segment(thing),
-        path_segment(action),
-        path_segment(invocation)
-    )
 }
 
 /// The Basic Profile's status object for an `actionStatus`.
