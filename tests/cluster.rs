@@ -22,6 +22,14 @@ fn bridged_config(cluster: &NatsCluster, nodes: &[usize], name: &str) -> lmos_si
     c
 }
 
+/// The tests of this file, one at a time: each runs three NATS nodes and two
+/// sidecars, and five of them at once on a 2-core machine (while other test
+/// binaries run too) once starved a cross-sidecar request past its wait.
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
 async fn bridged(cluster: &NatsCluster, node: usize, name: &str) -> TestSidecar {
     linked(TestSidecar::start_with(bridged_config(cluster, &[node], name)).await).await
 }
@@ -46,6 +54,7 @@ async fn linked(sidecar: TestSidecar) -> TestSidecar {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_from_an_agent_on_one_sidecar_reach_consumers_of_another_once() {
+    let _alone = one_at_a_time().await;
     let cluster = NatsCluster::start(3).await;
     let a = bridged(&cluster, 0, "a").await;
     let b = bridged(&cluster, 1, "b").await;
@@ -104,6 +113,7 @@ async fn events_from_an_agent_on_one_sidecar_reach_consumers_of_another_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_on_one_sidecar_reads_from_an_mqtt_agent_on_another() {
+    let _alone = one_at_a_time().await;
     let cluster = NatsCluster::start(3).await;
     let a = bridged(&cluster, 0, "a").await;
     let b = bridged(&cluster, 1, "b").await;
@@ -176,6 +186,7 @@ async fn answer(agent: &mut WsClient, request: &Value, message_type: &str, extra
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_agent_on_one_sidecar_serves_consumers_of_another_in_every_pattern() {
+    let _alone = one_at_a_time().await;
     let cluster = NatsCluster::start(3).await;
     let a = bridged(&cluster, 0, "a").await;
     let b = bridged(&cluster, 1, "b").await;
@@ -391,6 +402,7 @@ async fn a_websocket_agent_on_one_sidecar_serves_consumers_of_another_in_every_p
 async fn a_request_from_a_consumer_of_one_sidecar_to_an_agent_behind_another_is_one_trace() {
     const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     const PARENT: &str = "00f067aa0ba902b7";
+    let _alone = one_at_a_time().await;
     let cluster = NatsCluster::start(3).await;
     let (collector, mut exports) = common::otlp::grpc_collector().await;
     let traced = |name: &str, node: usize| {
@@ -536,6 +548,7 @@ fn missing(counts: &[u32]) -> Vec<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_node_a_sidecar_uses_loses_no_qos1_message() {
     const N: i64 = 600;
+    let _alone = one_at_a_time().await;
     let mut cluster = NatsCluster::start(3).await;
     let a = bridged(&cluster, 0, "a").await;
     // The node to die leads none of the MQTT streams. When a stream leader

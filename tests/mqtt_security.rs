@@ -243,3 +243,93 @@ async fn mqtt_limit_hits_are_counted() {
     assert!(text.contains(series), "{text}");
     sidecar.stop().await;
 }
+
+/// Issue 15: over MQTT too, an invocation is its principal's. The guard
+/// tells the router who published a request; another MQTT connection of
+/// the same principal, with another reply topic, finds the invocation by
+/// its correlation ID, and another principal's does not.
+#[tokio::test]
+async fn an_invocation_made_over_mqtt_is_found_by_its_principal_only() {
+    let mut c = test_config();
+    c.mqtt.authentication = true;
+    c.auth.anonymous = Grants::default();
+    c.auth.principals = vec![
+        principal("agent", &[THING], &[], &[]),
+        principal("operator", &[], &[THING], &[THING]),
+        principal("other", &[], &[THING], &[THING]),
+    ];
+    let sidecar = TestSidecar::start_with(c).await;
+    let mut agent = agent(&sidecar).await;
+    let mut phone =
+        MqttClient::connect_as(sidecar.mqtt, "phone", "operator", "operator-pw", None).await;
+    phone.subscribe(&format!("lmos/{THING}/replies/op-inv")).await;
+    let invoke = lmos(
+        THING,
+        "invokeAction",
+        json!({"action": "plan", "correlationID": "op-inv"}),
+    );
+    phone
+        .publish(
+            &format!("lmos/{THING}/requests/invokeAction"),
+            &invoke,
+            false,
+        )
+        .await;
+    let (_, forwarded, _) = agent.recv_json().await;
+    let mut running = lmos(
+        THING,
+        "actionStatus",
+        json!({"action": "plan", "status": "running", "output": "so far"}),
+    );
+    running["correlationID"] = forwarded["correlationID"].clone();
+    agent
+        .publish(&format!("lmos/{THING}/agent/replies"), &running, false)
+        .await;
+    let (topic, status, _) = phone.recv_json().await;
+    assert_eq!(topic, format!("lmos/{THING}/replies/op-inv"));
+    assert_eq!(status["status"], "running", "{status}");
+
+    let query = |reply_to: &str| {
+        lmos(
+            THING,
+            "queryAction",
+            json!({"action": "plan", "correlationID": "op-inv", "replyTo": reply_to}),
+        )
+    };
+    let mut laptop =
+        MqttClient::connect_as(sidecar.mqtt, "laptop", "operator", "operator-pw", None).await;
+    let laptop_topic = format!("lmos/{THING}/replies/laptop");
+    laptop.subscribe(&laptop_topic).await;
+    laptop
+        .publish(
+            &format!("lmos/{THING}/requests/queryAction"),
+            &query(&laptop_topic),
+            false,
+        )
+        .await;
+    let (topic, found, _) = laptop.recv_json().await;
+    assert_eq!(topic, laptop_topic);
+    assert_eq!(
+        (found["status"].as_str(), found["output"].as_str()),
+        (Some("running"), Some("so far")),
+        "{found}"
+    );
+
+    let mut other = MqttClient::connect_as(sidecar.mqtt, "other", "other", "other-pw", None).await;
+    let other_topic = format!("lmos/{THING}/replies/other");
+    other.subscribe(&other_topic).await;
+    other
+        .publish(
+            &format!("lmos/{THING}/requests/queryAction"),
+            &query(&other_topic),
+            false,
+        )
+        .await;
+    let (_, refused, _) = other.recv_json().await;
+    assert_eq!(
+        (refused["messageType"].as_str(), refused["status"].as_str()),
+        (Some("error"), Some("404")),
+        "{refused}"
+    );
+    sidecar.stop().await;
+}

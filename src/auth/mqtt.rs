@@ -230,6 +230,10 @@ impl Session for MqttSession {
     fn may_publish(&self, topic: &str) -> bool {
         self.verdict(may_publish(&self.topics, &self.principal, topic))
     }
+
+    fn names_publisher(&self, topic: &str) -> bool {
+        under_prefix(&self.topics, topic).is_some_and(|rest| matches!(rest[..], [_, REQUESTS, _]))
+    }
 }
 
 impl Policy for MqttPolicy {

@@ -378,22 +378,24 @@ async fn run_link_rx(
                 }
             }
             Ok(Some(Notification::Forward(forward))) => {
-                let (response, trace) = match forward.properties {
+                let (response, trace, publisher) = match forward.properties {
                     Some(p) => {
                         let trace = trace_from_user_properties(&p.user_properties);
+                        let publisher = super::guard::publisher(&p.user_properties);
                         let response = p.response_topic.map(|topic| ResponseInfo {
                             topic,
                             correlation_data: p.correlation_data,
                         });
-                        (response, trace)
+                        (response, trace, publisher)
                     }
-                    None => (None, None),
+                    None => (None, None, None),
                 };
                 let delivery = Delivery {
                     topic: forward.publish.topic,
                     payload: forward.publish.payload,
                     response,
                     trace,
+                    publisher,
                 };
                 if deliveries.send(delivery).await.is_err() {
                     return;

@@ -23,6 +23,8 @@ pub struct Delivery {
     pub response: Option<ResponseInfo>,
     /// Trace context from MQTT 5 user properties `traceparent`/`tracestate`.
     pub trace: Option<TraceContext>,
+    /// The publisher's principal, when the MQTT guard named it (requests).
+    pub publisher: Option<String>,
 }
 
 /// MQTT 5 Response Topic and Correlation Data.

@@ -450,6 +450,7 @@ impl Dispatcher {
                     Consumer::Mqtt {
                         topic,
                         correlation_data,
+                        ..
                     },
                     text,
                 ) => {
@@ -741,14 +742,17 @@ impl Dispatcher {
             ) => Some(Consumer::Mqtt {
                 topic: topic.clone(),
                 correlation_data: correlation_data.clone(),
+                principal: delivery.publisher.clone(),
             }),
             (None, Some(topic)) => Some(Consumer::Mqtt {
                 topic: topic.clone(),
                 correlation_data: None,
+                principal: delivery.publisher.clone(),
             }),
             (None, None) => correlation.map(|c| Consumer::Mqtt {
                 topic: self.topics.reply(thing, c),
                 correlation_data: None,
+                principal: delivery.publisher.clone(),
             }),
         };
         let message = match Message::parse(&delivery.payload) {
@@ -795,6 +799,7 @@ impl Dispatcher {
                 let fallback = Consumer::Mqtt {
                     topic: self.topics.reply(thing, message.reply_correlation_id()),
                     correlation_data: None,
+                    principal: None,
                 };
                 self.refuse(fallback, &message, problem).await;
                 return;

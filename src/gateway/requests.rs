@@ -29,10 +29,12 @@ use crate::topics::Topics;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Consumer {
     WebSocket(ConnId),
-    /// An MQTT consumer: its reply topic and, for MQTT 5, its Correlation Data.
+    /// An MQTT consumer: its reply topic and, for MQTT 5, its Correlation
+    /// Data; its principal, as the MQTT guard named it.
     Mqtt {
         topic: String,
         correlation_data: Option<Bytes>,
+        principal: Option<String>,
     },
 }
 
@@ -242,7 +244,9 @@ impl Requests {
     fn owner_key(&self, consumer: &Consumer) -> Option<String> {
         match consumer {
             Consumer::WebSocket(conn) => self.owners.get(conn).map(|p| format!("principal:{p}")),
-            Consumer::Mqtt { .. } => None,
+            Consumer::Mqtt { principal, .. } => {
+                principal.as_ref().map(|p| format!("principal:{p}"))
+            }
         }
     }
 

@@ -915,7 +915,11 @@ impl Inspector<'_> {
                 return self.close(RECEIVE_MAXIMUM_EXCEEDED);
             }
         }
-        match publication::to_broker(self.version, first, p, topic, now_ms()) {
+        let principal = self
+            .session
+            .names_publisher(topic)
+            .then(|| self.session.name());
+        match publication::to_broker(self.version, first, p, topic, now_ms(), principal) {
             Ok(None) => Verdict::Forward,
             Ok(Some(bytes)) => Verdict::Replace(bytes),
             Err(e) => self.malformed(&e),

@@ -154,14 +154,14 @@ impl Delivery {
                 ack: None,
             });
         }
-        if let Some(at) = marker.and_then(|m| m.expires_at_ms) {
+        if let Some(at) = marker.as_ref().and_then(|m| m.expires_at_ms) {
             if at <= now_ms {
                 self.undelivered.expired += 1;
                 self.ack_for_client(p.qos, p.pkid);
                 return Ok(());
             }
         }
-        let qos = p.qos.min(marker.map_or(2, |m| m.qos));
+        let qos = p.qos.min(marker.as_ref().map_or(2, |m| m.qos));
         // Written straight into the client's buffer, and taken back out if
         // it is too large or must wait.
         let start = client.len();
@@ -170,7 +170,7 @@ impl Delivery {
             // As it came.
             client.extend_from_slice(raw);
         } else {
-            let expires_at_ms = marker.and_then(|m| m.expires_at_ms);
+            let expires_at_ms = marker.as_ref().and_then(|m| m.expires_at_ms);
             new_alias = self.encode(first, qos, &p, expires_at_ms, now_ms, client);
         }
         if client.len() - start > self.limits.max_packet {
@@ -465,7 +465,12 @@ mod tests {
     }
 
     fn marker(qos: u8, expires_at_ms: Option<u64>) -> Vec<u8> {
-        Marker { qos, expires_at_ms }.property()
+        Marker {
+            qos,
+            expires_at_ms,
+            principal: None,
+        }
+        .property()
     }
 
     /// Feeds one packet; returns the client's packets and the broker's.

@@ -75,6 +75,12 @@ pub trait Session: Send + Sync {
     fn name(&self) -> &str;
     fn may_subscribe(&self, filter: &str) -> bool;
     fn may_publish(&self, topic: &str) -> bool;
+    /// Whether the broker's subscribers learn who published on this topic
+    /// (the sidecar's router, on request topics: an invocation is its
+    /// principal's).
+    fn names_publisher(&self, _topic: &str) -> bool {
+        false
+    }
 }
 
 /// Why a CONNECT is refused.
@@ -106,6 +112,12 @@ pub enum GuardLimit {
     PacketSize,
     /// No CONNECT within `mqtt.connection_timeout_ms`.
     HandshakeTimeout,
+}
+
+/// Who published a delivery, when the guard named them (see
+/// [`Session::names_publisher`]).
+pub fn publisher(user_properties: &[(String, String)]) -> Option<String> {
+    properties::Marker::among(user_properties)?.principal
 }
 
 /// Lets every client in and do anything.

@@ -168,22 +168,39 @@ pub fn u32_property(id: u8, value: u32) -> [u8; 5] {
 }
 
 /// What the guard remembers of a publication for its delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Marker {
     /// The QoS it was published with: no subscriber gets more (MQTT 5
     /// §3.8.4, as 3.1.1 §3.3.5).
     pub qos: u8,
     /// When it expires (Unix time, ms), if it had a Message Expiry.
     pub expires_at_ms: Option<u64>,
+    /// The principal that published it, on request topics: the sidecar's
+    /// router makes the invocation its principal's.
+    pub principal: Option<String>,
 }
 
 impl Marker {
+    /// The marker among a delivery's user properties, as the broker's
+    /// in-process link hands them over.
+    pub fn among(user_properties: &[(String, String)]) -> Option<Marker> {
+        let (_, value) = user_properties
+            .iter()
+            .find(|(k, _)| k.as_bytes() == MARKER_KEY)?;
+        Marker::decode(value.as_bytes())
+    }
+
     /// The whole user property.
     pub fn property(&self) -> Vec<u8> {
-        let value = match self.expires_at_ms {
+        let mut value = match self.expires_at_ms {
             None => format!("q{}", self.qos),
             Some(at) => format!("q{};e{at}", self.qos),
         };
+        if let Some(p) = &self.principal {
+            // Last, so a name with `;` in it reads back whole.
+            value.push_str(";p");
+            value.push_str(p);
+        }
         let mut out = Vec::with_capacity(7 + MARKER_KEY.len() + value.len());
         out.push(USER_PROPERTY);
         out.extend_from_slice(&(MARKER_KEY.len() as u16).to_be_bytes());
@@ -195,13 +212,29 @@ impl Marker {
 
     fn decode(value: &[u8]) -> Option<Marker> {
         let text = std::str::from_utf8(value).ok()?;
-        let mut parts = text.split(';');
-        let qos = parts.next()?.strip_prefix('q')?.parse().ok()?;
-        let expires_at_ms = match parts.next() {
-            None => None,
-            Some(e) => Some(e.strip_prefix('e')?.parse().ok()?),
+        let (qos, mut rest) = match text.split_once(';') {
+            Some((q, rest)) => (q, Some(rest)),
+            None => (text, None),
         };
-        (qos <= 2).then_some(Marker { qos, expires_at_ms })
+        let qos = qos.strip_prefix('q')?.parse().ok()?;
+        let mut expires_at_ms = None;
+        if let Some(e) = rest.and_then(|r| r.strip_prefix('e')) {
+            let (at, after) = match e.split_once(';') {
+                Some((at, after)) => (at, Some(after)),
+                None => (e, None),
+            };
+            expires_at_ms = Some(at.parse().ok()?);
+            rest = after;
+        }
+        let principal = match rest {
+            None => None,
+            Some(r) => Some(r.strip_prefix('p')?.to_owned()),
+        };
+        (qos <= 2).then_some(Marker {
+            qos,
+            expires_at_ms,
+            principal,
+        })
     }
 }
 
@@ -258,10 +291,22 @@ mod tests {
             Marker {
                 qos: 0,
                 expires_at_ms: None,
+                principal: None,
             },
             Marker {
                 qos: 1,
                 expires_at_ms: Some(1_732_290_000_123),
+                principal: None,
+            },
+            Marker {
+                qos: 2,
+                expires_at_ms: None,
+                principal: Some("alice".into()),
+            },
+            Marker {
+                qos: 1,
+                expires_at_ms: Some(7),
+                principal: Some("odd;p;e1 name".into()),
             },
         ] {
             let raw = m.property();

@@ -13,13 +13,15 @@ use super::properties::{self, Marker};
 
 /// The MQTT 5 PUBLISH the broker gets for an accepted publication; `None`
 /// when an MQTT 5 client's packet can go as it came. `topic` is the one
-/// the publication resolved to (its own, or its alias's).
+/// the publication resolved to (its own, or its alias's); `principal`, the
+/// publisher's name when the sidecar is to know it (requests).
 pub fn to_broker(
     version: Version,
     first: u8,
     p: &Publish<'_>,
     topic: &str,
     now_ms: u64,
+    principal: Option<&str>,
 ) -> Result<Option<Bytes>, PacketError> {
     let mut expiry = None;
     let mut changed = p.alias.is_some();
@@ -33,9 +35,10 @@ pub fn to_broker(
             _ => {}
         }
     }
-    let marker = (p.qos < 2 || expiry.is_some()).then(|| Marker {
+    let marker = (p.qos < 2 || expiry.is_some() || principal.is_some()).then(|| Marker {
         qos: p.qos,
         expires_at_ms: expiry.map(|secs| now_ms.saturating_add(u64::from(secs) * 1000)),
+        principal: principal.map(str::to_owned),
     });
     if version == Version::V5 && marker.is_none() && !changed {
         return Ok(None);
@@ -84,7 +87,9 @@ mod tests {
         // 3.1.1, QoS 1.
         let body = [0, 1, b't', 0, 7, b'x'];
         let p = packet::publish(0x32, &body, Version::V4).unwrap();
-        let out = to_broker(Version::V4, 0x32, &p, "t", 0).unwrap().unwrap();
+        let out = to_broker(Version::V4, 0x32, &p, "t", 0, None)
+            .unwrap()
+            .unwrap();
         let (first, b) = decode(&out);
         let back = packet::publish(first, &b, Version::V5).unwrap();
         assert_eq!((back.topic, back.pkid, back.payload), ("t", 7, &b"x"[..]));
@@ -93,7 +98,8 @@ mod tests {
             props[0].marker(),
             Some(Marker {
                 qos: 1,
-                expires_at_ms: None
+                expires_at_ms: None,
+                principal: None,
             })
         );
     }
@@ -102,7 +108,10 @@ mod tests {
     fn qos_2_without_expiry_or_alias_goes_as_it_came() {
         let body = [0, 1, b't', 0, 7, 0, b'x'];
         let p = packet::publish(0x34, &body, Version::V5).unwrap();
-        assert_eq!(to_broker(Version::V5, 0x34, &p, "t", 0).unwrap(), None);
+        assert_eq!(
+            to_broker(Version::V5, 0x34, &p, "t", 0, None).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -110,6 +119,7 @@ mod tests {
         let forged = Marker {
             qos: 0,
             expires_at_ms: Some(1),
+            principal: None,
         }
         .property();
         let mut props = properties::u16_property(properties::TOPIC_ALIAS, 4).to_vec();
@@ -119,7 +129,7 @@ mod tests {
         body.extend(&props);
         body.extend(b"pay");
         let p = packet::publish(0x34, &body, Version::V5).unwrap();
-        let out = to_broker(Version::V5, 0x34, &p, "a/b", 1_000)
+        let out = to_broker(Version::V5, 0x34, &p, "a/b", 1_000, None)
             .unwrap()
             .unwrap();
         let (first, b) = decode(&out);
@@ -135,7 +145,8 @@ mod tests {
             props[1].marker(),
             Some(Marker {
                 qos: 2,
-                expires_at_ms: Some(6_000)
+                expires_at_ms: Some(6_000),
+                principal: None,
             })
         );
     }
