@@ -262,7 +262,9 @@ async fn an_invocation_made_over_mqtt_is_found_by_its_principal_only() {
     let mut agent = agent(&sidecar).await;
     let mut phone =
         MqttClient::connect_as(sidecar.mqtt, "phone", "operator", "operator-pw", None).await;
-    phone.subscribe(&format!("lmos/{THING}/replies/op-inv")).await;
+    phone
+        .subscribe(&format!("lmos/{THING}/replies/op-inv"))
+        .await;
     let invoke = lmos(
         THING,
         "invokeAction",
