@@ -243,6 +243,11 @@ impl Application {
         let bridge = self
             .bridge
             .map(|b| tokio::spawn(b.run(bridge_stop.clone())));
+        tokio::spawn(give_memory_back(
+            connections.clone(),
+            self.mqtt_connections.clone(),
+            token.clone(),
+        ));
         let state = HttpState {
             gateway: self.gateway,
             connections: connections.clone(),
@@ -387,4 +392,21 @@ fn authority(config: &Config) -> Result<Authority, AuthError> {
         warn!("The MQTT listeners are reachable from other hosts without authentication (mqtt.authentication).");
     }
     Ok(authority)
+}
+
+/// Trims the allocator once a wave of connections (WebSocket and HTTP, and
+/// MQTT) has left; see [`crate::telemetry::memory`].
+async fn give_memory_back(http: TaskTracker, mqtt: Arc<AtomicUsize>, shutdown: CancellationToken) {
+    let mut trimmer = crate::telemetry::memory::Trimmer::default();
+    let mut every = tokio::time::interval(crate::telemetry::memory::CHECK_EVERY);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let open = http.len() + mqtt.load(std::sync::atomic::Ordering::Relaxed);
+        if trimmer.after_check(open) {
+            crate::telemetry::memory::trim();
+        }
+    }
 }

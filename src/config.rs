@@ -178,6 +178,10 @@ pub struct GatewayConfig {
     /// A connection that sends nothing (not even a pong to the sidecar's
     /// pings, sent every third of this) for this long is closed, in ms.
     pub idle_timeout_ms: u64,
+    /// Bytes each WebSocket connection reads at a time. Larger frames still
+    /// arrive whole (the buffer grows for them); this is what every idle
+    /// connection holds.
+    pub read_buffer_size: usize,
 }
 
 impl Default for GatewayConfig {
@@ -189,6 +193,7 @@ impl Default for GatewayConfig {
             max_subscriptions: 1_000,
             max_pending_requests: 1_000,
             idle_timeout_ms: 60_000,
+            read_buffer_size: 4096,
         }
     }
 }

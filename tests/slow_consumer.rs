@@ -83,6 +83,10 @@ async fn under_the_drop_policy_a_slow_consumer_misses_messages_but_stays_connect
     while let Ok(Some(Ok(frame))) =
         tokio::time::timeout(std::time::Duration::from_millis(500), slow.stream.next()).await
     {
+        if frame.is_ping() || frame.is_pong() {
+            // The sidecar's keep-alive, when the burst took long.
+            continue;
+        }
         assert!(
             frame.is_text(),
             "no close frame under the drop policy: {frame:?}"

@@ -275,9 +275,12 @@ impl Gateway {
             .max_message_size
             .saturating_mul(4)
             .max(16 * 1024 * 1024);
+        // tungstenite's default read buffer (128 KiB, zero-filled on every
+        // read) was nearly all of an idle connection's memory (issue 16).
         WebSocketConfig::default()
             .max_message_size(Some(hard_limit))
             .max_frame_size(Some(hard_limit))
+            .read_buffer_size(self.shared.config.read_buffer_size)
     }
 
     /// Serves one upgraded connection until it closes or `shutdown` fires.

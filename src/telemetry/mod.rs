@@ -1,6 +1,7 @@
 //! Telemetry set-up, in one place: logs, and the OpenTelemetry tracer
 //! behind the message spans.
 
+pub mod memory;
 pub mod messaging;
 pub mod metrics;
 pub mod otlp;

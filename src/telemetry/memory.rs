@@ -1,0 +1,66 @@
+//! Giving memory back after a wave of connections leaves.
+//!
+//! glibc's allocator keeps what thousands of closed connections freed in
+//! its arenas, scattered between live allocations, and returns it to the
+//! system only when asked (`malloc_trim`). The sidecar asks when the number
+//! of open connections has fallen well below its recent peak, so a
+//! reconnect storm or a deploy that drops every consumer does not leave the
+//! process at its high-water mark for good (issue 16). Asking takes the
+//! arenas' locks for a moment, so it is not done while connections come.
+
+use std::time::Duration;
+
+/// How often the open connections are looked at.
+pub const CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// Connections that must have left since the peak before trimming is
+/// worth a pause.
+const WAVE: usize = 64;
+
+/// Decides when to trim; pure.
+#[derive(Debug, Default)]
+pub struct Trimmer {
+    peak: usize,
+}
+
+impl Trimmer {
+    /// `open`: connections open now. True when a wave has left since the
+    /// peak; the peak then starts again from here.
+    pub fn after_check(&mut self, open: usize) -> bool {
+        if open + WAVE <= self.peak {
+            self.peak = open;
+            true
+        } else {
+            self.peak = self.peak.max(open);
+            false
+        }
+    }
+}
+
+/// Returns freed heap memory to the system, where the allocator can.
+pub fn trim() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and releases the allocator's own free
+    // memory; it takes no pointers from us.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_once_a_wave_has_left_and_not_while_connections_come() {
+        let mut t = Trimmer::default();
+        for open in [0, 100, 5_000, 10_000] {
+            assert!(!t.after_check(open), "growing: {open}");
+        }
+        assert!(!t.after_check(9_990), "a few leaving");
+        assert!(t.after_check(200), "a wave left");
+        assert!(!t.after_check(200), "once");
+        assert!(!t.after_check(150));
+        assert!(t.after_check(0), "from the new peak");
+    }
+}
