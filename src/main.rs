@@ -353,6 +353,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return Ok(());
     }
     telemetry::init(&config.log).context("cannot set up logging")?;
+    match telemetry::memory::raise_open_files_limit() {
+        // Connections the caps allow, against descriptors (see
+        // `raise_open_files_limit`): said once, so an operator knows why
+        // connections fail past it.
+        Ok((soft, hard)) => {
+            let needed =
+                config.http.max_connections as u64 + 3 * config.mqtt.max_connections as u64 + 64;
+            if soft < needed {
+                tracing::warn!(open_files = soft, hard_limit = hard, needed, "The open-files limit is below what http.max_connections and mqtt.max_connections allow (one descriptor per WebSocket, three per MQTT client); connections past it will fail. Raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower the caps.");
+            } else {
+                tracing::info!(open_files = soft, hard_limit = hard, "Open-files limit.");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "Could not read or raise the open-files limit."),
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,4 +1,5 @@
-//! Giving memory back after a wave of connections leaves.
+//! The process's resources: memory given back after a wave of connections
+//! leaves, and the file descriptors every connection needs.
 //!
 //! glibc's allocator keeps what thousands of closed connections freed in
 //! its arenas, scattered between live allocations, and returns it to the
@@ -47,6 +48,42 @@ pub fn trim() {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit: each WebSocket
+/// consumer costs one descriptor, each MQTT client three (its socket, and
+/// both ends of the guard's loopback link to the embedded broker), and
+/// distributions start processes at a soft limit (often 1 024) far below
+/// what the sidecar's connection caps allow. Returns (soft, hard) as they
+/// are after the attempt.
+pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit read and write the struct we own.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if limit.rlim_cur < limit.rlim_max {
+                let raised = libc::rlimit {
+                    rlim_cur: limit.rlim_max,
+                    rlim_max: limit.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    limit = raised;
+                }
+            }
+        }
+        // rlim_t is u64 here, narrower or signed on some other systems.
+        #[allow(clippy::unnecessary_cast)]
+        Ok((limit.rlim_cur as u64, limit.rlim_max as u64))
+    }
+    #[cfg(not(unix))]
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +99,11 @@ mod tests {
         assert!(!t.after_check(200), "once");
         assert!(!t.after_check(150));
         assert!(t.after_check(0), "from the new peak");
+    }
+
+    #[test]
+    fn the_open_files_limit_ends_at_the_hard_limit() {
+        let (soft, hard) = raise_open_files_limit().unwrap();
+        assert_eq!(soft, hard);
     }
 }
