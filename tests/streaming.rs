@@ -172,3 +172,118 @@ async fn an_mqtt_agent_streams_binary_audio_frames_to_a_websocket_consumer() {
     assert_eq!(r.ending, Some(Ending::Complete));
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn an_input_stream_reaches_the_agent_in_order_and_its_answer_streams_back() {
+    let sidecar = TestSidecar::start().await;
+    let mut agent = sidecar.ws_agent(THING).await;
+    let mut consumer = sidecar.ws().await;
+    consumer
+        .send(lmos(
+            THING,
+            "invokeAction",
+            json!({"action": "listen", "stream": true, "correlationID": "v-1"}),
+        ))
+        .await;
+    let request = agent.recv().await;
+    let frame = |i: u64| -> Vec<u8> { (0..320).map(|b| (b as u64 + i) as u8).collect() };
+    let input = |chunk: Chunk| {
+        lmos(
+            THING,
+            "actionInput",
+            json!({"action": "listen", "correlationID": "v-1", "stream": chunk.to_value()}),
+        )
+    };
+    for i in 0..100 {
+        consumer
+            .send(input(Chunk::binary(i, "audio/L16;rate=16000", &frame(i))))
+            .await;
+    }
+    // Out of order: refused, correlated, not forwarded.
+    consumer
+        .send(input(Chunk::binary(150, "audio/L16;rate=16000", &frame(0))))
+        .await;
+    consumer.send(input(Chunk::end(100))).await;
+
+    let mut heard = Reassembler::default();
+    while !heard.ended() {
+        let m = agent.recv().await;
+        assert_eq!(m["messageType"], "actionInput", "{m}");
+        assert_eq!(m["correlationID"], request["correlationID"], "the route");
+        heard.feed(&m).unwrap();
+    }
+    assert_eq!(heard.chunks, 100);
+    assert!(heard.gaps.is_empty());
+    assert_eq!(heard.payload, (0..100).flat_map(frame).collect::<Vec<u8>>());
+
+    let refused = consumer.recv().await;
+    assert_eq!(
+        (
+            refused["messageType"].as_str(),
+            refused["status"].as_str(),
+            refused["correlationID"].as_str()
+        ),
+        (Some("error"), Some("400"), Some("v-1")),
+        "{refused}"
+    );
+    assert!(refused["detail"]
+        .as_str()
+        .unwrap()
+        .contains("next one is 100"));
+
+    // The agent answers in a stream of its own, then the invocation is over.
+    agent
+        .send(status(
+            &request,
+            "running",
+            Some(Chunk::text(0, "heard you")),
+        ))
+        .await;
+    agent
+        .send(status(&request, "completed", Some(Chunk::end(1))))
+        .await;
+    let answer = read_ws(&mut consumer, "v-1").await;
+    assert_eq!(answer.payload, b"heard you");
+    consumer.send(input(Chunk::end(101))).await;
+    let late = consumer.recv().await;
+    assert_eq!(
+        (late["status"].as_str(), late["correlationID"].as_str()),
+        (Some("404"), Some("v-1"))
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn an_mqtt_agent_gets_input_on_its_request_topic() {
+    let sidecar = TestSidecar::start().await;
+    let mut agent = common::mqtt_agent(sidecar.mqtt, "mqtt-agent", THING, None).await;
+    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+    let mut consumer = sidecar.ws().await;
+    consumer
+        .send(lmos(
+            THING,
+            "invokeAction",
+            json!({"action": "listen", "correlationID": "v-2"}),
+        ))
+        .await;
+    let (_, request, _) = agent.recv_json().await;
+    for i in 0..20 {
+        consumer
+            .send(lmos(
+                THING,
+                "actionInput",
+                json!({"action": "listen", "correlationID": "v-2", "stream": Chunk::text(i, token(i)).to_value()}),
+            ))
+            .await;
+    }
+    let mut heard = Reassembler::default();
+    for _ in 0..20 {
+        let (topic, m, _) = agent.recv_json().await;
+        assert_eq!(topic, format!("lmos/{THING}/agent/requests/actionInput"));
+        assert_eq!(m["correlationID"], request["correlationID"]);
+        heard.feed(&m).unwrap();
+    }
+    assert_eq!(heard.payload, expected_text(20));
+    assert!(heard.gaps.is_empty());
+    sidecar.stop().await;
+}
