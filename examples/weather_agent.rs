@@ -10,7 +10,10 @@
 //! serves:
 //! - property `modelConfiguration` (read, write, observe);
 //! - action `getWeather`: `pending`, three `running` updates with partial
-//!   output over about a second, then `completed` (or `cancelled`);
+//!   output over about a second, then `completed` (or `cancelled`); asked
+//!   with `"stream": true` on the invokeAction, it also streams the forecast
+//!   token by token (`running` statuses with a `stream` chunk each) before
+//!   the `completed` that ends the stream and still carries the whole text;
 //! - event `userFeedbackReceived`, sent after every completed forecast.
 //!
 //! Deterministic: no LLM, the forecast is made up from the question.
@@ -35,6 +38,8 @@ const PROGRESS: [&str; 3] = [
     "Writing the forecast...",
 ];
 const STEP: Duration = Duration::from_millis(300);
+/// Between two streamed tokens, as an LLM would produce them.
+const TOKEN_STEP: Duration = Duration::from_millis(20);
 
 #[allow(dead_code)]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -283,6 +288,7 @@ impl Agent {
         let out = self.out.clone();
         let correlation = c.cloned();
         let trace = self.trace.clone();
+        let streamed = m["stream"] == true;
         let task = tokio::spawn(async move {
             let c = correlation.as_ref();
             let status = |status: &str, output: Option<Value>| {
@@ -303,7 +309,20 @@ impl Agent {
                 .map(|s| s.trim_end_matches('?').trim().to_owned())
                 .unwrap_or_else(|| "your city".into());
             let forecast = format!("The weather in {city} is sunny with a temperature of 25°C.");
-            let _ = out.send(status("completed", Some(json!(forecast))));
+            let mut done = status("completed", Some(json!(forecast)));
+            if streamed {
+                let mut seq = 0;
+                for token in forecast.split_inclusive(' ') {
+                    let mut chunk = status("running", None);
+                    chunk["stream"] =
+                        json!({"seq": seq, "data": token, "contentType": "text/plain"});
+                    let _ = out.send(chunk);
+                    seq += 1;
+                    tokio::time::sleep(TOKEN_STEP).await;
+                }
+                done["stream"] = json!({"seq": seq, "end": true});
+            }
+            let _ = out.send(done);
             let feedback = json!({
                 "event": "userFeedbackReceived",
                 "data": {"rating": 4, "comment": format!("Thanks for the forecast for {city}.")},

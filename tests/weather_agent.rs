@@ -152,3 +152,30 @@ async fn a_running_forecast_can_be_cancelled() {
     assert_eq!(consumer.recv().await["status"], "cancelled");
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn asked_to_stream_get_weather_sends_the_forecast_token_by_token() {
+    use lmos_sidecar::lmos::stream::{Ending, Reassembler};
+    let sidecar = sidecar_with_agent().await;
+    let mut consumer = sidecar.ws().await;
+    consumer
+        .send(lmos(THING_ID, "invokeAction", json!({"action": "getWeather", "input": {"question": "What is the weather in Oslo?", "interactionMode": "text"}, "stream": true, "correlationID": "ws"})))
+        .await;
+    let mut r = Reassembler::default();
+    let mut tokens = Vec::new();
+    let mut last = json!(null);
+    while !r.ended() {
+        last = consumer.recv().await;
+        assert_eq!(last["correlationID"], "ws", "{last}");
+        if let Some(token) = r.feed(&last).unwrap() {
+            tokens.push(String::from_utf8(token).unwrap());
+        }
+    }
+    let forecast = "The weather in Oslo is sunny with a temperature of 25°C.";
+    assert_eq!(tokens.len(), forecast.split(' ').count(), "{tokens:?}");
+    assert_eq!(tokens.concat(), forecast);
+    assert!(r.gaps.is_empty());
+    assert_eq!(r.ending, Some(Ending::Complete));
+    assert_eq!(last["output"], forecast, "completed still has it whole");
+    sidecar.stop().await;
+}

@@ -47,7 +47,8 @@ impl Access {
             | T::WriteMultipleProperties
             | T::InvokeAction
             | T::QueryAction
-            | T::CancelAction => Access::Operate,
+            | T::CancelAction
+            | T::ActionInput => Access::Operate,
             T::PropertyReading | T::PropertyReadings | T::ActionStatus | T::Event | T::Error => {
                 Access::Host
             }

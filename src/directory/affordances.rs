@@ -123,9 +123,9 @@ pub fn check_request(td: &Value, message: &Message) -> Result<(), Problem> {
                 _ => Ok(()),
             }
         }
-        Body::QueryAction { action } | Body::CancelAction { action, .. } => {
-            affordance(td, "actions", action).map(|_| ())
-        }
+        Body::QueryAction { action }
+        | Body::CancelAction { action, .. }
+        | Body::ActionInput { action } => affordance(td, "actions", action).map(|_| ()),
         Body::SubscribeEvent { event } | Body::UnsubscribeEvent { event } => {
             affordance(td, "events", event).map(|_| ())
         }

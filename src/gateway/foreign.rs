@@ -44,8 +44,9 @@ impl ForeignRoutes {
         let Some(route) = message.correlation_id.as_deref() else {
             return false;
         };
-        if let Body::CancelAction { .. } = message.body {
-            // Names a running invocation; the answer is its final status.
+        if let Body::CancelAction { .. } | Body::ActionInput { .. } = message.body {
+            // Names a running invocation; the answer to a cancel is its
+            // final status, input chunks get none.
             return self.routes.contains_key(route);
         }
         let invocation = matches!(message.body, Body::InvokeAction { .. });

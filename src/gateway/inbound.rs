@@ -88,7 +88,8 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
         | Body::WriteMultipleProperties { .. }
         | Body::InvokeAction { .. }
         | Body::QueryAction { .. }
-        | Body::CancelAction { .. } => Outcome::Command(Command::Request {
+        | Body::CancelAction { .. }
+        | Body::ActionInput { .. } => Outcome::Command(Command::Request {
             conn,
             message: Box::new(message.clone()),
         }),
@@ -134,7 +135,8 @@ pub(super) fn unfit(message: &Message, topics: &Topics) -> Option<Problem> {
         }
         Body::InvokeAction { action, .. }
         | Body::QueryAction { action }
-        | Body::CancelAction { action, .. } => {
+        | Body::CancelAction { action, .. }
+        | Body::ActionInput { action } => {
             vec![topics.action_status(thing, action, correlation), request()]
         }
         Body::ActionStatus { action, .. } => vec![topics.action_status(thing, action, correlation)],

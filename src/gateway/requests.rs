@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 use tokio_util::time::delay_queue::{self, DelayQueue};
 use uuid::Uuid;
 
+mod input;
+
 use super::foreign::ForeignRoutes;
 use super::subscriptions::ConnId;
 use crate::broker::Publication;
@@ -169,6 +171,8 @@ pub struct Requests {
     /// Requests other sidecars routed to agents connected here.
     foreign: ForeignRoutes,
     metrics: Metrics,
+    /// Input streams: the order of each invocation's `actionInput` chunks.
+    inputs: HashMap<String, crate::lmos::stream::Sequencer>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -210,6 +214,7 @@ impl Requests {
             timer_keys: HashMap::new(),
             foreign: ForeignRoutes::default(),
             metrics: Metrics::default(),
+            inputs: HashMap::new(),
         }
     }
 
@@ -412,6 +417,10 @@ impl Requests {
             Body::CancelAction { action, .. } => {
                 let action = action.clone();
                 return self.cancel(consumer, message, action);
+            }
+            Body::ActionInput { action } => {
+                let action = action.clone();
+                return self.input(consumer, message, action);
             }
             _ => {
                 return error(
@@ -850,6 +859,7 @@ impl Requests {
     /// Keeps a finished invocation for queries, within the limit and for
     /// the retention (from its end).
     fn finish(&mut self, route: &str) {
+        self.inputs.remove(route);
         self.disarm(&Timer::Reply(route.to_owned()));
         if let Some(p) = self.routes.get_mut(route) {
             p.finished = true;
@@ -876,6 +886,7 @@ impl Requests {
     }
 
     fn forget(&mut self, route: &str) {
+        self.inputs.remove(route);
         self.disarm(&Timer::Reply(route.to_owned()));
         self.disarm(&Timer::Cancel(route.to_owned()));
         self.disarm(&Timer::Retain(route.to_owned()));

@@ -59,6 +59,11 @@ pub enum Body {
         action: String,
         reason: Option<String>,
     },
+    /// A chunk of a consumer's input stream (its `stream` member stays in
+    /// [`Message::extra`]).
+    ActionInput {
+        action: String,
+    },
     ActionStatus {
         action: String,
         status: String,
@@ -105,6 +110,7 @@ impl Body {
             Body::InvokeAction { .. } => MessageType::InvokeAction,
             Body::QueryAction { .. } => MessageType::QueryAction,
             Body::CancelAction { .. } => MessageType::CancelAction,
+            Body::ActionInput { .. } => MessageType::ActionInput,
             Body::ActionStatus { .. } => MessageType::ActionStatus,
             Body::SubscribeEvent { .. } => MessageType::SubscribeEvent,
             Body::UnsubscribeEvent { .. } => MessageType::UnsubscribeEvent,
@@ -151,6 +157,7 @@ impl Message {
             Body::InvokeAction { action, .. }
             | Body::QueryAction { action }
             | Body::CancelAction { action, .. }
+            | Body::ActionInput { action }
             | Body::ActionStatus { action, .. } => Some(action),
             Body::SubscribeEvent { event }
             | Body::UnsubscribeEvent { event }
@@ -293,6 +300,9 @@ impl Body {
                 action: name(map, "action")?,
                 reason: optional_string(map, "reason")?,
             },
+            MessageType::ActionInput => Body::ActionInput {
+                action: name(map, "action")?,
+            },
             MessageType::ActionStatus => Body::ActionStatus {
                 action: name(map, "action")?,
                 status: name(map, "status")?,
@@ -353,7 +363,9 @@ impl Body {
                     put("input", input.clone());
                 }
             }
-            Body::QueryAction { action } => put("action", action.as_str().into()),
+            Body::QueryAction { action } | Body::ActionInput { action } => {
+                put("action", action.as_str().into())
+            }
             Body::CancelAction { action, reason } => {
                 put("action", action.as_str().into());
                 if let Some(reason) = reason {

@@ -1,8 +1,11 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The seventeen LMOS message types: the fifteen of the draft's table plus
-/// `propertyReadings` and `event`, which the draft uses without listing them.
+/// The LMOS message types: the fifteen of the draft's table, plus
+/// `propertyReadings` and `event`, which the draft uses without listing them,
+/// plus `actionInput`, this sidecar's binding of the draft's Request-Stream
+/// (a consumer's stream of input to a running invocation, see
+/// [`crate::lmos::stream`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MessageType {
     ReadProperty,
@@ -15,6 +18,7 @@ pub enum MessageType {
     InvokeAction,
     QueryAction,
     CancelAction,
+    ActionInput,
     ActionStatus,
     SubscribeEvent,
     UnsubscribeEvent,
@@ -33,7 +37,7 @@ pub enum Direction {
 }
 
 impl MessageType {
-    pub const ALL: [MessageType; 17] = [
+    pub const ALL: [MessageType; 18] = [
         MessageType::ReadProperty,
         MessageType::WriteProperty,
         MessageType::WriteMultipleProperties,
@@ -44,6 +48,7 @@ impl MessageType {
         MessageType::InvokeAction,
         MessageType::QueryAction,
         MessageType::CancelAction,
+        MessageType::ActionInput,
         MessageType::ActionStatus,
         MessageType::SubscribeEvent,
         MessageType::UnsubscribeEvent,
@@ -65,6 +70,7 @@ impl MessageType {
             MessageType::InvokeAction => "invokeAction",
             MessageType::QueryAction => "queryAction",
             MessageType::CancelAction => "cancelAction",
+            MessageType::ActionInput => "actionInput",
             MessageType::ActionStatus => "actionStatus",
             MessageType::SubscribeEvent => "subscribeEvent",
             MessageType::UnsubscribeEvent => "unsubscribeEvent",

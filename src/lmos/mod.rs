@@ -11,6 +11,7 @@ mod message_type;
 mod problem;
 mod rejection;
 pub mod splice;
+pub mod stream;
 
 pub use message::{canonicalize_envelope, Body, ErrorBody, Message};
 pub use message_type::{Direction, MessageType, UnknownMessageType};

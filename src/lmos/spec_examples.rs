@@ -45,7 +45,11 @@ fn every_example_of_the_draft_is_accepted() {
 
 #[test]
 fn every_message_type_has_an_example() {
-    for t in MessageType::ALL {
+    // `actionInput` is this sidecar's binding, not the draft's.
+    for t in MessageType::ALL
+        .into_iter()
+        .filter(|t| *t != MessageType::ActionInput)
+    {
         assert!(
             EXAMPLES
                 .iter()
