@@ -1,10 +1,13 @@
-//! Capacity: what idle WebSocket consumers cost one sidecar (issue 16).
+//! Capacity (issue 16): what idle WebSocket consumers cost one sidecar, and
+//! an MQTT connection burst against Mosquitto in the same run.
 //!
 //! ```sh
 //! cargo bench --bench capacity
 //! CAPACITY_STAGES=1000,5000,10000 CAPACITY_SETTLE_S=60 cargo bench --bench capacity
+//! CAPACITY_SCENARIO=mqtt CAPACITY_BURST=5000 cargo bench --bench capacity
 //! ```
 //!
+//! **ws** (the default scenario):
 //! The release `lmos-sidecar` binary runs in a process of its own (so its
 //! resident set is the sidecar's alone) on ephemeral loopback ports, with
 //! `http.max_connections` raised past the largest stage. An MQTT agent
@@ -15,6 +18,13 @@
 //! reads the sidecar's VmRSS. At the end all consumers leave and, after
 //! CAPACITY_SETTLE_S seconds (60), VmRSS is read once more. Prints a table:
 //! RSS at each stage and per consumer above the baseline.
+//!
+//! **mqtt**: CAPACITY_BURST (5 000) MQTT 3.1.1 clients open their TCP
+//! connection and send CONNECT all at once, each giving up on a CONNACK
+//! after 5 s (a common client default); against the sidecar and, in the
+//! same run, a Mosquitto on PATH. Prints how many connected, how many
+//! failed, the time until the last CONNACK and the broker's RSS with all
+//! of them connected.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -136,8 +146,132 @@ fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
+fn rss_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An MQTT 3.1.1 CONNECT: clean session, keep-alive 60 s.
+fn connect_packet(client_id: &str) -> Vec<u8> {
+    let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0, 60];
+    body.extend_from_slice(&(client_id.len() as u16).to_be_bytes());
+    body.extend_from_slice(client_id.as_bytes());
+    let mut packet = vec![0x10, body.len() as u8];
+    packet.extend_from_slice(&body);
+    packet
+}
+
+/// One client: connected (CONNACK accepted) within 5 s; its connection.
+async fn mqtt_client(
+    addr: std::net::SocketAddr,
+    id: String,
+) -> Result<(Duration, tokio::net::TcpStream)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = Instant::now();
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.write_all(&connect_packet(&id)).await?;
+        let mut connack = [0u8; 4];
+        stream.read_exact(&mut connack).await?;
+        if connack[0] != 0x20 || connack[3] != 0 {
+            bail!("refused: {connack:?}");
+        }
+        anyhow::Ok(stream)
+    };
+    let stream = tokio::time::timeout(Duration::from_secs(5), attempt)
+        .await
+        .context("no CONNACK within 5 s")??;
+    Ok((started.elapsed(), stream))
+}
+
+/// A burst of `n` clients at `addr`; (connected, failed, time to the last
+/// CONNACK), and the open connections.
+async fn burst(
+    addr: std::net::SocketAddr,
+    n: usize,
+    label: &str,
+) -> (usize, usize, Duration, Vec<tokio::net::TcpStream>) {
+    let mut clients = JoinSet::new();
+    for i in 0..n {
+        clients.spawn(mqtt_client(addr, format!("{label}-{i}")));
+    }
+    let (mut ok, mut failed, mut last, mut open) = (0, 0, Duration::ZERO, Vec::new());
+    while let Some(result) = clients.join_next().await {
+        match result {
+            Ok(Ok((took, stream))) => {
+                ok += 1;
+                last = last.max(took);
+                open.push(stream);
+            }
+            _ => failed += 1,
+        }
+    }
+    (ok, failed, last, open)
+}
+
+async fn mqtt_scenario() -> Result<()> {
+    let n: usize = env_or("CAPACITY_BURST", "5000").parse()?;
+    println!("{n} MQTT 3.1.1 clients connecting at once, 5 s CONNACK timeout each");
+    println!();
+    println!("| broker | connected | failed | last CONNACK after | RSS connected |");
+    println!("|---|---:|---:|---:|---:|");
+    {
+        let (sidecar, _http, mqtt) = start(10)?;
+        let addr = mqtt.parse()?;
+        let (ok, failed, last, open) = burst(addr, n, "sidecar").await;
+        let rss = sidecar.rss_kib();
+        println!(
+            "| lmos-sidecar | {ok} | {failed} | {:.2} s | {:.1} MiB |",
+            last.as_secs_f64(),
+            rss as f64 / 1024.0
+        );
+        drop(open);
+    }
+    match mosquitto() {
+        Ok((broker, addr)) => {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (ok, failed, last, open) = burst(addr, n, "mosquitto").await;
+            let rss = rss_of(broker.0.id());
+            println!(
+                "| Mosquitto | {ok} | {failed} | {:.2} s | {:.1} MiB |",
+                last.as_secs_f64(),
+                rss as f64 / 1024.0
+            );
+            drop(open);
+        }
+        Err(e) => println!("| Mosquitto | - | - | {e} | - |"),
+    }
+    Ok(())
+}
+
+/// Mosquitto on a free loopback port, unlimited connections.
+fn mosquitto() -> Result<(Sidecar, std::net::SocketAddr)> {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let conf = std::env::temp_dir().join(format!("capacity-mosquitto-{}.conf", addr.port()));
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_connections -1\nlog_dest none\n",
+            addr.port()
+        ),
+    )?;
+    let child = Command::new("mosquitto")
+        .arg("-c")
+        .arg(&conf)
+        .spawn()
+        .context("mosquitto on PATH")?;
+    Ok((Sidecar(child), addr))
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
+    if env_or("CAPACITY_SCENARIO", "ws") == "mqtt" {
+        return mqtt_scenario().await;
+    }
     let stages: Vec<usize> = env_or("CAPACITY_STAGES", "1000,5000,10000")
         .split(',')
         .map(|s| s.trim().parse().context("CAPACITY_STAGES"))
