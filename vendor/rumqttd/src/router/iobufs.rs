@@ -32,7 +32,8 @@ impl Incoming {
     #[inline]
     pub(crate) fn new(client_id: String) -> Self {
         Self {
-            buffer: Arc::new(Mutex::new(VecDeque::with_capacity(MAX_CHANNEL_CAPACITY))),
+            // lmos-sidecar patch: was `with_capacity(MAX_CHANNEL_CAPACITY)`.
+            buffer: Arc::new(Mutex::new(VecDeque::new())),
             meter: Default::default(),
             client_id,
         }
@@ -72,13 +73,13 @@ impl Outgoing {
     #[inline]
     pub(crate) fn new(client_id: String) -> (Self, Receiver<()>) {
         let (handle, rx) = flume::bounded(MAX_CHANNEL_CAPACITY);
-        let data_buffer = VecDeque::with_capacity(MAX_CHANNEL_CAPACITY);
-        let inflight_buffer = VecDeque::with_capacity(MAX_INFLIGHT);
-        let unacked_pubrels = VecDeque::with_capacity(MAX_INFLIGHT);
-
-        // Ensure that there won't be any new allocations
-        assert!(MAX_INFLIGHT <= inflight_buffer.capacity());
-        assert!(MAX_CHANNEL_CAPACITY <= data_buffer.capacity());
+        // lmos-sidecar patch: the buffers grow on demand; they were
+        // allocated at their full capacity (200 notifications, 100 + 100
+        // inflight entries, and 200 packets in `Incoming`) for every
+        // connection, most of an idle MQTT client's memory.
+        let data_buffer = VecDeque::new();
+        let inflight_buffer = VecDeque::new();
+        let unacked_pubrels = VecDeque::new();
 
         let outgoing = Self {
             client_id,

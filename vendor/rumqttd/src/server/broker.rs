@@ -461,7 +461,13 @@ impl<P: Protocol + Clone + Send + 'static> Server<P> {
                 ),
             };
 
-            time::sleep(delay).await;
+            // lmos-sidecar patch: was an unconditional `time::sleep(delay)`.
+            // tokio rounds a timer up to its next 1 ms tick, so even a zero
+            // delay held every accept for about a millisecond: a burst of
+            // 5 000 connections waited 5 s and more in the backlog.
+            if !delay.is_zero() {
+                time::sleep(delay).await;
+            }
         }
     }
 }
