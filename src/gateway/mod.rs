@@ -8,6 +8,7 @@
 mod connection;
 mod dispatcher;
 mod foreign;
+pub mod history;
 mod http_consumers;
 mod inbound;
 mod outbound;
