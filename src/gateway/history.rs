@@ -10,9 +10,11 @@
 //!
 //! A consumer resumes from the last message ID it saw (the events after it)
 //! or from a time (the events whose `timestamp` is later, to the
-//! microsecond). When the history cannot tell that nothing in between was
-//! lost (the ID is not held, or the time is before what the history covers
-//! without a hole) the replay is marked as a gap and holds all it has.
+//! microsecond). The replay is marked as a gap, and holds all it has, when
+//! the ID is not held (trimmed, or from before the history began), or when
+//! the history trimmed an event later than the time. A time before the
+//! history began is no gap: the Kotlin client sends "now" with every
+//! subscription, which would make each first subscription to a Thing one.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -68,8 +70,7 @@ struct Entry {
 #[derive(Debug)]
 struct ThingHistory {
     entries: VecDeque<Entry>,
-    /// Every event later than this (µs since the epoch) is held: when the
-    /// history began, or the latest event trimmed since.
+    /// The latest `time` of the events trimmed: every later event is held.
     complete_since: i64,
     bytes: usize,
     /// Set while no consumer subscribes: when the history is dropped.
@@ -135,7 +136,7 @@ impl History {
     /// The gateway follows a Thing's events again (its first subscriber):
     /// `true` when it must subscribe on the bus, `false` when the Thing was
     /// still lingering and its bus subscription is still there.
-    pub fn follow(&mut self, thing: &str, wall_micros: i64) -> bool {
+    pub fn follow(&mut self, thing: &str) -> bool {
         if !self.is_on() {
             return true;
         }
@@ -147,7 +148,7 @@ impl History {
             thing.to_owned(),
             ThingHistory {
                 entries: VecDeque::new(),
-                complete_since: wall_micros,
+                complete_since: i64::MIN,
                 bytes: 0,
                 linger_until: None,
             },
@@ -348,7 +349,7 @@ mod tests {
     fn resumes_after_the_last_seen_message_id() {
         let now = Instant::now();
         let mut h = History::new(limits(10, 60));
-        assert!(h.follow(T, BASE - 1));
+        assert!(h.follow(T));
         filled(&mut h, now, 5);
         let r = h.replay(
             T,
@@ -371,7 +372,7 @@ mod tests {
     fn an_unknown_or_trimmed_id_is_a_gap_followed_by_all_that_is_kept() {
         let now = Instant::now();
         let mut h = History::new(limits(3, 60));
-        h.follow(T, BASE - 1);
+        h.follow(T);
         filled(&mut h, now, 5);
         let r = h.replay(
             T,
@@ -394,7 +395,7 @@ mod tests {
     fn a_named_subscription_gets_only_its_event() {
         let now = Instant::now();
         let mut h = History::new(limits(10, 60));
-        h.follow(T, BASE - 1);
+        h.follow(T);
         h.record(T, "a", event("a", "m0", 0), now, 0);
         h.record(T, "b", event("b", "m1", 1), now, 0);
         h.record(T, "a", event("a", "m2", 2), now, 0);
@@ -412,14 +413,14 @@ mod tests {
     fn resumes_by_time_and_says_when_the_time_is_before_what_is_covered() {
         let now = Instant::now();
         let mut h = History::new(limits(3, 60));
-        h.follow(T, BASE - 1);
+        h.follow(T);
         filled(&mut h, now, 3);
         let r = h.replay(T, &Anchor::Time(BASE), &Selector::AllEvents, now);
         assert!(!r.gap);
         assert_eq!(ids(&r), ["m1", "m2"]);
-        // Before the history began.
+        // Before the history began: all it has, and no gap claimed.
         let r = h.replay(T, &Anchor::Time(BASE - 5), &Selector::AllEvents, now);
-        assert!(r.gap);
+        assert!(!r.gap);
         assert_eq!(ids(&r), ["m0", "m1", "m2"]);
         // m0 and m1 trimmed: from m0's time on there is a hole.
         h.record(T, "e", event("e", "m3", 3), now, 0);
@@ -441,7 +442,7 @@ mod tests {
     fn old_events_are_trimmed_by_age() {
         let t0 = Instant::now();
         let mut h = History::new(limits(10, 60));
-        h.follow(T, BASE - 1);
+        h.follow(T);
         filled(&mut h, t0, 2);
         h.record(T, "e", event("e", "m2", 2), t0 + Duration::from_secs(30), 0);
         let later = t0 + Duration::from_secs(61);
@@ -460,13 +461,13 @@ mod tests {
     fn a_thing_lingers_for_max_age_after_its_last_subscriber() {
         let t0 = Instant::now();
         let mut h = History::new(limits(10, 60));
-        assert!(h.follow(T, BASE));
+        assert!(h.follow(T));
         assert!(!h.leave(T, t0));
         assert!(h.holds(T));
         assert_eq!(h.next_expiry(), Some(t0 + Duration::from_secs(60)));
         // Back within the minute: no new bus subscription, and the old
         // expiry no longer counts.
-        assert!(!h.follow(T, BASE));
+        assert!(!h.follow(T));
         assert!(h.expire(t0 + Duration::from_secs(61)).is_empty());
         assert!(h.holds(T));
         assert!(!h.leave(T, t0 + Duration::from_secs(70)));
@@ -480,7 +481,7 @@ mod tests {
     fn off_means_no_history_and_no_lingering() {
         let mut h = History::new(limits(0, 60));
         assert!(!h.is_on());
-        assert!(h.follow(T, BASE));
+        assert!(h.follow(T));
         assert!(!h.holds(T));
         assert!(h.leave(T, Instant::now()));
     }
@@ -489,7 +490,7 @@ mod tests {
     fn memory_is_counted_and_given_back() {
         let now = Instant::now();
         let mut h = History::new(limits(2, 60));
-        h.follow(T, BASE);
+        h.follow(T);
         filled(&mut h, now, 1);
         let one = h.stats().bytes;
         assert!(one > 200, "{one}");
