@@ -80,6 +80,14 @@ async fn a_consumer_resumes_after_missing_100_events_and_gets_exactly_those() {
     // Another event of the Thing, which the named subscription does not want.
     publish(&mut agent, "other", 0).await;
     wait_for_stats(&sidecar, |s| s.history.events == 104).await;
+    let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"").await;
+    assert!(
+        metrics
+            .body
+            .contains(r#"lmos_sidecar_resume_history{of="events"} 104"#),
+        "{}",
+        metrics.body
+    );
 
     let mut consumer = sidecar.ws().await;
     let mut resume = subscribe.clone();
