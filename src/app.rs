@@ -165,6 +165,7 @@ impl Application {
             topics,
             config: config.gateway.clone(),
             requests: config.requests.clone(),
+            history: config.history.clone(),
             thing_id,
             tracer: tracing.messages(),
             directory: directory.clone(),

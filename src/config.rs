@@ -25,6 +25,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub gateway: GatewayConfig,
     pub requests: RequestsConfig,
+    pub history: HistoryConfig,
     pub topics: TopicsConfig,
     pub log: LogConfig,
     pub tracing: TracingConfig,
@@ -244,6 +245,34 @@ impl RequestsConfig {
 
     pub fn invocation_retention(&self) -> Duration {
         Duration::from_millis(self.invocation_retention_ms)
+    }
+}
+
+/// The resume history: what a WebSocket consumer that reconnects can ask
+/// for (`lastMessageID`, the Kotlin `lastEvent`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Events kept per Thing; 0 turns the history off.
+    pub events_per_thing: usize,
+    /// How long an event is kept, and how long the gateway keeps following
+    /// a Thing after its last WebSocket subscriber left, in ms; 0 turns the
+    /// history off.
+    pub max_age_ms: u64,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            events_per_thing: 1_000,
+            max_age_ms: 600_000,
+        }
+    }
+}
+
+impl HistoryConfig {
+    pub fn max_age(&self) -> Duration {
+        Duration::from_millis(self.max_age_ms)
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -12,6 +13,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::history::{self, Anchor, History, HistoryLimits, HistoryStats};
 use super::outbound::{Offer, Outbound};
 use super::published::{self, Expected, LoggedOnce};
 use super::requests::{ClaimError, Consumer, Effect, Requests};
@@ -51,6 +53,8 @@ pub enum Command {
         /// Confirm with an `acknowledgement` (a Kotlin-dialect connection,
         /// whose client waits for one) unless a reading answers it.
         acknowledge: bool,
+        /// Send the events after this from the history first.
+        resume: Option<Anchor>,
     },
     Unsubscribe {
         conn: ConnId,
@@ -90,6 +94,7 @@ pub struct Services {
     pub limits: Limits,
     /// Check what agents publish against their TDs' data schemas.
     pub validate_agent_data: bool,
+    pub history: HistoryLimits,
 }
 
 /// Per-connection limits the dispatcher enforces, because it owns the state
@@ -112,6 +117,8 @@ pub struct GatewayStats {
     pub hosted_things: usize,
     /// Requests other sidecars routed to agents here, not yet fully answered.
     pub remote_requests: usize,
+    /// What the resume history holds.
+    pub history: HistoryStats,
 }
 
 pub struct Dispatcher {
@@ -121,6 +128,9 @@ pub struct Dispatcher {
     /// a new observer gets the current value at once even when the gateway's
     /// bus subscription (and the retained message it brought) predates it.
     latest: HashMap<String, HashMap<String, Arc<Prepared>>>,
+    /// Recent events of the Things the gateway follows, for consumers that
+    /// resume.
+    history: History,
     requests: Requests,
     tracer: MessageTracer,
     directory: DirectoryService,
@@ -150,11 +160,13 @@ impl Dispatcher {
             metrics,
             limits,
             validate_agent_data,
+            history,
         } = services;
         Dispatcher {
             table: Table::default(),
             outbounds: HashMap::new(),
             latest: HashMap::new(),
+            history: History::new(history),
             requests,
             tracer,
             directory,
@@ -173,6 +185,7 @@ impl Dispatcher {
     /// (503) and cancels `closing`, so connections close after that.
     pub async fn run(mut self, shutdown: CancellationToken, closing: CancellationToken) {
         loop {
+            let expiry = self.history.next_expiry();
             tokio::select! {
                 _ = shutdown.cancelled() => {
                     let effects = self.requests.shutdown();
@@ -193,6 +206,14 @@ impl Dispatcher {
                 },
                 Some(effects) = self.requests.next_timeout(), if self.requests.has_timers() => {
                     self.carry_out(effects).await;
+                }
+                _ = sleep_until(expiry), if expiry.is_some() => {
+                    for thing in self.history.expire(Instant::now()) {
+                        let filter = self.topics.thing_events_filter(&thing);
+                        if self.bus.unsubscribe(filter).await.is_err() {
+                            warn!("The message bus closed; subscriptions can no longer change.");
+                        }
+                    }
                 }
             }
         }
@@ -232,6 +253,7 @@ impl Dispatcher {
                 selector,
                 correlation_id,
                 acknowledge,
+                resume,
             } => {
                 if !self.outbounds.contains_key(&conn) {
                     return;
@@ -264,6 +286,10 @@ impl Dispatcher {
                 }
                 if acknowledge && !answered {
                     self.acknowledge(conn, &thing, &correlation_id, &selector, true);
+                }
+                if let Some(anchor) = resume {
+                    let to = (conn, correlation_id.as_str(), &correlation);
+                    self.resume(to, &thing, &selector, &anchor);
                 }
             }
             Command::Unsubscribe {
@@ -336,6 +362,7 @@ impl Dispatcher {
                     remembered_requests: self.requests.remembered_count(),
                     hosted_things: self.requests.hosted_count(),
                     remote_requests: self.requests.remote_count(),
+                    history: self.history.stats(),
                 });
             }
         }
@@ -378,6 +405,48 @@ impl Dispatcher {
         Some(std::time::Duration::from_millis(ms))
     }
 
+    /// A resuming subscriber gets what the history holds after its anchor,
+    /// as it would have had it live, before any live event (the dispatcher
+    /// handles the next delivery only after this): no duplicates, no
+    /// reordering. When the history cannot reach back that far, an `error`
+    /// (`history-gap`, 410) says so first.
+    fn resume(
+        &mut self,
+        (conn, correlation_id, correlation): (ConnId, &str, &Arc<str>),
+        thing: &str,
+        selector: &Selector,
+        anchor: &Anchor,
+    ) {
+        let replay = if self.history.is_on() {
+            self.history.replay(thing, anchor, selector, Instant::now())
+        } else {
+            history::Replay {
+                gap: true,
+                events: Vec::new(),
+            }
+        };
+        if replay.gap {
+            let from = match anchor {
+                Anchor::MessageId(id) => format!("the event `{id}`"),
+                Anchor::Time(t) => format!("{t} µs since the epoch"),
+            };
+            let detail = if self.history.is_on() {
+                format!("The history of `{thing}` does not reach back to {from}: events may have been missed. The {} it holds follow.", replay.events.len())
+            } else {
+                "The gateway keeps no history (history.events_per_thing or history.max_age_ms is 0): events may have been missed.".to_owned()
+            };
+            let problem = Problem::new(ProblemKind::HistoryGap, detail);
+            let text = problem.to_message(thing, Some(correlation_id)).to_json();
+            self.count_sent(metrics::WEBSOCKET, &text);
+            self.send(conn, text);
+        }
+        for (event, prepared) in replay.events {
+            let topic = self.topics.event(thing, &event);
+            let recipient = vec![(conn, correlation.clone())];
+            self.fan_out(&topic, thing, &event, &prepared, recipient);
+        }
+    }
+
     /// A subscription to an event or property the Thing's TD lacks.
     fn selector_against_td(&self, thing: &str, selector: &Selector) -> Option<Problem> {
         let directory = self.directory.directory();
@@ -400,6 +469,19 @@ impl Dispatcher {
     }
 
     async fn change_bus(&mut self, change: StreamChange) {
+        // With a history, the gateway keeps following a Thing's events for
+        // a while after its last subscriber left, so a consumer that comes
+        // back finds what it missed.
+        if change.stream == Stream::Events {
+            let needed = if change.subscribe {
+                self.history.follow(&change.thing)
+            } else {
+                self.history.leave(&change.thing, Instant::now())
+            };
+            if !needed {
+                return;
+            }
+        }
         let filter = match change.stream {
             Stream::Events => self.topics.thing_events_filter(&change.thing),
             Stream::Properties => self.topics.thing_properties_filter(&change.thing),
@@ -503,8 +585,9 @@ impl Dispatcher {
         match route {
             Route::Event { thing, event } => {
                 let recipients = self.table.event_recipients(&thing, &event);
-                // Events nobody wants are not worth parsing.
-                if !recipients.is_empty() {
+                let keep = self.history.holds(&thing);
+                // Events nobody wants (now or to resume) are not worth parsing.
+                if !recipients.is_empty() || keep {
                     let expected = Expected::Event {
                         thing: &thing,
                         event: &event,
@@ -512,7 +595,15 @@ impl Dispatcher {
                     if let Some(prepared) =
                         self.checked(topic, &delivery.payload, expected, delivery.trace)
                     {
-                        self.fan_out(topic, &thing, &event, &prepared, recipients)
+                        if keep {
+                            let now = Instant::now();
+                            let wall = history::wall_micros();
+                            self.history
+                                .record(&thing, &event, prepared.clone(), now, wall);
+                        }
+                        if !recipients.is_empty() {
+                            self.fan_out(topic, &thing, &event, &prepared, recipients)
+                        }
                     }
                 }
             }
@@ -982,6 +1073,12 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// Sleeps until `at`; never polled when there is none.
+fn sleep_until(at: Option<Instant>) -> tokio::time::Sleep {
+    let at = at.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std);
+    tokio::time::sleep_until(at)
 }
 
 /// Parses a delivery once for all its recipients. Trace context from MQTT 5

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use super::dispatcher::Command;
+use super::history::{self, Anchor};
 use super::subscriptions::{ConnId, Selector};
 use crate::broker::Publication;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
@@ -28,12 +29,17 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
     }
     let thing = &message.thing_id;
     let subscribe = |selector| {
+        let resume = match resume_anchor(message) {
+            Ok(anchor) => anchor,
+            Err(problem) => return Outcome::Reject(problem),
+        };
         Outcome::Command(Command::Subscribe {
             conn,
             thing: thing.clone(),
             selector,
             correlation_id: message.reply_correlation_id().to_owned(),
             acknowledge: false,
+            resume,
         })
     };
     let unsubscribe = |selector| {
@@ -100,6 +106,39 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
              knows you host the Thing.",
         )),
     }
+}
+
+/// Where an event subscription resumes from: `lastMessageID` (the last
+/// event's `messageID` the consumer saw), else `lastEvent` (that event's
+/// `timestamp`: RFC 3339, or decimal seconds as the Kotlin stack writes it).
+/// Only `subscribeEvent` and `subscribeAllEvents` resume.
+fn resume_anchor(message: &Message) -> Result<Option<Anchor>, Problem> {
+    if !matches!(
+        message.body,
+        Body::SubscribeEvent { .. } | Body::SubscribeAllEvents
+    ) {
+        return Ok(None);
+    }
+    let invalid = |detail: &str| Problem::new(ProblemKind::InvalidMember, detail.to_owned());
+    if let Some(id) = message.extra.get("lastMessageID") {
+        return match id.as_str() {
+            Some(id) if !id.is_empty() => Ok(Some(Anchor::MessageId(id.to_owned()))),
+            _ => Err(invalid(
+                "`lastMessageID` must be a non-empty string: the messageID of the last event received.",
+            )),
+        };
+    }
+    let Some(last) = message.extra.get("lastEvent") else {
+        return Ok(None);
+    };
+    let micros = match last {
+        serde_json::Value::Number(n) => n.as_f64().and_then(history::micros_of_seconds),
+        serde_json::Value::String(s) => history::micros_of_rfc3339(s),
+        _ => None,
+    };
+    micros.map(|t| Some(Anchor::Time(t))).ok_or_else(|| {
+        invalid("`lastEvent` must be the timestamp of the last event received: an RFC 3339 date-time or decimal seconds since the epoch.")
+    })
 }
 
 /// Why a message cannot be mapped to the bus, if it cannot: every topic it
@@ -204,6 +243,7 @@ mod tests {
                 selector: Selector::Property(p),
                 correlation_id,
                 acknowledge: false,
+                resume: None,
             }) => {
                 assert_eq!(
                     (thing.as_str(), p.as_str(), correlation_id.as_str()),

@@ -8,6 +8,7 @@
 mod connection;
 mod dispatcher;
 mod foreign;
+pub mod history;
 mod http_consumers;
 mod inbound;
 mod outbound;
@@ -29,7 +30,7 @@ use tracing::Instrument;
 
 use crate::auth::{Access, Principal};
 use crate::broker::{Bus, Delivery, Publication};
-use crate::config::{GatewayConfig, RequestsConfig};
+use crate::config::{GatewayConfig, HistoryConfig, RequestsConfig};
 use crate::directory::DirectoryService;
 use crate::lmos::splice::set_traceparent;
 use crate::lmos::{Message, Problem, ProblemKind};
@@ -95,6 +96,7 @@ pub struct GatewaySetup {
     pub topics: Topics,
     pub config: GatewayConfig,
     pub requests: RequestsConfig,
+    pub history: HistoryConfig,
     /// thingID for errors that concern no Thing.
     pub thing_id: String,
     pub tracer: MessageTracer,
@@ -113,6 +115,7 @@ impl Gateway {
             topics,
             config,
             requests,
+            history,
             thing_id,
             tracer,
             directory,
@@ -147,6 +150,10 @@ impl Gateway {
                 max_pending_requests: config.max_pending_requests,
             },
             validate_agent_data,
+            history: history::HistoryLimits {
+                events_per_thing: history.events_per_thing,
+                max_age: history.max_age(),
+            },
         };
         let dispatcher = Dispatcher::new(
             bus.clone(),

@@ -153,6 +153,8 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
         stats.pending_requests,
         stats.hosted_things,
     );
+    let h = stats.history;
+    state.metrics.set_history(h.things, h.events, h.bytes);
     (
         [(
             header::CONTENT_TYPE,

@@ -200,9 +200,10 @@ fn drop_null(map: &mut Map<String, Value>, member: &str) {
 /// - `property` → `name`; a reading's `data` → `value`; `subscribeevent` →
 ///   `subscribeEvent`; `writeAllProperties` → `writeMultipleProperties`;
 ///   numeric timestamps → RFC 3339.
-/// - `lastEvent` / `lastPropertyReading` are dropped: the Kotlin client sets
-///   them to "now" on every subscription, and the sidecar keeps no history
-///   to replay from them (an observer gets the latest reading anyway).
+/// - `lastEvent` is kept: a subscription resumes after that time from the
+///   gateway's history (the Kotlin client sets it to "now" unless told
+///   otherwise, which resumes nothing). `lastPropertyReading` is dropped:
+///   an observer gets the latest reading anyway.
 /// - `null` `input`, `output`, `href` and `correlationId` are what Jackson
 ///   writes for "none": dropped.
 /// - `readMultipleProperties` / `readAllProperties` → one `readProperty` per
@@ -216,7 +217,6 @@ pub fn normalize(
     for member in ["correlationId", "correlationID", "input", "output", "href"] {
         drop_null(&mut map, member);
     }
-    map.shift_remove("lastEvent");
     map.shift_remove("lastPropertyReading");
     if let Some(ts) = map.get_mut("timestamp") {
         if let Some(text) = ts.as_f64().and_then(rfc3339_of_seconds) {
@@ -719,7 +719,8 @@ mod tests {
             json!({"messageType": "subscribeevent", "thingId": T, "messageId": "m1", "event": "e", "lastEvent": 1737399600.0}),
         );
         assert_eq!(m.body, Body::SubscribeEvent { event: "e".into() });
-        assert!(m.extra.is_empty());
+        // Where the subscription resumes from.
+        assert_eq!(m.extra.get("lastEvent"), Some(&json!(1737399600.0)));
         // unsubscribeEvent is spelled alike: valid in both.
         let v = json!({"messageType": "unsubscribeEvent", "thingId": T, "messageId": "m1", "event": "e"});
         assert_eq!(detect(&obj(v.clone())), None);

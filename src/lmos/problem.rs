@@ -26,6 +26,9 @@ pub enum ProblemKind {
     Unavailable,
     Timeout,
     TooManyRequests,
+    /// A resuming consumer asked for events further back than the history
+    /// holds. Not a failure: what is held follows.
+    HistoryGap,
 }
 
 impl ProblemKind {
@@ -48,6 +51,7 @@ impl ProblemKind {
             ProblemKind::Unavailable => "unavailable",
             ProblemKind::Timeout => "timeout",
             ProblemKind::TooManyRequests => "limit-exceeded",
+            ProblemKind::HistoryGap => "history-gap",
         }
     }
 
@@ -69,6 +73,7 @@ impl ProblemKind {
             ProblemKind::Unavailable => "Agent unavailable",
             ProblemKind::Timeout => "Agent did not answer in time",
             ProblemKind::TooManyRequests => "Limit exceeded",
+            ProblemKind::HistoryGap => "History gap",
         }
     }
 
@@ -82,11 +87,12 @@ impl ProblemKind {
             ProblemKind::Unavailable => 503,
             ProblemKind::Timeout => 504,
             ProblemKind::TooManyRequests => 429,
+            ProblemKind::HistoryGap => 410,
             _ => 400,
         }
     }
 
-    pub const ALL: [ProblemKind; 16] = [
+    pub const ALL: [ProblemKind; 17] = [
         ProblemKind::InvalidJson,
         ProblemKind::BinaryFrame,
         ProblemKind::NotAnObject,
@@ -103,6 +109,7 @@ impl ProblemKind {
         ProblemKind::Unavailable,
         ProblemKind::Timeout,
         ProblemKind::TooManyRequests,
+        ProblemKind::HistoryGap,
     ];
 
     /// The kind an error `type` URI names, if it is one of ours.

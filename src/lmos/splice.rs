@@ -20,6 +20,8 @@ pub struct Prepared {
     pub tracestate: Option<String>,
     pub message_type: Option<String>,
     pub message_id: Option<String>,
+    /// Its `timestamp`, as written (kept in the text too).
+    pub timestamp: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +64,7 @@ impl Prepared {
             .and_then(|v| v.as_str().map(str::to_owned));
         let message_type = take_string(map, "messageType");
         let message_id = take_string(map, "messageID");
+        let timestamp = take_string(map, "timestamp");
         let text = Value::Object(std::mem::take(map)).to_string();
         Prepared {
             tail: text[1..].to_owned(),
@@ -69,7 +72,19 @@ impl Prepared {
             tracestate,
             message_type,
             message_id,
+            timestamp,
         }
+    }
+
+    /// Heap memory it holds, for the resume history's accounting.
+    pub fn heap_bytes(&self) -> usize {
+        let len = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+        self.tail.capacity()
+            + len(&self.traceparent)
+            + len(&self.tracestate)
+            + len(&self.message_type)
+            + len(&self.message_id)
+            + len(&self.timestamp)
     }
 
     /// The message for one recipient. `correlation_json` is the correlation ID

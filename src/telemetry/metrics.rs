@@ -42,6 +42,7 @@ struct Inner {
     subscriptions: Gauge,
     pending_requests: Gauge,
     hosted_things: Gauge,
+    history: Family<Labels1, Gauge>,
     auth_failures: Family<Labels2, Counter>,
     denied: Family<Labels2, Counter>,
     limits: Family<Labels2, Counter>,
@@ -78,6 +79,7 @@ impl Metrics {
         let subscriptions = Gauge::default();
         let pending_requests = Gauge::default();
         let hosted_things = Gauge::default();
+        let history = Family::<Labels1, Gauge>::default();
         let auth_failures = Family::<Labels2, Counter>::default();
         let denied = Family::<Labels2, Counter>::default();
         let limits = Family::<Labels2, Counter>::default();
@@ -153,6 +155,11 @@ impl Metrics {
             "Things whose agent is connected",
             hosted_things.clone(),
         );
+        registry.register(
+            "resume_history",
+            "What the resume history holds: `things`, `events`, `bytes` (entries and their messages)",
+            history.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             received,
@@ -164,6 +171,7 @@ impl Metrics {
             subscriptions,
             pending_requests,
             hosted_things,
+            history,
             auth_failures,
             denied,
             limits,
@@ -232,6 +240,12 @@ impl Metrics {
         self.0.subscriptions.set(subscriptions as i64);
         self.0.pending_requests.set(pending as i64);
         self.0.hosted_things.set(hosted as i64);
+    }
+
+    pub fn set_history(&self, things: usize, events: usize, bytes: usize) {
+        for (of, n) in [("things", things), ("events", events), ("bytes", bytes)] {
+            self.0.history.get_or_create(&[("of", of)]).set(n as i64);
+        }
     }
 
     /// `reason`: `missing`, `invalid`.

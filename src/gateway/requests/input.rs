@@ -94,7 +94,11 @@ mod tests {
     }
 
     fn send(r: &mut Requests, v: Value) -> Vec<Effect> {
-        r.request(Consumer::WebSocket(2), Message::from_value(v).unwrap(), None)
+        r.request(
+            Consumer::WebSocket(2),
+            Message::from_value(v).unwrap(),
+            None,
+        )
     }
 
     fn chunk(seq: u64, end: bool) -> Value {

@@ -1,0 +1,513 @@
+//! The resume history: per Thing, the latest events the gateway saw, bounded
+//! by count and age, so a consumer that reconnects can ask for what it
+//! missed. Pure data, no I/O: the dispatcher passes the clocks in.
+//!
+//! A Thing's history lives while the gateway follows the Thing's events: from
+//! its first WebSocket subscriber on, and for `max_age` after its last one
+//! left (it "lingers"), so that a consumer that reconnects within that time
+//! finds what was published while it was away. Things no WebSocket consumer
+//! ever subscribed to are not followed and cost nothing.
+//!
+//! A consumer resumes from the last message ID it saw (the events after it)
+//! or from a time (the events whose `timestamp` is later, to the
+//! microsecond). The replay is marked as a gap, and holds all it has, when
+//! the ID is not held (trimmed, or from before the history began), or when
+//! the history trimmed an event later than the time. A time before the
+//! history began is no gap: the Kotlin client sends "now" with every
+//! subscription, which would make each first subscription to a Thing one.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::subscriptions::Selector;
+use crate::lmos::splice::Prepared;
+
+/// Bounds of each Thing's history; either one 0 turns the history off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryLimits {
+    pub events_per_thing: usize,
+    pub max_age: Duration,
+}
+
+impl HistoryLimits {
+    pub fn is_on(&self) -> bool {
+        self.events_per_thing > 0 && !self.max_age.is_zero()
+    }
+}
+
+/// Where a consumer resumes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anchor {
+    /// The `messageID` of the last event it saw.
+    MessageId(String),
+    /// The `timestamp` of the last event it saw (the Kotlin `lastEvent`), in
+    /// microseconds since the epoch.
+    Time(i64),
+}
+
+/// What a resuming consumer is sent before the live stream.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// The history does not reach back to the anchor: events may have been
+    /// lost before the first one replayed.
+    pub gap: bool,
+    /// The events after the anchor the selector wants, oldest first, with
+    /// their event names.
+    pub events: Vec<(Arc<str>, Arc<Prepared>)>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    event: Arc<str>,
+    /// The event's `timestamp` (else when it arrived), µs since the epoch.
+    time: i64,
+    received: Instant,
+    prepared: Arc<Prepared>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct ThingHistory {
+    entries: VecDeque<Entry>,
+    /// The latest `time` of the events trimmed: every later event is held.
+    complete_since: i64,
+    bytes: usize,
+    /// Set while no consumer subscribes: when the history is dropped.
+    linger_until: Option<Instant>,
+}
+
+impl ThingHistory {
+    fn trim(&mut self, limits: &HistoryLimits, now: Instant) {
+        while let Some(front) = self.entries.front() {
+            let too_many = self.entries.len() > limits.events_per_thing;
+            let too_old = now.saturating_duration_since(front.received) >= limits.max_age;
+            if !(too_many || too_old) {
+                break;
+            }
+            let gone = self.entries.pop_front().expect("checked");
+            self.complete_since = self.complete_since.max(gone.time);
+            self.bytes -= gone.bytes;
+        }
+    }
+}
+
+/// Memory held by one history entry, its message included.
+fn entry_bytes(event: &str, prepared: &Prepared) -> usize {
+    std::mem::size_of::<Entry>()
+        + event.len()
+        + std::mem::size_of::<Prepared>()
+        + prepared.heap_bytes()
+        // The two reference counts of each `Arc`.
+        + 4 * std::mem::size_of::<usize>()
+}
+
+/// Counts for metrics and the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HistoryStats {
+    pub things: usize,
+    pub events: usize,
+    /// Bytes held by the entries and their messages (not the maps' slack).
+    pub bytes: usize,
+}
+
+#[derive(Debug)]
+pub struct History {
+    limits: HistoryLimits,
+    things: HashMap<String, ThingHistory>,
+    /// Lingering Things in the order their time runs out (`max_age` is the
+    /// same for all); entries whose Thing came back are skipped.
+    expiries: VecDeque<(Instant, String)>,
+}
+
+impl History {
+    pub fn new(limits: HistoryLimits) -> History {
+        History {
+            limits,
+            things: HashMap::new(),
+            expiries: VecDeque::new(),
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.limits.is_on()
+    }
+
+    /// The gateway follows a Thing's events again (its first subscriber):
+    /// `true` when it must subscribe on the bus, `false` when the Thing was
+    /// still lingering and its bus subscription is still there.
+    pub fn follow(&mut self, thing: &str) -> bool {
+        if !self.is_on() {
+            return true;
+        }
+        if let Some(h) = self.things.get_mut(thing) {
+            h.linger_until = None;
+            return false;
+        }
+        self.things.insert(
+            thing.to_owned(),
+            ThingHistory {
+                entries: VecDeque::new(),
+                complete_since: i64::MIN,
+                bytes: 0,
+                linger_until: None,
+            },
+        );
+        true
+    }
+
+    /// A Thing's last subscriber left: `true` when the gateway should drop
+    /// its bus subscription now (history off), `false` when the Thing
+    /// lingers until [`History::expire`] says so.
+    pub fn leave(&mut self, thing: &str, now: Instant) -> bool {
+        let Some(h) = self.things.get_mut(thing) else {
+            return true;
+        };
+        let until = now + self.limits.max_age;
+        h.linger_until = Some(until);
+        self.expiries.push_back((until, thing.to_owned()));
+        false
+    }
+
+    /// Whether the Thing's events are kept: every one delivered must be
+    /// [recorded](History::record).
+    pub fn holds(&self, thing: &str) -> bool {
+        self.things.contains_key(thing)
+    }
+
+    pub fn record(
+        &mut self,
+        thing: &str,
+        event: &str,
+        prepared: Arc<Prepared>,
+        now: Instant,
+        wall_micros: i64,
+    ) {
+        let limits = self.limits;
+        let Some(h) = self.things.get_mut(thing) else {
+            return;
+        };
+        let time = prepared
+            .timestamp
+            .as_deref()
+            .and_then(micros_of_rfc3339)
+            .unwrap_or(wall_micros);
+        let bytes = entry_bytes(event, &prepared);
+        h.entries.push_back(Entry {
+            event: event.into(),
+            time,
+            received: now,
+            prepared,
+            bytes,
+        });
+        h.bytes += bytes;
+        h.trim(&limits, now);
+    }
+
+    /// The events after `anchor` that `selector` wants. A Thing without a
+    /// history (never followed, or its linger ran out) is a gap with nothing
+    /// to replay.
+    pub fn replay(
+        &mut self,
+        thing: &str,
+        anchor: &Anchor,
+        selector: &Selector,
+        now: Instant,
+    ) -> Replay {
+        let limits = self.limits;
+        let Some(h) = self.things.get_mut(thing) else {
+            return Replay {
+                gap: true,
+                events: Vec::new(),
+            };
+        };
+        h.trim(&limits, now);
+        let (gap, start) = match anchor {
+            Anchor::MessageId(id) => {
+                let found = h
+                    .entries
+                    .iter()
+                    .rposition(|e| e.prepared.message_id.as_deref() == Some(id.as_str()));
+                match found {
+                    Some(i) => (false, i + 1),
+                    None => (true, 0),
+                }
+            }
+            // Agents' clocks need not be monotonic: every later one counts.
+            Anchor::Time(t) => (*t < h.complete_since, 0),
+        };
+        let wanted = |e: &&Entry| match (selector, anchor) {
+            (Selector::AllEvents, Anchor::MessageId(_)) => true,
+            (Selector::Event(name), Anchor::MessageId(_)) => *e.event == **name,
+            (Selector::AllEvents, Anchor::Time(t)) => e.time > *t,
+            (Selector::Event(name), Anchor::Time(t)) => *e.event == **name && e.time > *t,
+            (Selector::Property(_), _) => false,
+        };
+        let events = h
+            .entries
+            .iter()
+            .skip(start)
+            .filter(wanted)
+            .map(|e| (e.event.clone(), e.prepared.clone()))
+            .collect();
+        Replay { gap, events }
+    }
+
+    /// When the next lingering Thing may run out, if any lingers.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.expiries.front().map(|(t, _)| *t)
+    }
+
+    /// Drops the histories whose linger ran out; returns their Things, whose
+    /// bus subscriptions the gateway drops.
+    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+        let mut gone = Vec::new();
+        while let Some((until, _)) = self.expiries.front() {
+            if *until > now {
+                break;
+            }
+            let (until, thing) = self.expiries.pop_front().expect("checked");
+            if self
+                .things
+                .get(&thing)
+                .is_some_and(|h| h.linger_until == Some(until))
+            {
+                self.things.remove(&thing);
+                gone.push(thing);
+            }
+        }
+        gone
+    }
+
+    pub fn stats(&self) -> HistoryStats {
+        HistoryStats {
+            things: self.things.len(),
+            events: self.things.values().map(|h| h.entries.len()).sum(),
+            bytes: self.things.values().map(|h| h.bytes).sum(),
+        }
+    }
+}
+
+/// An RFC 3339 date-time (an RFC 9557 suffix allowed) in µs since the epoch,
+/// rounded.
+pub fn micros_of_rfc3339(s: &str) -> Option<i64> {
+    let base = s.split_once('[').map_or(s, |(base, _)| base);
+    let t = chrono::DateTime::parse_from_rfc3339(base).ok()?;
+    let micros = t.timestamp().checked_mul(1_000_000)?;
+    let sub = (i64::from(t.timestamp_subsec_nanos()) + 500) / 1_000;
+    micros.checked_add(sub)
+}
+
+/// Decimal seconds since the epoch (a Kotlin `Instant`) in µs, rounded: an
+/// f64 holds no more of a current date.
+pub fn micros_of_seconds(seconds: f64) -> Option<i64> {
+    let micros = (seconds * 1e6).round();
+    (micros.is_finite() && micros.abs() < 9.0e18).then_some(micros as i64)
+}
+
+/// The wall clock in µs since the epoch.
+pub fn wall_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    const T: &str = "urn:t";
+
+    fn limits(events: usize, age_s: u64) -> HistoryLimits {
+        HistoryLimits {
+            events_per_thing: events,
+            max_age: Duration::from_secs(age_s),
+        }
+    }
+
+    /// An event `id` named `name` stamped `second` seconds after 2025-01-20T19:00:00Z.
+    fn event(name: &str, id: &str, second: u32) -> Arc<Prepared> {
+        let v = json!({"thingID": T, "messageID": id, "messageType": "event", "event": name, "data": 1, "timestamp": format!("2025-01-20T19:00:{second:02}Z")});
+        Arc::new(Prepared::from_payload(v.to_string().as_bytes(), T).unwrap())
+    }
+
+    const BASE: i64 = 1_737_399_600_000_000;
+
+    fn ids(r: &Replay) -> Vec<String> {
+        r.events
+            .iter()
+            .map(|(_, p)| p.message_id.clone().unwrap())
+            .collect()
+    }
+
+    fn filled(h: &mut History, now: Instant, n: u32) {
+        for i in 0..n {
+            h.record(T, "e", event("e", &format!("m{i}"), i), now, 0);
+        }
+    }
+
+    #[test]
+    fn resumes_after_the_last_seen_message_id() {
+        let now = Instant::now();
+        let mut h = History::new(limits(10, 60));
+        assert!(h.follow(T));
+        filled(&mut h, now, 5);
+        let r = h.replay(
+            T,
+            &Anchor::MessageId("m1".into()),
+            &Selector::AllEvents,
+            now,
+        );
+        assert!(!r.gap);
+        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
+        let r = h.replay(
+            T,
+            &Anchor::MessageId("m4".into()),
+            &Selector::AllEvents,
+            now,
+        );
+        assert!(!r.gap && r.events.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_or_trimmed_id_is_a_gap_followed_by_all_that_is_kept() {
+        let now = Instant::now();
+        let mut h = History::new(limits(3, 60));
+        h.follow(T);
+        filled(&mut h, now, 5);
+        let r = h.replay(
+            T,
+            &Anchor::MessageId("m0".into()),
+            &Selector::AllEvents,
+            now,
+        );
+        assert!(r.gap);
+        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
+        let r = h.replay(
+            "urn:never",
+            &Anchor::MessageId("m0".into()),
+            &Selector::AllEvents,
+            now,
+        );
+        assert!(r.gap && r.events.is_empty());
+    }
+
+    #[test]
+    fn a_named_subscription_gets_only_its_event() {
+        let now = Instant::now();
+        let mut h = History::new(limits(10, 60));
+        h.follow(T);
+        h.record(T, "a", event("a", "m0", 0), now, 0);
+        h.record(T, "b", event("b", "m1", 1), now, 0);
+        h.record(T, "a", event("a", "m2", 2), now, 0);
+        let r = h.replay(
+            T,
+            &Anchor::MessageId("m0".into()),
+            &Selector::Event("a".into()),
+            now,
+        );
+        assert_eq!(ids(&r), ["m2"]);
+        assert_eq!(&*r.events[0].0, "a");
+    }
+
+    #[test]
+    fn resumes_by_time_and_says_when_the_time_is_before_what_is_covered() {
+        let now = Instant::now();
+        let mut h = History::new(limits(3, 60));
+        h.follow(T);
+        filled(&mut h, now, 3);
+        let r = h.replay(T, &Anchor::Time(BASE), &Selector::AllEvents, now);
+        assert!(!r.gap);
+        assert_eq!(ids(&r), ["m1", "m2"]);
+        // Before the history began: all it has, and no gap claimed.
+        let r = h.replay(T, &Anchor::Time(BASE - 5), &Selector::AllEvents, now);
+        assert!(!r.gap);
+        assert_eq!(ids(&r), ["m0", "m1", "m2"]);
+        // m0 and m1 trimmed: from m0's time on there is a hole.
+        h.record(T, "e", event("e", "m3", 3), now, 0);
+        h.record(T, "e", event("e", "m4", 4), now, 0);
+        let r = h.replay(T, &Anchor::Time(BASE), &Selector::AllEvents, now);
+        assert!(r.gap);
+        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
+        let r = h.replay(
+            T,
+            &Anchor::Time(BASE + 1_000_000),
+            &Selector::AllEvents,
+            now,
+        );
+        assert!(!r.gap);
+        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
+    }
+
+    #[test]
+    fn old_events_are_trimmed_by_age() {
+        let t0 = Instant::now();
+        let mut h = History::new(limits(10, 60));
+        h.follow(T);
+        filled(&mut h, t0, 2);
+        h.record(T, "e", event("e", "m2", 2), t0 + Duration::from_secs(30), 0);
+        let later = t0 + Duration::from_secs(61);
+        let r = h.replay(
+            T,
+            &Anchor::MessageId("m1".into()),
+            &Selector::AllEvents,
+            later,
+        );
+        assert!(r.gap);
+        assert_eq!(ids(&r), ["m2"]);
+        assert_eq!(h.stats().events, 1);
+    }
+
+    #[test]
+    fn a_thing_lingers_for_max_age_after_its_last_subscriber() {
+        let t0 = Instant::now();
+        let mut h = History::new(limits(10, 60));
+        assert!(h.follow(T));
+        assert!(!h.leave(T, t0));
+        assert!(h.holds(T));
+        assert_eq!(h.next_expiry(), Some(t0 + Duration::from_secs(60)));
+        // Back within the minute: no new bus subscription, and the old
+        // expiry no longer counts.
+        assert!(!h.follow(T));
+        assert!(h.expire(t0 + Duration::from_secs(61)).is_empty());
+        assert!(h.holds(T));
+        assert!(!h.leave(T, t0 + Duration::from_secs(70)));
+        assert!(h.expire(t0 + Duration::from_secs(129)).is_empty());
+        assert_eq!(h.expire(t0 + Duration::from_secs(130)), [T]);
+        assert!(!h.holds(T));
+        assert_eq!(h.next_expiry(), None);
+    }
+
+    #[test]
+    fn off_means_no_history_and_no_lingering() {
+        let mut h = History::new(limits(0, 60));
+        assert!(!h.is_on());
+        assert!(h.follow(T));
+        assert!(!h.holds(T));
+        assert!(h.leave(T, Instant::now()));
+    }
+
+    #[test]
+    fn memory_is_counted_and_given_back() {
+        let now = Instant::now();
+        let mut h = History::new(limits(2, 60));
+        h.follow(T);
+        filled(&mut h, now, 1);
+        let one = h.stats().bytes;
+        assert!(one > 200, "{one}");
+        filled(&mut h, now, 5);
+        assert_eq!(h.stats().events, 2);
+        assert!(h.stats().bytes < 3 * one);
+    }
+
+    #[test]
+    fn times_convert_to_the_microsecond() {
+        assert_eq!(micros_of_rfc3339("2025-01-20T19:00:00Z"), Some(BASE));
+        assert_eq!(
+            micros_of_rfc3339("2025-01-20T20:00:00.0000015+01:00[Europe/Paris]"),
+            Some(BASE + 2)
+        );
+        let v: Value = serde_json::from_str("1737399600.123456789").unwrap();
+        assert_eq!(micros_of_seconds(v.as_f64().unwrap()), Some(BASE + 123_457));
+        assert_eq!(micros_of_seconds(f64::NAN), None);
+    }
+}
