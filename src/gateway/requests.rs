@@ -88,7 +88,9 @@ struct Pending {
     /// For invocations: the action, the latest status (as the consumer got
     /// it) and who waits for the answer to a `cancelAction`.
     action: Option<String>,
-    latest: Option<Value>,
+    /// Kept as the text the consumer got: parsed only when asked for (a
+    /// query, a late cancel), not for every status of a stream.
+    latest: Option<String>,
     finished: bool,
     /// In the queue of remembered requests: finished, or an invocation
     /// whose agent went silent past its liveness (still listened to).
@@ -371,7 +373,7 @@ impl Requests {
                         .with_correlation_id(p.correlation.clone())
                         .to_value();
                     let waiters = std::mem::take(&mut p.cancel_waiters);
-                    p.latest = Some(status.clone());
+                    p.latest = Some(status.to_string());
                     effects.extend(p.to_all(&status.to_string()));
                     effects.extend(self.answer_cancels(&status, waiters, &route, false));
                     self.finish(&route);
@@ -552,7 +554,8 @@ impl Requests {
             // reconnect): it follows the rest of the invocation too.
             p.watchers.push(consumer.clone());
         }
-        let mut status = p.latest.clone().unwrap_or_else(|| {
+        let latest = p.latest.as_deref().and_then(|t| serde_json::from_str(t).ok());
+        let mut status = latest.unwrap_or_else(|| {
             // Forwarded, no status from the agent yet.
             Message::new(
                 p.thing.clone(),
@@ -580,7 +583,8 @@ impl Requests {
         let reply_correlation = message.reply_correlation_id().to_owned();
         if p.finished {
             // Too late to cancel: the answer is how it ended.
-            let mut status = p.latest.clone().unwrap_or(Value::Null);
+            let latest = p.latest.as_deref().and_then(|t| serde_json::from_str(t).ok());
+            let mut status = latest.unwrap_or(Value::Null);
             status["correlationID"] = reply_correlation.into();
             status["messageID"] = Uuid::new_v4().to_string().into();
             return vec![Effect::ToConsumer(consumer, status.to_string())];
@@ -675,29 +679,31 @@ impl Requests {
                     let liveness = p.liveness;
                     self.arm(Timer::Reply(route.clone()), liveness);
                 }
-                let value: Value = serde_json::from_str(&copy).ok()?;
                 let p = self.routes.get_mut(&route)?;
-                p.latest = Some(value.clone());
+                p.latest = Some(copy.clone());
                 let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
+                if is_terminal(status) {
+                    let waiters = std::mem::take(&mut p.cancel_waiters);
+                    if !waiters.is_empty() {
+                        let value: Value = serde_json::from_str(&copy).ok()?;
+                        effects.extend(self.answer_cancels(&value, waiters, &route, false));
+                    }
+                    self.finish(&route);
+                }
                 effects.push(Effect::Publish(Publication::new(
                     invocation_topic,
                     copy,
                     false,
                 )));
-                if is_terminal(status) {
-                    let waiters = std::mem::take(&mut p.cancel_waiters);
-                    effects.extend(self.answer_cancels(&value, waiters, &route, false));
-                    self.finish(&route);
-                }
             }
             (Body::Error(_), Kind::Invocation) => {
-                let value: Value = serde_json::from_str(&copy).ok()?;
                 let p = self.routes.get_mut(&route)?;
                 if p.cancel_waiters.is_empty() {
                     // The agent refuses the invocation: it ends here.
-                    p.latest = Some(value);
+                    p.latest = Some(copy);
                     self.finish(&route);
                 } else {
+                    let value: Value = serde_json::from_str(&copy).ok()?;
                     // The agent refuses the cancel (the draft's "could not
                     // be cancelled"): the invocation goes on, and whoever
                     // asked to cancel hears why.
