@@ -554,7 +554,10 @@ impl Requests {
             // reconnect): it follows the rest of the invocation too.
             p.watchers.push(consumer.clone());
         }
-        let latest = p.latest.as_deref().and_then(|t| serde_json::from_str(t).ok());
+        let latest = p
+            .latest
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok());
         let mut status = latest.unwrap_or_else(|| {
             // Forwarded, no status from the agent yet.
             Message::new(
@@ -583,7 +586,10 @@ impl Requests {
         let reply_correlation = message.reply_correlation_id().to_owned();
         if p.finished {
             // Too late to cancel: the answer is how it ended.
-            let latest = p.latest.as_deref().and_then(|t| serde_json::from_str(t).ok());
+            let latest = p
+                .latest
+                .as_deref()
+                .and_then(|t| serde_json::from_str(t).ok());
             let mut status = latest.unwrap_or(Value::Null);
             status["correlationID"] = reply_correlation.into();
             status["messageID"] = Uuid::new_v4().to_string().into();
