@@ -54,13 +54,7 @@ impl Drop for Sidecar {
 
 impl Sidecar {
     fn rss_kib(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
+        rss_of(self.0.id())
     }
 }
 
@@ -146,6 +140,7 @@ fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
+/// A process's VmRSS, in KiB.
 fn rss_of(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -235,7 +230,7 @@ async fn mqtt_scenario() -> Result<()> {
         Ok((broker, addr)) => {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let (ok, failed, last, open) = burst(addr, n, "mosquitto").await;
-            let rss = rss_of(broker.0.id());
+            let rss = broker.rss_kib();
             println!(
                 "| Mosquitto | {ok} | {failed} | {:.2} s | {:.1} MiB |",
                 last.as_secs_f64(),
