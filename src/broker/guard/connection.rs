@@ -35,8 +35,12 @@ use super::{GuardEvent, GuardLimit, Refusal, Session, Shared};
 /// Read buffers grow by this much; whole packets larger than it grow them
 /// to their size.
 const READ_CHUNK: usize = 16 * 1024;
+/// A read buffer's first allocation: most MQTT clients are idle, and their
+/// two buffers (client and broker side) were most of what one cost
+/// (issue 16); a busy connection reaches READ_CHUNK on its next growth.
+const FIRST_CHUNK: usize = 2 * 1024;
 /// Below this much free room a read buffer grows before the next read.
-const MIN_SPARE: usize = 2 * 1024;
+const MIN_SPARE: usize = 256;
 /// Packets the guard may owe a client before it stops reading from it.
 const OUTBOX: usize = 64;
 /// How long a final packet (DISCONNECT, refused CONNACK) may take to go out.
@@ -167,7 +171,12 @@ fn packet_too_large(shared: &Shared, size: usize) {
 
 fn grow(buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < MIN_SPARE {
-        buf.reserve(READ_CHUNK);
+        let chunk = if buf.capacity() == 0 {
+            FIRST_CHUNK
+        } else {
+            READ_CHUNK
+        };
+        buf.reserve(chunk);
     }
 }
 

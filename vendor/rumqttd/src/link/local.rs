@@ -336,7 +336,8 @@ impl LinkRx {
             router_tx,
             router_rx,
             send_buffer: outgoing_data_buffer,
-            cache: VecDeque::with_capacity(100),
+            // lmos-sidecar patch: was `with_capacity(100)`.
+            cache: VecDeque::new(),
         }
     }
 

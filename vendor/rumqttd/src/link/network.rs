@@ -51,8 +51,10 @@ impl<P: Protocol> Network<P> {
     ) -> Network<P> {
         Network {
             socket,
-            read: BytesMut::with_capacity(10 * 1024),
-            write: BytesMut::with_capacity(10 * 1024),
+            // lmos-sidecar patch: was 10 KiB each; they grow as traffic
+            // needs, and an idle connection does not.
+            read: BytesMut::with_capacity(1024),
+            write: BytesMut::with_capacity(1024),
             max_incoming_size,
             max_connection_buffer_len,
             // Overwritten by keepalive value in connect packet, otherwise we

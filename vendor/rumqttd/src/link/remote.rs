@@ -120,7 +120,9 @@ impl<P: Protocol> RemoteLink<P> {
             network,
             link_tx,
             link_rx,
-            notifications: VecDeque::with_capacity(100),
+            // lmos-sidecar patch: was `with_capacity(100)`, about 25 kB
+            // per connection before it got any notification.
+            notifications: VecDeque::new(),
             will_delay_interval,
         })
     }

@@ -446,9 +446,11 @@ pub struct AckLog {
 impl AckLog {
     /// New log
     pub fn new() -> AckLog {
+        // lmos-sidecar patch: was `with_capacity(100)` each, some 44 kB
+        // per connection before it acknowledged anything.
         AckLog {
-            committed: VecDeque::with_capacity(100),
-            recorded: VecDeque::with_capacity(100),
+            committed: VecDeque::new(),
+            recorded: VecDeque::new(),
         }
     }
 
