@@ -1,5 +1,6 @@
 //! Fan-out: one MQTT publisher, N consumers of one event stream, against the
-//! sidecar's WebSocket gateway, the sidecar's MQTT port and a Mosquitto; the
+//! sidecar's WebSocket gateway, the sidecar's MQTT port, a Mosquitto and a
+//! bare rumqttd (the embedded copy, alone, with the sidecar's settings); the
 //! sidecar with tracing off, exporting to a collector, and exporting to a
 //! collector that is down.
 //!
@@ -646,6 +647,26 @@ async fn bench() -> Result<()> {
         }
     };
 
+    // rumqttd alone (the vendored copy the sidecar embeds), with the
+    // sidecar's router settings, clients straight on its 3.1.1 listener: no
+    // guard, no gateway.
+    let bare = match bare_rumqttd().await {
+        Ok(addr) => match scenario("bare rumqttd", None, addr, &load).await {
+            Ok(measured) => {
+                measured.print("bare rumqttd", "-", "-");
+                Some(measured)
+            }
+            Err(e) => {
+                println!("bare rumqttd    -         failed: {e:#}");
+                None
+            }
+        },
+        Err(e) => {
+            println!("bare rumqttd    -         skipped: {e:#}");
+            None
+        }
+    };
+
     let row = |name: &str, mode: Mode| {
         rows.iter()
             .find(|((n, m), _)| *n == name && *m == mode)
@@ -674,10 +695,61 @@ async fn bench() -> Result<()> {
         ratio(sidecar, mosquitto.map(|m| m.rate))
     );
     println!(
+        "msg/s, sidecar MQTT / bare rumqttd (tracing off):   {}",
+        ratio(sidecar, bare.map(|m| m.rate))
+    );
+    println!(
         "msg/s, sidecar WS / sidecar MQTT (tracing off):     {}",
         ratio(ws, sidecar)
     );
     Ok(())
+}
+
+/// rumqttd on a free loopback port, in a thread of its own for the rest of
+/// the run (it has no way to stop), with the router settings the sidecar
+/// gives its embedded broker.
+async fn bare_rumqttd() -> Result<SocketAddr> {
+    use std::collections::HashMap;
+    let mqtt = lmos_sidecar::config::MqttConfig::default();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let server = rumqttd::ServerSettings {
+        name: "bare-v4".into(),
+        listen: addr,
+        tls: None,
+        next_connection_delay_ms: 0,
+        connections: rumqttd::ConnectionSettings {
+            connection_timeout_ms: mqtt.connection_timeout_ms,
+            max_payload_size: mqtt.max_payload_size,
+            max_inflight_count: mqtt.max_inflight_count,
+            auth: None,
+            external_auth: None,
+            dynamic_filters: true,
+        },
+    };
+    let config = rumqttd::Config {
+        id: 0,
+        router: rumqttd::RouterConfig {
+            max_connections: mqtt.max_connections,
+            max_outgoing_packet_count: mqtt.max_outgoing_packet_count,
+            max_segment_size: mqtt.segment_size,
+            max_segment_count: mqtt.segment_count,
+            custom_segment: None,
+            initialized_filters: None,
+            shared_subscriptions_strategy: Default::default(),
+        },
+        v4: Some(HashMap::from([("v4".to_owned(), server)])),
+        ..Default::default()
+    };
+    std::thread::spawn(move || {
+        let _ = rumqttd::Broker::new(config).start();
+    });
+    for _ in 0..SETUP.as_millis() / 20 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Ok(addr);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("rumqttd is not listening on {addr} after {SETUP:?}")
 }
 
 fn main() -> Result<()> {
