@@ -231,8 +231,20 @@ impl Session for MqttSession {
         self.verdict(may_publish(&self.topics, &self.principal, topic))
     }
 
+    /// `{prefix}/{thing}/requests/{messageType}`. Asked of every PUBLISH,
+    /// so it collects nothing (a topic name has no wildcards).
     fn names_publisher(&self, topic: &str) -> bool {
-        under_prefix(&self.topics, topic).is_some_and(|rest| matches!(rest[..], [_, REQUESTS, _]))
+        let Some(rest) = topic
+            .strip_prefix(self.topics.prefix())
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            return false;
+        };
+        let mut levels = rest.split('/');
+        matches!(
+            (levels.next(), levels.next(), levels.next(), levels.next()),
+            (Some(_), Some(REQUESTS), Some(_), None)
+        )
     }
 }
 
@@ -325,6 +337,28 @@ pub fn thing_fits(topics: &Topics, topic: &str, payload: &[u8]) -> Result<(), St
 mod tests {
     use super::*;
     use crate::auth::Authority;
+
+    #[test]
+    fn only_requests_name_their_publisher() {
+        let session = MqttSession {
+            principal: Authority::from_config(&AuthConfig::default())
+                .unwrap()
+                .anonymous(),
+            topics: Topics::new("lmos/v1").unwrap(),
+            metrics: Metrics::default(),
+        };
+        assert!(session.names_publisher("lmos/v1/urn:a/requests/invokeAction"));
+        for topic in [
+            "lmos/v1/urn:a/events/e",
+            "lmos/v1/urn:a/requests",
+            "lmos/v1/urn:a/requests/invokeAction/x",
+            "lmos/urn:a/requests/invokeAction",
+            "lmos/v1x/urn:a/requests/invokeAction",
+            "other/urn:a/requests/invokeAction",
+        ] {
+            assert!(!session.names_publisher(topic), "{topic}");
+        }
+    }
 
     #[test]
     fn a_message_names_the_thing_of_its_topic() {

@@ -690,14 +690,13 @@ impl Dispatcher {
         expected: Expected<'_>,
         trace: Option<TraceContext>,
     ) -> Option<Arc<Prepared>> {
-        let result = {
+        // The directory is locked only when the data is to be checked
+        // against a TD: this runs for every event with a recipient.
+        let result = if self.validate_agent_data {
             let directory = self.directory.directory();
-            let td = match expected {
-                Expected::Event { thing, .. } | Expected::Reading { thing, .. } => {
-                    directory.get(thing).filter(|_| self.validate_agent_data)
-                }
-            };
-            published::check(payload, expected, trace, td)
+            published::check(payload, expected, trace, directory.get(expected.thing()))
+        } else {
+            published::check(payload, expected, trace, None)
         };
         match result {
             Ok(prepared) => Some(prepared),

@@ -23,7 +23,7 @@ pub enum Expected<'a> {
 }
 
 impl Expected<'_> {
-    fn thing(&self) -> &str {
+    pub fn thing(&self) -> &str {
         match self {
             Expected::Event { thing, .. } | Expected::Reading { thing, .. } => thing,
         }
