@@ -208,6 +208,16 @@ async fn burst(
     (ok, failed, last, open)
 }
 
+/// One broker's row: a burst, then its RSS with every client connected.
+async fn burst_row(name: &str, broker: &Sidecar, addr: std::net::SocketAddr, n: usize) {
+    let (ok, failed, last, _open) = burst(addr, n, name).await;
+    println!(
+        "| {name} | {ok} | {failed} | {:.2} s | {:.1} MiB |",
+        last.as_secs_f64(),
+        broker.rss_kib() as f64 / 1024.0
+    );
+}
+
 async fn mqtt_scenario() -> Result<()> {
     let n: usize = env_or("CAPACITY_BURST", "5000").parse()?;
     println!("{n} MQTT 3.1.1 clients connecting at once, 5 s CONNACK timeout each");
@@ -217,26 +227,12 @@ async fn mqtt_scenario() -> Result<()> {
     {
         let (sidecar, _http, mqtt) = start(10)?;
         let addr = mqtt.parse()?;
-        let (ok, failed, last, open) = burst(addr, n, "sidecar").await;
-        let rss = sidecar.rss_kib();
-        println!(
-            "| lmos-sidecar | {ok} | {failed} | {:.2} s | {:.1} MiB |",
-            last.as_secs_f64(),
-            rss as f64 / 1024.0
-        );
-        drop(open);
+        burst_row("lmos-sidecar", &sidecar, addr, n).await;
     }
     match mosquitto() {
         Ok((broker, addr)) => {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let (ok, failed, last, open) = burst(addr, n, "mosquitto").await;
-            let rss = broker.rss_kib();
-            println!(
-                "| Mosquitto | {ok} | {failed} | {:.2} s | {:.1} MiB |",
-                last.as_secs_f64(),
-                rss as f64 / 1024.0
-            );
-            drop(open);
+            burst_row("Mosquitto", &broker, addr, n).await;
         }
         Err(e) => println!("| Mosquitto | - | - | {e} | - |"),
     }

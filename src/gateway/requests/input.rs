@@ -101,6 +101,19 @@ mod tests {
         )
     }
 
+    /// Invokes `a` as `inv`; the route it reaches agent 1 under.
+    fn invoke(r: &mut Requests) -> String {
+        let invoke = json!({"thingID": T, "messageID": "i", "messageType": "invokeAction", "action": "a", "correlationID": "inv"});
+        match &send(r, invoke)[..] {
+            [Effect::ToAgent(1, text)] => serde_json::from_str::<Value>(text).unwrap()
+                ["correlationID"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn chunk(seq: u64, end: bool) -> Value {
         let stream = if end {
             json!({"seq": seq, "end": true})
@@ -134,15 +147,7 @@ mod tests {
     #[tokio::test]
     async fn input_chunks_reach_the_agent_in_order_with_the_route() {
         let mut r = router();
-        let invoke = json!({"thingID": T, "messageID": "i", "messageType": "invokeAction", "action": "a", "correlationID": "inv"});
-        let route = match &send(&mut r, invoke)[..] {
-            [Effect::ToAgent(1, text)] => serde_json::from_str::<Value>(text).unwrap()
-                ["correlationID"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-            other => panic!("{other:?}"),
-        };
+        let route = invoke(&mut r);
         let to_agent = format!("agent {route}");
         assert_eq!(
             outcome(&send(&mut r, chunk(0, false))),
@@ -203,18 +208,7 @@ mod tests {
     async fn forgotten_invocations_drop_their_input_order() {
         let mut r = Requests::new(Topics::new("lmos").unwrap(), Duration::from_secs(5), 0);
         r.claim(1, &[T.to_owned()]).unwrap();
-        let route = match &send(
-            &mut r,
-            json!({"thingID": T, "messageID": "i", "messageType": "invokeAction", "action": "a", "correlationID": "inv"}),
-        )[..]
-        {
-            [Effect::ToAgent(1, text)] => serde_json::from_str::<Value>(text).unwrap()
-                ["correlationID"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-            other => panic!("{other:?}"),
-        };
+        let route = invoke(&mut r);
         send(&mut r, chunk(0, false));
         assert_eq!(r.input_streams(), 1);
         let done = json!({"thingID": T, "messageID": "s", "messageType": "actionStatus", "action": "a", "status": "completed", "correlationID": route});
