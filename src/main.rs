@@ -359,9 +359,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         // connections fail past it.
         Ok((soft, hard)) => {
             let needed =
-                config.http.max_connections as u64 + 3 * config.mqtt.max_connections as u64 + 64;
+                config.http.max_connections as u64 + config.mqtt.max_connections as u64 + 64;
             if soft < needed {
-                tracing::warn!(open_files = soft, hard_limit = hard, needed, "The open-files limit is below what http.max_connections and mqtt.max_connections allow (one descriptor per WebSocket, three per MQTT client); connections past it will fail. Raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower the caps.");
+                tracing::warn!(open_files = soft, hard_limit = hard, needed, "The open-files limit is below what http.max_connections and mqtt.max_connections allow (one descriptor per WebSocket or MQTT client); connections past it will fail. Raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower the caps.");
             } else {
                 tracing::info!(open_files = soft, hard_limit = hard, "Open-files limit.");
             }

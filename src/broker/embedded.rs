@@ -1,12 +1,14 @@
 //! rumqttd, embedded in the process, behind the [guard](super::guard).
 //!
 //! The guard binds the public MQTT addresses (a taken port fails start-up
-//! with a clear message, port 0 is resolved to a real port). rumqttd listens
-//! only on loopback ports of its own; it binds them itself, blocks the
-//! thread that starts it, never stops, and only logs a failed bind. So the
-//! sidecar resolves each internal port first, hands it to rumqttd, and waits
-//! until each listener answers an MQTT CONNECT; the probe goes straight to
-//! rumqttd, so the guard's authentication never stands in its way.
+//! with a clear message, port 0 is resolved to a real port) and reaches
+//! rumqttd through in-memory pipes ([`super::engine`]). rumqttd also listens
+//! on a loopback port of its own, for diagnostics and tests that must reach
+//! the engine around the guard; it binds it itself, blocks the thread that
+//! starts it, never stops, and only logs a failed bind. So the sidecar
+//! resolves that port first, hands it to rumqttd, and waits until a probe
+//! through the engine comes back; the probe goes straight to rumqttd, so the
+//! guard's authentication never stands in its way.
 //!
 //! The sidecar's own traffic goes through one local link. Its sending half
 //! blocks on the router's queue, so it lives on a thread of its own, fed by
@@ -34,6 +36,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::engine::Engine;
 use super::guard::{AllowAll, Guard, Limits, Policy};
 use super::health::Health;
 use super::probe::wait_ready;
@@ -46,6 +49,8 @@ const COMMAND_QUEUE: usize = 4096;
 /// Deliveries queued towards the gateway before the link stops reading (the
 /// broker then buffers in its per-filter rings).
 const DELIVERY_QUEUE: usize = 4096;
+/// rumqttd's MQTT 5 server, which the guard's pipes lead to.
+const V5_SERVER: &str = "mqtt-v5";
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// rumqttd refuses connections past its own limit silently (no CONNACK), so
 /// its limit sits above the guard's: room for the sidecar's own link and
@@ -180,7 +185,7 @@ impl EmbeddedBroker {
             v4: None,
             v5: Some(HashMap::from([(
                 "v5".to_owned(),
-                server_settings("mqtt-v5", internal_v5, config),
+                server_settings(V5_SERVER, internal_v5, config),
             )])),
             // rumqttd's metrics timer unwraps the meters interval whether or
             // not meters are configured, so both are set.
@@ -192,6 +197,7 @@ impl EmbeddedBroker {
         };
 
         let mut broker = Broker::new(rumqttd_config);
+        let engine = Engine::new(broker.intake(V5_SERVER));
         let alerts = broker
             .alerts()
             .map_err(|e| BrokerError::Link(e.to_string()))?;
@@ -231,20 +237,20 @@ impl EmbeddedBroker {
             })
             .map_err(BrokerError::Thread)?;
 
-        if !wait_ready(internal_v5, &probe_topic, &mut probes, READY_TIMEOUT).await {
+        if !wait_ready(&engine, &probe_topic, &mut probes, READY_TIMEOUT).await {
             return Err(BrokerError::NotReady { addr: internal_v5 });
         }
         let _ = bus.unsubscribe(probe_topic).await;
         super::health::watch_broker_panics();
         let health = Health::default();
-        tokio::spawn(health.clone().watch(internal_v5, shutdown.clone()));
+        tokio::spawn(health.clone().watch(engine.clone(), shutdown.clone()));
 
         let (mqtt_addr, mqtt5_addr) = (public.1, public_v5.1);
         let limits = Limits::from_config(config);
-        let guard = Guard::new(internal_v5, policy, limits, tls, shutdown.clone());
+        let guard = Guard::new(engine.clone(), policy, limits, tls, shutdown.clone());
         guard.serve(public.0);
         guard.serve(public_v5.0);
-        let trusted_guard = Guard::new(internal_v5, Arc::new(AllowAll), limits, None, shutdown);
+        let trusted_guard = Guard::new(engine, Arc::new(AllowAll), limits, None, shutdown);
         trusted_guard.serve(trusted.0);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
 

@@ -8,15 +8,14 @@
 //! half alive. So:
 //!
 //! - a panic hook notes every panic raised in rumqttd's code;
-//! - a watchdog connects to the broker's listener every [`PROBE_EVERY`]
-//!   and expects a CONNACK (which the router sends), publishing nothing
+//! - a watchdog connects to the broker every [`PROBE_EVERY`], the way the
+//!   guard's clients do, and expects a CONNACK (which the router sends), publishing nothing
 //!   that a subscriber of `#` would see;
 //!
 //! and either marks the broker failed: `/healthz` and `/readyz` answer 503
 //! with the reason, the log says why, and the sidecar stops with an error
 //! so that its supervisor restarts it.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Duration;
@@ -24,6 +23,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
+use super::engine::Engine;
 use super::probe::alive;
 
 /// How often the watchdog checks.
@@ -99,7 +99,7 @@ impl Health {
     }
 
     /// Watches the broker until it fails or `stop` fires.
-    pub(super) async fn watch(self, listener: SocketAddr, stop: CancellationToken) {
+    pub(super) async fn watch(self, engine: Engine, stop: CancellationToken) {
         let client_id = format!("lmos-sidecar-watchdog-{}", uuid::Uuid::new_v4().simple());
         let panics_before = BROKER_PANICS.load(Ordering::SeqCst);
         let mut failed_probes = 0;
@@ -116,14 +116,14 @@ impl Health {
             }
             let answered = tokio::select! {
                 _ = stop.cancelled() => return,
-                ok = tokio::time::timeout(PROBE_TIMEOUT, alive(listener, &client_id)) => {
+                ok = tokio::time::timeout(PROBE_TIMEOUT, alive(&engine, &client_id)) => {
                     matches!(ok, Ok(Ok(true)))
                 }
             };
             failed_probes = if answered { 0 } else { failed_probes + 1 };
             if failed_probes >= FAILED_PROBES {
                 return self.fail(format!(
-                    "its listener {listener} did not accept a connection {FAILED_PROBES} times in a row"
+                    "it did not accept a connection {FAILED_PROBES} times in a row"
                 ));
             }
         }

@@ -5,6 +5,7 @@
 //! cluster can take its place by producing the same [`Bus`] and deliveries.
 
 pub mod embedded;
+pub mod engine;
 pub mod guard;
 pub mod health;
 mod probe;

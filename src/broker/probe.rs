@@ -1,15 +1,16 @@
 //! rumqttd gives no readiness signal and only logs a failed bind. The sidecar
-//! connects to each listener, publishes a token on a topic only it knows, and
-//! waits for its own bus link to receive it: that proves the listener is up
-//! *and* belongs to this broker (not to another process that took the port
-//! between the sidecar's check and rumqttd's bind).
+//! connects through the [engine](super::engine), publishes a token on a topic
+//! only it knows, and waits for its own bus link to receive it: that proves
+//! the MQTT 5 server runs (it takes pipes only once its loopback listener is
+//! bound, so a port another process took between the sidecar's check and
+//! rumqttd's bind fails the probe) and that the router routes.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+
+use super::engine::Engine;
 
 fn with_length(first: u8, body: Vec<u8>) -> Vec<u8> {
     assert!(body.len() < 128, "probe packets are small");
@@ -52,7 +53,10 @@ const LEAVE_TIMEOUT: Duration = Duration::from_secs(1);
 /// router's goodbye reaches the link, the link reports the disconnection
 /// once more, by ID, and the router ends whichever connection has been
 /// given that ID meanwhile: a client that just connected.
-pub(crate) async fn leave(stream: &mut TcpStream, disconnect: &[u8]) -> std::io::Result<()> {
+pub(crate) async fn leave<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    disconnect: &[u8],
+) -> std::io::Result<()> {
     stream.write_all(disconnect).await?;
     let mut sink = [0u8; 256];
     let _ = tokio::time::timeout(LEAVE_TIMEOUT, async {
@@ -65,8 +69,8 @@ pub(crate) async fn leave(stream: &mut TcpStream, disconnect: &[u8]) -> std::io:
 
 /// One probe: the token is the payload, so a late answer to an earlier
 /// attempt cannot be mistaken for this one.
-async fn try_once(addr: SocketAddr, topic: &str, token: &str) -> std::io::Result<bool> {
-    let mut stream = TcpStream::connect(addr).await?;
+async fn try_once(engine: &Engine, topic: &str, token: &str) -> std::io::Result<bool> {
+    let mut stream = engine.connect()?;
     stream.write_all(&connect_packet(token)).await?;
     let mut ack = [0u8; 4];
     stream.read_exact(&mut ack).await?;
@@ -85,8 +89,8 @@ async fn try_once(addr: SocketAddr, topic: &str, token: &str) -> std::io::Result
 /// so that rumqttd's record of past clients does not grow), a CONNACK
 /// accepting it (which rumqttd's router sends, so the router is alive
 /// too), DISCONNECT. A broker whose CONNECTs panic fails it.
-pub async fn alive(addr: SocketAddr, client_id: &str) -> std::io::Result<bool> {
-    let mut stream = TcpStream::connect(addr).await?;
+pub async fn alive(engine: &Engine, client_id: &str) -> std::io::Result<bool> {
+    let mut stream = engine.connect()?;
     stream.write_all(&connect_packet(client_id)).await?;
     let mut ack = [0u8; 4];
     stream.read_exact(&mut ack).await?;
@@ -94,10 +98,10 @@ pub async fn alive(addr: SocketAddr, client_id: &str) -> std::io::Result<bool> {
     Ok(ack[0] == 0x20 && ack[3] == 0)
 }
 
-/// Waits until the listener at `addr` delivers a probe to `seen`, the
-/// sidecar's own link, within `timeout`.
+/// Waits until a probe through `engine` reaches `seen`, the sidecar's own
+/// link, within `timeout`.
 pub async fn wait_ready(
-    addr: SocketAddr,
+    engine: &Engine,
     topic: &str,
     seen: &mut mpsc::UnboundedReceiver<String>,
     timeout: Duration,
@@ -110,7 +114,8 @@ pub async fn wait_ready(
             "lmos-sidecar-probe-{}-{attempt}",
             uuid::Uuid::new_v4().simple()
         );
-        let sent = tokio::time::timeout(Duration::from_millis(500), try_once(addr, topic, &token));
+        let sent =
+            tokio::time::timeout(Duration::from_millis(500), try_once(engine, topic, &token));
         if let Ok(Ok(true)) = sent.await {
             let wait = tokio::time::sleep(Duration::from_millis(500));
             tokio::pin!(wait);

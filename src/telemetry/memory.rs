@@ -49,8 +49,8 @@ pub fn trim() {
 }
 
 /// Raises the soft limit on open files to the hard limit: each WebSocket
-/// consumer costs one descriptor, each MQTT client three (its socket, and
-/// both ends of the guard's loopback link to the embedded broker), and
+/// consumer and each MQTT client costs one descriptor (its socket; the
+/// guard reaches the embedded broker through in-memory pipes), and
 /// distributions start processes at a soft limit (often 1 024) far below
 /// what the sidecar's connection caps allow. Returns (soft, hard) as they
 /// are after the attempt.

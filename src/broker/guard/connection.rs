@@ -16,8 +16,9 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use std::os::fd::{AsRawFd, RawFd};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{ReadHalf, WriteHalf};
+
+use crate::broker::engine::{Engine, EngineStream};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -225,9 +226,8 @@ fn now_ms() -> u64 {
 }
 
 /// A connection to rumqttd with the client's CONNECT on its way.
-async fn dial(addr: std::net::SocketAddr, connect: &[u8]) -> std::io::Result<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
+async fn dial(engine: &Engine, connect: &[u8]) -> std::io::Result<EngineStream> {
+    let mut stream = engine.connect()?;
     stream.write_all(connect).await?;
     Ok(stream)
 }
@@ -243,7 +243,7 @@ async fn expire(shared: Arc<Shared>, client_id: String, generation: u64, after: 
     };
     let _held = gate.lock().await;
     if shared.sessions.expire(&client_id, generation) {
-        if let Err(e) = upstream::wipe(shared.upstream, &client_id).await {
+        if let Err(e) = upstream::wipe(&shared.upstream, &client_id).await {
             warn!(error = %e, "Could not end an expired MQTT session in the embedded broker.");
         }
     }
@@ -400,16 +400,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 .sessions
                 .open(&client_id, connect.clean, asked.expiry);
             if opened.wipe_first {
-                if let Err(e) = upstream::wipe(shared.upstream, &client_id).await {
+                if let Err(e) = upstream::wipe(&shared.upstream, &client_id).await {
                     warn!(error = %e, "Could not end an MQTT session in the embedded broker.");
                 }
             }
             let connect_packet =
                 handshake::upstream_connect(&connect, opened.clean_upstream, keep_alive);
-            match dial(shared.upstream, &connect_packet).await {
+            match dial(&shared.upstream, &connect_packet).await {
                 Ok(s) => s,
                 Err(e) => {
-                    warn!(broker = %shared.upstream, error = %e, "Cannot reach the embedded MQTT broker.");
+                    warn!(error = %e, "Cannot reach the embedded MQTT broker.");
                     drop(_held);
                     shared
                         .sessions
@@ -421,7 +421,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         };
         drop(gate);
         inbound.advance(header.size());
-        let (mut up_rx, mut up_tx) = upstream.into_split();
+        let (mut up_rx, mut up_tx) = tokio::io::split(upstream);
 
         let guard_pings = AtomicU32::new(0);
         let unacked = AtomicU32::new(0);
@@ -527,11 +527,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         match end {
             // rumqttd publishes the last will when the connection ends
             // without DISCONNECT; mirror how the client left.
-            End::ClientFailed => {
-                #[allow(deprecated)] // Linger 0 resets at once; it never blocks.
-                let _ = up_rx.as_ref().set_linger(Some(Duration::ZERO));
-            }
-            End::ClientClosed | End::ClientDisconnected => {}
+            End::ClientFailed | End::ClientClosed | End::ClientDisconnected => {}
             End::BrokerClosed | End::Shutdown | End::TakenOver => {
                 let _ = tokio::time::timeout(FAREWELL, client_tx.shutdown()).await;
             }
@@ -601,7 +597,7 @@ impl Inspector<'_> {
         &mut self,
         client: &mut R,
         socket: RawFd,
-        upstream: &mut OwnedWriteHalf,
+        upstream: &mut WriteHalf<EngineStream>,
         buf: &mut BytesMut,
         owed: &Notify,
     ) -> End {
@@ -1305,7 +1301,7 @@ impl Downstream<'_> {
 /// between the broker's.
 async fn relay<W: AsyncWrite + Unpin>(
     mut state: Downstream<'_>,
-    upstream: &mut OwnedReadHalf,
+    upstream: &mut ReadHalf<EngineStream>,
     client: &mut W,
     mut from_guard: mpsc::Receiver<ToClient>,
     relayed: &AtomicU64,
@@ -1331,7 +1327,7 @@ async fn relay<W: AsyncWrite + Unpin>(
             read = upstream.read_buf(&mut buf) => {
                 match read {
                     Ok(0) | Err(_) => return End::BrokerClosed,
-                    Ok(_) => quick_ack(upstream.as_ref().as_raw_fd()),
+                    Ok(_) => {}
                 }
                 // A SUBACK's plan is queued before its SUBSCRIBE is sent, so
                 // it is in the channel by the time the SUBACK is read.

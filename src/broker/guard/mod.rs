@@ -40,6 +40,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument};
 
+use crate::broker::engine::Engine;
 use crate::config::MqttConfig;
 use connection::Connection;
 
@@ -180,9 +181,9 @@ impl Limits {
 
 /// What every connection of one guard shares.
 struct Shared {
-    /// rumqttd's internal MQTT 5 listener: every client reaches the broker
-    /// as MQTT 5 ([`v4`] translates 3.1.1 clients).
-    upstream: SocketAddr,
+    /// rumqttd's MQTT 5 server: every client reaches the broker as MQTT 5
+    /// ([`v4`] translates 3.1.1 clients), through a pipe of its own.
+    upstream: Engine,
     sessions: sessions::Sessions,
     policy: Arc<dyn Policy>,
     limits: Limits,
@@ -199,7 +200,7 @@ pub struct Guard {
 
 impl Guard {
     pub fn new(
-        upstream: SocketAddr,
+        upstream: Engine,
         policy: Arc<dyn Policy>,
         limits: Limits,
         tls: Option<TlsAcceptor>,

@@ -1,12 +1,12 @@
 //! The guard's own conversations with rumqttd: ending a session that has
 //! expired ([`super::sessions`] decides when).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use crate::broker::engine::Engine;
 
 use super::packet::{self, Connect, Version};
 
@@ -16,7 +16,7 @@ const WIPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Ends rumqttd's session of `client_id`: a clean CONNECT (which discards
 /// what rumqttd kept) and a DISCONNECT (which ends the clean session it
 /// opened). Returns once rumqttd has accepted the clean CONNECT.
-pub async fn wipe(addr: SocketAddr, client_id: &str) -> std::io::Result<()> {
+pub async fn wipe(engine: &Engine, client_id: &str) -> std::io::Result<()> {
     let connect = Connect {
         version: Version::V5,
         flags: 0,
@@ -29,8 +29,7 @@ pub async fn wipe(addr: SocketAddr, client_id: &str) -> std::io::Result<()> {
         password: None,
     };
     let talk = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+        let mut stream = engine.connect()?;
         stream
             .write_all(&packet::encode_connect(&connect, true, 60, &[]))
             .await?;

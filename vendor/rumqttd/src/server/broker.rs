@@ -67,6 +67,36 @@ pub enum Error {
 pub struct Broker {
     config: Arc<Config>,
     router_tx: Sender<(ConnectionId, Event)>,
+    // lmos-sidecar patch: streams handed to a server in-process, by server
+    // name (see `Broker::intake`).
+    intakes: HashMap<String, IntakeReceiver>,
+}
+
+// lmos-sidecar patch: an in-process way into a server.
+type IntakeReceiver = tokio::sync::mpsc::UnboundedReceiver<Box<dyn N>>;
+
+/// lmos-sidecar patch: hands byte streams to a server as if its listener
+/// had accepted them. An embedding process that terminates client sockets
+/// itself (the sidecar's MQTT guard) reaches the broker through an
+/// in-memory pipe this way, instead of a loopback TCP connection that costs
+/// two more file descriptors and two more trips through the kernel per
+/// client.
+#[derive(Clone)]
+pub struct Intake {
+    tx: tokio::sync::mpsc::UnboundedSender<Box<dyn N>>,
+}
+
+impl Intake {
+    /// Opens a connection to the server: an in-memory pipe that buffers at
+    /// most `max_buffer` bytes in each direction (a writer waits for the
+    /// reader beyond that, as on a socket). Fails once the server is gone.
+    pub fn connect(&self, max_buffer: usize) -> io::Result<tokio::io::DuplexStream> {
+        let (ours, theirs) = tokio::io::duplex(max_buffer);
+        self.tx
+            .send(Box::new(theirs))
+            .map_err(|_| io::Error::new(io::ErrorKind::ConnectionRefused, "the broker stopped"))?;
+        Ok(ours)
+    }
 }
 
 impl Broker {
@@ -87,11 +117,19 @@ impl Broker {
                 // Start router first and then cluster in the background
                 let router_tx = router.spawn();
                 // cluster.spawn();
-                Broker { config, router_tx }
+                Broker {
+                    config,
+                    router_tx,
+                    intakes: HashMap::new(),
+                }
             }
             None => {
                 let router_tx = router.spawn();
-                Broker { config, router_tx }
+                Broker {
+                    config,
+                    router_tx,
+                    intakes: HashMap::new(),
+                }
             }
         }
     }
@@ -155,6 +193,15 @@ impl Broker {
         Ok((link_tx, link_rx))
     }
 
+    /// lmos-sidecar patch: an in-process way into the server named `server`
+    /// (`ServerSettings::name`), for connections the embedding process
+    /// accepted itself. Call before [`Broker::start`]; one intake per server.
+    pub fn intake(&mut self, server: &str) -> Intake {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.intakes.insert(server.to_owned(), rx);
+        Intake { tx }
+    }
+
     #[tracing::instrument(skip(self))]
     pub fn start(&mut self) -> Result<(), Error> {
         if self.config.v4.is_none()
@@ -206,6 +253,8 @@ impl Broker {
             for (_, config) in v4_config.clone() {
                 let server_thread = thread::Builder::new().name(config.name.clone());
                 let mut server = Server::new(config, self.router_tx.clone(), V4);
+                // lmos-sidecar patch
+                server.intake = self.intakes.remove(&server.config.name);
                 let handle = server_thread.spawn(move || {
                     let mut runtime = tokio::runtime::Builder::new_current_thread();
                     let runtime = runtime.enable_all().build().unwrap();
@@ -224,6 +273,8 @@ impl Broker {
             for (_, config) in v5_config.clone() {
                 let server_thread = thread::Builder::new().name(config.name.clone());
                 let mut server = Server::new(config, self.router_tx.clone(), V5);
+                // lmos-sidecar patch
+                server.intake = self.intakes.remove(&server.config.name);
                 let handle = server_thread.spawn(move || {
                     let mut runtime = tokio::runtime::Builder::new_current_thread();
                     let runtime = runtime.enable_all().build().unwrap();
@@ -349,6 +400,8 @@ pub struct Server<P> {
     router_tx: Sender<(ConnectionId, Event)>,
     protocol: P,
     awaiting_will_handler: Arc<Mutex<HashMap<String, Sender<AwaitingWill>>>>,
+    // lmos-sidecar patch: streams handed over in-process (`Broker::intake`).
+    intake: Option<IntakeReceiver>,
 }
 
 impl<P: Protocol + Clone + Send + 'static> Server<P> {
@@ -362,6 +415,7 @@ impl<P: Protocol + Clone + Send + 'static> Server<P> {
             router_tx,
             protocol,
             awaiting_will_handler: Arc::new(Mutex::new(HashMap::default())),
+            intake: None,
         }
     }
 
@@ -390,6 +444,34 @@ impl<P: Protocol + Clone + Send + 'static> Server<P> {
             listen_addr = self.config.listen.to_string(),
             "Listening for remote connections",
         );
+        // lmos-sidecar patch: an intake's streams become links as they come,
+        // beside the listener's (no TLS, no websocket, no delay: the
+        // embedding process has done all that).
+        if let Some(mut intake) = self.intake.take() {
+            let config = config.clone();
+            let router_tx = self.router_tx.clone();
+            let protocol = self.protocol.clone();
+            let wills = self.awaiting_will_handler.clone();
+            task::spawn(async move {
+                while let Some(stream) = intake.recv().await {
+                    task::spawn(
+                        remote(
+                            config.clone(),
+                            None,
+                            router_tx.clone(),
+                            stream,
+                            protocol.clone(),
+                            wills.clone(),
+                        )
+                        .instrument(tracing::error_span!(
+                            "in_process_link",
+                            client_id = field::Empty,
+                            connection_id = field::Empty,
+                        )),
+                    );
+                }
+            });
+        }
         loop {
             // Await new network connection.
             let (stream, addr) = match listener.accept().await {
