@@ -8,7 +8,8 @@
 //! FANOUT_MESSAGES (20000), FANOUT_PAYLOAD bytes of padding in each event's
 //! data (64), FANOUT_TRACING a comma list of the sidecar's tracing modes
 //! (off,collector,down), FANOUT_VALUE_TOPICS 0 to turn the sidecar's
-//! value-only topics off (`topics.value_topics`, on by default):
+//! value-only topics off (`topics.value_topics`, on by default), FANOUT_QOS
+//! the QoS of the publisher and the MQTT subscribers (1, or 0):
 //! - off: no OTLP endpoint;
 //! - collector: OTLP/gRPC to a receiver in this process (its own thread and
 //!   runtime) that counts the spans it gets;
@@ -95,13 +96,13 @@ async fn ws_consumer(url: &str) -> Result<Feed> {
 type Mqtt = (AsyncClient, EventLoop);
 
 /// An MQTT client that has seen its CONNACK and, with a filter, its SUBACK.
-async fn mqtt_client(addr: SocketAddr, id: &str, filter: Option<&str>) -> Result<Mqtt> {
+async fn mqtt_client(addr: SocketAddr, id: &str, filter: Option<&str>, qos: QoS) -> Result<Mqtt> {
     let mut options = MqttOptions::new(id, addr.ip().to_string(), addr.port());
     options.set_max_packet_size(4 << 20, 4 << 20);
     options.set_inflight(INFLIGHT);
     let (client, mut eventloop) = AsyncClient::new(options, 64);
     if let Some(f) = filter {
-        client.subscribe(f, QoS::AtLeastOnce).await?;
+        client.subscribe(f, qos).await?;
     }
     timeout(SETUP, async {
         loop {
@@ -118,8 +119,8 @@ async fn mqtt_client(addr: SocketAddr, id: &str, filter: Option<&str>) -> Result
 }
 
 /// An MQTT subscriber to every LMOS event, live once this returns.
-async fn mqtt_consumer(addr: SocketAddr, id: &str) -> Result<Feed> {
-    let state = mqtt_client(addr, id, Some("lmos/+/events/+")).await?;
+async fn mqtt_consumer(addr: SocketAddr, id: &str, qos: QoS) -> Result<Feed> {
+    let state = mqtt_client(addr, id, Some("lmos/+/events/+"), qos).await?;
     let events = futures_util::stream::unfold(state, |(client, mut el)| async {
         Some((el.poll().await, (client, el)))
     });
@@ -132,6 +133,7 @@ async fn mqtt_consumer(addr: SocketAddr, id: &str) -> Result<Feed> {
 
 /// What to send: to how many consumers, how many messages, what padding.
 struct Load {
+    qos: QoS,
     n: usize,
     m: usize,
     pad: String,
@@ -196,17 +198,17 @@ async fn scenario(
     broker: SocketAddr,
     load: &Load,
 ) -> Result<Measured> {
-    let Load { n, m, ref pad } = *load;
+    let Load { qos, n, m, ref pad } = *load;
     let tag = name.replace(' ', "-");
     let mut feeds = Vec::new();
     for i in 0..n {
         let feed = match ws {
             Some(url) => ws_consumer(url).await,
-            None => mqtt_consumer(broker, &format!("{tag}-sub-{i}")).await,
+            None => mqtt_consumer(broker, &format!("{tag}-sub-{i}"), qos).await,
         };
         feeds.push(feed.with_context(|| format!("consumer {i}"))?);
     }
-    let (publisher, mut pub_loop) = mqtt_client(broker, &format!("{tag}-pub"), None).await?;
+    let (publisher, mut pub_loop) = mqtt_client(broker, &format!("{tag}-pub"), None, qos).await?;
     let mut pub_task = tokio::spawn(async move {
         loop {
             if let Err(e) = pub_loop.poll().await {
@@ -225,7 +227,6 @@ async fn scenario(
             let payload = format!(
                 r#"{{"thingID":"{THING}","messageID":"{id}","messageType":"event","event":"tick","traceparent":"{traceparent}","data":{{"seq":{seq},"sent":{sent},"pad":"{pad}"}},"timestamp":"2025-01-20T19:00:00Z"}}"#
             );
-            let qos = QoS::AtLeastOnce;
             publisher.publish(TOPIC, qos, false, payload).await?;
         }
         anyhow::Ok(m as f64 / secs(start_ns, now_ns()))
@@ -592,7 +593,13 @@ async fn mosquitto() -> Result<(Mosquitto, SocketAddr)> {
 }
 
 async fn bench() -> Result<()> {
+    let qos = match env_or("FANOUT_QOS", 1) {
+        0 => QoS::AtMostOnce,
+        1 => QoS::AtLeastOnce,
+        other => bail!("FANOUT_QOS is {other}; 0 or 1"),
+    };
     let load = Load {
+        qos,
         n: env_or("FANOUT_N", 4),
         m: env_or("FANOUT_MESSAGES", 20_000),
         pad: "x".repeat(env_or("FANOUT_PAYLOAD", 64)),
@@ -619,8 +626,8 @@ async fn bench() -> Result<()> {
         .try_init()?;
     LazyLock::force(&BASE);
 
-    let Load { n, m, ref pad } = load;
-    println!("fan-out: {n} consumers x {m} messages, {} bytes of padding, a traceparent each; publisher QoS 1, {INFLIGHT} in flight", pad.len());
+    let Load { qos, n, m, ref pad } = load;
+    println!("fan-out: {n} consumers x {m} messages, {} bytes of padding, a traceparent each; publisher and MQTT subscribers at {qos:?}, {INFLIGHT} in flight", pad.len());
     print_header();
     let scenarios = [("sidecar WS", true), ("sidecar MQTT", false)];
     let mut rows = Vec::new();

@@ -115,22 +115,25 @@ impl Application {
             config.mqtt.authentication,
             metrics.clone(),
         );
-        let side_filters = if config.topics.value_topics {
-            vec![crate::wot::values::filters(&topics)]
-        } else {
-            Vec::new()
-        };
+        let mirror = config
+            .topics
+            .value_topics
+            .then(|| crate::wot::values::Mirror::new(topics.clone()));
+        let side_filters = mirror.iter().map(|m| m.link_filters()).collect();
         let mut broker = EmbeddedBroker::start(
             &config.mqtt,
             Gateway::bus_filters(&topics),
             side_filters,
             Arc::new(policy),
+            mirror
+                .clone()
+                .map(|m| Arc::new(m) as Arc<dyn crate::broker::guard::Prerequisite>),
             mqtt_tls,
             mqtt_stop.clone(),
         )
         .await?;
-        if let Some((bus, deliveries)) = broker.side_links.pop() {
-            tokio::spawn(crate::wot::values::run(topics.clone(), bus, deliveries));
+        if let (Some(mirror), Some((bus, deliveries))) = (mirror, broker.side_links.pop()) {
+            tokio::spawn(mirror.attach(bus, deliveries));
         }
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),

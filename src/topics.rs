@@ -70,6 +70,30 @@ pub fn fits(topic: &str) -> bool {
 /// character), ASCII control characters (NUL is forbidden in MQTT strings)
 /// and what NATS, as a clustered MQTT broker, cannot carry (see the module
 /// documentation).
+/// Whether some topic matches both MQTT filters (`$share/group/` already
+/// taken off).
+pub fn filters_overlap(a: &str, b: &str) -> bool {
+    let a: Vec<&str> = a.split('/').collect();
+    let b: Vec<&str> = b.split('/').collect();
+    // A wildcard at the first level never matches a topic starting with `$`.
+    let wild = |l: &str| l == "+" || l == "#";
+    if let (Some(x), Some(y)) = (a.first(), b.first()) {
+        if (wild(x) && y.starts_with('$')) || (wild(y) && x.starts_with('$')) {
+            return false;
+        }
+    }
+    for i in 0.. {
+        match (a.get(i), b.get(i)) {
+            // `#` matches the rest, none included (`a/#` matches `a`).
+            (Some(&"#"), _) | (_, Some(&"#")) | (None, None) => return true,
+            (None, Some(_)) | (Some(_), None) => return false,
+            (Some(&x), Some(&y)) if x != "+" && y != "+" && x != y => return false,
+            _ => {}
+        }
+    }
+    unreachable!("the levels run out")
+}
+
 fn needs_escape(c: char, first: bool) -> bool {
     matches!(c, '/' | '+' | '#' | '%' | ' ' | '.' | '@')
         || c.is_ascii_control()
@@ -303,6 +327,11 @@ impl Topics {
         self.join(&[&escape(thing), VALUES, PROPERTIES, &escape(name)])
     }
 
+    /// Every value-only topic of every Thing.
+    pub fn all_values_filter(&self) -> String {
+        self.join(&["+", VALUES, "+", "+"])
+    }
+
     /// Every event of every Thing.
     pub fn all_events_filter(&self) -> String {
         self.join(&["+", EVENTS, "+"])
@@ -430,6 +459,32 @@ impl Topics {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn filters_overlap_when_one_topic_could_match_both() {
+        let values = "lmos/+/values/+/+";
+        for f in [
+            "#",
+            "lmos/#",
+            "+/+/values/events/e",
+            "lmos/urn:a/values/#",
+            "lmos/+/+/+/+",
+        ] {
+            assert!(filters_overlap(f, values), "{f}");
+        }
+        for f in [
+            "lmos/+/events/+",
+            "lmos/+/+/+",
+            "lmos/a/values",
+            "other/#",
+            "$SYS/#",
+        ] {
+            assert!(!filters_overlap(f, values), "{f}");
+        }
+        assert!(!filters_overlap("#", "$SYS/a"));
+        assert!(filters_overlap("$SYS/#", "$SYS/a"));
+        assert!(filters_overlap("a/+", "a/b") && !filters_overlap("a/b/c", "a/b"));
+    }
     use super::*;
     use proptest::prelude::*;
 

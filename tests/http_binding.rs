@@ -451,3 +451,45 @@ async fn value_topics_follow_what_mqtt_agents_publish() {
     assert_eq!((retained, retain), (json!(21.5), true));
     sidecar.stop().await;
 }
+
+/// The mirror starts with the first subscription that could read a value
+/// topic: that subscription finds the value of a reading retained before
+/// it, and every event published after its SUBACK.
+#[tokio::test]
+async fn the_first_value_subscription_finds_earlier_readings_and_every_later_event() {
+    let sidecar = TestSidecar::start().await;
+    let thing = "urn:test:late";
+    let mut agent = mqtt_agent(sidecar.mqtt, "late", thing, None).await;
+    agent
+        .publish(
+            &format!("lmos/{thing}/properties/temp"),
+            &reading(thing, "temp", json!(19)),
+            true,
+        )
+        .await;
+    // The reading is in the broker once a subscriber of its own topic has it.
+    let mut envelope = sidecar.mqtt("envelope").await;
+    envelope
+        .subscribe(&format!("lmos/{thing}/properties/temp"))
+        .await;
+    let (_, retained, _) = envelope.recv_json().await;
+    assert_eq!(retained["value"], json!(19));
+
+    let mut wot = sidecar.mqtt("wot").await;
+    wot.subscribe(&format!("+/{thing}/values/+/+")).await;
+    agent.publish_event(thing, "alarm", json!(1)).await;
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let (topic, value, _) = wot.recv_json().await;
+        got.push((topic, value));
+    }
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        got,
+        vec![
+            (format!("lmos/{thing}/values/events/alarm"), json!(1)),
+            (format!("lmos/{thing}/values/properties/temp"), json!(19)),
+        ]
+    );
+    sidecar.stop().await;
+}

@@ -112,6 +112,7 @@ impl Rig {
             Vec::new(),
             Vec::new(),
             rules.clone(),
+            None,
             tls,
             stop.clone(),
         )

@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::engine::Engine;
-use super::guard::{AllowAll, Guard, Limits, Policy};
+use super::guard::{AllowAll, Guard, Limits, Policy, Prerequisite};
 use super::health::Health;
 use super::probe::wait_ready;
 use super::{Bus, BusCommand, Delivery, ResponseInfo};
@@ -160,13 +160,14 @@ impl EmbeddedBroker {
         filters: Vec<String>,
         side_filters: Vec<Vec<String>>,
         policy: Arc<dyn Policy>,
+        prerequisite: Option<Arc<dyn Prerequisite>>,
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
     ) -> Result<EmbeddedBroker, BrokerError> {
         let public = bind("MQTT 3.1.1", config.listen).await?;
         let public_v5 = bind("MQTT 5", config.listen_v5).await?;
         let local = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let trusted = bind("MQTT (internal, trusted)", local).await?;
+        let trusted_listener = bind("MQTT (internal, trusted)", local).await?;
         let internal_v5 = reserve("MQTT 5 (internal)", local)?;
 
         let rumqttd_config = rumqttd::Config {
@@ -247,11 +248,25 @@ impl EmbeddedBroker {
 
         let (mqtt_addr, mqtt5_addr) = (public.1, public_v5.1);
         let limits = Limits::from_config(config);
-        let guard = Guard::new(engine.clone(), policy, limits, tls, shutdown.clone());
+        let guard = Guard::new(
+            engine.clone(),
+            policy,
+            prerequisite.clone(),
+            limits,
+            tls,
+            shutdown.clone(),
+        );
         guard.serve(public.0);
         guard.serve(public_v5.0);
-        let trusted_guard = Guard::new(engine, Arc::new(AllowAll), limits, None, shutdown);
-        trusted_guard.serve(trusted.0);
+        let trusted = Guard::new(
+            engine,
+            Arc::new(AllowAll),
+            prerequisite,
+            limits,
+            None,
+            shutdown,
+        );
+        trusted.serve(trusted_listener.0);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
 
         Ok(EmbeddedBroker {
@@ -261,7 +276,7 @@ impl EmbeddedBroker {
             deliveries,
             side_links,
             mqtt_connections,
-            internal_addr: trusted.1,
+            internal_addr: trusted_listener.1,
             health,
             broker_addr: internal_v5,
         })

@@ -9,17 +9,155 @@
 //! topic, so messages from WebSocket agents, MQTT agents and other sidecars
 //! (through the cluster bridge) are all mirrored, in the order the broker
 //! delivers them. [`mirror`] decides; [`run`] only moves messages.
+//!
+//! Mirroring costs the broker a delivery and a publication per event, a
+//! quarter of an MQTT fan-out's throughput on two cores, so the mirror
+//! starts only once a subscription that could read a value topic arrives
+//! ([`Mirror`], which the MQTT guard asks before it forwards such a
+//! SUBSCRIBE) and then runs for the life of the process. Starting
+//! subscribes to every event and property topic: the broker hands over the
+//! retained readings, which become the retained values.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
-use tracing::debug;
+use tokio::sync::{mpsc, watch, Mutex};
+use tracing::{debug, info, warn};
 
+use crate::broker::guard::Prerequisite;
 use crate::broker::{Bus, Delivery, Publication};
-use crate::topics::{Route, Topics};
+use crate::topics::{filters_overlap, Route, Topics};
 
-/// What the mirror's link subscribes to.
-pub fn filters(topics: &Topics) -> Vec<String> {
+/// How long starting may hold up the SUBSCRIBE that asked for it.
+const START_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the mirror's link subscribes to once it starts.
+fn filters(topics: &Topics) -> Vec<String> {
     vec![topics.all_events_filter(), topics.all_properties_filter()]
+}
+
+/// The mirror's switch; cheap to clone. Until [`Mirror::attach`] gives it
+/// its link, a start waits for that.
+#[derive(Clone)]
+pub struct Mirror {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    topics: Topics,
+    /// Every value topic, as a filter.
+    values: String,
+    /// A topic only the mirror's link subscribes to: a token published on
+    /// it comes back once the subscriptions made before it are live.
+    probe_topic: String,
+    active: AtomicBool,
+    starting: Mutex<()>,
+    bus: watch::Sender<Option<Bus>>,
+    /// The last probe token that came back.
+    probed: watch::Sender<String>,
+}
+
+impl Mirror {
+    pub fn new(topics: Topics) -> Mirror {
+        let probe_topic = format!(
+            "lmos-sidecar/values-probe/{}",
+            uuid::Uuid::new_v4().simple()
+        );
+        Mirror {
+            inner: Arc::new(Inner {
+                values: topics.all_values_filter(),
+                topics,
+                probe_topic,
+                active: AtomicBool::new(false),
+                starting: Mutex::new(()),
+                bus: watch::channel(None).0,
+                probed: watch::channel(String::new()).0,
+            }),
+        }
+    }
+
+    /// What the mirror's link must subscribe to from the start.
+    pub fn link_filters(&self) -> Vec<String> {
+        vec![self.inner.probe_topic.clone()]
+    }
+
+    /// Gives the mirror its link and moves its messages until the link
+    /// closes.
+    pub async fn attach(self, bus: Bus, deliveries: mpsc::Receiver<Delivery>) {
+        self.inner.bus.send_replace(Some(bus.clone()));
+        run(self, bus, deliveries).await
+    }
+
+    /// Whether the mirror runs.
+    pub fn is_active(&self) -> bool {
+        self.inner.active.load(Ordering::Acquire)
+    }
+
+    /// Starts the mirror unless it runs; returns once its subscriptions are
+    /// live (or after [`START_TIMEOUT`], with a warning).
+    pub async fn start(&self) {
+        if self.is_active() {
+            return;
+        }
+        let _one_at_a_time = self.inner.starting.lock().await;
+        if self.is_active() {
+            return;
+        }
+        let started = tokio::time::timeout(START_TIMEOUT, self.subscribe()).await;
+        if !matches!(started, Ok(true)) {
+            warn!("The value-topic mirror's subscriptions were not confirmed in time; it runs anyway.");
+        }
+        info!("Value topics are mirrored from now on: a subscription could read them.");
+        self.inner.active.store(true, Ordering::Release);
+    }
+
+    /// Subscribes the link and waits for a probe to come back through it.
+    async fn subscribe(&self) -> bool {
+        let mut attached = self.inner.bus.subscribe();
+        let bus = match attached.wait_for(Option::is_some).await {
+            Ok(bus) => bus.clone(),
+            Err(_) => None,
+        };
+        let Some(bus) = bus else {
+            return false;
+        };
+        let mut probed = self.inner.probed.subscribe();
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        for filter in filters(&self.inner.topics) {
+            if bus.subscribe(filter).await.is_err() {
+                return false;
+            }
+        }
+        // The first probe comes back once the subscriptions are live, after
+        // the retained readings they brought; the second once the values
+        // mirrored from those (published through the link before it) are
+        // retained in the broker in turn.
+        for round in ["live", "seeded"] {
+            let token = format!("{token}-{round}");
+            let probe = Publication::new(self.inner.probe_topic.clone(), token.clone(), false);
+            if bus.publish(probe).await.is_err() {
+                return false;
+            }
+            if probed.wait_for(|seen| *seen == token).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl Prerequisite for Mirror {
+    fn needed_for(&self, filter: &str) -> bool {
+        !self.is_active() && filters_overlap(filter, &self.inner.values)
+    }
+
+    fn prepare(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.start())
+    }
 }
 
 /// The value-only copy of a message on an envelope topic, or `None` when
@@ -43,12 +181,18 @@ pub fn mirror(topics: &Topics, topic: &str, payload: &[u8]) -> Option<Publicatio
 }
 
 /// Mirrors every delivery until the link or the bus closes.
-pub async fn run(topics: Topics, bus: Bus, mut deliveries: mpsc::Receiver<Delivery>) {
+async fn run(mirror_: Mirror, bus: Bus, mut deliveries: mpsc::Receiver<Delivery>) {
+    let inner = &mirror_.inner;
     while let Some(delivery) = deliveries.recv().await {
         let Ok(topic) = std::str::from_utf8(&delivery.topic) else {
             continue;
         };
-        let Some(mut publication) = mirror(&topics, topic, &delivery.payload) else {
+        if topic == inner.probe_topic {
+            let token = String::from_utf8_lossy(&delivery.payload).into_owned();
+            inner.probed.send_replace(token);
+            continue;
+        }
+        let Some(mut publication) = mirror(&inner.topics, topic, &delivery.payload) else {
             debug!(%topic, "Nothing to mirror to a value topic.");
             continue;
         };

@@ -445,6 +445,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             generation: opened.generation,
             expiry: asked.expiry,
             after_close: None,
+            prepare_first: false,
         };
         let end = {
             let inbound_pump =
@@ -586,6 +587,9 @@ struct Inspector<'a> {
     /// Set at DISCONNECT: the session's fate is decided the moment the
     /// client says goodbye, before it can come back on another connection.
     after_close: Option<AfterClose>,
+    /// A SUBSCRIBE in what was just inspected waits for the guard's
+    /// [`super::Prerequisite`] before it goes to the broker.
+    prepare_first: bool,
 }
 
 impl Inspector<'_> {
@@ -626,6 +630,11 @@ impl Inspector<'_> {
                     both.freeze()
                 }
             };
+            if std::mem::take(&mut self.prepare_first) {
+                if let Some(p) = &self.shared.prerequisite {
+                    p.prepare().await;
+                }
+            }
             if !chunk.is_empty() && upstream.write_all(&chunk).await.is_err() {
                 return End::BrokerClosed;
             }
@@ -984,6 +993,9 @@ impl Inspector<'_> {
             } else {
                 if !held.contains(filter) {
                     held.insert(filter.to_owned());
+                }
+                if let Some(p) = &self.shared.prerequisite {
+                    self.prepare_first |= p.needed_for(packet::shared_filter(filter));
                 }
                 plan.push(None);
                 allowed.push((filter, options));

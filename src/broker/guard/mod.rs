@@ -29,7 +29,9 @@ mod upstream;
 mod v4;
 pub mod validate;
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,6 +84,18 @@ pub trait Session: Send + Sync {
     fn names_publisher(&self, _topic: &str) -> bool {
         false
     }
+}
+
+/// Work that must be under way before some subscriptions are live (the
+/// value-topic mirror, which starts on the first subscription that could
+/// read a value topic). The guard holds such a SUBSCRIBE back until
+/// [`Prerequisite::prepare`] resolves, so that nothing published after its
+/// SUBACK is missed.
+pub trait Prerequisite: Send + Sync + 'static {
+    /// Whether a subscription to `filter` (`$share/group/` taken off) must
+    /// wait for [`Prerequisite::prepare`]. Called for every filter: cheap.
+    fn needed_for(&self, filter: &str) -> bool;
+    fn prepare(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }
 
 /// Why a CONNECT is refused.
@@ -186,6 +200,7 @@ struct Shared {
     upstream: Engine,
     sessions: sessions::Sessions,
     policy: Arc<dyn Policy>,
+    prerequisite: Option<Arc<dyn Prerequisite>>,
     limits: Limits,
     connections: Arc<Semaphore>,
     shutdown: CancellationToken,
@@ -202,6 +217,7 @@ impl Guard {
     pub fn new(
         upstream: Engine,
         policy: Arc<dyn Policy>,
+        prerequisite: Option<Arc<dyn Prerequisite>>,
         limits: Limits,
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
@@ -211,6 +227,7 @@ impl Guard {
                 upstream,
                 sessions: sessions::Sessions::default(),
                 policy,
+                prerequisite,
                 limits,
                 connections: Arc::new(Semaphore::new(
                     limits.max_connections.min(Semaphore::MAX_PERMITS),
