@@ -108,7 +108,7 @@ impl Application {
         )
         .map_err(BrokerError::Tls)?;
         let mqtt_stop = CancellationToken::new();
-        let metrics = Metrics::new();
+        let metrics = Metrics::with_spans(tracing.span_counters());
         let policy = MqttPolicy::new(
             authority.clone(),
             topics.clone(),

@@ -35,6 +35,29 @@ async fn a_collector_that_is_down_is_logged_once_and_messages_still_flow() {
             "every message is delivered"
         );
     }
+    // Every span is accounted for: a full batch (512) has failed by now or
+    // soon, and says so in /metrics.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"")
+            .await
+            .body;
+        let failed = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"lmos_sidecar_spans_dropped_total{reason="export_failed"} "#)
+            })
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if failed >= 512 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no failed export counted: {metrics}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     tokio::time::timeout(WAIT, sidecar.stop())
         .await
         .expect("shutdown ends");

@@ -31,6 +31,29 @@ fn type_label(message_type: &str) -> &'static str {
         .map_or("unknown", MessageType::as_str)
 }
 
+/// What became of the spans the sidecar made (see `otlp::bounded`);
+/// clones count together.
+#[derive(Debug, Clone, Default)]
+pub struct SpanCounters {
+    exported: Counter,
+    dropped: Family<Labels1, Counter>,
+}
+
+impl SpanCounters {
+    pub fn exported(&self, n: u64) {
+        self.exported.inc_by(n);
+    }
+
+    /// `reason`: `queue_full`, `export_failed`.
+    pub fn dropped(&self, reason: &'static str) {
+        self.dropped_many(reason, 1);
+    }
+
+    pub fn dropped_many(&self, reason: &'static str, n: u64) {
+        self.dropped.get_or_create(&[("reason", reason)]).inc_by(n);
+    }
+}
+
 struct Inner {
     registry: Registry,
     received: Family<Labels2, Counter>,
@@ -67,7 +90,22 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
+        Metrics::with_spans(&SpanCounters::default())
+    }
+
+    /// With the tracer's span counters (see [`crate::telemetry::Tracing`]).
+    pub fn with_spans(spans: &SpanCounters) -> Metrics {
         let mut registry = Registry::with_prefix("lmos_sidecar");
+        registry.register(
+            "spans_exported",
+            "Message spans the OTLP collector accepted",
+            spans.exported.clone(),
+        );
+        registry.register(
+            "spans_dropped",
+            "Message spans lost, by reason: queue_full (the exporter fell behind), export_failed (the collector refused or was unreachable)",
+            spans.dropped.clone(),
+        );
         let received = Family::<Labels2, Counter>::default();
         let sent = Family::<Labels2, Counter>::default();
         let errors = Family::<Labels1, Counter>::default();

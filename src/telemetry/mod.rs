@@ -32,6 +32,7 @@ pub enum TelemetryError {
 #[derive(Clone, Default)]
 pub struct Tracing {
     provider: Option<SdkTracerProvider>,
+    spans: metrics::SpanCounters,
     new_trace_for_untraced: bool,
     mqtt5_user_properties: bool,
 }
@@ -51,21 +52,25 @@ impl Tracing {
         };
         let service = config.service_name.clone();
         let target = export.clone();
+        let spans = metrics::SpanCounters::default();
+        let counters = spans.clone();
         // The HTTP exporter's client blocks; the gRPC one needs the runtime.
-        let provider = tokio::task::spawn_blocking(move || otlp::provider(&target, &service))
-            .await
-            .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
+        let provider =
+            tokio::task::spawn_blocking(move || otlp::provider(&target, &service, &counters))
+                .await
+                .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
         tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "Exporting traces over OTLP.");
-        Ok(
-            Tracing::with_provider(provider, config.new_trace_for_untraced)
-                .with_mqtt5_user_properties(config.mqtt5_user_properties),
-        )
+        let mut tracing = Tracing::with_provider(provider, config.new_trace_for_untraced)
+            .with_mqtt5_user_properties(config.mqtt5_user_properties);
+        tracing.spans = spans;
+        Ok(tracing)
     }
 
     /// Any provider, e.g. one with an in-memory exporter in tests.
     pub fn with_provider(provider: SdkTracerProvider, new_trace_for_untraced: bool) -> Tracing {
         Tracing {
             provider: Some(provider),
+            spans: metrics::SpanCounters::default(),
             new_trace_for_untraced,
             mqtt5_user_properties: false,
         }
@@ -75,6 +80,11 @@ impl Tracing {
     pub fn with_mqtt5_user_properties(mut self, on: bool) -> Tracing {
         self.mqtt5_user_properties = on;
         self
+    }
+
+    /// What became of the spans (for `/metrics`).
+    pub fn span_counters(&self) -> &metrics::SpanCounters {
+        &self.spans
     }
 
     pub fn messages(&self) -> MessageTracer {

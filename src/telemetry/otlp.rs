@@ -1,16 +1,21 @@
 //! The OTLP exporter and the tracer provider behind the message spans.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use opentelemetry::Context;
 
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, Span, SpanData, SpanExporter,
+    SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
 use tracing::{info, warn};
 
+use super::metrics::SpanCounters;
 use super::TelemetryError;
 use crate::config::{OtlpProtocol, TracingConfig};
 
@@ -60,7 +65,11 @@ fn http_traces_url(endpoint: &str) -> String {
 
 /// Builds the provider. Must run where blocking is allowed (the HTTP
 /// exporter's client is a blocking one) and inside a Tokio runtime (gRPC).
-pub fn provider(export: &Export, service_name: &str) -> Result<SdkTracerProvider, TelemetryError> {
+pub fn provider(
+    export: &Export,
+    service_name: &str,
+    counters: &SpanCounters,
+) -> Result<SdkTracerProvider, TelemetryError> {
     let timeout = Duration::from_secs(5);
     let failure = |e: opentelemetry_otlp::ExporterBuildError| TelemetryError::Otlp(e.to_string());
     let resource = match std::env::var("OTEL_SERVICE_NAME") {
@@ -79,7 +88,7 @@ pub fn provider(export: &Export, service_name: &str) -> Result<SdkTracerProvider
                 .build()
                 .map_err(failure)?;
             builder
-                .with_span_processor(batch(ReportFailures::new(exporter, export)))
+                .with_span_processor(bounded(exporter, export, counters))
                 .build()
         }
         OtlpProtocol::HttpProtobuf => {
@@ -91,7 +100,7 @@ pub fn provider(export: &Export, service_name: &str) -> Result<SdkTracerProvider
                 .build()
                 .map_err(failure)?;
             builder
-                .with_span_processor(batch(ReportFailures::new(exporter, export)))
+                .with_span_processor(bounded(exporter, export, counters))
                 .build()
         }
     };
@@ -99,20 +108,100 @@ pub fn provider(export: &Export, service_name: &str) -> Result<SdkTracerProvider
 }
 
 /// Spans waiting for export before new ones are dropped. The SDK's 2048 is
-/// gone in a few milliseconds of fan-out (one span per recipient);
-/// `OTEL_BSP_MAX_QUEUE_SIZE` still wins. At roughly 1 KiB a span this bounds
-/// the exporter's memory to some 32 MiB.
+/// gone in a few milliseconds of fan-out; `OTEL_BSP_MAX_QUEUE_SIZE` still
+/// wins. At roughly 1 KiB a span this bounds the exporter's memory to some
+/// 32 MiB.
 const MAX_QUEUE_SIZE: usize = 32 * 1024;
 
-fn batch<E: SpanExporter + 'static>(exporter: E) -> BatchSpanProcessor {
-    let mut config = BatchConfigBuilder::default();
-    if std::env::var_os("OTEL_BSP_MAX_QUEUE_SIZE").is_none() {
-        config = config.with_max_queue_size(MAX_QUEUE_SIZE);
-    }
-    BatchSpanProcessor::builder(exporter)
-        .with_batch_config(config.build())
-        .build()
+/// What the exporter took so far, against what was handed to the batch
+/// processor: the difference is what waits in its queue.
+#[derive(Debug, Default)]
+struct InFlight {
+    handed: AtomicU64,
+    taken: AtomicU64,
 }
+
+/// The batch processor behind a bound of the sidecar's own, so that every
+/// span is accounted for in `/metrics`: exported, dropped because the
+/// queue was full, or dropped because its export failed. The SDK's batch
+/// processor counts its own drops but tells nobody until shutdown; with its
+/// queue sized to the bound it never gets to drop one.
+fn bounded<E: SpanExporter + 'static>(
+    exporter: E,
+    export: &Export,
+    counters: &SpanCounters,
+) -> Bounded {
+    let capacity = std::env::var("OTEL_BSP_MAX_QUEUE_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(MAX_QUEUE_SIZE);
+    bounded_to(capacity, exporter, export, counters)
+}
+
+fn bounded_to<E: SpanExporter + 'static>(
+    capacity: usize,
+    exporter: E,
+    export: &Export,
+    counters: &SpanCounters,
+) -> Bounded {
+    let in_flight = Arc::new(InFlight::default());
+    let exporter = ReportFailures::new(exporter, export, counters.clone(), in_flight.clone());
+    let config = BatchConfigBuilder::default()
+        .with_max_queue_size(capacity)
+        .build();
+    Bounded {
+        inner: BatchSpanProcessor::builder(exporter)
+            .with_batch_config(config)
+            .build(),
+        capacity: capacity as u64,
+        in_flight,
+        counters: counters.clone(),
+    }
+}
+
+#[derive(Debug)]
+struct Bounded {
+    inner: BatchSpanProcessor,
+    capacity: u64,
+    in_flight: Arc<InFlight>,
+    counters: SpanCounters,
+}
+
+impl SpanProcessor for Bounded {
+    fn on_start(&self, span: &mut Span, cx: &Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        // Spans the exporter has taken but not yet sent count as waiting
+        // too: the processor's queue holds at most this many.
+        let handed = self.in_flight.handed.load(Ordering::Relaxed);
+        let taken = self.in_flight.taken.load(Ordering::Relaxed);
+        if handed.saturating_sub(taken) >= self.capacity {
+            self.counters.dropped(QUEUE_FULL);
+            return;
+        }
+        self.in_flight.handed.fetch_add(1, Ordering::Relaxed);
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// `reason` of `lmos_sidecar_spans_dropped_total`.
+const QUEUE_FULL: &str = "queue_full";
+const EXPORT_FAILED: &str = "export_failed";
 
 /// Logs the first failed export (collector down, wrong address) and the
 /// recovery, not every batch in between. Spans of failed batches are
@@ -122,21 +211,31 @@ struct ReportFailures<E> {
     inner: E,
     target: String,
     failing: AtomicBool,
+    counters: SpanCounters,
+    in_flight: Arc<InFlight>,
 }
 
 impl<E> ReportFailures<E> {
-    fn new(inner: E, export: &Export) -> Self {
+    fn new(inner: E, export: &Export, counters: SpanCounters, in_flight: Arc<InFlight>) -> Self {
         ReportFailures {
             inner,
             target: export.endpoint.clone(),
             failing: AtomicBool::new(false),
+            counters,
+            in_flight,
         }
     }
 }
 
 impl<E: SpanExporter> SpanExporter for ReportFailures<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let n = batch.len() as u64;
+        self.in_flight.taken.fetch_add(n, Ordering::Relaxed);
         let result = self.inner.export(batch).await;
+        match &result {
+            Ok(()) => self.counters.exported(n),
+            Err(_) => self.counters.dropped_many(EXPORT_FAILED, n),
+        }
         match &result {
             Err(e) if !self.failing.swap(true, Ordering::Relaxed) => warn!(
                 endpoint = %self.target,
@@ -167,6 +266,44 @@ impl<E: SpanExporter> SpanExporter for ReportFailures<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+
+    #[derive(Debug)]
+    struct Accepting;
+
+    impl SpanExporter for Accepting {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn spans_past_the_queue_are_counted_as_dropped_and_the_rest_as_exported() {
+        let counters = SpanCounters::default();
+        let export = Export {
+            endpoint: "http://test".into(),
+            protocol: OtlpProtocol::Grpc,
+        };
+        // Nothing is exported before 512 spans or 5 s: the first four wait
+        // in the queue, the other sixteen find it full.
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(bounded_to(4, Accepting, &export, &counters))
+            .build();
+        let tracer = provider.tracer("test");
+        for _ in 0..20 {
+            tracer.in_span("hop", |_| {});
+        }
+        provider.shutdown().unwrap();
+        let metrics = crate::telemetry::metrics::Metrics::with_spans(&counters).render();
+        assert!(
+            metrics.contains("lmos_sidecar_spans_exported_total 4"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains(r#"lmos_sidecar_spans_dropped_total{reason="queue_full"} 16"#),
+            "{metrics}"
+        );
+    }
 
     #[test]
     fn http_endpoints_get_the_traces_path_once() {
