@@ -54,6 +54,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use serde_json::json;
 use support::{env_or, now_ns, receive, secs, subscribed_feed, Feed, BASE};
@@ -341,7 +342,18 @@ impl TraceService for CountSpans {
         for span in scopes.flat_map(|s| &s.spans) {
             self.0.all.fetch_add(1, Relaxed);
             if span.name == delivery {
-                self.0.events.fetch_add(1, Relaxed);
+                // One span per fan-out, saying to how many consumers.
+                let recipients = span
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key == "lmos.recipients")
+                    .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+                    .and_then(|v| match v {
+                        Value::IntValue(n) => u64::try_from(*n).ok(),
+                        _ => None,
+                    })
+                    .unwrap_or(1);
+                self.0.events.fetch_add(recipients, Relaxed);
             }
         }
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
@@ -540,7 +552,7 @@ async fn sidecar_row(name: &str, ws: bool, mode: Mode, load: &Load) -> Option<Me
             let (all, events) = (c.spans.all.load(Relaxed), c.spans.events.load(Relaxed));
             if ws && events != measured.delivered {
                 measured.notes.push(format!(
-                    "the collector got spans for {events} of the {} deliveries ({all} spans in all)",
+                    "the collector's spans cover {events} of the {} deliveries ({all} spans in all)",
                     measured.delivered
                 ));
             }

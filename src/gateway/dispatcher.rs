@@ -710,9 +710,12 @@ impl Dispatcher {
         }
     }
 
-    /// One copy per recipient. Traced: one CONSUMER span per recipient, all
-    /// children of the message's publisher (or, for an untraced message, of a
-    /// PRODUCER span standing in for it), each copy carrying its own span.
+    /// One copy per recipient. Traced: one CONSUMER span for the fan-out
+    /// (`lmos.recipients` says to how many), a child of the message's
+    /// publisher (or, for an untraced message, of a PRODUCER span standing
+    /// in for it), and every copy carries it. A span per recipient made ten
+    /// thousand spans of one event for ten thousand consumers, and cost a
+    /// quarter of the fan-out's throughput.
     fn fan_out(
         &mut self,
         topic: &str,
@@ -736,6 +739,7 @@ impl Dispatcher {
             affordance: Some(affordance),
             message_id: prepared.message_id.as_deref(),
             correlation_id: None,
+            recipients: None,
         };
         let incoming = prepared.traceparent.as_ref().map(|tp| TraceContext {
             traceparent: tp.clone(),
@@ -749,12 +753,17 @@ impl Dispatcher {
                 .and_then(|stand_in| root.child(&stand_in)),
             (_, parent) => parent,
         };
+        let fan_out = MessageInfo {
+            recipients: Some(recipients.len()),
+            ..info
+        };
+        let ctx = parent.as_ref().and_then(|p| {
+            self.tracer
+                .hop_from(p, Operation::Process, topic, &fan_out, None)
+        });
+        let traceparent = ctx.as_ref().map(|c| c.traceparent.as_str());
         for (conn, correlation) in recipients {
-            let ctx = parent.as_ref().and_then(|p| {
-                self.tracer
-                    .hop_from(p, Operation::Process, topic, &info, None)
-            });
-            let text = prepared.with(&correlation, ctx.as_ref().map(|c| c.traceparent.as_str()));
+            let text = prepared.with(&correlation, traceparent);
             self.send(conn, text);
         }
     }

@@ -347,6 +347,7 @@ pub(crate) fn message_info(message: &Message) -> MessageInfo<'_> {
         affordance: message.affordance(),
         message_id: Some(&message.message_id),
         correlation_id: message.correlation_id.as_deref(),
+        recipients: None,
     }
 }
 

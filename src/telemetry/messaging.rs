@@ -55,6 +55,8 @@ pub struct MessageInfo<'a> {
     pub affordance: Option<&'a str>,
     pub message_id: Option<&'a str>,
     pub correlation_id: Option<&'a str>,
+    /// How many recipients one `process` span stands for (a fan-out).
+    pub recipients: Option<usize>,
 }
 
 /// Creates message spans; cheap to clone. Off: every call returns `None` and
@@ -146,7 +148,7 @@ impl MessageTracer {
     ) -> Option<TraceContext> {
         let tracer = self.tracer.as_ref()?;
         let (operation_type, kind) = operation.kind();
-        let mut attributes = Vec::with_capacity(9);
+        let mut attributes = Vec::with_capacity(10);
         attributes.extend([
             KeyValue::new("messaging.system", "lmos"),
             KeyValue::new("messaging.destination.name", destination.to_owned()),
@@ -164,6 +166,9 @@ impl MessageTracer {
             if let Some(v) = value {
                 attributes.push(KeyValue::new(key, v.to_owned()));
             }
+        }
+        if let Some(n) = info.recipients {
+            attributes.push(KeyValue::new("lmos.recipients", n as i64));
         }
         let mut span = tracer
             .span_builder(format!("{} {destination}", operation.name()))
