@@ -1,9 +1,15 @@
 //! Cluster: what crossing between two sidecars through a real 3-node NATS
 //! cluster costs, against the same traffic within one sidecar, for events
-//! and for invocations.
+//! and for invocations, in both cluster modes: bridged to NATS's MQTT
+//! listener (path `cross`) and in NATS's own protocol (path `native`).
+//! Each mode runs on a cluster of its own, one after the other (NATS maps
+//! MQTT topics to the subjects the native link uses: on one cluster the
+//! two pairs of sidecars would hear each other); a summary at the end puts
+//! both crossing paths beside the local one.
 //!
 //! ```sh
-//! cargo bench --bench cluster                               # about 2-3 min
+//! cargo bench --bench cluster                               # about 4-5 min
+//! CLUSTER_MODES=nats cargo bench --bench cluster            # native only
 //! CLUSTER_RATE=1000 CLUSTER_EVENTS=20000 cargo bench --bench cluster
 //! CLUSTER_SCENARIOS=serial,parallel cargo bench --bench cluster
 //! CLUSTER_NODELAY=1 cargo bench --bench cluster             # clients without Nagle
@@ -17,8 +23,9 @@
 //! each ready (`GET /readyz` says `ready`: its bridge's subscriptions are
 //! live in the cluster) before anything is measured.
 //!
-//! Settings (environment): CLUSTER_RATE events per second in the paced
-//! pass (500), CLUSTER_PACED_SECS its length (10), CLUSTER_EVENTS events in
+//! Settings (environment): CLUSTER_MODES (mqtt,nats), CLUSTER_RATE events
+//! per second in the bridge's paced pass (500), CLUSTER_NATIVE_RATE in the
+//! native one (5000), CLUSTER_PACED_SECS its length (10), CLUSTER_EVENTS events in
 //! the flood pass (10000), CLUSTER_EVENT_INFLIGHT the event publisher's
 //! QoS 1 window (100), CLUSTER_SERIAL invocations in the serial pass (200),
 //! CLUSTER_INVOCATIONS in the parallel pass (2000), CLUSTER_INFLIGHT
