@@ -1152,8 +1152,17 @@ fn print_summary(rows: &[(&'static str, Row)]) {
                 .map(|(_, r)| r)
                 .collect()
         };
-        for path in ["cross", "native", "local"] {
-            for row in of(path) {
+        // Local rows come from each mode's run; the last run's are shown
+        // (the native one's, when both ran), as the ratios use them.
+        let mut locals: Vec<&Row> = Vec::new();
+        for row in of("local").into_iter().rev() {
+            if !locals.iter().any(|l| l.consumer == row.consumer) {
+                locals.insert(0, row);
+            }
+        }
+        let shown = of("cross").into_iter().chain(of("native")).chain(locals);
+        {
+            for row in shown {
                 let mut row = Row {
                     scenario: row.scenario.clone(),
                     path: row.path,
