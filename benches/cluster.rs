@@ -1,9 +1,15 @@
 //! Cluster: what crossing between two sidecars through a real 3-node NATS
 //! cluster costs, against the same traffic within one sidecar, for events
-//! and for invocations.
+//! and for invocations, in both cluster modes: bridged to NATS's MQTT
+//! listener (path `cross`) and in NATS's own protocol (path `native`).
+//! Each mode runs on a cluster of its own, one after the other (NATS maps
+//! MQTT topics to the subjects the native link uses: on one cluster the
+//! two pairs of sidecars would hear each other); a summary at the end puts
+//! both crossing paths beside the local one.
 //!
 //! ```sh
-//! cargo bench --bench cluster                               # about 2-3 min
+//! cargo bench --bench cluster                               # about 4-5 min
+//! CLUSTER_MODES=nats cargo bench --bench cluster            # native only
 //! CLUSTER_RATE=1000 CLUSTER_EVENTS=20000 cargo bench --bench cluster
 //! CLUSTER_SCENARIOS=serial,parallel cargo bench --bench cluster
 //! CLUSTER_NODELAY=1 cargo bench --bench cluster             # clients without Nagle
@@ -17,8 +23,9 @@
 //! each ready (`GET /readyz` says `ready`: its bridge's subscriptions are
 //! live in the cluster) before anything is measured.
 //!
-//! Settings (environment): CLUSTER_RATE events per second in the paced
-//! pass (500), CLUSTER_PACED_SECS its length (10), CLUSTER_EVENTS events in
+//! Settings (environment): CLUSTER_MODES (mqtt,nats), CLUSTER_RATE events
+//! per second in the bridge's paced pass (500), CLUSTER_NATIVE_RATE in the
+//! native one (5000), CLUSTER_PACED_SECS its length (10), CLUSTER_EVENTS events in
 //! the flood pass (10000), CLUSTER_EVENT_INFLIGHT the event publisher's
 //! QoS 1 window (100), CLUSTER_SERIAL invocations in the serial pass (200),
 //! CLUSTER_INVOCATIONS in the parallel pass (2000), CLUSTER_INFLIGHT
@@ -135,6 +142,7 @@ static NODELAY: LazyLock<bool> = LazyLock::new(|| env_or("CLUSTER_NODELAY", 0) !
 // ----- figures -----
 
 /// One row of the table.
+#[derive(Clone)]
 struct Row {
     scenario: String,
     path: &'static str,
@@ -199,14 +207,15 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
 /// The ratios of the cross path's figures to the local path's (and to
 /// NATS alone's), per consumer.
 fn print_ratios(rows: &[Row]) {
-    for cross in rows.iter().filter(|r| r.path == "cross") {
+    for cross in rows.iter().filter(|r| !matches!(r.path, "local" | "nats")) {
         for base in ["local", "nats"] {
             let other = rows
                 .iter()
                 .find(|r| r.path == base && r.consumer == cross.consumer);
             let Some(other) = other else { continue };
             println!(
-                "  cross/{base:<5} {:<9}  msg/s {}  p50 {}  p99 {}",
+                "  {}/{base:<5} {:<9}  msg/s {}  p50 {}  p99 {}",
+                cross.path,
                 cross.consumer,
                 ratio(Some(cross.rate), Some(other.rate)),
                 ratio(cross.ms(0.5), other.ms(0.5)),
@@ -927,13 +936,43 @@ fn mqtt_streams(cluster: &NatsCluster) -> Vec<String> {
         .collect()
 }
 
-/// A sidecar bridged to node `node`, ready: its bridge subscribed in the
+/// How the sidecars reach each other in a pass of the bench.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `cluster.mode = "mqtt"`, through NATS's MQTT listener.
+    Bridge,
+    /// `cluster.mode = "nats"`, NATS's own protocol.
+    Native,
+}
+
+impl Mode {
+    /// The crossing path's name in the table.
+    fn cross(self) -> &'static str {
+        match self {
+            Mode::Bridge => "cross",
+            Mode::Native => "native",
+        }
+    }
+}
+
+/// A sidecar linked to node `node`, ready: its link subscribed in the
 /// cluster.
-async fn bridged(cluster: &NatsCluster, node: usize, name: &str) -> Result<TestSidecar> {
+async fn bridged(
+    cluster: &NatsCluster,
+    node: usize,
+    name: &str,
+    mode: Mode,
+) -> Result<TestSidecar> {
     let mut c = test_config();
     c.sidecar.thing_id = format!("urn:lmos:sidecar-{name}");
     c.sidecar.shutdown_grace_ms = 1_000;
-    c.cluster.url = format!("mqtt://{}", cluster.mqtt_addr(node));
+    c.cluster.url = match mode {
+        Mode::Bridge => format!("mqtt://{}", cluster.mqtt_addr(node)),
+        Mode::Native => {
+            c.cluster.mode = lmos_sidecar::config::ClusterMode::Nats;
+            format!("nats://{}", cluster.client_addr(node))
+        }
+    };
     c.cluster.keep_alive_s = 60;
     c.log.filter = "off".into();
     let sidecar = TestSidecar::start_with(c).await;
@@ -1021,18 +1060,55 @@ fn selected() -> Result<Vec<&'static str>> {
     Ok(chosen)
 }
 
-async fn bench() -> Result<bool> {
-    let m = env_or("CLUSTER_EVENTS", 10_000);
-    let rate = env_or("CLUSTER_RATE", 500);
-    let paced = env_or("CLUSTER_PACED_SECS", 10) * rate;
-    let serial = env_or("CLUSTER_SERIAL", 200);
-    let event_inflight = env_or("CLUSTER_EVENT_INFLIGHT", 100).clamp(1, u16::MAX as usize) as u16;
-    let n = env_or("CLUSTER_INVOCATIONS", 2_000);
-    let k = env_or("CLUSTER_INFLIGHT", 32).max(1);
-    let scenarios = selected()?;
-    if m == 0 || n == 0 || paced == 0 || serial == 0 {
-        bail!("CLUSTER_EVENTS, CLUSTER_RATE, CLUSTER_PACED_SECS, CLUSTER_SERIAL and CLUSTER_INVOCATIONS must be positive");
+/// The bench's settings, from the environment.
+struct Settings {
+    m: usize,
+    /// Events per second in the paced pass, per mode.
+    rate: usize,
+    native_rate: usize,
+    paced_secs: usize,
+    serial: usize,
+    event_inflight: u16,
+    n: usize,
+    k: usize,
+    scenarios: Vec<&'static str>,
+}
+
+fn modes() -> Result<Vec<Mode>> {
+    let list = std::env::var("CLUSTER_MODES").unwrap_or_else(|_| "mqtt,nats".into());
+    let chosen = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s {
+            "mqtt" => Ok(Mode::Bridge),
+            "nats" => Ok(Mode::Native),
+            other => bail!("CLUSTER_MODES: unknown `{other}`; use mqtt,nats"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if chosen.is_empty() {
+        bail!("CLUSTER_MODES is empty; use mqtt,nats");
     }
+    Ok(chosen)
+}
+
+async fn bench() -> Result<bool> {
+    let settings = Settings {
+        m: env_or("CLUSTER_EVENTS", 10_000),
+        rate: env_or("CLUSTER_RATE", 500),
+        native_rate: env_or("CLUSTER_NATIVE_RATE", 5_000),
+        paced_secs: env_or("CLUSTER_PACED_SECS", 10),
+        serial: env_or("CLUSTER_SERIAL", 200),
+        event_inflight: env_or("CLUSTER_EVENT_INFLIGHT", 100).clamp(1, u16::MAX as usize) as u16,
+        n: env_or("CLUSTER_INVOCATIONS", 2_000),
+        k: env_or("CLUSTER_INFLIGHT", 32).max(1),
+        scenarios: selected()?,
+    };
+    let s = &settings;
+    if s.m == 0 || s.n == 0 || s.paced_secs * s.rate.min(s.native_rate) == 0 || s.serial == 0 {
+        bail!("CLUSTER_EVENTS, CLUSTER_RATE, CLUSTER_NATIVE_RATE, CLUSTER_PACED_SECS, CLUSTER_SERIAL and CLUSTER_INVOCATIONS must be positive");
+    }
+    let modes = modes()?;
     tracing_subscriber::registry()
         .with(
             // rumqttd logs every client that goes without DISCONNECT as an
@@ -1043,12 +1119,98 @@ async fn bench() -> Result<bool> {
         )
         .with(CountLogged)
         .try_init()?;
+    let started = Instant::now();
+    let mut ok = true;
+    let mut all = Vec::new();
+    // One mode after the other, each on a fresh cluster: NATS maps MQTT
+    // topics to the very subjects the native link uses, so sidecars of both
+    // modes on one cluster would hear each other.
+    for mode in modes {
+        let (mode_ok, rows) = run_mode(mode, &settings).await?;
+        ok &= mode_ok;
+        all.extend(rows);
+    }
+    print_summary(&all);
+    println!();
+    println!("whole run {:.0} s", started.elapsed().as_secs_f64());
+    if !ok {
+        println!("FAIL: see the notes above");
+    }
+    Ok(ok)
+}
 
+/// Each scenario's crossing rows (both modes) beside the local ones, and
+/// the issue's targets as ratios.
+fn print_summary(rows: &[(&'static str, Row)]) {
+    println!();
+    println!("summary: crossing by the MQTT bridge (cross) and natively (native), against one sidecar (local)");
+    print_header();
+    for scenario in SCENARIOS {
+        let of = |path: &str| -> Vec<&Row> {
+            rows.iter()
+                .filter(|(s, r)| *s == scenario && r.path == path)
+                .map(|(_, r)| r)
+                .collect()
+        };
+        // Local rows come from each mode's run; the last run's are shown
+        // (the native one's, when both ran), as the ratios use them.
+        let mut locals: Vec<&Row> = Vec::new();
+        for row in of("local").into_iter().rev() {
+            if !locals.iter().any(|l| l.consumer == row.consumer) {
+                locals.insert(0, row);
+            }
+        }
+        let shown = of("cross").into_iter().chain(of("native")).chain(locals);
+        {
+            for row in shown {
+                let mut row = Row {
+                    scenario: row.scenario.clone(),
+                    path: row.path,
+                    consumer: row.consumer,
+                    msgs: row.msgs,
+                    rate: row.rate,
+                    lat: row.lat.clone(),
+                    lost: row.lost,
+                    dups: row.dups,
+                    notes: Vec::new(),
+                };
+                row.notes.clear();
+                row.print();
+            }
+        }
+        for native in of("native") {
+            // The local rows of the native pass: the same sidecars, just
+            // before or after.
+            let local = rows.iter().rev().find(|(s, r)| {
+                *s == scenario && r.path == "local" && r.consumer == native.consumer
+            });
+            if let Some((_, local)) = local {
+                println!(
+                    "  native/local {:<9}  msg/s {}  p50 {}  p99 {}",
+                    native.consumer,
+                    ratio(Some(native.rate), Some(local.rate)),
+                    ratio(native.ms(0.5), local.ms(0.5)),
+                    ratio(native.ms(0.99), local.ms(0.99)),
+                );
+            }
+        }
+    }
+}
+
+/// The bench's passes with the sidecars in `mode`, on a cluster of their
+/// own; the rows, by scenario.
+async fn run_mode(mode: Mode, s: &Settings) -> Result<(bool, Vec<(&'static str, Row)>)> {
+    let (m, serial, event_inflight, n, k) = (s.m, s.serial, s.event_inflight, s.n, s.k);
+    let rate = match mode {
+        Mode::Bridge => s.rate,
+        Mode::Native => s.native_rate,
+    };
+    let paced = s.paced_secs * rate;
     let started = Instant::now();
     let cluster = NatsCluster::start(3).await;
     let cluster_up = started.elapsed().as_secs_f64();
-    let a = bridged(&cluster, 0, "a").await?;
-    let b = bridged(&cluster, 1, "b").await?;
+    let a = bridged(&cluster, 0, "a", mode).await?;
+    let b = bridged(&cluster, 1, "b", mode).await?;
     let ready = started.elapsed().as_secs_f64() - cluster_up;
     let seen = Arc::new(Mutex::new(AgentSeen::default()));
     let (client, requests) = if *NODELAY {
@@ -1060,12 +1222,18 @@ async fn bench() -> Result<bool> {
     let agent = serve(client, requests, seen.clone());
     wait_hosted(&a).await?;
     wait_hosted(&b).await?;
+    let how = match mode {
+        Mode::Bridge => "cluster.mode = mqtt: bridged to the nodes' MQTT listeners",
+        Mode::Native => "cluster.mode = nats: NATS's own protocol",
+    };
+    println!();
+    println!("===== {how} =====");
     println!(
         "cluster: 3 NATS nodes ({}) up in {cluster_up:.1} s; sidecar A on node 0, B on node 1, both ready {ready:.1} s later",
         nats::nats_server_version()
     );
-    println!("events: {paced} paced at {rate}/s, {m} in the flood, QoS 1 from A's MQTT port with {event_inflight} in flight; consumers: one WebSocket + one MQTT QoS 1 subscriber, on B (cross) or A (local); nats: publisher on node 0 and subscriber on node 1, no sidecar");
-    println!("invocations: from a WebSocket consumer on B (cross) or A (local) to an MQTT agent on A; serial: {serial}, 1 in flight; parallel: {n}, {k} in flight");
+    println!("events: {paced} paced at {rate}/s, {m} in the flood, QoS 1 from A's MQTT port with {event_inflight} in flight; consumers: one WebSocket + one MQTT QoS 1 subscriber, on B ({}) or A (local); nats: publisher on node 0 and subscriber on node 1, no sidecar", mode.cross());
+    println!("invocations: from a WebSocket consumer on B ({}) or A (local) to an MQTT agent on A; serial: {serial}, 1 in flight; parallel: {n}, {k} in flight", mode.cross());
     let nodelay = if *NODELAY {
         "set"
     } else {
@@ -1074,17 +1242,20 @@ async fn bench() -> Result<bool> {
     println!("the bench's clients: TCP_NODELAY {nodelay}");
     // Where the streams' leaders sit matters: every QoS 1 message is
     // stored in `$MQTT_msgs` through its leader.
-    for line in mqtt_streams(&cluster) {
-        println!("{line}");
+    if mode == Mode::Bridge {
+        for line in mqtt_streams(&cluster) {
+            println!("{line}");
+        }
     }
     println!();
     print_header();
 
     let mut ok = true;
+    let mut all = Vec::new();
     let events_base = format!("lmos/{THING}/events");
     let event_ends = [
         Ends {
-            path: "cross",
+            path: mode.cross(),
             publish: a.mqtt,
             ws: Some(b.ws_url()),
             subscribe: b.mqtt,
@@ -1097,6 +1268,7 @@ async fn bench() -> Result<bool> {
             subscribe: a.mqtt,
             topic_base: events_base,
         },
+        // NATS's MQTT alone: the bridge's reference.
         Ends {
             path: "nats",
             publish: cluster.mqtt_addr(0),
@@ -1105,10 +1277,10 @@ async fn bench() -> Result<bool> {
             topic_base: "bench/nats".into(),
         },
     ];
-    for scenario in scenarios {
+    for &scenario in &s.scenarios {
         let mut rows = Vec::new();
-        let paths = match scenario {
-            "paced" | "flood" => 3,
+        let paths = match (scenario, mode) {
+            ("paced" | "flood", Mode::Bridge) => 3,
             _ => 2,
         };
         for ends in &event_ends[..paths] {
@@ -1125,7 +1297,7 @@ async fn bench() -> Result<bool> {
                     println!("FAIL: {e:#}");
                 }
             }
-            let consumers = if path == "cross" { &b } else { &a };
+            let consumers = if path == "local" { &a } else { &b };
             let result = match scenario {
                 "paced" => {
                     let name = format!("events {rate}/s");
@@ -1149,6 +1321,7 @@ async fn bench() -> Result<bool> {
                     for row in &new {
                         row.print();
                     }
+                    all.extend(new.iter().map(|r| (scenario, r.clone())));
                     rows.extend(new);
                 }
                 Err(e) => {
@@ -1163,9 +1336,11 @@ async fn bench() -> Result<bool> {
         print_ratios(&rows);
     }
 
-    println!("at the end:");
-    for line in mqtt_streams(&cluster) {
-        println!("  {line}");
+    if mode == Mode::Bridge {
+        println!("at the end:");
+        for line in mqtt_streams(&cluster) {
+            println!("  {line}");
+        }
     }
     agent.abort();
     let stopping = Instant::now();
@@ -1176,19 +1351,15 @@ async fn bench() -> Result<bool> {
     .await
     .context("the sidecars did not stop within 30 s")?;
     drop(cluster);
-    println!();
     println!(
-        "whole run {:.0} s (sidecars stopped in {:.1} s)",
+        "this mode {:.0} s (sidecars stopped in {:.1} s)",
         started.elapsed().as_secs_f64(),
         stopping.elapsed().as_secs_f64()
     );
     for line in take_logged() {
         println!("    {line}");
     }
-    if !ok {
-        println!("FAIL: see the notes above");
-    }
-    Ok(ok)
+    Ok((ok, all))
 }
 
 fn main() -> Result<()> {

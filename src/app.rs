@@ -15,7 +15,8 @@ use tracing::{info, warn};
 use crate::auth::mqtt::MqttPolicy;
 use crate::auth::{AuthError, Authority};
 use crate::broker::embedded::{BrokerError, EmbeddedBroker};
-use crate::config::Config;
+use crate::cluster::Cluster;
+use crate::config::{ClusterMode, Config};
 use crate::directory::{Directory, DirectoryService, Endpoints};
 use crate::gateway::{Dispatcher, Gateway, GatewaySetup};
 use crate::http::auth::HttpAuth;
@@ -66,8 +67,8 @@ pub struct Application {
     http_tls: Option<tokio_rustls::TlsAcceptor>,
     /// Closes the MQTT listeners and connections when dropped.
     mqtt_stop: DropGuard,
-    /// The link to an external MQTT cluster, when `cluster.url` is set.
-    bridge: Option<crate::cluster::Bridge>,
+    /// The link to the cluster, when `cluster.url` is set.
+    bridge: Option<Cluster>,
 }
 
 impl Application {
@@ -119,7 +120,13 @@ impl Application {
             .topics
             .value_topics
             .then(|| crate::wot::values::Mirror::new(topics.clone()));
-        let side_filters = mirror.iter().map(|m| m.link_filters()).collect();
+        let mut side_filters: Vec<Vec<String>> = mirror.iter().map(|m| m.link_filters()).collect();
+        // The native NATS link reads the embedded broker through a link of
+        // its own, in process, like the values mirror (last, popped first).
+        let native = !config.cluster.url.is_empty() && config.cluster.mode == ClusterMode::Nats;
+        if native {
+            side_filters.push(crate::cluster::bridged_filters(&topics));
+        }
         let mut broker = EmbeddedBroker::start(
             &config.mqtt,
             Gateway::bus_filters(&topics),
@@ -132,6 +139,11 @@ impl Application {
             mqtt_stop.clone(),
         )
         .await?;
+        let cluster_link = if native {
+            broker.side_links.pop()
+        } else {
+            None
+        };
         if let (Some(mirror), Some((bus, deliveries))) = (mirror, broker.side_links.pop()) {
             tokio::spawn(mirror.attach(bus, deliveries));
         }
@@ -139,14 +151,28 @@ impl Application {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
         };
-        let bridge = match config.cluster.url.as_str() {
-            "" => None,
-            _ => Some(crate::cluster::Bridge::new(
-                &config.cluster,
-                topics.clone(),
-                broker.internal_addr,
-                &thing_id,
-            )?),
+        let bridge = match (config.cluster.url.as_str(), cluster_link) {
+            ("", _) => None,
+            (_, Some((bus, deliveries))) => Some(Cluster::Nats(
+                crate::cluster::NatsLink::new(
+                    &config.cluster,
+                    topics.clone(),
+                    bus,
+                    deliveries,
+                    &thing_id,
+                )
+                .map_err(crate::cluster::bridge::ClusterError::from)?,
+            )),
+            (_, None) => {
+                crate::cluster::nats::options::check_mqtt_mode(&config.cluster)
+                    .map_err(crate::cluster::bridge::ClusterError::from)?;
+                Some(Cluster::Mqtt(crate::cluster::Bridge::new(
+                    &config.cluster,
+                    topics.clone(),
+                    broker.internal_addr,
+                    &thing_id,
+                )?))
+            }
         };
         let directory = directory_service(
             &config,
@@ -243,7 +269,7 @@ impl Application {
         // The bridge outlives the connections' drain: what they still
         // publish crosses to the cluster.
         let bridge_stop = CancellationToken::new();
-        let cluster = self.bridge.as_ref().map(crate::cluster::Bridge::status);
+        let cluster = self.bridge.as_ref().map(Cluster::status);
         let bridge = self
             .bridge
             .map(|b| tokio::spawn(b.run(bridge_stop.clone())));

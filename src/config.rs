@@ -334,13 +334,28 @@ pub struct DiscoveryConfig {
     pub validate_agent_data: bool,
 }
 
-/// An external MQTT cluster the sidecar bridges its LMOS topics to, so
-/// consumers on any sidecar reach agents on any other.
+/// How the sidecar reaches the other sidecars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterMode {
+    /// Bridged to an external MQTT cluster (NATS's MQTT listener, EMQX,
+    /// HiveMQ, ...).
+    #[default]
+    Mqtt,
+    /// NATS's own protocol: core NATS subjects, request/reply.
+    Nats,
+}
+
+/// The cluster the sidecar links its LMOS topics to, so consumers on any
+/// sidecar reach agents on any other.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// `mqtt://host:port` of a node of the cluster, or several separated by
-    /// commas (tried in turn). Empty: no cluster.
+    /// `mqtt`: bridge to an MQTT cluster; `nats`: speak NATS natively.
+    pub mode: ClusterMode,
+    /// A node of the cluster, or several separated by commas (tried in
+    /// turn): `mqtt://host:port` in `mqtt` mode, `nats://host:port` (or
+    /// `tls://`) in `nats` mode. Empty: no cluster.
     pub url: String,
     /// The bridge's MQTT client ID in the cluster; its persistent session
     /// keeps QoS 1 messages for the sidecar while it is away. Empty:
@@ -358,6 +373,16 @@ pub struct ClusterConfig {
     /// this the bridge stops reading the embedded broker, whose per-filter
     /// buffers then take the backlog (see `mqtt.segment_size`).
     pub buffer: usize,
+    /// `nats` mode: environment variable holding a token to authenticate with.
+    pub token_env: String,
+    /// `nats` mode: a NATS credentials file (user JWT and NKey seed).
+    pub creds_file: String,
+    /// `nats` mode: PEM CA certificates to trust; set, TLS is required.
+    pub tls_ca: String,
+    /// `nats` mode: PEM client certificate and key, for servers that verify
+    /// clients.
+    pub tls_cert: String,
+    pub tls_key: String,
 }
 
 impl Default for ClusterConfig {
@@ -370,6 +395,12 @@ impl Default for ClusterConfig {
             keep_alive_s: 60,
             reconnect_max_ms: 10_000,
             buffer: 10_000,
+            mode: ClusterMode::Mqtt,
+            token_env: String::new(),
+            creds_file: String::new(),
+            tls_ca: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
         }
     }
 }

@@ -40,6 +40,14 @@ impl ClusterStatus {
     pub fn reconnects(&self) -> u64 {
         self.reconnects.load(Ordering::Relaxed)
     }
+
+    pub(crate) fn set_connected(&self, connected: bool) {
+        self.connected.store(connected, Ordering::Relaxed);
+    }
+
+    pub(crate) fn reconnected(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +56,8 @@ pub enum ClusterError {
     Url(String),
     #[error("`cluster.password_env` names {0}, which is not set")]
     Password(String),
+    #[error(transparent)]
+    Nats(#[from] super::nats::OptionsError),
 }
 
 /// A message on its way to one side, held while that side's queue is full.

@@ -1,5 +1,6 @@
 //! Beyond one machine: the sidecar's embedded broker bridged to an external
-//! MQTT cluster (NATS with its MQTT listener, EMQX, HiveMQ, ...).
+//! MQTT cluster (NATS with its MQTT listener, EMQX, HiveMQ, ...), or linked
+//! to a NATS cluster in NATS's own protocol ([`nats`]).
 //!
 //! Agents and consumers keep talking to their own sidecar on localhost; the
 //! bridge carries across what other hosts need: events, property readings,
@@ -11,8 +12,35 @@
 pub mod bridge;
 pub mod echo;
 mod link;
+pub mod nats;
 
 pub use bridge::{Bridge, ClusterStatus};
+pub use nats::NatsLink;
+
+use tokio_util::sync::CancellationToken;
+
+/// The sidecar's link to the cluster, by `cluster.mode`.
+pub enum Cluster {
+    Mqtt(Bridge),
+    Nats(NatsLink),
+}
+
+impl Cluster {
+    pub fn status(&self) -> ClusterStatus {
+        match self {
+            Cluster::Mqtt(b) => b.status(),
+            Cluster::Nats(n) => n.status(),
+        }
+    }
+
+    /// Carries messages both ways until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        match self {
+            Cluster::Mqtt(b) => b.run(shutdown).await,
+            Cluster::Nats(n) => n.run(shutdown).await,
+        }
+    }
+}
 
 use crate::topics::Topics;
 

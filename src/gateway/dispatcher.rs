@@ -1095,7 +1095,7 @@ fn sleep_until(at: Option<Instant>) -> tokio::time::Sleep {
 /// draft consumers read it (Kotlin ones get it rendered back).
 /// An agent's reply as the canonical messages it stands for (several for a
 /// Kotlin `actionStatuses`), parsed once; none when it is unreadable.
-fn parse_agent_replies(payload: &[u8]) -> Vec<Message> {
+pub(crate) fn parse_agent_replies(payload: &[u8]) -> Vec<Message> {
     let value = match serde_json::from_slice::<Value>(payload) {
         Ok(Value::Object(map)) if dialect::detect(&map) == Some(Dialect::Kotlin) => {
             let Ok(normalized) = dialect::normalize(map, |_| None) else {

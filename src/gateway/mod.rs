@@ -16,6 +16,9 @@ mod published;
 mod requests;
 pub mod subscriptions;
 
+pub(crate) use dispatcher::parse_agent_replies;
+pub(crate) use requests::is_terminal;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

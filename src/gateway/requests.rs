@@ -192,7 +192,7 @@ impl std::fmt::Display for ClaimError {
     }
 }
 
-pub(super) fn is_terminal(status: &str) -> bool {
+pub(crate) fn is_terminal(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled" | "canceled")
 }
 

@@ -1,0 +1,328 @@
+//! The native link: a link of the sidecar's own to the embedded broker (in
+//! process, subscribed to the cluster filters) on one side, one NATS
+//! connection on the other, and [`Relay`] deciding what crosses.
+//!
+//! Loops: NATS does not echo this connection's publications (`no_echo`);
+//! the embedded broker does deliver what the link publishes there back to
+//! its own subscriptions (MQTT has no "no local" for it), so those are
+//! remembered by fingerprint ([`Echoes`]) and dropped when they return.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use async_nats::{Client, Event, ServerAddr, StatusCode, Subscriber};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+
+use super::options::{self, OptionsError};
+use super::relay::{self, Relay, ToLocal, ToNats};
+use crate::broker::{Bus, Delivery, Publication};
+use crate::cluster::echo::Echoes;
+use crate::cluster::ClusterStatus;
+use crate::config::ClusterConfig;
+use crate::topics::Topics;
+
+/// How long a publication's return from the embedded broker is waited for
+/// (it takes microseconds; a unique message's tombstone lasts this long).
+const ECHO_TTL: Duration = Duration::from_secs(30);
+
+/// What arrives from NATS, by the subscription it came on.
+enum Kind {
+    /// Events, readings, statuses, TDs, presence.
+    Broadcast,
+    /// A request for an agent here.
+    Request,
+    /// This sidecar's inbox: answers, no-responders, others' state.
+    Inbox,
+    /// Another sidecar asks for the retained state.
+    Sync,
+}
+
+struct Incoming {
+    kind: Kind,
+    message: async_nats::Message,
+}
+
+pub struct NatsLink {
+    topics: Topics,
+    nodes: Vec<ServerAddr>,
+    config: ClusterConfig,
+    name: String,
+    bus: Bus,
+    deliveries: mpsc::Receiver<Delivery>,
+    status: ClusterStatus,
+}
+
+/// Hands a subscription's messages to the link until it ends or `stop`.
+fn forward(
+    mut subscriber: Subscriber,
+    kind: fn() -> Kind,
+    tx: mpsc::Sender<Incoming>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(
+        async move {
+            loop {
+                let message = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    m = subscriber.next() => m,
+                };
+                let Some(message) = message else { break };
+                let incoming = Incoming {
+                    kind: kind(),
+                    message,
+                };
+                if tx.send(incoming).await.is_err() {
+                    break;
+                }
+            }
+            // Dropping the subscriber unsubscribes.
+        }
+        .in_current_span(),
+    );
+}
+
+impl NatsLink {
+    /// `bus`/`deliveries`: a link to the embedded broker subscribed to
+    /// [`crate::cluster::bridged_filters`].
+    pub fn new(
+        config: &ClusterConfig,
+        topics: Topics,
+        bus: Bus,
+        deliveries: mpsc::Receiver<Delivery>,
+        sidecar_id: &str,
+    ) -> Result<NatsLink, OptionsError> {
+        let name = match config.client_id.as_str() {
+            "" => format!("lmos-bridge-{sidecar_id}"),
+            id => id.to_owned(),
+        };
+        Ok(NatsLink {
+            topics,
+            nodes: options::nodes(&config.url)?,
+            config: config.clone(),
+            name,
+            bus,
+            deliveries,
+            status: ClusterStatus::default(),
+        })
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        self.status.clone()
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) {
+        let span = tracing::info_span!("cluster_nats", name = %self.name);
+        self.carry(shutdown).instrument(span).await
+    }
+
+    async fn carry(mut self, shutdown: CancellationToken) {
+        // Connection events, for readiness and the state exchange.
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let options = match options::connect_options(&self.config, &self.name).await {
+            Ok(o) => o.event_callback(move |event| {
+                let tx = events_tx.clone();
+                async move {
+                    let _ = tx.send(event);
+                }
+            }),
+            Err(e) => {
+                warn!(error = %e, "Cannot link to the NATS cluster; local traffic only.");
+                return;
+            }
+        };
+        let client = match options.connect(self.nodes.clone()).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "Cannot link to the NATS cluster; local traffic only.");
+                return;
+            }
+        };
+        let inbox = client.new_inbox();
+        let mut relay = Relay::new(self.topics.clone(), inbox.clone());
+        let (tx, mut incoming) = mpsc::channel::<Incoming>(self.config.buffer.max(64));
+        let stop = CancellationToken::new();
+        // Subscriptions are queued while disconnected and made again by the
+        // client on every reconnection.
+        let mut broadcast = Vec::new();
+        for filter in broadcast_filters(&self.topics) {
+            broadcast.push(
+                client
+                    .subscribe(super::subjects::subject_filter(&filter))
+                    .await,
+            );
+        }
+        broadcast.push(client.subscribe(format!("{inbox}.>")).await);
+        broadcast.push(client.subscribe(relay::sync_subject(&self.topics)).await);
+        let count = broadcast.len();
+        for (i, s) in broadcast.into_iter().enumerate() {
+            let Ok(s) = s else {
+                warn!("Cannot subscribe in the NATS cluster; local traffic only.");
+                return;
+            };
+            let kind: fn() -> Kind = match count - i {
+                2 => || Kind::Inbox,
+                1 => || Kind::Sync,
+                _ => || Kind::Broadcast,
+            };
+            forward(s, kind, tx.clone(), stop.child_token());
+        }
+        // One subscription per Thing whose agent is here.
+        let mut hosting: HashMap<String, CancellationToken> = HashMap::new();
+        let mut echoes = Echoes::new(ECHO_TTL);
+        let mut connected_once = false;
+        // The client reports every connection, the first included, as an
+        // event: the link counts as linked from there.
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                event = events.recv() => match event {
+                    Some(Event::Connected) => self.linked(&client, &relay, &mut connected_once).await,
+                    Some(Event::Disconnected) => {
+                        self.status.set_connected(false);
+                        warn!("Lost the NATS cluster; local traffic goes on, reconnecting.");
+                    }
+                    Some(Event::SlowConsumer(sid)) => {
+                        warn!(sid, "NATS dropped messages for a slow subscription of the link.");
+                    }
+                    Some(other) => debug!(event = %other, "NATS connection event."),
+                    None => {}
+                },
+                Some(delivery) = self.deliveries.recv() => {
+                    let Ok(topic) = std::str::from_utf8(&delivery.topic) else { continue };
+                    if echoes.is_echo(topic, &delivery.payload, Instant::now()) {
+                        continue;
+                    }
+                    for out in relay.from_local(topic, delivery.payload) {
+                        match out {
+                            ToNats::Publish { subject, payload } => {
+                                if let Err(e) = client.publish(subject, payload).await {
+                                    debug!(error = %e, "A message could not go to NATS.");
+                                }
+                            }
+                            ToNats::Request { subject, reply, payload } => {
+                                if let Err(e) = client.publish_with_reply(subject, reply, payload).await {
+                                    debug!(error = %e, "A request could not go to NATS.");
+                                }
+                            }
+                            ToNats::Host(thing) => {
+                                let subject = relay.requests_subject(&thing);
+                                match client.subscribe(subject).await {
+                                    Ok(s) => {
+                                        let token = stop.child_token();
+                                        forward(s, || Kind::Request, tx.clone(), token.clone());
+                                        if let Some(old) = hosting.insert(thing, token) {
+                                            old.cancel();
+                                        }
+                                    }
+                                    Err(e) => warn!(error = %e, thing, "Cannot take requests from the NATS cluster."),
+                                }
+                            }
+                            ToNats::Unhost(thing) => {
+                                if let Some(token) = hosting.remove(&thing) {
+                                    token.cancel();
+                                }
+                            }
+                        }
+                    }
+                }
+                Some(Incoming { kind, message }) = incoming.recv() => {
+                    let subject = message.subject.as_str();
+                    let local = match kind {
+                        Kind::Broadcast => match super::subjects::topic(subject) {
+                            Ok(topic) => {
+                                let retain = crate::cluster::is_retained(&self.topics, &topic);
+                                Some(ToLocal { topic, payload: message.payload, retain })
+                            }
+                            Err(e) => {
+                                debug!(error = %e, "Ignored a NATS message.");
+                                None
+                            }
+                        },
+                        Kind::Request => {
+                            let reply = message.reply.as_ref().map(|r| r.as_str());
+                            relay.request_from_nats(subject, reply, message.payload)
+                        }
+                        Kind::Inbox => {
+                            let no_responders = message.status == Some(StatusCode::NO_RESPONDERS);
+                            match relay.from_inbox(subject, message.payload, no_responders) {
+                                Ok(local) => Some(local),
+                                Err(e) => {
+                                    debug!(error = %e, "Ignored a NATS message on the inbox.");
+                                    None
+                                }
+                            }
+                        }
+                        Kind::Sync => {
+                            if let Some(reply) = &message.reply {
+                                for (subject, payload) in relay.state_for(reply.as_str()) {
+                                    let _ = client.publish(subject, payload).await;
+                                }
+                            }
+                            None
+                        }
+                    };
+                    if let Some(ToLocal { topic, payload, retain }) = local {
+                        echoes.expect(&topic, &payload, !retain, Instant::now());
+                        let publication = Publication::new(topic, payload, retain);
+                        if self.bus.publish(publication).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        stop.cancel();
+        self.status.set_connected(false);
+        // What was handed to the client goes out before the connection closes.
+        let _ = tokio::time::timeout(Duration::from_millis(500), client.flush()).await;
+        drop(client);
+    }
+
+    /// The connection is up: once the servers have the subscriptions, the
+    /// link is usable; then the other sidecars are asked for their state.
+    async fn linked(&self, client: &Client, relay: &Relay, connected_once: &mut bool) {
+        if client.flush().await.is_err() {
+            return;
+        }
+        if *connected_once {
+            self.status.reconnected();
+            info!("Reconnected to the NATS cluster.");
+        } else {
+            info!("Connected to the NATS cluster.");
+        }
+        *connected_once = true;
+        // The reply subject names who asks; answers go to
+        // `{inbox}._state.{subject}`, one message per retained topic.
+        let sync = relay::sync_subject(&self.topics);
+        let _ = client
+            .publish_with_reply(sync, relay.inbox().to_owned(), Bytes::new())
+            .await;
+        self.status.set_connected(true);
+    }
+}
+
+/// The filters whose messages every sidecar gets; requests and replies go
+/// by request/reply instead.
+fn broadcast_filters(topics: &Topics) -> Vec<String> {
+    crate::cluster::bridged_filters(topics)
+        .into_iter()
+        .filter(|f| !f.ends_with("/agent/requests/+") && !f.ends_with("/agent/replies"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_replies_are_not_broadcast() {
+        let t = Topics::new("lmos").unwrap();
+        let f = broadcast_filters(&t);
+        assert_eq!(f.len(), crate::cluster::bridged_filters(&t).len() - 2);
+        assert!(!f.iter().any(|f| f.contains("agent/re")));
+    }
+}

@@ -1,0 +1,12 @@
+//! The cluster on NATS's own protocol (`cluster.mode = "nats"`): core NATS
+//! subjects for what every sidecar may want, request/reply for requests to
+//! the sidecar whose agent hosts a Thing. See [`relay`] for what crosses
+//! how, [`subjects`] for the subject mapping.
+
+pub mod link;
+pub mod options;
+pub mod relay;
+pub mod subjects;
+
+pub use link::NatsLink;
+pub use options::OptionsError;

@@ -1,0 +1,457 @@
+//! What crosses between the embedded broker and NATS, decided without I/O.
+//!
+//! - Events, readings, action statuses, TDs and presence go out on the
+//!   subject of their topic, to every sidecar (core NATS publish/subscribe).
+//! - A request for an agent on another host goes out as a NATS request: on
+//!   the subject of its `agent/requests/…` topic, which only the sidecar
+//!   whose agent hosts the Thing subscribes to (it learns that from the
+//!   agent's presence on its own broker), with a reply subject in this
+//!   sidecar's inbox that names the route and the Thing's `agent/replies`
+//!   topic. The agent's sidecar remembers route → reply subject and sends
+//!   the agent's answers there only, until the last one; nobody else sees
+//!   them, so no echo suppression is needed. NATS answers a request nobody
+//!   subscribes to with "no responders", which becomes the same 503 a
+//!   request for an absent agent gets locally.
+//! - Core NATS keeps nothing, so retained state (readings, presence, TDs)
+//!   is kept here, as this sidecar published it, and handed to a sidecar
+//!   that asks on the sync subject when its link comes up.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::subjects::{self, SubjectError};
+use crate::lmos::{Body, Problem, ProblemKind};
+use crate::topics::{Route, Topics};
+
+/// Routes an agent's sidecar remembers at most; past it the oldest go
+/// (invocations that never end would otherwise grow it for good).
+pub const ROUTES_LIMIT: usize = 100_000;
+
+/// What the link does on the NATS side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToNats {
+    Publish {
+        subject: String,
+        payload: Bytes,
+    },
+    Request {
+        subject: String,
+        reply: String,
+        payload: Bytes,
+    },
+    /// Take requests for this Thing: its agent is here.
+    Host(String),
+    /// No longer: its agent left.
+    Unhost(String),
+}
+
+/// A message for the embedded broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToLocal {
+    pub topic: String,
+    pub payload: Bytes,
+    pub retain: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pending {
+    reply: String,
+    thing: String,
+    /// An invocation: its statuses follow until a terminal one.
+    invocation: bool,
+}
+
+pub struct Relay {
+    topics: Topics,
+    /// This sidecar's reply subjects start with it.
+    inbox: String,
+    /// Things whose agent is connected to this sidecar.
+    hosted: HashSet<String>,
+    /// Route → where the agent's answers go (requests from other sidecars).
+    pending: HashMap<String, Pending>,
+    order: VecDeque<String>,
+    /// Retained messages this sidecar published, by topic.
+    retained: HashMap<String, Bytes>,
+}
+
+/// The subject on which a sidecar asks the others for their retained state.
+pub fn sync_subject(topics: &Topics) -> String {
+    format!("{}._sync", subjects::subject(topics.prefix()))
+}
+
+fn correlation(payload: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(payload).ok()?;
+    v.get("correlationID")?.as_str().map(str::to_owned)
+}
+
+fn is_online(payload: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(payload)
+        .ok()
+        .is_some_and(|v| v["status"] == "online")
+}
+
+impl Relay {
+    pub fn new(topics: Topics, inbox: String) -> Relay {
+        Relay {
+            topics,
+            inbox,
+            hosted: HashSet::new(),
+            pending: HashMap::new(),
+            order: VecDeque::new(),
+            retained: HashMap::new(),
+        }
+    }
+
+    pub fn inbox(&self) -> &str {
+        &self.inbox
+    }
+
+    /// The subject on which the agent of `thing` takes requests.
+    pub fn requests_subject(&self, thing: &str) -> String {
+        subjects::subject_filter(&self.topics.agent_requests_filter(thing))
+    }
+
+    /// The NATS side of a message published on the embedded broker by
+    /// anyone but the link itself.
+    pub fn from_local(&mut self, topic: &str, payload: Bytes) -> Vec<ToNats> {
+        let publish = |payload: Bytes| ToNats::Publish {
+            subject: subjects::subject(topic),
+            payload,
+        };
+        let route = self.topics.parse(topic);
+        if super::super::is_retained(&self.topics, topic) {
+            if payload.is_empty() {
+                self.retained.remove(topic);
+            } else {
+                self.retained.insert(topic.to_owned(), payload.clone());
+            }
+        }
+        match route {
+            Some(Route::AgentStatus { thing }) => {
+                let mut out = Vec::new();
+                if is_online(&payload) {
+                    if self.hosted.insert(thing.clone()) {
+                        out.push(ToNats::Host(thing));
+                    }
+                } else if self.hosted.remove(&thing) {
+                    out.push(ToNats::Unhost(thing));
+                }
+                out.push(publish(payload));
+                out
+            }
+            // The agent is here: the request is this sidecar's own business.
+            Some(Route::AgentRequest { thing, .. }) if self.hosted.contains(&thing) => Vec::new(),
+            Some(Route::AgentRequest { thing, .. }) => {
+                let Some(route) = correlation(&payload) else {
+                    // The router always names its route; without one no
+                    // answer could find its way back.
+                    return Vec::new();
+                };
+                // One token for the route, whatever it holds.
+                let reply = format!(
+                    "{}.{}.{}",
+                    self.inbox,
+                    subjects::subject(&crate::topics::escape(&route)),
+                    subjects::subject(&self.topics.agent_replies(&thing))
+                );
+                vec![ToNats::Request {
+                    subject: subjects::subject(topic),
+                    reply,
+                    payload,
+                }]
+            }
+            Some(Route::AgentReplies { .. }) => self
+                .answers(&payload)
+                .into_iter()
+                .map(|subject| ToNats::Publish {
+                    subject,
+                    payload: payload.clone(),
+                })
+                .collect(),
+            _ => vec![publish(payload)],
+        }
+    }
+
+    /// Reply subjects the agent's answer goes to; forgets routes that
+    /// nothing more will answer.
+    fn answers(&mut self, payload: &[u8]) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for message in crate::gateway::parse_agent_replies(payload) {
+            let Some(route) = message.correlation_id.as_deref() else {
+                continue;
+            };
+            let Some(p) = self.pending.get(route) else {
+                continue;
+            };
+            if p.thing != message.thing_id {
+                continue;
+            }
+            if !out.contains(&p.reply) {
+                out.push(p.reply.clone());
+            }
+            let last = match &message.body {
+                Body::ActionStatus { status, .. } if p.invocation => {
+                    crate::gateway::is_terminal(status)
+                }
+                _ => true,
+            };
+            if last {
+                self.pending.remove(route);
+            }
+        }
+        if self.order.len() > 2 * self.pending.len() + 1024 {
+            let pending = &self.pending;
+            self.order.retain(|r| pending.contains_key(r));
+        }
+        out
+    }
+
+    /// A request another sidecar routed to an agent here: the topic to hand
+    /// it to, once its reply subject is remembered.
+    pub fn request_from_nats(
+        &mut self,
+        subject: &str,
+        reply: Option<&str>,
+        payload: Bytes,
+    ) -> Option<ToLocal> {
+        let topic = subjects::topic(subject).ok()?;
+        let Some(Route::AgentRequest {
+            thing,
+            message_type,
+        }) = self.topics.parse(&topic)
+        else {
+            return None;
+        };
+        if let (Some(reply), Some(route)) = (reply, correlation(&payload)) {
+            // A cancel or an input chunk names a running invocation, whose
+            // answers already have a place to go.
+            let names_invocation = matches!(message_type.as_str(), "cancelAction" | "actionInput");
+            if !names_invocation || !self.pending.contains_key(&route) {
+                let fresh = self
+                    .pending
+                    .insert(
+                        route.clone(),
+                        Pending {
+                            reply: reply.to_owned(),
+                            thing,
+                            invocation: message_type == "invokeAction",
+                        },
+                    )
+                    .is_none();
+                if fresh {
+                    self.order.push_back(route);
+                }
+                while self.pending.len() > ROUTES_LIMIT {
+                    match self.order.pop_front() {
+                        Some(old) => {
+                            self.pending.remove(&old);
+                        }
+                        None => break,
+                    }
+                }
+            }
+        }
+        Some(ToLocal {
+            topic,
+            payload,
+            retain: false,
+        })
+    }
+
+    /// A message on this sidecar's inbox: an agent's answer, NATS saying no
+    /// one took the request (`no_responders`), or another sidecar's state.
+    pub fn from_inbox(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        no_responders: bool,
+    ) -> Result<ToLocal, SubjectError> {
+        let rest = subjects::topic_under(&self.inbox, subject)?;
+        if let Some(state) = rest.strip_prefix("_state/") {
+            let topic = state.to_owned();
+            let retain = super::super::is_retained(&self.topics, &topic);
+            return Ok(ToLocal {
+                topic,
+                payload,
+                retain,
+            });
+        }
+        // `{route}/{the Thing's agent/replies topic}`.
+        let foreign = || SubjectError::Foreign {
+            subject: subject.to_owned(),
+            root: self.inbox.clone(),
+        };
+        let (route, topic) = rest.split_once('/').ok_or_else(foreign)?;
+        let route = crate::topics::unescape(route).map_err(|_| foreign())?;
+        let payload = if no_responders {
+            let thing = match self.topics.parse(topic) {
+                Some(Route::AgentReplies { thing }) => thing,
+                _ => String::new(),
+            };
+            let detail =
+                format!("No sidecar in the cluster has an agent hosting `{thing}` connected.");
+            let problem = Problem::new(ProblemKind::Unavailable, detail);
+            Bytes::from(problem.to_message(&thing, Some(&route)).to_json())
+        } else {
+            payload
+        };
+        Ok(ToLocal {
+            topic: topic.to_owned(),
+            payload,
+            retain: false,
+        })
+    }
+
+    /// This sidecar's retained state, for another sidecar's inbox.
+    pub fn state_for(&self, inbox: &str) -> Vec<(String, Bytes)> {
+        self.retained
+            .iter()
+            .map(|(topic, payload)| {
+                (
+                    format!("{inbox}._state.{}", subjects::subject(topic)),
+                    payload.clone(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn hosted(&self) -> impl Iterator<Item = &String> {
+        self.hosted.iter()
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const T: &str = "urn:t";
+
+    fn relay() -> Relay {
+        Relay::new(Topics::new("lmos").unwrap(), "_INBOX.me".into())
+    }
+
+    fn bytes(v: Value) -> Bytes {
+        Bytes::from(v.to_string())
+    }
+
+    #[test]
+    fn events_go_to_everyone_on_their_subject() {
+        let mut r = relay();
+        let t = Topics::new("lmos").unwrap();
+        let out = r.from_local(&t.event(T, "e"), Bytes::from_static(b"{}"));
+        assert_eq!(
+            out,
+            vec![ToNats::Publish {
+                subject: "lmos.urn:t.events.e".into(),
+                payload: Bytes::from_static(b"{}")
+            }]
+        );
+    }
+
+    #[test]
+    fn presence_decides_which_requests_this_sidecar_takes() {
+        let mut r = relay();
+        let t = Topics::new("lmos").unwrap();
+        let online = bytes(json!({"status": "online"}));
+        let out = r.from_local(&t.agent_status(T), online.clone());
+        assert_eq!(out[0], ToNats::Host(T.into()));
+        assert!(r.from_local(&t.agent_status(T), online).len() == 1, "once");
+        assert_eq!(r.requests_subject(T), "lmos.urn:t.agent.requests.*");
+        // A request for a Thing hosted here stays here.
+        let request = bytes(json!({"thingID": T, "correlationID": "r"}));
+        assert!(r
+            .from_local(&t.agent_request(T, "readProperty"), request)
+            .is_empty());
+        let out = r.from_local(&t.agent_status(T), bytes(json!({"status": "offline"})));
+        assert_eq!(out[0], ToNats::Unhost(T.into()));
+        // State kept for sidecars that ask.
+        let state = r.state_for("_INBOX.you");
+        assert_eq!(state[0].0, "_INBOX.you._state.lmos.urn:t.agent.status");
+    }
+
+    #[test]
+    fn a_request_crosses_as_a_nats_request_and_its_answers_come_back_to_the_asker_only() {
+        let t = Topics::new("lmos").unwrap();
+        let mut b = relay();
+        let mut a = Relay::new(t.clone(), "_INBOX.a".into());
+        a.from_local(&t.agent_status(T), bytes(json!({"status": "online"})));
+        let invoke = bytes(
+            json!({"thingID": T, "messageID": "m", "messageType": "invokeAction", "action": "x", "correlationID": "r.1"}),
+        );
+        let out = b.from_local(&t.agent_request(T, "invokeAction"), invoke.clone());
+        let [ToNats::Request {
+            subject,
+            reply,
+            payload,
+        }] = &out[..]
+        else {
+            panic!("{out:?}")
+        };
+        assert_eq!(subject, "lmos.urn:t.agent.requests.invokeAction");
+        assert_eq!(reply, "_INBOX.me.r%2E1.lmos.urn:t.agent.replies");
+        let local = a
+            .request_from_nats(subject, Some(reply), payload.clone())
+            .unwrap();
+        assert_eq!(local.topic, t.agent_request(T, "invokeAction"));
+        let status = |s: &str| {
+            bytes(
+                json!({"thingID": T, "messageID": s, "messageType": "actionStatus", "action": "x", "status": s, "correlationID": "r.1"}),
+            )
+        };
+        for (s, pending) in [("running", 1), ("completed", 0)] {
+            let out = a.from_local(&t.agent_replies(T), status(s));
+            assert_eq!(
+                out,
+                vec![ToNats::Publish {
+                    subject: reply.clone(),
+                    payload: status(s)
+                }]
+            );
+            assert_eq!(a.pending_len(), pending);
+        }
+        assert!(
+            a.from_local(&t.agent_replies(T), status("completed"))
+                .is_empty(),
+            "a local agent's answers to local requests stay local"
+        );
+        let back = b.from_inbox(reply, status("completed"), false).unwrap();
+        assert_eq!(
+            (back.topic.as_str(), back.retain),
+            (t.agent_replies(T).as_str(), false)
+        );
+        // No one took it: the asker's router hears 503.
+        let back = b.from_inbox(reply, Bytes::new(), true).unwrap();
+        let problem: Value = serde_json::from_slice(&back.payload).unwrap();
+        assert_eq!(
+            (
+                problem["correlationID"].as_str(),
+                problem["thingID"].as_str()
+            ),
+            (Some("r.1"), Some(T)),
+            "{problem}"
+        );
+        assert_eq!(problem["status"], "503", "{problem}");
+    }
+
+    #[test]
+    fn state_from_another_sidecar_is_retained_here() {
+        let t = Topics::new("lmos").unwrap();
+        let r = relay();
+        let got = r
+            .from_inbox(
+                "_INBOX.me._state.lmos.urn:t.td",
+                Bytes::from_static(b"{}"),
+                false,
+            )
+            .unwrap();
+        assert_eq!((got.topic, got.retain), (t.td(T), true));
+        assert!(r.from_inbox("_INBOX.other.x", Bytes::new(), false).is_err());
+    }
+}
