@@ -647,8 +647,7 @@ impl Config {
             }
         }
         let jaeger = &self.tracing.jaeger_ui_url;
-        if !jaeger.is_empty() && !(jaeger.starts_with("http://") || jaeger.starts_with("https://"))
-        {
+        if !(jaeger.is_empty() || jaeger.starts_with("http://") || jaeger.starts_with("https://")) {
             return Err(ConfigError::Invalid {
                 key: "tracing.jaeger_ui_url",
                 reason: "must be empty or an http:// or https:// URL".into(),

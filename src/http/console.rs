@@ -233,9 +233,12 @@ fn counters(exposition: &str) -> Counters {
     c
 }
 
+/// A sample's labels as (name, value) pairs.
+type Labels<'a> = Vec<(&'a str, &'a str)>;
+
 /// `name{k="v",...} value`: label values here are fixed identifiers
 /// (message types, transports, reasons), never escaped text.
-fn sample(line: &str) -> Option<(&str, Vec<(&str, &str)>, f64)> {
+fn sample(line: &str) -> Option<(&str, Labels<'_>, f64)> {
     if line.starts_with('#') {
         return None;
     }
