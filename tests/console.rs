@@ -482,3 +482,69 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Without a browser: the page and its state need the directory's
+/// credentials, and `console.enabled = false` removes them.
+#[tokio::test]
+async fn the_console_needs_credentials_and_can_be_turned_off() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("lmos-console-off-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = common::test_config();
+    config.http.authentication = vec![HttpScheme::Basic];
+    let mut viewer = principal("viewer");
+    viewer.password_file = secret_file(&dir, "viewer", "viewer-pw");
+    viewer.consume = vec!["urn:other:*".into()];
+    config.auth.principals = vec![viewer];
+    let sidecar = common::TestSidecar::start_with(config.clone()).await;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("viewer:viewer-pw")
+    );
+    for path in ["/console", "/console/console.js", "/console/state"] {
+        let r = common::http(sidecar.http, "GET", path, None, b"").await;
+        assert_eq!(r.status, 401, "{path}");
+        let r =
+            common::http_with(sidecar.http, "GET", path, &[("Authorization", &basic)], b"").await;
+        assert_eq!(r.status, 200, "{path}");
+    }
+    let r = common::http_with(
+        sidecar.http,
+        "GET",
+        "/console",
+        &[("Authorization", &basic)],
+        b"",
+    )
+    .await;
+    assert!(r
+        .header("content-security-policy")
+        .unwrap()
+        .contains("default-src 'none'"));
+    let state = common::http_with(
+        sidecar.http,
+        "GET",
+        "/console/state",
+        &[("Authorization", &basic)],
+        b"",
+    )
+    .await
+    .json();
+    assert_eq!(state["principal"], "viewer");
+    assert_eq!(state["jaegerUiUrl"], "");
+    assert!(state["counters"]["messages"].is_object(), "{state}");
+    sidecar.stop().await;
+
+    config.console.enabled = false;
+    let sidecar = common::TestSidecar::start_with(config).await;
+    let r = common::http_with(
+        sidecar.http,
+        "GET",
+        "/console",
+        &[("Authorization", &basic)],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    sidecar.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
