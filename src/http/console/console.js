@@ -19,8 +19,8 @@ const el = (tag, attrs = {}, ...kids) => {
   for (const k of kids) e.append(k);
   return e;
 };
-// Absolute URLs: a page opened as http://user:pw@host/console has the
-// credentials in its base URL, and fetch refuses relative URLs then.
+// Absolute URLs: a page opened with credentials in its URL (user:pw@host)
+// keeps them in its base URL, and fetch refuses relative URLs then.
 const here = (path) => location.origin + path;
 const uuid = () => (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
 
@@ -83,7 +83,7 @@ function chart(title, key, limit) {
   const lines = names.map((n, i) => '<polyline fill="none" stroke-width="1.5" stroke="' + COLORS[i % COLORS.length] + '" points="' +
     h.map((p) => x(p.t) + "," + y(p[key][n] || 0)).join(" ") + '"/>').join("");
   const last = h.length ? h[h.length - 1][key] : {};
-  const legend = names.map((n, i) => '<span class="c' + (i % COLORS.length) + '">■ ' + esc(n) + " " + (last[n] || 0).toFixed(1) + "/s</span>").join("") || "<span>no traffic yet</span>";
+  const legend = names.map((n, i) => '<span class="c' + (i % COLORS.length) + '">■ ' + esc(n) + " " + (last[n] || 0).toFixed(1) + "/s</span>").join("") || "<span>none so far</span>";
   return '<figure><figcaption>' + esc(title) + " · peak " + max.toFixed(1) + '/s</figcaption><svg viewBox="0 0 ' + W + " " + H +
     '" role="img" aria-label="' + esc(title) + '"><line x1="0" y1="' + (H - 1) + '" x2="' + W + '" y2="' + (H - 1) + '" stroke="#d5d9e0"/>' + lines +
     '</svg><div class="legend">' + legend + "</div></figure>";
