@@ -1,6 +1,12 @@
 //! The live console (`GET /console`) in a real headless Chromium, driven
-//! over the WebDriver protocol (chromedriver), against a sidecar with the
-//! example WeatherAgent. Needs Debian's `chromium` and `chromium-driver`
+//! over the WebDriver protocol (chromedriver, spoken here over plain HTTP),
+//! against a sidecar with the example WeatherAgent: the agent appears, an
+//! action invoked from the generated form shows `pending` … `completed`,
+//! the agent's event shows up in the live list within a second, nothing is
+//! loaded from anywhere but the sidecar (and Chromium's proxy for anything
+//! else is a closed port), a flood of events is sampled with a notice while
+//! the page keeps answering, the layout fits a phone, and a principal that
+//! may only consume sees its write refused. It writes `docs/console.png`. Needs Debian's `chromium` and `chromium-driver`
 //! (`.ci/run` installs them); without them the test fails, unless
 //! `LMOS_SKIP_BROWSER_TESTS=1` says skipping is fine.
 
@@ -279,6 +285,9 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     agent.host = vec![THING_ID.into()];
     config.auth.principals = vec![operator, viewer, agent];
     config.tracing.jaeger_ui_url = "http://jaeger.invalid:16686".into();
+    // The flood below must not cost the page its connection; what a slow
+    // page misses under `drop` is what sampling would skip anyway.
+    config.gateway.slow_consumer = lmos_sidecar::config::SlowConsumerPolicy::Drop;
     // The example agent authenticates with the token in LMOS_TOKEN, as in
     // the Kubernetes example; this test binary runs nothing else.
     std::env::set_var("LMOS_TOKEN", "agent-token");
@@ -409,6 +418,50 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     std::fs::create_dir_all(&docs).unwrap();
     std::fs::write(docs.join("console.png"), &png).unwrap();
 
+    // A flood of events: the page samples, says so, and stays responsive.
+    // QoS 0 from a plain client: as fast as the broker takes them.
+    let options = rumqttc::MqttOptions::new("flood", "127.0.0.1", sidecar.mqtt.port());
+    let (mqtt, mut eventloop) = rumqttc::AsyncClient::new(options, 1000);
+    let pump = tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });
+    let topic = format!("lmos/{THING_ID}/events/userFeedbackReceived");
+    let payload = common::event(THING_ID, "userFeedbackReceived", json!({"rating": 5})).to_string();
+    let flood_started = Instant::now();
+    let mut sent = 0u32;
+    let mut sampling = Value::Null;
+    while flood_started.elapsed() < Duration::from_secs(5) {
+        for _ in 0..1000 {
+            mqtt.publish(&topic, rumqttc::QoS::AtMostOnce, false, payload.clone())
+                .await
+                .unwrap();
+            sent += 1;
+        }
+        let asked = Instant::now();
+        sampling = browser
+            .js("const s = document.querySelector('#sampling'); return s.hidden ? null : s.textContent;")
+            .await;
+        assert!(
+            asked.elapsed() < Duration::from_millis(500),
+            "the page took {:?} to answer during the flood",
+            asked.elapsed()
+        );
+        if !sampling.is_null() {
+            break;
+        }
+    }
+    assert!(
+        sampling
+            .as_str()
+            .is_some_and(|s| s.contains("showing 1 in")),
+        "no sampling notice after {sent} events in {:?}",
+        flood_started.elapsed()
+    );
+    pump.abort();
+    let flood = format!(
+        "{sent} events in {:?}, the page said \"{}\"",
+        flood_started.elapsed(),
+        sampling.as_str().unwrap_or_default()
+    );
+
     // At phone width nothing sticks out sideways.
     browser
         .call(
@@ -477,7 +530,7 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     sidecar.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "console test: event shown {} ms after completed, {latency} ms after the agent stamped it; {:.1} s in all",
+        "console test: event shown {} ms after completed, {latency} ms after the agent stamped it; flood: {flood}; {:.1} s in all",
         shown_after.as_millis(),
         started.elapsed().as_secs_f64()
     );
