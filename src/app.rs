@@ -289,6 +289,15 @@ impl Application {
             broker: self.broker_health.clone(),
             cluster,
             request_timeout: self.config.requests.timeout(),
+            console: http::console::ConsoleSettings {
+                enabled: self.config.console.enabled,
+                jaeger_ui_url: self
+                    .config
+                    .tracing
+                    .jaeger_ui_url
+                    .trim_end_matches('/')
+                    .to_owned(),
+            },
             auth: HttpAuth {
                 authority: self.authority,
                 schemes: self.config.http.authentication.clone(),

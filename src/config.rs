@@ -32,6 +32,7 @@ pub struct Config {
     pub discovery: DiscoveryConfig,
     pub auth: AuthConfig,
     pub cluster: ClusterConfig,
+    pub console: ConsoleConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -334,6 +335,21 @@ pub struct DiscoveryConfig {
     pub validate_agent_data: bool,
 }
 
+/// The live console in the browser (`GET /console` on the HTTP port).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// Serve it. It needs no rights of its own: it acts with those of the
+    /// principal who opens it, so on by default like the directory.
+    pub enabled: bool,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig { enabled: true }
+    }
+}
+
 /// How the sidecar reaches the other sidecars.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -495,6 +511,10 @@ pub struct TracingConfig {
     /// keep messages small; MQTT 3.1.1 subscribers get them without the
     /// properties (the MQTT guard translates).
     pub mqtt5_user_properties: bool,
+    /// Base URL of a Jaeger UI showing the collector's traces, e.g.
+    /// `http://127.0.0.1:16686`: the console links each message whose
+    /// trace it knows to `{url}/trace/{traceID}`. Empty: no links.
+    pub jaeger_ui_url: String,
 }
 
 impl Default for TracingConfig {
@@ -505,6 +525,7 @@ impl Default for TracingConfig {
             service_name: "lmos-sidecar".into(),
             new_trace_for_untraced: true,
             mqtt5_user_properties: false,
+            jaeger_ui_url: String::new(),
         }
     }
 }
@@ -655,6 +676,13 @@ impl Config {
                     reason: "must be greater than 0".into(),
                 });
             }
+        }
+        let jaeger = &self.tracing.jaeger_ui_url;
+        if !(jaeger.is_empty() || jaeger.starts_with("http://") || jaeger.starts_with("https://")) {
+            return Err(ConfigError::Invalid {
+                key: "tracing.jaeger_ui_url",
+                reason: "must be empty or an http:// or https:// URL".into(),
+            });
         }
         if self.mqtt.max_inflight_count > usize::from(u16::MAX) {
             return Err(ConfigError::Invalid {

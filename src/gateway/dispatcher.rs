@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 use super::history::{self, Anchor, History, HistoryLimits, HistoryStats};
 use super::outbound::{Offer, Outbound};
 use super::published::{self, Expected, LoggedOnce};
-use super::requests::{ClaimError, Consumer, Effect, Requests};
+use super::requests::{ClaimError, Consumer, Effect, Requests, RunningInvocation};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
 use super::{incoming_trace, message_info, trace_publication};
 use crate::broker::{Bus, Delivery, Publication, ResponseInfo};
@@ -83,6 +83,21 @@ pub enum Command {
     Stats {
         reply: oneshot::Sender<GatewayStats>,
     },
+    /// Per-Thing activity for the console.
+    Activity {
+        reply: oneshot::Sender<Activity>,
+    },
+}
+
+/// What the console shows of the gateway, per Thing: who hosts it, how
+/// many subscribe, and the invocations running.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// thingID → the agent's transport (`websocket`, `mqtt`).
+    pub hosts: HashMap<String, &'static str>,
+    /// thingID → (subscriptions, distinct consumer connections).
+    pub subscriptions: HashMap<String, (usize, usize)>,
+    pub running: Vec<RunningInvocation>,
 }
 
 /// What the dispatcher reports to and consults besides the bus.
@@ -363,6 +378,22 @@ impl Dispatcher {
                     hosted_things: self.requests.hosted_count(),
                     remote_requests: self.requests.remote_count(),
                     history: self.history.stats(),
+                });
+            }
+            Command::Activity { reply } => {
+                let _ = reply.send(Activity {
+                    hosts: self
+                        .requests
+                        .hosts()
+                        .map(|(t, via)| (t.to_owned(), via))
+                        .collect(),
+                    subscriptions: self
+                        .table
+                        .counts()
+                        .into_iter()
+                        .map(|(t, n)| (t.to_owned(), n))
+                        .collect(),
+                    running: self.requests.running_invocations(),
                 });
             }
         }

@@ -42,10 +42,10 @@ use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
 use crate::topics::Topics;
 use connection::Connection;
 use dispatcher::Command;
-pub use dispatcher::{Dispatcher, GatewayStats};
+pub use dispatcher::{Activity, Dispatcher, GatewayStats};
 use http_consumers::HttpConsumer;
 pub use http_consumers::Replies;
-pub use requests::ClaimError;
+pub use requests::{ClaimError, RunningInvocation};
 use subscriptions::ConnId;
 
 /// The WebSocket subprotocol this gateway speaks.
@@ -272,6 +272,13 @@ impl Gateway {
     pub async fn stats(&self) -> GatewayStats {
         let (reply, answer) = oneshot::channel();
         self.shared.command(Command::Stats { reply }).await;
+        answer.await.unwrap_or_default()
+    }
+
+    /// Per-Thing activity, for the console.
+    pub async fn activity(&self) -> Activity {
+        let (reply, answer) = oneshot::channel();
+        self.shared.command(Command::Activity { reply }).await;
         answer.await.unwrap_or_default()
     }
 

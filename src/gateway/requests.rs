@@ -22,9 +22,9 @@ use super::foreign::ForeignRoutes;
 use super::subscriptions::ConnId;
 use crate::broker::Publication;
 use crate::directory::forms::status_href;
-use crate::lmos::splice::{json_string, Prepared};
+use crate::lmos::splice::{json_string, peek_member, Prepared};
 use crate::lmos::{Body, Message, MessageType, Problem, ProblemKind};
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{self, Metrics};
 use crate::topics::Topics;
 
 /// Where a consumer's replies go.
@@ -114,6 +114,8 @@ struct Pending {
     traceparent: Option<String>,
     /// When it was forwarded and as what, until its first answer.
     started: Option<(Instant, MessageType)>,
+    /// When it was forwarded, for the console's list of running invocations.
+    since: Instant,
 }
 
 impl Pending {
@@ -474,6 +476,7 @@ impl Requests {
                 .unwrap_or(self.liveness),
             _ => self.timeout,
         };
+        let now = Instant::now();
         self.routes.insert(
             route.clone(),
             Pending {
@@ -491,7 +494,8 @@ impl Requests {
                 cancel_on_disconnect,
                 liveness: wait,
                 traceparent: forwarded_traceparent,
-                started: Some((Instant::now(), message_type)),
+                started: Some((now, message_type)),
+                since: now,
             },
         );
         self.arm(Timer::Reply(route), wait);
@@ -1018,6 +1022,53 @@ impl Requests {
     pub fn hosted_count(&self) -> usize {
         self.hosts.len()
     }
+
+    /// Each hosted Thing and how its agent is connected.
+    pub fn hosts(&self) -> impl Iterator<Item = (&str, &'static str)> {
+        self.hosts.iter().map(|(thing, host)| {
+            let transport = match host {
+                Host::WebSocket(_) => metrics::WEBSOCKET,
+                Host::Mqtt => metrics::MQTT,
+            };
+            (thing.as_str(), transport)
+        })
+    }
+
+    /// Invocations not finished yet, without who asked (the console shows
+    /// them to anyone who may consume the Thing).
+    pub fn running_invocations(&self) -> Vec<RunningInvocation> {
+        self.routes
+            .values()
+            .filter(|p| p.kind == Kind::Invocation && !p.finished)
+            .map(|p| RunningInvocation {
+                thing: p.thing.clone(),
+                action: p.action.clone().unwrap_or_default(),
+                status: p.latest.as_deref().and_then(status_of),
+                age_ms: u64::try_from(p.since.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })
+            .collect()
+    }
+}
+
+/// A status's `status`: peeked when the text is compact, else parsed (an
+/// agent's status may be forwarded as the agent wrote it).
+fn status_of(text: &str) -> Option<String> {
+    peek_member(text, "status").map(str::to_owned).or_else(|| {
+        serde_json::from_str::<Value>(text)
+            .ok()
+            .and_then(|v| v["status"].as_str().map(str::to_owned))
+    })
+}
+
+/// An invocation in progress, as the console lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningInvocation {
+    pub thing: String,
+    pub action: String,
+    /// The latest status its agent sent, none before the first.
+    pub status: Option<String>,
+    pub age_ms: u64,
 }
 
 #[cfg(test)]

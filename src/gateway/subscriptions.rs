@@ -217,6 +217,27 @@ impl Table {
         self.by_conn.get(&conn).map_or(0, HashSet::len)
     }
 
+    /// Per Thing: its subscriptions and the distinct connections holding
+    /// them, for the console (counts only: which connections is nobody
+    /// else's business).
+    pub fn counts(&self) -> HashMap<&str, (usize, usize)> {
+        self.things
+            .iter()
+            .map(|(thing, subs)| {
+                let lists = std::iter::once(&subs.all_events)
+                    .chain(subs.events.values())
+                    .chain(subs.properties.values());
+                let mut conns = HashSet::new();
+                let mut subscriptions = 0;
+                for recipients in lists {
+                    subscriptions += recipients.len();
+                    conns.extend(recipients.keys().copied());
+                }
+                (thing.as_str(), (subscriptions, conns.len()))
+            })
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.things.is_empty() && self.by_conn.is_empty()
     }
@@ -285,6 +306,18 @@ mod tests {
             vec![(1, "new".into())]
         );
         assert_eq!(t.subscription_count(1), 1);
+    }
+
+    #[test]
+    fn counts_are_per_thing_with_distinct_connections() {
+        let mut t = Table::default();
+        t.add(1, "a", Selector::AllEvents, c("x"));
+        t.add(1, "a", Selector::Property("p".into()), c("y"));
+        t.add(2, "a", Selector::Event("e".into()), c("z"));
+        t.add(2, "b", Selector::Event("e".into()), c("z"));
+        let counts = t.counts();
+        assert_eq!(counts["a"], (3, 2));
+        assert_eq!(counts["b"], (1, 1));
     }
 
     #[test]

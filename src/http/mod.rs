@@ -1,9 +1,11 @@
 //! The HTTP port: `/lmos` (WebSocket gateway), the Thing Description
 //! directory (`/.well-known/wot`, `/things`), the HTTP binding for
 //! properties and actions (`/things/{id}/properties/...`,
-//! `/things/{id}/actions/...`), `/healthz`, `/readyz` and `/metrics`.
+//! `/things/{id}/actions/...`), `/healthz`, `/readyz`, `/metrics` and the
+//! live console (`/console`).
 
 pub mod auth;
+pub mod console;
 pub mod directory;
 pub mod server;
 mod things;
@@ -51,6 +53,8 @@ pub struct HttpState {
     /// How long an HTTP caller waits for a synchronous action to end
     /// before it gets a status resource instead (`requests.timeout_ms`).
     pub request_timeout: Duration,
+    /// `/console`: whether it is served, and what it links to.
+    pub console: console::ConsoleSettings,
 }
 
 pub fn router(state: HttpState) -> Router {
@@ -66,6 +70,7 @@ pub fn router(state: HttpState) -> Router {
         )
         .with_state(state.directory.clone());
     let auth = state.auth.clone();
+    let console = console::routes(state.console.enabled);
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))
         .route("/healthz", get(healthz))
@@ -86,6 +91,7 @@ pub fn router(state: HttpState) -> Router {
             "/things/{id}/actions/{name}/{invocation}",
             get(things::query_invocation).delete(things::cancel_invocation),
         )
+        .merge(console)
         .with_state(state)
         .merge(things)
         .layer(Extension(auth))

@@ -1,0 +1,333 @@
+// The lmos-sidecar console. Plain JavaScript, no libraries: it polls
+// /console/state for Things, counters and running invocations, reads TDs
+// from the directory, and speaks lmosprotocol over /lmos for everything
+// live, with the rights of the principal who opened the page.
+"use strict";
+
+const WINDOW = 300;          // seconds plotted: 5 minutes at one point a second
+const LIVE_MAX = 50;         // entries kept in the live list
+const SAMPLE_ABOVE = 1000;   // messages/s past which live messages are sampled
+const COLORS = ["#0b5cad", "#d1495b", "#2a9d8f", "#8a4b00", "#6a4c93", "#5a6270"];
+
+const $ = (sel) => document.querySelector(sel);
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+const el = (tag, attrs = {}, ...kids) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") e.textContent = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+};
+// Absolute URLs: a page opened with credentials in its URL (user:pw@host)
+// keeps them in its base URL, and fetch refuses relative URLs then.
+const here = (path) => location.origin + path;
+const uuid = () => (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
+
+const app = {
+  state: null, history: [], previous: null, jaeger: "",
+  ws: null, thing: null, td: null,
+  pending: new Map(),        // correlationID -> handler(message)
+  live: [], liveDirty: false,
+  received: 0, rate: 0, sampleEvery: 1, seen: 0,
+};
+
+// ---- polling /console/state -------------------------------------------
+async function poll() {
+  try {
+    const r = await fetch(here("/console/state"), { credentials: "same-origin", cache: "no-store" });
+    if (!r.ok) throw new Error(r.status + " " + (await r.text()));
+    const s = await r.json();
+    app.state = s; app.jaeger = s.jaegerUiUrl || "";
+    $("#who").textContent = "signed in as " + s.principal + " · " + wsLabel();
+    record(s.counters);
+    renderThings(); renderCharts(); renderRunning();
+  } catch (e) {
+    $("#who").textContent = "cannot reach the sidecar: " + e.message;
+  }
+}
+
+function sum(o) { return Object.values(o || {}).reduce((a, b) => a + b, 0); }
+
+// Cumulative counters become per-second rates between two polls.
+function record(c) {
+  const now = Date.now() / 1000;
+  const snap = { t: now, transport: {}, type: {}, errors: sum(c.errors), dropped: sum(c.dropped), denied: sum(c.denied) };
+  for (const [tr, types] of Object.entries(c.messages)) {
+    snap.transport[tr] = sum(types);
+    for (const [ty, n] of Object.entries(types)) snap.type[ty] = (snap.type[ty] || 0) + n;
+  }
+  const p = app.previous; app.previous = snap;
+  if (!p) return;
+  const dt = Math.max(snap.t - p.t, 0.001), rate = (a, b) => Math.max(0, (a - (b || 0)) / dt);
+  const point = { t: now, transport: {}, type: {}, problems: {} };
+  for (const k of Object.keys(snap.transport)) point.transport[k] = rate(snap.transport[k], p.transport[k]);
+  for (const k of Object.keys(snap.type)) point.type[k] = rate(snap.type[k], p.type[k]);
+  point.problems = { errors: rate(snap.errors, p.errors), dropped: rate(snap.dropped, p.dropped), denied: rate(snap.denied, p.denied) };
+  app.history.push(point);
+  while (app.history.length && app.history[0].t < now - WINDOW) app.history.shift();
+  const c2 = c;
+  $("#problems").textContent = "Totals: errors " + sum(c2.errors) + " · dropped (slow consumers and others) " + sum(c2.dropped) +
+    " · denied " + sum(c2.denied) + (Object.keys(c2.dropped).length ? " (" + Object.entries(c2.dropped).map(([k, v]) => k + " " + v).join(", ") + ")" : "");
+}
+
+// ---- charts: hand-drawn SVG polylines -----------------------------------
+function chart(title, key, limit) {
+  const h = app.history, W = 300, H = 90, now = Date.now() / 1000;
+  const totals = {};
+  for (const p of h) for (const [k, v] of Object.entries(p[key])) totals[k] = (totals[k] || 0) + v;
+  const names = Object.keys(totals).filter((k) => totals[k] > 0).sort((a, b) => totals[b] - totals[a]).slice(0, limit);
+  let max = 1;
+  for (const p of h) for (const n of names) max = Math.max(max, p[key][n] || 0);
+  const x = (t) => (W * (t - (now - WINDOW)) / WINDOW).toFixed(1), y = (v) => (H - 2 - (H - 4) * v / max).toFixed(1);
+  const lines = names.map((n, i) => '<polyline fill="none" stroke-width="1.5" stroke="' + COLORS[i % COLORS.length] + '" points="' +
+    h.map((p) => x(p.t) + "," + y(p[key][n] || 0)).join(" ") + '"/>').join("");
+  const last = h.length ? h[h.length - 1][key] : {};
+  const legend = names.map((n, i) => '<span class="c' + (i % COLORS.length) + '">■ ' + esc(n) + " " + (last[n] || 0).toFixed(1) + "/s</span>").join("") || "<span>none so far</span>";
+  return '<figure><figcaption>' + esc(title) + " · peak " + max.toFixed(1) + '/s</figcaption><svg viewBox="0 0 ' + W + " " + H +
+    '" role="img" aria-label="' + esc(title) + '"><line x1="0" y1="' + (H - 1) + '" x2="' + W + '" y2="' + (H - 1) + '" stroke="#d5d9e0"/>' + lines +
+    '</svg><div class="legend">' + legend + "</div></figure>";
+}
+
+function renderCharts() {
+  $("#charts").innerHTML = chart("By transport", "transport", 6) + chart("By message type", "type", 6) + chart("Errors, drops, denials", "problems", 3);
+}
+
+// ---- the Things table ----------------------------------------------------
+function renderThings() {
+  const body = $("#things tbody");
+  const rows = app.state.things.map((t) => {
+    const agent = t.agent ? el("span", { class: "on", text: "connected · " + t.agent }) : el("span", { class: "off", text: "not connected" });
+    const open = el("button", { type: "button", "data-open": t.id, onclick: () => openThing(t.id) }, t.title || t.id);
+    const name = el("td", {}, open, el("div", { class: "off", text: t.registered ? t.id : t.id + " (no TD)" }));
+    return el("tr", { "data-thing": t.id, "data-agent": t.agent || "" }, name, el("td", {}, agent),
+      el("td", { text: t.subscriptions }), el("td", { text: t.consumers }), el("td", { text: t.running.length }));
+  });
+  // Keep the focused button across refreshes so keyboard users stay put.
+  const focused = document.activeElement && document.activeElement.getAttribute("data-open");
+  body.replaceChildren(...rows);
+  if (!rows.length) body.append(el("tr", {}, el("td", { colspan: 5, text: "No Thing you may see is registered or connected." })));
+  if (focused) { const b = body.querySelector('[data-open="' + CSS.escape(focused) + '"]'); if (b) b.focus(); }
+}
+
+function renderRunning() {
+  if (!app.thing || !app.state) return;
+  const t = app.state.things.find((x) => x.id === app.thing);
+  const list = $("#running");
+  if (!t || !list) return;
+  list.replaceChildren(...t.running.map((r) => el("li", { text: r.action + " · " + (r.status || "sent") + " · " + (r.ageMs / 1000).toFixed(1) + " s" })));
+  if (!t.running.length) list.append(el("li", { class: "off", text: "none running" }));
+}
+
+// ---- WebSocket ------------------------------------------------------------
+function wsLabel() { return app.ws && app.ws.readyState === 1 ? "live" : "not live"; }
+
+function connect() {
+  const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/lmos";
+  const ws = new WebSocket(url, "lmosprotocol");
+  app.ws = ws;
+  ws.onopen = () => { if (app.thing) subscribe(app.thing); };
+  ws.onmessage = (m) => onMessage(m.data);
+  ws.onclose = () => { app.ws = null; setTimeout(connect, 1000); };
+}
+
+function send(msg) {
+  msg.messageID = msg.messageID || uuid();
+  if (app.ws && app.ws.readyState === 1) { app.ws.send(JSON.stringify(msg)); return true; }
+  return false;
+}
+
+// Cheap before parsing: at more than SAMPLE_ABOVE messages a second only
+// one event or reading in sampleEvery is parsed and shown; replies to this
+// page's own requests always are.
+function onMessage(text) {
+  app.received++;
+  const stream = text.includes('"messageType":"event"') || text.includes('"messageType":"propertyReading"');
+  if (stream && app.sampleEvery > 1 && (app.seen++ % app.sampleEvery) !== 0) return;
+  let m; try { m = JSON.parse(text); } catch { return; }
+  const c = m.correlationID || m.correlationId;
+  const handler = c && app.pending.get(c);
+  if (handler) handler(m);
+  if (m.messageType === "event" || m.messageType === "propertyReading" || m.messageType === "propertyReadings") addLive(m);
+}
+
+setInterval(() => {
+  app.rate = app.received; app.received = 0;
+  app.sampleEvery = app.rate > SAMPLE_ABOVE ? Math.ceil(app.rate / SAMPLE_ABOVE) : 1;
+  const s = $("#sampling");
+  s.hidden = app.sampleEvery === 1;
+  s.textContent = "Sampling: " + app.rate + " messages/s arrive, showing 1 in " + app.sampleEvery;
+}, 1000);
+
+function traceLink(m) {
+  const tp = m.traceparent;
+  if (!app.jaeger || typeof tp !== "string") return null;
+  const id = tp.split("-")[1];
+  if (!id) return null;
+  return el("a", { href: app.jaeger + "/trace/" + id, target: "_blank", rel: "noopener" }, "trace");
+}
+
+function addLive(m) {
+  if (m.thingID !== app.thing && m.thingId !== app.thing) return;
+  app.live.unshift({ m, at: Date.now() });
+  if (app.live.length > LIVE_MAX) app.live.length = LIVE_MAX;
+  if (!app.liveDirty) { app.liveDirty = true; requestAnimationFrame(renderLive); }
+}
+
+// Batched to one DOM update per frame, so a flood never blocks the page.
+function renderLive() {
+  app.liveDirty = false;
+  const items = app.live.map(({ m, at }) => {
+    const kind = m.messageType === "event" ? "event" : "reading";
+    const name = m.event || m.name || "readings";
+    const value = m.messageType === "event" ? m.data : (m.value !== undefined ? m.value : m.data);
+    const stamp = Date.parse(m.timestamp);
+    const li = el("li", { "data-kind": kind, "data-name": name, "data-latency": isNaN(stamp) ? "" : String(at - stamp) },
+      new Date(at).toLocaleTimeString() + " " + kind + " " + name + " " + JSON.stringify(value));
+    const link = traceLink(m); if (link) li.append(" ", link);
+    return li;
+  });
+  $("#live").replaceChildren(...items);
+}
+
+// ---- a Thing: affordances and forms ---------------------------------------
+async function openThing(id) {
+  if (app.thing && app.thing !== id) unsubscribe(app.thing);
+  app.thing = id; app.live = []; renderLive();
+  $("#detail").hidden = false;
+  $("#h-detail").textContent = "Thing";
+  $("#detail-id").textContent = id;
+  $("#properties").replaceChildren(); $("#actions").replaceChildren(); $("#events").replaceChildren(); $("#invocations").replaceChildren();
+  const r = await fetch(here("/things/" + encodeURIComponent(id)), { credentials: "same-origin" });
+  if (!r.ok) { $("#detail-id").append(el("div", { class: "error", text: "Cannot read the TD: " + r.status })); return; }
+  const td = await r.json(); app.td = td;
+  $("#h-detail").textContent = td.title || id;
+  renderAffordances(td);
+  subscribe(id);
+  $("#detail").scrollIntoView({ block: "start" });
+  const first = $("#detail button"); if (first) first.focus();
+}
+
+function subscribe(id) {
+  send({ thingID: id, messageType: "subscribeAllEvents", correlationID: "console-events" });
+  for (const [name, p] of Object.entries((app.td && app.td.properties) || {})) {
+    if (p.observable) send({ thingID: id, messageType: "observeProperty", name, correlationID: "console-observe-" + name });
+  }
+}
+
+function unsubscribe(id) {
+  send({ thingID: id, messageType: "unsubscribeAllEvents", correlationID: "console-events" });
+  for (const name of Object.keys((app.td && app.td.properties) || {})) send({ thingID: id, messageType: "unobserveProperty", name });
+}
+
+// A form field per data schema: objects nest, enums become selects,
+// numbers and booleans get their inputs, anything else is JSON text.
+function field(schema, name, label, required) {
+  schema = schema || {};
+  const caption = el("span", { text: label + (schema.type ? " (" + schema.type + ")" : "") + (required ? " *" : "") + (schema.description ? " — " + schema.description : "") });
+  if (schema.type === "object" && schema.properties) {
+    const set = el("fieldset", {}, el("legend", { text: label }));
+    const req = new Set(schema.required || []);
+    const parts = Object.entries(schema.properties).map(([k, s]) => { const f = field(s, name ? name + "." + k : k, k, req.has(k)); set.append(f.node); return [k, f]; });
+    return { node: set, get: () => { const o = {}; for (const [k, f] of parts) { const v = f.get(); if (v !== undefined) o[k] = v; } return o; } };
+  }
+  let input;
+  if (Array.isArray(schema.enum)) {
+    input = el("select", { name }); for (const v of schema.enum) input.append(el("option", { value: JSON.stringify(v), text: String(v) }));
+  } else if (schema.type === "number" || schema.type === "integer") {
+    input = el("input", { type: "number", name, step: schema.type === "integer" ? "1" : "any" });
+    if (schema.minimum !== undefined) input.min = schema.minimum;
+    if (schema.maximum !== undefined) input.max = schema.maximum;
+  } else if (schema.type === "boolean") {
+    input = el("input", { type: "checkbox", name });
+  } else if (schema.type === "string") {
+    input = el("input", { type: "text", name });
+  } else {
+    input = el("textarea", { name, rows: "3", placeholder: "JSON" });
+  }
+  if (required && input.type !== "checkbox") input.required = true;
+  const get = () => {
+    if (input.tagName === "SELECT") return JSON.parse(input.value);
+    if (input.type === "checkbox") return input.checked;
+    if (input.value === "") return undefined;
+    if (input.type === "number") return Number(input.value);
+    if (input.tagName === "TEXTAREA") return JSON.parse(input.value);
+    return input.value;
+  };
+  return { node: el("label", {}, caption, input), get };
+}
+
+function problemText(m) {
+  return "Refused: " + (m.status || "") + " " + (m.title || "error") + (m.detail ? " — " + m.detail : "");
+}
+
+function renderAffordances(td) {
+  const id = td.id;
+  for (const [name, p] of Object.entries(td.properties || {})) {
+    const result = el("div", { class: "result", id: "result-prop-" + name, "aria-live": "polite" });
+    const show = (m, cls) => { result.className = "result " + cls; result.textContent = m; };
+    const read = el("button", { type: "button", onclick: () => {
+      const c = uuid();
+      app.pending.set(c, (m) => { app.pending.delete(c); if (m.messageType === "error") show(problemText(m), "error"); else show(JSON.stringify(m.value !== undefined ? m.value : m.data, null, 1), ""); });
+      if (!send({ thingID: id, messageType: "readProperty", name, correlationID: c })) show("Not connected.", "error");
+    } }, "Read");
+    const box = el("div", { class: "affordance", "data-property": name }, el("strong", { text: name }), " ", read);
+    if (p.description) box.append(el("div", { class: "off", text: p.description }));
+    if (!p.readOnly) {
+      const f = field(p, "", "value", false);
+      const form = el("form", { "data-write": name }, f.node, el("button", { type: "submit" }, "Write"));
+      form.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        let data; try { data = f.get(); } catch (e) { show("Not valid JSON: " + e.message, "error"); return; }
+        const c = uuid();
+        app.pending.set(c, (m) => { app.pending.delete(c); if (m.messageType === "error") show(problemText(m), "error"); else show("Written.", "ok"); });
+        show("writing…", "");
+        if (!send({ thingID: id, messageType: "writeProperty", name, data, correlationID: c })) show("Not connected.", "error");
+      });
+      box.append(form);
+    }
+    box.append(result);
+    $("#properties").append(box);
+  }
+  for (const [name, a] of Object.entries(td.actions || {})) {
+    const f = a.input ? field(a.input, "", "input", true) : null;
+    const form = el("form", { "data-invoke": name }, el("strong", { text: name }));
+    if (a.description) form.append(el("div", { class: "off", text: a.description }));
+    if (f) form.append(f.node);
+    form.append(el("button", { type: "submit" }, "Invoke " + name));
+    form.addEventListener("submit", (ev) => { ev.preventDefault(); invoke(id, name, f); });
+    $("#actions").append(form);
+  }
+  for (const [name, e] of Object.entries(td.events || {})) $("#events").append(el("li", { text: name + (e.description ? " — " + e.description : "") }));
+  $("#actions").append(el("h3", { text: "Running on the sidecar" }), el("ul", { id: "running" }));
+  renderRunning();
+}
+
+function invoke(id, action, f) {
+  const c = uuid();
+  const statuses = el("span", { class: "statuses" });
+  const li = el("li", { "data-correlation": c, "data-status": "sent", "data-statuses": "" }, action + ": ", statuses);
+  $("#invocations").prepend(li);
+  const add = (status, detail, cls, m) => {
+    li.setAttribute("data-status", status);
+    li.setAttribute("data-statuses", (li.getAttribute("data-statuses") ? li.getAttribute("data-statuses") + " " : "") + status);
+    statuses.append(el("span", { class: "status-" + status, text: (statuses.childNodes.length ? " → " : "") + status + (detail ? " " + detail : "") }));
+    const link = m && traceLink(m); if (link && !li.querySelector("a")) li.append(" ", link);
+  };
+  let input;
+  try { input = f ? f.get() : undefined; } catch (e) { add("invalid", e.message, "error"); return; }
+  app.pending.set(c, (m) => {
+    if (m.messageType === "error") { add("error", problemText(m), "error", m); app.pending.delete(c); return; }
+    if (m.messageType !== "actionStatus") return;
+    const out = m.output === undefined ? "" : JSON.stringify(m.output);
+    add(m.status, out, "", m);
+    if (["completed", "failed", "cancelled", "canceled"].includes(m.status)) app.pending.delete(c);
+  });
+  const msg = { thingID: id, messageType: "invokeAction", action, correlationID: c };
+  if (input !== undefined) msg.input = input;
+  if (!send(msg)) add("error", "not connected", "error");
+}
+
+connect();
+poll();
+setInterval(poll, 1000);

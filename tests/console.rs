@@ -1,0 +1,603 @@
+//! The live console (`GET /console`) in a real headless Chromium, driven
+//! over the WebDriver protocol (chromedriver, spoken here over plain HTTP),
+//! against a sidecar with the example WeatherAgent: the agent appears, an
+//! action invoked from the generated form shows `pending` … `completed`,
+//! the agent's event shows up in the live list within a second, nothing is
+//! loaded from anywhere but the sidecar (and Chromium's proxy for anything
+//! else is a closed port), a flood of events is sampled with a notice while
+//! the page keeps answering, the layout fits a phone, and a principal that
+//! may only consume sees its write refused. It writes `docs/console.png`. Needs Debian's `chromium` and `chromium-driver`
+//! (`.ci/run` installs them); without them the test fails, unless
+//! `LMOS_SKIP_BROWSER_TESTS=1` says skipping is fine.
+
+mod common;
+
+#[path = "../examples/weather_agent.rs"]
+mod weather_agent;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use lmos_sidecar::config::{HttpScheme, PrincipalConfig};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weather_agent::THING_ID;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// chromedriver, stopped when the test ends however it ends.
+struct Driver {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.1 exchange with chromedriver: JSON in, JSON out.
+async fn wd(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> Value {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .expect("chromedriver listens");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // chromedriver keeps the connection open after answering: read the
+    // head, then exactly Content-Length bytes.
+    let read = async {
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            let n = stream.read(&mut chunk).await.unwrap();
+            raw.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&raw).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse::<usize>().ok())?
+                    })
+                    .unwrap_or(0);
+                if body.len() >= length || n == 0 {
+                    return text;
+                }
+            }
+            if n == 0 {
+                return text;
+            }
+        }
+    };
+    let text = tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .expect("chromedriver answers in time");
+    let (_, body) = text.split_once("\r\n\r\n").unwrap_or(("", ""));
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_driver() -> Driver {
+    let port = free_port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let driver = Driver {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if TcpStream::connect(driver.addr).await.is_ok() {
+            let status = wd(driver.addr, "GET", "/status", None).await;
+            if status["value"]["ready"] == true {
+                return driver;
+            }
+        }
+        assert!(Instant::now() < deadline, "chromedriver never got ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One browser window.
+struct Browser {
+    driver: SocketAddr,
+    session: String,
+}
+
+impl Browser {
+    async fn open(driver: &Driver, width: u32, height: u32) -> Browser {
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--no-first-run",
+                    "--disable-background-networking", "--disable-extensions",
+                    format!("--window-size={width},{height}"),
+                    // Every request that is not to loopback (which Chromium
+                    // never proxies) goes to a port nobody listens on: the
+                    // page must work with the sidecar alone.
+                    "--proxy-server=http://127.0.0.1:9",
+                ],
+            },
+        }}});
+        let answer = wd(driver.addr, "POST", "/session", Some(caps)).await;
+        let session = answer["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {answer}"))
+            .to_owned();
+        Browser {
+            driver: driver.addr,
+            session,
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let path = format!("/session/{}{path}", self.session);
+        let answer = wd(self.driver, method, &path, body).await;
+        if answer["value"]["error"].is_string() {
+            panic!("WebDriver {method} {path}: {answer}");
+        }
+        answer["value"].clone()
+    }
+
+    async fn goto(&self, url: &str) {
+        self.call("POST", "/url", Some(json!({"url": url}))).await;
+    }
+
+    async fn js(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let v = self
+            .call(
+                "POST",
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        v[ELEMENT].as_str().unwrap().to_owned()
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.find(css).await;
+        self.call("POST", &format!("/element/{e}/click"), Some(json!({})))
+            .await;
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css).await;
+        self.call(
+            "POST",
+            &format!("/element/{e}/value"),
+            Some(json!({"text": text})),
+        )
+        .await;
+    }
+
+    /// Polls `script` until it returns something other than null/false.
+    async fn wait_for(&self, what: &str, within: Duration, script: &str) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.js(script).await;
+            if !v.is_null() && v != false {
+                return v;
+            }
+            if Instant::now() >= deadline {
+                let page = self
+                    .js("return location.href + '\\n' + document.body.innerText.slice(0, 1500);")
+                    .await;
+                panic!(
+                    "{what}: not within {within:?}; the page:\n{}",
+                    page.as_str().unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    async fn close(self) {
+        let path = format!("/session/{}", self.session);
+        wd(self.driver, "DELETE", &path, None).await;
+    }
+}
+
+fn browser_available() -> bool {
+    let present = Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists();
+    if present {
+        return true;
+    }
+    if std::env::var("LMOS_SKIP_BROWSER_TESTS").is_ok_and(|v| v == "1") {
+        println!(
+            "SKIPPED: the console test needs {CHROMIUM} and {CHROMEDRIVER} (Debian: apt-get install chromium chromium-driver); LMOS_SKIP_BROWSER_TESTS=1 allows skipping."
+        );
+        return false;
+    }
+    panic!(
+        "the console test needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver (or set LMOS_SKIP_BROWSER_TESTS=1 to skip it)"
+    );
+}
+
+fn secret_file(dir: &Path, name: &str, secret: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, secret).unwrap();
+    path.display().to_string()
+}
+
+fn principal(name: &str) -> PrincipalConfig {
+    PrincipalConfig {
+        name: name.into(),
+        ..PrincipalConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what_the_principal_may_not(
+) {
+    if !browser_available() {
+        return;
+    }
+    let started = Instant::now();
+    let dir: PathBuf = std::env::temp_dir().join(format!("lmos-console-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = common::test_config();
+    config.http.authentication = vec![HttpScheme::Basic, HttpScheme::Bearer];
+    let mut operator = principal("operator");
+    operator.password_file = secret_file(&dir, "operator", "operator-pw");
+    operator.consume = vec!["*".into()];
+    operator.operate = vec!["*".into()];
+    let mut viewer = principal("viewer");
+    viewer.password_file = secret_file(&dir, "viewer", "viewer-pw");
+    viewer.consume = vec!["*".into()];
+    let mut agent = principal("weather-agent");
+    agent.token_file = secret_file(&dir, "agent", "agent-token");
+    agent.host = vec![THING_ID.into()];
+    config.auth.principals = vec![operator, viewer, agent];
+    config.tracing.jaeger_ui_url = "http://jaeger.invalid:16686".into();
+    // The flood below must not cost the page its connection; what a slow
+    // page misses under `drop` is what sampling would skip anyway.
+    config.gateway.slow_consumer = lmos_sidecar::config::SlowConsumerPolicy::Drop;
+    // The example agent authenticates with the token in LMOS_TOKEN, as in
+    // the Kubernetes example; this test binary runs nothing else.
+    std::env::set_var("LMOS_TOKEN", "agent-token");
+    let sidecar = common::TestSidecar::start_with(config).await;
+    let url = sidecar.ws_url();
+    tokio::spawn(async move { weather_agent::serve(&url).await.map_err(|e| e.to_string()) });
+    // The agent's TD, registered on its socket, as the operator sees it.
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("operator:operator-pw")
+    );
+    let deadline = Instant::now() + common::WAIT;
+    while common::http_with(
+        sidecar.http,
+        "GET",
+        &format!("/things/{THING_ID}"),
+        &[("Authorization", &basic)],
+        b"",
+    )
+    .await
+    .status
+        != 200
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never registered its TD"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let origin = format!("http://{}", sidecar.http);
+    let driver = start_driver().await;
+
+    // An operator: sees the agent, invokes, sees the event.
+    let browser = Browser::open(&driver, 1280, 1100).await;
+    browser
+        .goto(&format!(
+            "http://operator:operator-pw@{}/console",
+            sidecar.http
+        ))
+        .await;
+    let row = format!(r#"tr[data-thing="{THING_ID}"]"#);
+    browser
+        .wait_for(
+            "the agent appears, connected over WebSocket",
+            Duration::from_secs(5),
+            &format!(r#"return document.querySelector('{row}[data-agent="websocket"]') !== null && document.querySelector('#who').textContent.includes('live');"#),
+        )
+        .await;
+    browser
+        .click(&format!(r#"button[data-open="{THING_ID}"]"#))
+        .await;
+    let form = r#"form[data-invoke="getWeather"]"#;
+    browser
+        .wait_for(
+            "the action's form",
+            Duration::from_secs(5),
+            &format!("return document.querySelector('{form}') !== null;"),
+        )
+        .await;
+    browser
+        .type_into(
+            &format!(r#"{form} input[name="question"]"#),
+            "What is the weather in Oslo?",
+        )
+        .await;
+    browser
+        .click(&format!(r#"{form} button[type="submit"]"#))
+        .await;
+    let statuses = browser
+        .wait_for(
+            "the invocation completes",
+            Duration::from_secs(5),
+            r#"const li = document.querySelector('#invocations li'); return li && li.dataset.status === 'completed' ? li.dataset.statuses : null;"#,
+        )
+        .await;
+    let completed = Instant::now();
+    let statuses: Vec<&str> = statuses.as_str().unwrap().split(' ').collect();
+    assert_eq!(statuses.first(), Some(&"pending"), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&"completed"), "{statuses:?}");
+    let text = browser
+        .js("return document.querySelector('#invocations li').textContent;")
+        .await;
+    assert!(
+        text.as_str().unwrap().contains("sunny"),
+        "the output is shown: {text}"
+    );
+    // The agent sends its event right after `completed`.
+    let latency = browser
+        .wait_for(
+            "the event in the live list",
+            Duration::from_secs(1),
+            r#"const li = document.querySelector('#live li[data-kind="event"][data-name="userFeedbackReceived"]'); return li ? li.dataset.latency : null;"#,
+        )
+        .await;
+    let shown_after = completed.elapsed();
+    let latency: i64 = latency.as_str().unwrap().parse().unwrap();
+    assert!(
+        latency < 1000,
+        "the event showed {latency} ms after the agent stamped it"
+    );
+
+    // Nothing was loaded from anywhere but the sidecar.
+    let loaded = browser
+        .js("return [location.href].concat(performance.getEntriesByType('resource').map(e => e.name)).map(u => new URL(u).origin + new URL(u).pathname);")
+        .await;
+    let loaded: Vec<&str> = loaded
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(loaded.len() >= 3, "page, script, style: {loaded:?}");
+    for url in &loaded {
+        assert!(
+            url.starts_with(&format!("{origin}/")),
+            "{url} is not the sidecar"
+        );
+    }
+
+    // Let the plots gather a few points, then the screenshot for the README.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    browser.js("window.scrollTo(0, 0);").await;
+    let png = browser.call("GET", "/screenshot", None).await;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(png.as_str().unwrap())
+        .unwrap();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("console.png"), &png).unwrap();
+
+    // A flood of events: the page samples, says so, and stays responsive.
+    // QoS 0 from a plain client: as fast as the broker takes them.
+    let options = rumqttc::MqttOptions::new("flood", "127.0.0.1", sidecar.mqtt.port());
+    let (mqtt, mut eventloop) = rumqttc::AsyncClient::new(options, 1000);
+    let pump = tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });
+    let topic = format!("lmos/{THING_ID}/events/userFeedbackReceived");
+    let payload = common::event(THING_ID, "userFeedbackReceived", json!({"rating": 5})).to_string();
+    let flood_started = Instant::now();
+    let mut sent = 0u32;
+    let mut sampling = Value::Null;
+    while flood_started.elapsed() < Duration::from_secs(5) {
+        for _ in 0..1000 {
+            mqtt.publish(&topic, rumqttc::QoS::AtMostOnce, false, payload.clone())
+                .await
+                .unwrap();
+            sent += 1;
+        }
+        let asked = Instant::now();
+        sampling = browser
+            .js("const s = document.querySelector('#sampling'); return s.hidden ? null : s.textContent;")
+            .await;
+        assert!(
+            asked.elapsed() < Duration::from_millis(500),
+            "the page took {:?} to answer during the flood",
+            asked.elapsed()
+        );
+        if !sampling.is_null() {
+            break;
+        }
+    }
+    assert!(
+        sampling
+            .as_str()
+            .is_some_and(|s| s.contains("showing 1 in")),
+        "no sampling notice after {sent} events in {:?}",
+        flood_started.elapsed()
+    );
+    pump.abort();
+    let flood = format!(
+        "{sent} events in {:?}, the page said \"{}\"",
+        flood_started.elapsed(),
+        sampling.as_str().unwrap_or_default()
+    );
+
+    // At phone width nothing sticks out sideways.
+    browser
+        .call(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": 390, "height": 844})),
+        )
+        .await;
+    let overflow = browser
+        .wait_for(
+            "the layout at phone width",
+            Duration::from_secs(2),
+            "return window.innerWidth < 500 ? document.documentElement.scrollWidth - window.innerWidth : null;",
+        )
+        .await;
+    assert!(
+        overflow.as_i64().unwrap() <= 0,
+        "{overflow} px wider than a phone"
+    );
+    browser.close().await;
+
+    // A principal that may only consume: the write is refused, and says so.
+    let browser = Browser::open(&driver, 1024, 900).await;
+    browser
+        .goto(&format!("http://viewer:viewer-pw@{}/console", sidecar.http))
+        .await;
+    browser
+        .wait_for(
+            "the viewer's console is live",
+            Duration::from_secs(5),
+            &format!(r#"return document.querySelector('{row}') !== null && document.querySelector('#who').textContent.includes('live');"#),
+        )
+        .await;
+    browser
+        .click(&format!(r#"button[data-open="{THING_ID}"]"#))
+        .await;
+    let write = r#"form[data-write="modelConfiguration"]"#;
+    browser
+        .wait_for(
+            "the property's form",
+            Duration::from_secs(5),
+            &format!("return document.querySelector('{write}') !== null;"),
+        )
+        .await;
+    browser
+        .type_into(&format!(r#"{write} input[name="modelName"]"#), "o3")
+        .await;
+    browser
+        .click(&format!(r#"{write} button[type="submit"]"#))
+        .await;
+    let refusal = browser
+        .wait_for(
+            "the refusal",
+            Duration::from_secs(5),
+            r#"const r = document.querySelector('#result-prop-modelConfiguration.error'); return r ? r.textContent : null;"#,
+        )
+        .await;
+    let refusal = refusal.as_str().unwrap();
+    assert!(
+        refusal.contains("403") && refusal.contains("viewer"),
+        "{refusal}"
+    );
+    browser.close().await;
+
+    drop(driver);
+    sidecar.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "console test: event shown {} ms after completed, {latency} ms after the agent stamped it; flood: {flood}; {:.1} s in all",
+        shown_after.as_millis(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Without a browser: the page and its state need the directory's
+/// credentials, and `console.enabled = false` removes them.
+#[tokio::test]
+async fn the_console_needs_credentials_and_can_be_turned_off() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("lmos-console-off-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = common::test_config();
+    config.http.authentication = vec![HttpScheme::Basic];
+    let mut viewer = principal("viewer");
+    viewer.password_file = secret_file(&dir, "viewer", "viewer-pw");
+    viewer.consume = vec!["urn:other:*".into()];
+    config.auth.principals = vec![viewer];
+    let sidecar = common::TestSidecar::start_with(config.clone()).await;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("viewer:viewer-pw")
+    );
+    for path in ["/console", "/console/console.js", "/console/state"] {
+        let r = common::http(sidecar.http, "GET", path, None, b"").await;
+        assert_eq!(r.status, 401, "{path}");
+        let r =
+            common::http_with(sidecar.http, "GET", path, &[("Authorization", &basic)], b"").await;
+        assert_eq!(r.status, 200, "{path}");
+    }
+    let r = common::http_with(
+        sidecar.http,
+        "GET",
+        "/console",
+        &[("Authorization", &basic)],
+        b"",
+    )
+    .await;
+    assert!(r
+        .header("content-security-policy")
+        .unwrap()
+        .contains("default-src 'none'"));
+    let state = common::http_with(
+        sidecar.http,
+        "GET",
+        "/console/state",
+        &[("Authorization", &basic)],
+        b"",
+    )
+    .await
+    .json();
+    assert_eq!(state["principal"], "viewer");
+    assert_eq!(state["jaegerUiUrl"], "");
+    assert!(state["counters"]["messages"].is_object(), "{state}");
+    sidecar.stop().await;
+
+    config.console.enabled = false;
+    let sidecar = common::TestSidecar::start_with(config).await;
+    let r = common::http_with(
+        sidecar.http,
+        "GET",
+        "/console",
+        &[("Authorization", &basic)],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    sidecar.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
