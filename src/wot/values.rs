@@ -181,8 +181,8 @@ pub fn mirror(topics: &Topics, topic: &str, payload: &[u8]) -> Option<Publicatio
 }
 
 /// Mirrors every delivery until the link or the bus closes.
-async fn run(mirror_: Mirror, bus: Bus, mut deliveries: mpsc::Receiver<Delivery>) {
-    let inner = &mirror_.inner;
+async fn run(this: Mirror, bus: Bus, mut deliveries: mpsc::Receiver<Delivery>) {
+    let inner = &this.inner;
     while let Some(delivery) = deliveries.recv().await {
         let Ok(topic) = std::str::from_utf8(&delivery.topic) else {
             continue;
