@@ -175,14 +175,16 @@ impl SpanProcessor for Bounded {
 
     fn on_end(&self, span: SpanData) {
         // Spans the exporter has taken but not yet sent count as waiting
-        // too: the processor's queue holds at most this many.
-        let handed = self.in_flight.handed.load(Ordering::Relaxed);
-        let taken = self.in_flight.taken.load(Ordering::Relaxed);
+        // too: the processor's queue holds at most this many. A place is
+        // claimed before the check, so that spans ending at once on several
+        // threads cannot all pass it and overfill the processor's queue.
+        let handed = self.in_flight.handed.fetch_add(1, Ordering::AcqRel);
+        let taken = self.in_flight.taken.load(Ordering::Acquire);
         if handed.saturating_sub(taken) >= self.capacity {
+            self.in_flight.handed.fetch_sub(1, Ordering::AcqRel);
             self.counters.dropped(QUEUE_FULL);
             return;
         }
-        self.in_flight.handed.fetch_add(1, Ordering::Relaxed);
         self.inner.on_end(span);
     }
 
@@ -230,7 +232,7 @@ impl<E> ReportFailures<E> {
 impl<E: SpanExporter> SpanExporter for ReportFailures<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let n = batch.len() as u64;
-        self.in_flight.taken.fetch_add(n, Ordering::Relaxed);
+        self.in_flight.taken.fetch_add(n, Ordering::AcqRel);
         let result = self.inner.export(batch).await;
         match &result {
             Ok(()) => self.counters.exported(n),
@@ -268,11 +270,24 @@ mod tests {
     use super::*;
     use opentelemetry::trace::{Tracer as _, TracerProvider as _};
 
-    #[derive(Debug)]
-    struct Accepting;
+    /// An exporter stuck until released, like one waiting on a slow
+    /// collector.
+    #[derive(Debug, Default)]
+    struct Stuck(Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
 
-    impl SpanExporter for Accepting {
+    impl Stuck {
+        fn release(&self) {
+            *self.0 .0.lock().unwrap() = true;
+            self.0 .1.notify_all();
+        }
+    }
+
+    impl SpanExporter for Stuck {
         async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            let (released, wake) = &*self.0;
+            let _open = wake
+                .wait_while(released.lock().unwrap(), |open| !*open)
+                .unwrap();
             Ok(())
         }
     }
@@ -284,25 +299,35 @@ mod tests {
             endpoint: "http://test".into(),
             protocol: OtlpProtocol::Grpc,
         };
-        // Nothing is exported before 512 spans or 5 s: the first four wait
-        // in the queue, the other sixteen find it full.
+        let stuck = Stuck::default();
+        let gate = Stuck(stuck.0.clone());
+        // The SDK exports batches of at most the queue's size: with the
+        // exporter stuck on one batch of 4, at most 4 more wait; the rest of
+        // the 20 find the queue full.
         let provider = SdkTracerProvider::builder()
-            .with_span_processor(bounded_to(4, Accepting, &export, &counters))
+            .with_span_processor(bounded_to(4, stuck, &export, &counters))
             .build();
         let tracer = provider.tracer("test");
         for _ in 0..20 {
             tracer.in_span("hop", |_| {});
         }
+        gate.release();
         provider.shutdown().unwrap();
         let metrics = crate::telemetry::metrics::Metrics::with_spans(&counters).render();
-        assert!(
-            metrics.contains("lmos_sidecar_spans_exported_total 4"),
-            "{metrics}"
+        let count = |prefix: &str| -> u64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .map_or(0, |n| n.trim().parse().unwrap())
+        };
+        let exported = count("lmos_sidecar_spans_exported_total ");
+        let dropped = count(r#"lmos_sidecar_spans_dropped_total{reason="queue_full"} "#);
+        assert_eq!(
+            exported + dropped,
+            20,
+            "every span accounted for: {metrics}"
         );
-        assert!(
-            metrics.contains(r#"lmos_sidecar_spans_dropped_total{reason="queue_full"} 16"#),
-            "{metrics}"
-        );
+        assert!(exported <= 8 && dropped >= 12, "{metrics}");
     }
 
     #[test]

@@ -526,8 +526,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         }
         debug!(?end, "MQTT connection closed.");
         match end {
-            // rumqttd publishes the last will when the connection ends
-            // without DISCONNECT; mirror how the client left.
+            // The client has gone: rumqttd sees its pipe close (after the
+            // DISCONNECT, if the client sent one, and publishes the last
+            // will if not).
             End::ClientFailed | End::ClientClosed | End::ClientDisconnected => {}
             End::BrokerClosed | End::Shutdown | End::TakenOver => {
                 let _ = tokio::time::timeout(FAREWELL, client_tx.shutdown()).await;
