@@ -9,7 +9,10 @@
 //! data (64), FANOUT_TRACING a comma list of the sidecar's tracing modes
 //! (off,collector,down), FANOUT_VALUE_TOPICS 0 to turn the sidecar's
 //! value-only topics off (`topics.value_topics`, on by default), FANOUT_QOS
-//! the QoS of the publisher and the MQTT subscribers (1, or 0):
+//! the QoS of the publisher and the MQTT subscribers (1, or 0),
+//! FANOUT_SCENARIOS a comma list of rows (ws,mqtt,mosquitto,bare) and
+//! FANOUT_RUNS how many times each row runs (1; rows interleaved, ratios
+//! from the medians). Tracing modes:
 //! - off: no OTLP endpoint;
 //! - collector: OTLP/gRPC to a receiver in this process (its own thread and
 //!   runtime) that counts the spans it gets;
@@ -639,89 +642,151 @@ async fn bench() -> Result<()> {
     LazyLock::force(&BASE);
 
     let Load { qos, n, m, ref pad } = load;
-    println!("fan-out: {n} consumers x {m} messages, {} bytes of padding, a traceparent each; publisher and MQTT subscribers at {qos:?}, {INFLIGHT} in flight", pad.len());
-    print_header();
-    let scenarios = [("sidecar WS", true), ("sidecar MQTT", false)];
-    let mut rows = Vec::new();
-    for &mode in &modes {
-        for (name, ws) in scenarios {
-            let measured = sidecar_row(name, ws, mode, &load).await;
-            rows.push(((name, mode), measured));
-        }
-    }
-    let mosquitto = match mosquitto().await {
-        Ok((_broker, addr)) => match scenario("mosquitto MQTT", None, addr, &load).await {
-            Ok(measured) => {
-                measured.print("mosquitto MQTT", "-", "-");
-                Some(measured)
-            }
+    let selected = Scenario::selected()?;
+    let runs = env_or("FANOUT_RUNS", 1).max(1);
+    println!("fan-out: {n} consumers x {m} messages, {} bytes of padding, a traceparent each; publisher and MQTT subscribers at {qos:?}, {INFLIGHT} in flight; {runs} run(s) of each row, interleaved", pad.len());
+    // The peers start once and serve every run.
+    let mosquitto = if selected.contains(&Scenario::Mosquitto) {
+        match mosquitto().await {
+            Ok((broker, addr)) => Some((broker, addr)),
             Err(e) => {
-                println!("mosquitto MQTT  -         failed: {e:#}");
+                println!("mosquitto MQTT  -         skipped: {e:#}");
                 None
             }
-        },
-        Err(e) => {
-            println!("mosquitto MQTT  -         skipped: {e:#}");
-            None
         }
+    } else {
+        None
     };
-
     // rumqttd alone (the vendored copy the sidecar embeds), with the
     // sidecar's router settings, clients straight on its 3.1.1 listener: no
     // guard, no gateway.
-    let bare = match bare_rumqttd().await {
-        Ok(addr) => match scenario("bare rumqttd", None, addr, &load).await {
-            Ok(measured) => {
-                measured.print("bare rumqttd", "-", "-");
-                Some(measured)
-            }
+    let bare = if selected.contains(&Scenario::Bare) {
+        match bare_rumqttd().await {
+            Ok(addr) => Some(addr),
             Err(e) => {
-                println!("bare rumqttd    -         failed: {e:#}");
+                println!("bare rumqttd    -         skipped: {e:#}");
                 None
             }
-        },
-        Err(e) => {
-            println!("bare rumqttd    -         skipped: {e:#}");
-            None
         }
+    } else {
+        None
     };
+    print_header();
+    let mut rows: BTreeMap<(&str, &str), Vec<Measured>> = BTreeMap::new();
+    for _ in 0..runs {
+        for &scenario in &selected {
+            let (name, ws) = match scenario {
+                Scenario::SidecarWs => ("sidecar WS", true),
+                Scenario::SidecarMqtt => ("sidecar MQTT", false),
+                Scenario::Mosquitto | Scenario::Bare => {
+                    let (name, addr) = match scenario {
+                        Scenario::Mosquitto => ("mosquitto MQTT", mosquitto.as_ref().map(|m| m.1)),
+                        _ => ("bare rumqttd", bare),
+                    };
+                    let Some(addr) = addr else { continue };
+                    match self::scenario(name, None, addr, &load).await {
+                        Ok(measured) => {
+                            measured.print(name, "-", "-");
+                            rows.entry((name, "-")).or_default().push(measured);
+                        }
+                        Err(e) => println!("{name:<15} -         failed: {e:#}"),
+                    }
+                    continue;
+                }
+            };
+            for &mode in &modes {
+                if let Some(measured) = sidecar_row(name, ws, mode, &load).await {
+                    rows.entry((name, mode.name())).or_default().push(measured);
+                }
+            }
+        }
+    }
 
-    let row = |name: &str, mode: Mode| {
-        rows.iter()
-            .find(|((n, m), _)| *n == name && *m == mode)
-            .and_then(|(_, measured)| measured.as_ref())
+    // Medians over the runs (the one run's figure when there is one).
+    let median = |name: &str, mode: &str, of: fn(&Measured) -> f64| {
+        let mut v: Vec<f64> = rows.get(&(name, mode))?.iter().map(of).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
     };
-    let rate = |name, mode| row(name, mode).map(|r| r.rate);
-    let p99 = |name, mode| row(name, mode).map(|r| r.p99);
+    let rate = |name, mode| median(name, mode, |r| r.rate);
+    let p99 = |name, mode| median(name, mode, |r| r.p99);
+    if runs > 1 {
+        println!();
+        println!("medians of {runs} runs                 msg/s    p99 ms");
+        for (name, mode) in rows.keys() {
+            let (r, p) = (rate(name, mode), p99(name, mode));
+            println!(
+                "{name:<15} {mode:<9} {:>12.0} {:>9.2}",
+                r.unwrap_or(f64::NAN),
+                p.unwrap_or(f64::NAN)
+            );
+        }
+    }
     println!();
     println!("relative to tracing off          msg/s    p99");
-    for (name, _) in scenarios {
+    for name in ["sidecar WS", "sidecar MQTT"] {
         for mode in [Mode::Collector, Mode::Down] {
-            if modes.contains(&mode) {
-                let rates = ratio(rate(name, mode), rate(name, Mode::Off));
-                let p99s = ratio(p99(name, mode), p99(name, Mode::Off));
+            if rows.contains_key(&(name, mode.name())) {
+                let rates = ratio(rate(name, mode.name()), rate(name, "off"));
+                let p99s = ratio(p99(name, mode.name()), p99(name, "off"));
                 println!("{name:<15} {:<9} {rates:>12} {p99s:>6}", mode.name());
             }
         }
     }
     println!();
-    let (ws, sidecar) = (
-        rate("sidecar WS", Mode::Off),
-        rate("sidecar MQTT", Mode::Off),
-    );
+    let (ws, sidecar) = (rate("sidecar WS", "off"), rate("sidecar MQTT", "off"));
     println!(
         "msg/s, sidecar MQTT / mosquitto MQTT (tracing off): {}",
-        ratio(sidecar, mosquitto.map(|m| m.rate))
+        ratio(sidecar, rate("mosquitto MQTT", "-"))
     );
     println!(
         "msg/s, sidecar MQTT / bare rumqttd (tracing off):   {}",
-        ratio(sidecar, bare.map(|m| m.rate))
+        ratio(sidecar, rate("bare rumqttd", "-"))
     );
     println!(
         "msg/s, sidecar WS / sidecar MQTT (tracing off):     {}",
         ratio(ws, sidecar)
     );
     Ok(())
+}
+
+/// What one row measures: the sidecar's WebSocket gateway or MQTT port, or
+/// a peer broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    SidecarWs,
+    SidecarMqtt,
+    Mosquitto,
+    Bare,
+}
+
+impl Scenario {
+    const ALL: [(Scenario, &'static str); 4] = [
+        (Scenario::SidecarWs, "ws"),
+        (Scenario::SidecarMqtt, "mqtt"),
+        (Scenario::Mosquitto, "mosquitto"),
+        (Scenario::Bare, "bare"),
+    ];
+
+    /// FANOUT_SCENARIOS, e.g. `mqtt,bare`; all when unset, in this order.
+    fn selected() -> Result<Vec<Scenario>> {
+        let Ok(list) = std::env::var("FANOUT_SCENARIOS") else {
+            return Ok(Self::ALL.iter().map(|(s, _)| *s).collect());
+        };
+        let chosen = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| match Self::ALL.iter().find(|(_, name)| *name == s) {
+                Some((scenario, _)) => Ok(*scenario),
+                None => bail!("FANOUT_SCENARIOS: unknown `{s}`; use ws, mqtt, mosquitto, bare"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if chosen.is_empty() {
+            bail!("FANOUT_SCENARIOS is empty; use ws, mqtt, mosquitto, bare");
+        }
+        Ok(chosen)
+    }
 }
 
 /// rumqttd on a free loopback port, in a thread of its own for the rest of

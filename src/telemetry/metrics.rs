@@ -37,6 +37,8 @@ fn type_label(message_type: &str) -> &'static str {
 pub struct SpanCounters {
     exported: Counter,
     dropped: Family<Labels1, Counter>,
+    /// Whether the last export failed (the collector is down or refuses).
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SpanCounters {
@@ -51,6 +53,17 @@ impl SpanCounters {
 
     pub fn dropped_many(&self, reason: &'static str, n: u64) {
         self.dropped.get_or_create(&[("reason", reason)]).inc_by(n);
+    }
+
+    /// Records how the last export went; returns how the one before went.
+    pub fn set_failing(&self, failing: bool) -> bool {
+        self.failing
+            .swap(failing, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the last export failed.
+    pub fn failing(&self) -> bool {
+        self.failing.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -39,6 +39,10 @@ pub struct Tracing {
 
 /// How long shutdown waits for the last spans to reach the collector.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The same when the last export failed: the collector is down, and
+/// waiting out the exporter's timeout would only delay the stop (a
+/// restart, a rolling deploy) for spans that are lost anyway.
+const FLUSH_TIMEOUT_FAILING: Duration = Duration::from_millis(500);
 
 impl Tracing {
     pub fn off() -> Tracing {
@@ -99,15 +103,23 @@ impl Tracing {
     /// Exports what is left. The SDK's shutdown blocks, and on a
     /// current-thread runtime it would wait for the very runtime it blocks
     /// (the gRPC exporter runs there), so it runs on a blocking thread,
-    /// bounded in time.
+    /// bounded in time: shortly when the collector was not answering.
     pub async fn shutdown(&self) {
         let Some(provider) = self.provider.clone() else {
             return;
         };
-        let flush =
-            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(FLUSH_TIMEOUT));
-        match tokio::time::timeout(FLUSH_TIMEOUT + Duration::from_secs(1), flush).await {
+        let bound = if self.spans.failing() {
+            FLUSH_TIMEOUT_FAILING
+        } else {
+            FLUSH_TIMEOUT
+        };
+        let flush = tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(bound));
+        match tokio::time::timeout(bound + Duration::from_secs(1), flush).await {
             Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) if self.spans.failing() => tracing::warn!(
+                error = %e,
+                "The OTLP collector is not answering; the last spans are lost."
+            ),
             Ok(Ok(Err(e))) => tracing::warn!(error = %e, "Could not export the last spans."),
             _ => tracing::warn!("Gave up exporting the last spans."),
         }

@@ -1,6 +1,6 @@
 //! The OTLP exporter and the tracer provider behind the message spans.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -212,7 +212,6 @@ const EXPORT_FAILED: &str = "export_failed";
 struct ReportFailures<E> {
     inner: E,
     target: String,
-    failing: AtomicBool,
     counters: SpanCounters,
     in_flight: Arc<InFlight>,
 }
@@ -222,7 +221,6 @@ impl<E> ReportFailures<E> {
         ReportFailures {
             inner,
             target: export.endpoint.clone(),
-            failing: AtomicBool::new(false),
             counters,
             in_flight,
         }
@@ -239,12 +237,12 @@ impl<E: SpanExporter> SpanExporter for ReportFailures<E> {
             Err(_) => self.counters.dropped_many(EXPORT_FAILED, n),
         }
         match &result {
-            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => warn!(
+            Err(e) if !self.counters.set_failing(true) => warn!(
                 endpoint = %self.target,
                 error = %e,
                 "Cannot export spans to the OTLP collector; dropping them until it answers again."
             ),
-            Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
+            Ok(()) if self.counters.set_failing(false) => {
                 info!(endpoint = %self.target, "Exporting spans to the OTLP collector again.")
             }
             _ => {}
