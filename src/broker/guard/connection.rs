@@ -1258,6 +1258,13 @@ impl Downstream<'_> {
     /// Takes the whole packets off `buf` and appends what the client gets
     /// to `out`. `Err` when the connection ends (after `out`).
     fn client_bound(&mut self, buf: &mut BytesMut, mut out: BytesMut) -> (BytesMut, Option<End>) {
+        if self.version == Version::V4 {
+            // Every publication is rewritten for a 3.1.1 client, and none
+            // grows (the broker's properties are left out): room for all
+            // of them at once, instead of a reallocation and a copy each
+            // time the buffer doubles.
+            out.reserve(buf.len());
+        }
         let mut pos = 0;
         let mut raw_from = 0;
         let mut end = None;
