@@ -12,7 +12,10 @@
 //! the QoS of the publisher and the MQTT subscribers (1, or 0),
 //! FANOUT_SCENARIOS a comma list of rows (ws,mqtt,mosquitto,bare) and
 //! FANOUT_RUNS how many times each row runs (1; rows interleaved, ratios
-//! from the medians). Tracing modes:
+//! from the medians), FANOUT_PUBLISHER_WS=1 to have the sidecar's rows
+//! published by an agent on its WebSocket gateway instead of over MQTT
+//! (the peers' rows keep the MQTT publisher), FANOUT_WS_READ_BUFFER the
+//! gateway's `read_buffer_size` in bytes. Tracing modes:
 //! - off: no OTLP endpoint;
 //! - collector: OTLP/gRPC to a receiver in this process (its own thread and
 //!   runtime) that counts the spans it gets;
@@ -63,7 +66,8 @@ use serde_json::json;
 use support::{env_or, now_ns, receive, secs, subscribed_feed, Feed, BASE};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant as Deadline};
-use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue};
+use futures_util::SinkExt;
+use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message as WsMessage};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -86,12 +90,7 @@ const SLOW_STOP: Duration = Duration::from_secs(2);
 /// a retained reading on a fresh Thing, observed over the same connection,
 /// comes back only after the commands sent before it took effect.
 async fn ws_consumer(url: &str) -> Result<Feed> {
-    let mut request = url.into_client_request()?;
-    let protocol = HeaderValue::from_static("lmosprotocol");
-    request
-        .headers_mut()
-        .insert("Sec-WebSocket-Protocol", protocol);
-    let connect = tokio_tungstenite::connect_async(request);
+    let connect = tokio_tungstenite::connect_async(lmos_request(url)?);
     let (ws, _) = timeout(SETUP, connect).await??;
     let subscribe = json!({"thingID": THING, "messageType": "subscribeAllEvents"});
     subscribed_feed(ws, subscribe, SETUP).await
@@ -133,6 +132,25 @@ async fn mqtt_consumer(addr: SocketAddr, id: &str, qos: QoS) -> Result<Feed> {
         Ok(_) => Ok(None),
         Err(e) => Err(format!("error: {e}")),
     })))
+}
+
+/// Who publishes the events: an MQTT client, or an agent on the sidecar's
+/// WebSocket gateway (FANOUT_PUBLISHER=ws).
+enum Publisher {
+    Mqtt(AsyncClient),
+    Ws(Box<support::Ws>),
+}
+
+/// A WebSocket handshake request for the `lmosprotocol` subprotocol.
+fn lmos_request(
+    url: &str,
+) -> Result<tokio_tungstenite::tungstenite::handshake::client::Request> {
+    let mut request = url.into_client_request()?;
+    let protocol = HeaderValue::from_static("lmosprotocol");
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocol);
+    Ok(request)
 }
 
 /// What to send: to how many consumers, how many messages, what padding.
@@ -199,6 +217,7 @@ fn print_header() {
 async fn scenario(
     name: &str,
     ws: Option<&str>,
+    publisher_ws: Option<&str>,
     broker: SocketAddr,
     load: &Load,
 ) -> Result<Measured> {
@@ -212,14 +231,25 @@ async fn scenario(
         };
         feeds.push(feed.with_context(|| format!("consumer {i}"))?);
     }
-    let (publisher, mut pub_loop) = mqtt_client(broker, &format!("{tag}-pub"), None, qos).await?;
-    let mut pub_task = tokio::spawn(async move {
-        loop {
-            if let Err(e) = pub_loop.poll().await {
-                break e;
-            }
+    let (mut publisher, mut pub_task) = match publisher_ws {
+        Some(url) => {
+            let connect = tokio_tungstenite::connect_async(lmos_request(url)?);
+            let (ws, _) = timeout(SETUP, connect).await??;
+            (Publisher::Ws(Box::new(ws)), None)
         }
-    });
+        None => {
+            let (client, mut pub_loop) =
+                mqtt_client(broker, &format!("{tag}-pub"), None, qos).await?;
+            let task = tokio::spawn(async move {
+                loop {
+                    if let Err(e) = pub_loop.poll().await {
+                        break e;
+                    }
+                }
+            });
+            (Publisher::Mqtt(client), Some(task))
+        }
+    };
     let (start_ns, deadline) = (now_ns(), Deadline::now() + DEADLINE);
     let spawn = |feed| tokio::spawn(receive(m, deadline, STALL, feed));
     let readers: Vec<_> = feeds.into_iter().map(spawn).collect();
@@ -231,13 +261,29 @@ async fn scenario(
             let payload = format!(
                 r#"{{"thingID":"{THING}","messageID":"{id}","messageType":"event","event":"tick","traceparent":"{traceparent}","data":{{"seq":{seq},"sent":{sent},"pad":"{pad}"}},"timestamp":"2025-01-20T19:00:00Z"}}"#
             );
-            publisher.publish(TOPIC, qos, false, payload).await?;
+            match &mut publisher {
+                Publisher::Mqtt(client) => client.publish(TOPIC, qos, false, payload).await?,
+                // Written as an agent in a hurry writes: a flush every
+                // INFLIGHT messages, so the sidecar reads them in bulk.
+                Publisher::Ws(ws) => {
+                    ws.feed(WsMessage::Text(payload.into())).await?;
+                    if (seq + 1) % INFLIGHT as usize == 0 {
+                        ws.flush().await?;
+                    }
+                }
+            }
+        }
+        if let Publisher::Ws(ws) = &mut publisher {
+            ws.flush().await?;
         }
         anyhow::Ok(m as f64 / secs(start_ns, now_ns()))
     });
     let publish_rate = match published.await {
         Ok(Ok(rate)) => format!("{rate:.0}"),
-        Ok(Err(_)) if pub_task.is_finished() => format!("failed: {}", (&mut pub_task).await?),
+        Ok(Err(_)) if pub_task.as_ref().is_some_and(|t| t.is_finished()) => match pub_task.take() {
+            Some(task) => format!("failed: {}", task.await?),
+            None => unreachable!("checked just above"),
+        },
         Ok(Err(e)) => format!("failed: {e}"),
         Err(_) => format!("unfinished after {DEADLINE:?}"),
     };
@@ -245,9 +291,18 @@ async fn scenario(
     for r in readers {
         tallies.push(r.await?);
     }
-    let _ = publisher.try_disconnect();
+    match publisher {
+        Publisher::Mqtt(client) => {
+            let _ = client.try_disconnect();
+        }
+        Publisher::Ws(mut ws) => {
+            let _ = SinkExt::close(&mut ws).await;
+        }
+    }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    pub_task.abort();
+    if let Some(task) = pub_task {
+        task.abort();
+    }
 
     let delivered: u64 = tallies.iter().map(|t| t.unique).sum();
     let last_ns = tallies.iter().map(|t| t.last_ns).max().unwrap_or(0);
@@ -499,6 +554,8 @@ async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
     config.tracing.endpoint = endpoint;
     config.tracing.protocol = OtlpProtocol::Grpc;
     config.topics.value_topics = env_or("FANOUT_VALUE_TOPICS", 1) != 0;
+    config.gateway.read_buffer_size =
+        env_or("FANOUT_WS_READ_BUFFER", config.gateway.read_buffer_size);
     Ok((Application::build(config).await?, collector))
 }
 
@@ -526,7 +583,8 @@ async fn sidecar_row(name: &str, ws: bool, mode: Mode, load: &Load) -> Option<Me
         let _ = stopped.await;
     }));
 
-    let result = scenario(name, ws.then_some(ws_url.as_str()), mqtt, load).await;
+    let publisher = (env_or("FANOUT_PUBLISHER_WS", 0) != 0).then_some(ws_url.as_str());
+    let result = scenario(name, ws.then_some(ws_url.as_str()), publisher, mqtt, load).await;
 
     let _ = stop.send(());
     let stopping = Instant::now();
@@ -684,7 +742,7 @@ async fn bench() -> Result<()> {
                         _ => ("bare rumqttd", bare),
                     };
                     let Some(addr) = addr else { continue };
-                    match self::scenario(name, None, addr, &load).await {
+                    match self::scenario(name, None, None, addr, &load).await {
                         Ok(measured) => {
                             measured.print(name, "-", "-");
                             rows.entry((name, "-")).or_default().push(measured);
