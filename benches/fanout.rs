@@ -51,6 +51,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use futures_util::SinkExt;
 use futures_util::StreamExt;
 use lmos_sidecar::config::OtlpProtocol;
 use lmos_sidecar::{Application, Config};
@@ -66,8 +67,9 @@ use serde_json::json;
 use support::{env_or, now_ns, receive, secs, subscribed_feed, Feed, BASE};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant as Deadline};
-use futures_util::SinkExt;
-use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message as WsMessage};
+use tokio_tungstenite::tungstenite::{
+    client::IntoClientRequest, http::HeaderValue, Message as WsMessage,
+};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -142,9 +144,7 @@ enum Publisher {
 }
 
 /// A WebSocket handshake request for the `lmosprotocol` subprotocol.
-fn lmos_request(
-    url: &str,
-) -> Result<tokio_tungstenite::tungstenite::handshake::client::Request> {
+fn lmos_request(url: &str) -> Result<tokio_tungstenite::tungstenite::handshake::client::Request> {
     let mut request = url.into_client_request()?;
     let protocol = HeaderValue::from_static("lmosprotocol");
     request

@@ -18,12 +18,17 @@
 //! - `sessions.rs`: filters per session and Session Expiry; `upstream.rs`
 //!   ends an expired session in rumqttd.
 
+mod admission;
 mod connection;
 mod delivery;
+mod downstream;
 mod handshake;
+mod inspect;
 pub mod packet;
 mod properties;
 mod publication;
+mod reason;
+mod relay;
 mod sessions;
 mod upstream;
 mod v4;
@@ -295,7 +300,7 @@ impl Guard {
                             .await
                     }
                     Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed."),
-                    Err(_) => connection::handshake_timed_out(&self.shared),
+                    Err(_) => admission::handshake_timed_out(&self.shared),
                 }
             }
         }

@@ -1,0 +1,203 @@
+//! The CONNECT step of a guarded connection: the first packet read within
+//! the handshake deadline, then the connection quota, the credentials, the
+//! last will's right to publish and the MQTT 5 limits the client asked
+//! for. A refusal is answered (a CONNACK saying why, where MQTT has one)
+//! here; what passes goes on to the broker in [`super::connection`].
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::connection::{farewell, packet_too_large};
+use super::handshake::{self, Asked};
+use super::packet::{self, Connect, Header, PacketError, Version};
+use super::reason::*;
+use super::relay::grow;
+use super::{GuardEvent, GuardLimit, Refusal, Session, Shared};
+
+/// A CONNECT the guard accepted, borrowed from the connection's read
+/// buffer (whose first `header.size()` bytes it is).
+pub(super) struct Admitted<'a> {
+    pub(super) header: Header,
+    pub(super) connect: Connect<'a>,
+    pub(super) version: Version,
+    /// The connection's place under `mqtt.max_connections`.
+    pub(super) permit: OwnedSemaphorePermit,
+    pub(super) session: Box<dyn Session>,
+    pub(super) asked: Asked,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("connection closed")]
+    Closed,
+    #[error("the first packet is not CONNECT")]
+    NotConnect,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Packet(#[from] PacketError),
+}
+
+pub(super) fn handshake_timed_out(shared: &Shared) {
+    info!(
+        timeout_ms = shared.limits.handshake_timeout.as_millis() as u64,
+        "Closed an MQTT connection that sent no CONNECT in time (mqtt.connection_timeout_ms)."
+    );
+    shared
+        .policy
+        .observe(GuardEvent::Limit(GuardLimit::HandshakeTimeout));
+}
+
+/// Reads and checks the CONNECT; `None` when the connection ends here
+/// (refused, answered where MQTT has an answer, or gone).
+pub(super) async fn admit<'a, R, W>(
+    shared: &Shared,
+    deadline: Instant,
+    client_rx: &mut R,
+    client_tx: &mut W,
+    inbound: &'a mut BytesMut,
+) -> Option<Admitted<'a>>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let limit = shared.limits.max_packet_size;
+
+    let first = tokio::select! {
+        _ = shared.shutdown.cancelled() => return None,
+        read = tokio::time::timeout_at(deadline, read_connect(client_rx, inbound, limit)) => read,
+    };
+    let header = match first {
+        Ok(Ok(h)) => h,
+        Ok(Err(ReadError::NotConnect)) => {
+            debug!("Closed an MQTT connection whose first packet was not CONNECT.");
+            return None;
+        }
+        Ok(Err(ReadError::Packet(PacketError::TooLarge { size, .. }))) => {
+            packet_too_large(shared, size);
+            return None;
+        }
+        Ok(Err(e)) => {
+            debug!(error = %e, "MQTT client left before CONNECT.");
+            return None;
+        }
+        Err(_) => {
+            handshake_timed_out(shared);
+            return None;
+        }
+    };
+    if header.first != 0x10 {
+        debug!("Closed an MQTT connection whose CONNECT has reserved flags set.");
+        return None;
+    }
+    let inbound: &'a BytesMut = inbound;
+    let connect = match packet::connect(&inbound[header.header_len..header.size()]) {
+        Ok(c) => c,
+        Err(PacketError::Protocol { name, level }) => {
+            debug!(protocol = %name, level, "Refused an MQTT connection with an unsupported protocol.");
+            let ack = packet::connack(Version::V4, V4_UNACCEPTABLE_PROTOCOL);
+            farewell(client_tx, &ack).await;
+            return None;
+        }
+        Err(e) => {
+            debug!(error = %e, "Closed an MQTT connection with a malformed CONNECT.");
+            return None;
+        }
+    };
+    let version = connect.version;
+    let span = tracing::Span::current();
+    span.record("client_id", connect.client_id);
+    let refuse = |v4: u8, v5: u8| match version {
+        Version::V4 => packet::connack(version, v4),
+        Version::V5 => packet::connack(version, v5),
+    };
+
+    let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
+        info!(
+            limit = shared.limits.max_connections,
+            "Refused an MQTT connection past mqtt.max_connections."
+        );
+        shared
+            .policy
+            .observe(GuardEvent::Limit(GuardLimit::Connections));
+        let ack = refuse(V4_SERVER_UNAVAILABLE, QUOTA_EXCEEDED);
+        farewell(client_tx, &ack).await;
+        return None;
+    };
+    let session = match shared
+        .policy
+        .connect(connect.client_id, connect.username, connect.password)
+    {
+        Ok(session) => session,
+        Err(refusal) => {
+            info!(username = connect.username, reason = ?refusal, "Refused an MQTT connection.");
+            shared.policy.observe(GuardEvent::Refused(refusal));
+            let ack = match refusal {
+                Refusal::BadCredentials => refuse(V4_BAD_CREDENTIALS, BAD_CREDENTIALS),
+                Refusal::NotAuthorized => refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED),
+            };
+            farewell(client_tx, &ack).await;
+            return None;
+        }
+    };
+    span.record("principal", session.name());
+    // A last will is a publication the broker makes on the client's
+    // behalf; unchecked, it would bypass the publish rights.
+    if let Some(will) = &connect.will {
+        if !session.may_publish(will.topic) {
+            info!(
+                principal = session.name(),
+                topic = will.topic,
+                "Refused an MQTT connection whose last will it may not publish."
+            );
+            shared
+                .policy
+                .observe(GuardEvent::Refused(Refusal::NotAuthorized));
+            let ack = refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED);
+            farewell(client_tx, &ack).await;
+            return None;
+        }
+    }
+    let asked = match handshake::asked(&connect) {
+        Ok(a) => a,
+        Err(reason) => {
+            debug!("Refused an MQTT 5 CONNECT with a Receive Maximum or Maximum Packet Size of 0.");
+            let ack = refuse(V4_UNACCEPTABLE_PROTOCOL, reason);
+            farewell(client_tx, &ack).await;
+            return None;
+        }
+    };
+
+    Some(Admitted {
+        header,
+        connect,
+        version,
+        permit,
+        session,
+        asked,
+    })
+}
+
+/// Reads until `buf` starts with a whole CONNECT; anything else fails at
+/// its first byte, before more is buffered.
+async fn read_connect<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    limit: usize,
+) -> Result<Header, ReadError> {
+    loop {
+        if buf.first().is_some_and(|b| b >> 4 != packet::CONNECT) {
+            return Err(ReadError::NotConnect);
+        }
+        if let Some(header) = packet::frame(buf, limit)? {
+            return Ok(header);
+        }
+        grow(buf);
+        if reader.read_buf(buf).await? == 0 {
+            return Err(ReadError::Closed);
+        }
+    }
+}

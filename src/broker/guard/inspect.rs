@@ -1,0 +1,489 @@
+//! The client-to-broker direction's decisions, packet by packet: what a
+//! client may send, what the broker gets instead (translated, marked, or
+//! nothing), and what the client is answered by the guard itself. Pure
+//! state; [`super::relay`] moves the bytes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::sync::mpsc;
+use tracing::{debug, info};
+
+use super::connection::{lock, now_ms, packet_too_large, End, ToClient};
+use super::delivery::Delivery;
+use super::handshake;
+use super::packet::{self, Header, PacketError, Version};
+use super::publication;
+use super::reason::*;
+use super::sessions::{AfterClose, Expiry, Filters};
+use super::v4;
+use super::validate::{self, Violation};
+use super::{GuardEvent, GuardLimit, Session, Shared};
+
+/// What becomes of one packet from the client.
+pub(super) enum Verdict {
+    Forward,
+    Replace(Bytes),
+    Drop,
+    Close,
+}
+
+/// The client-to-broker direction and the per-connection state it keeps.
+pub(super) struct Inspector<'a> {
+    pub(super) version: Version,
+    pub(super) session: Box<dyn Session>,
+    pub(super) shared: &'a Shared,
+    /// MQTT 5 Topic Alias to topic, as the client set them.
+    pub(super) aliases: HashMap<u16, String>,
+    /// Filters the session holds: for `mqtt.max_subscriptions`, and to
+    /// answer UNSUBSCRIBE.
+    pub(super) subscriptions: Arc<Filters>,
+    /// QoS 2 publications the guard refused with PUBREC; their PUBREL is
+    /// answered here, as the broker never saw them.
+    pub(super) denied_qos2: HashSet<u16>,
+    /// Packets for the client, sent before the batch that caused them goes
+    /// to the broker.
+    pub(super) pending: Vec<ToClient>,
+    pub(super) outbox: mpsc::Sender<ToClient>,
+    /// For a client without keep-alive: how often the guard pings the
+    /// broker on its behalf.
+    pub(super) pings: Option<Duration>,
+    /// PINGREQs the guard sent whose PINGRESP the client must not see.
+    pub(super) guard_pings: &'a AtomicU32,
+    /// What is on its way to the client; its acknowledgements change it.
+    pub(super) delivery: &'a Mutex<Delivery>,
+    /// The client's QoS 1 and 2 publications the broker has not yet
+    /// acknowledged (PUBACK, PUBCOMP): at most the Receive Maximum the
+    /// CONNACK announced.
+    pub(super) unacked: &'a AtomicU32,
+    pub(super) client_id: &'a str,
+    /// The session's generation this connection opened.
+    pub(super) generation: u64,
+    /// The session's expiry; a DISCONNECT may change it.
+    pub(super) expiry: Expiry,
+    /// Set at DISCONNECT: the session's fate is decided the moment the
+    /// client says goodbye, before it can come back on another connection.
+    pub(super) after_close: Option<AfterClose>,
+    /// A SUBSCRIBE in what was just inspected waits for the guard's
+    /// [`super::Prerequisite`] before it goes to the broker.
+    pub(super) prepare_first: bool,
+}
+
+impl Inspector<'_> {
+    pub(super) fn take_owed(&self) -> Option<Bytes> {
+        lock(self.delivery).take_owed()
+    }
+
+    /// Decides on every whole packet in `buf` and takes them out: what goes
+    /// to the broker, and how the connection ends if one of them ends it.
+    pub(super) fn inspect_all(&mut self, buf: &mut BytesMut) -> (Bytes, Option<End>) {
+        let mut pos = 0;
+        let mut raw_from = 0;
+        let mut out: Option<BytesMut> = None;
+        let mut end = None;
+        loop {
+            let header = match packet::frame(&buf[pos..], self.shared.limits.max_packet_size) {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
+                Err(PacketError::TooLarge { size, .. }) => {
+                    packet_too_large(self.shared, size);
+                    self.close(PACKET_TOO_LARGE);
+                    end = Some(End::Closing);
+                    break;
+                }
+                Err(e) => {
+                    self.malformed(&e);
+                    end = Some(End::Closing);
+                    break;
+                }
+            };
+            let frame_end = pos + header.size();
+            let body = &buf[pos + header.header_len..frame_end];
+            let replacement = match self.inspect(header, &buf[pos..frame_end], body) {
+                // Nothing comes after a DISCONNECT.
+                Verdict::Forward if header.kind() == packet::DISCONNECT => {
+                    pos = frame_end;
+                    end = Some(End::ClientDisconnected);
+                    break;
+                }
+                Verdict::Forward => {
+                    pos = frame_end;
+                    continue;
+                }
+                Verdict::Replace(bytes) => Some(bytes),
+                Verdict::Drop => None,
+                Verdict::Close => {
+                    end = Some(End::Closing);
+                    break;
+                }
+            };
+            let o = out.get_or_insert_with(BytesMut::new);
+            o.extend_from_slice(&buf[raw_from..pos]);
+            if let Some(bytes) = replacement {
+                o.extend_from_slice(&bytes);
+            }
+            pos = frame_end;
+            raw_from = frame_end;
+        }
+        let chunk = match out {
+            // The common case: every packet unchanged, no copy.
+            None => buf.split_to(pos).freeze(),
+            Some(mut o) => {
+                o.extend_from_slice(&buf[raw_from..pos]);
+                buf.advance(pos);
+                o.freeze()
+            }
+        };
+        (chunk, end)
+    }
+
+    /// `raw` is the whole packet, `body` what follows its fixed header.
+    pub(super) fn inspect(&mut self, header: Header, raw: &[u8], body: &[u8]) -> Verdict {
+        if let Err(violation) = validate::fixed_header(self.version, header.first, header.remaining)
+        {
+            return self.violation(violation, header.first);
+        }
+        match header.kind() {
+            packet::PUBLISH => self.publish(header.first, body),
+            packet::SUBSCRIBE => self.subscribe(body),
+            packet::UNSUBSCRIBE => self.unsubscribe(body),
+            packet::PUBREL if !self.denied_qos2.is_empty() => match packet::pubrel(body) {
+                Ok(pkid) if self.denied_qos2.remove(&pkid) => {
+                    self.pending.push(ToClient::Packet(packet::pubcomp(pkid)));
+                    Verdict::Drop
+                }
+                _ => Verdict::Forward,
+            },
+            // Acknowledgements of the broker's publications go through
+            // Delivery, which passes them on in rumqttd's order (a 3.1.1
+            // acknowledgement is a valid MQTT 5 one as it is).
+            packet::PUBACK | packet::PUBREC | packet::PUBCOMP => {
+                let mut delivery = lock(self.delivery);
+                delivery.client_ack(raw, header.header_len);
+                if delivery.releasable() {
+                    self.pending.push(ToClient::Release);
+                }
+                Verdict::Drop
+            }
+            packet::DISCONNECT => {
+                if self.version == Version::V5 {
+                    if let Some(secs) = handshake::disconnect_expiry(body) {
+                        // A session that was to end with its connection
+                        // cannot be kept from its DISCONNECT (§3.14.2.2.2).
+                        if self.expiry.0 != 0 {
+                            self.expiry = Expiry(secs);
+                        }
+                    }
+                }
+                self.after_close = Some(self.shared.sessions.close(
+                    self.client_id,
+                    self.generation,
+                    self.expiry,
+                ));
+                Verdict::Forward
+            }
+            _ => Verdict::Forward,
+        }
+    }
+
+    /// A packet no client may send: rumqttd must never see it (several
+    /// make it panic), so the connection closes.
+    pub(super) fn violation(&mut self, violation: Violation, first: u8) -> Verdict {
+        debug!(
+            packet_type = first >> 4,
+            flags = first & 0x0F,
+            ?violation,
+            "Closed an MQTT connection that sent a packet a client must not send."
+        );
+        self.close(violation.reason())
+    }
+
+    /// What goes to the broker for an MQTT 3.1.1 client's packet that MQTT
+    /// 5 lays out differently; an MQTT 5 client's goes as it came.
+    pub(super) fn upstream(
+        &mut self,
+        translate: impl FnOnce() -> Result<Bytes, PacketError>,
+    ) -> Verdict {
+        match self.version {
+            Version::V5 => Verdict::Forward,
+            Version::V4 => match translate() {
+                Ok(bytes) => Verdict::Replace(bytes),
+                Err(e) => self.malformed(&e),
+            },
+        }
+    }
+
+    /// Closes the connection, with an MQTT 5 DISCONNECT first.
+    pub(super) fn close(&mut self, reason: u8) -> Verdict {
+        let last = match self.version {
+            Version::V4 => None,
+            Version::V5 => Some(packet::disconnect(reason)),
+        };
+        self.pending.push(ToClient::Close(last));
+        Verdict::Close
+    }
+
+    pub(super) fn malformed(&mut self, error: &PacketError) -> Verdict {
+        debug!(%error, "Closed an MQTT connection that sent a malformed packet.");
+        self.close(MALFORMED_PACKET)
+    }
+
+    pub(super) fn publish(&mut self, first: u8, body: &[u8]) -> Verdict {
+        let p = match packet::publish(first, body, self.version) {
+            Ok(p) => p,
+            Err(e) => return self.malformed(&e),
+        };
+        if !validate::topic_name(p.topic) || (p.topic.is_empty() && p.alias.is_none()) {
+            debug!(
+                topic = p.topic,
+                "Closed an MQTT connection that published to an invalid topic name."
+            );
+            return self.close(Violation::TopicName.reason());
+        }
+        if let Some(alias) = p
+            .alias
+            .filter(|&a| a == 0 || a > handshake::CLIENT_ALIAS_MAX)
+        {
+            debug!(
+                alias,
+                "Closed an MQTT connection that used a Topic Alias beyond the maximum."
+            );
+            return self.close(TOPIC_ALIAS_INVALID);
+        }
+        let topic = match p.alias {
+            None => p.topic,
+            Some(alias) if p.topic.is_empty() => match self.aliases.get(&alias) {
+                Some(topic) => {
+                    let topic = topic.clone();
+                    return self.checked(first, &p, &topic);
+                }
+                None => {
+                    debug!(
+                        alias,
+                        "Closed an MQTT connection that used an unknown Topic Alias."
+                    );
+                    return self.close(PROTOCOL_ERROR);
+                }
+            },
+            Some(alias) => {
+                if self.aliases.get(&alias).map(String::as_str) != Some(p.topic) {
+                    self.aliases.insert(alias, p.topic.to_owned());
+                }
+                p.topic
+            }
+        };
+        self.checked(first, &p, topic)
+    }
+
+    /// A publication to `topic` (resolved from its alias), as the
+    /// principal's rights and the policy allow.
+    pub(super) fn checked(&mut self, first: u8, p: &packet::Publish<'_>, topic: &str) -> Verdict {
+        let reason = if !self.session.may_publish(topic) {
+            info!(
+                principal = self.session.name(),
+                topic,
+                qos = p.qos,
+                "Denied a publication."
+            );
+            self.shared.policy.observe(GuardEvent::PublishDenied);
+            NOT_AUTHORIZED
+        } else if let Err(why) = self.shared.policy.payload_fits(topic, p.payload) {
+            info!(
+                principal = self.session.name(),
+                topic,
+                qos = p.qos,
+                reason = %why,
+                "Refused a publication whose payload does not fit its topic."
+            );
+            self.shared.policy.observe(GuardEvent::PayloadRefused);
+            PAYLOAD_FORMAT_INVALID
+        } else {
+            return self.accepted(first, p, topic);
+        };
+        match (p.qos, self.version) {
+            (0, _) => Verdict::Drop,
+            // MQTT 3.1.1 has no negative PUBACK; §3.3.5 allows a positive
+            // one for a message the server will not deliver.
+            (1, version) => {
+                self.pending
+                    .push(ToClient::Packet(packet::puback(version, p.pkid, reason)));
+                Verdict::Drop
+            }
+            (_, Version::V5) => {
+                self.denied_qos2.insert(p.pkid);
+                self.pending
+                    .push(ToClient::Packet(packet::pubrec(p.pkid, reason)));
+                Verdict::Drop
+            }
+            // A positive PUBREC would promise exactly-once delivery.
+            (_, Version::V4) => self.close(UNSPECIFIED_ERROR),
+        }
+    }
+
+    /// A publication the broker gets: with the guard's marker, the topic
+    /// its alias stood for; counted against the Receive Maximum.
+    pub(super) fn accepted(&mut self, first: u8, p: &packet::Publish<'_>, topic: &str) -> Verdict {
+        if p.qos > 0 && self.version == Version::V5 {
+            let unacked = self.unacked.fetch_add(1, Ordering::Relaxed) + 1;
+            if unacked > u32::from(self.shared.limits.receive_maximum) {
+                debug!(
+                    limit = self.shared.limits.receive_maximum,
+                    "Closed an MQTT connection that exceeded the Receive Maximum."
+                );
+                return self.close(RECEIVE_MAXIMUM_EXCEEDED);
+            }
+        }
+        let principal = self
+            .session
+            .names_publisher(topic)
+            .then(|| self.session.name());
+        match publication::to_broker(self.version, first, p, topic, now_ms(), principal) {
+            Ok(None) => Verdict::Forward,
+            Ok(Some(bytes)) => Verdict::Replace(bytes),
+            Err(e) => self.malformed(&e),
+        }
+    }
+
+    pub(super) fn subscribe(&mut self, body: &[u8]) -> Verdict {
+        let s = match packet::subscribe(body, self.version) {
+            Ok(s) => s,
+            Err(e) => return self.malformed(&e),
+        };
+        if let Some(&(_, options)) = s
+            .filters
+            .iter()
+            .find(|(_, options)| !validate::subscribe_options(self.version, *options))
+        {
+            debug!(
+                options,
+                "Closed an MQTT connection that sent a SUBSCRIBE with reserved options."
+            );
+            return self.close(MALFORMED_PACKET);
+        }
+        let (denied, quota, invalid) = match self.version {
+            Version::V4 => (V4_FAILURE, V4_FAILURE, V4_FAILURE),
+            Version::V5 => (NOT_AUTHORIZED, QUOTA_EXCEEDED, TOPIC_FILTER_INVALID),
+        };
+        let max = self.shared.limits.max_subscriptions;
+        let mut plan = Vec::with_capacity(s.filters.len());
+        let mut allowed = Vec::with_capacity(s.filters.len());
+        let subscriptions = self.subscriptions.clone();
+        let mut held = subscriptions.lock();
+        for &(filter, options) in &s.filters {
+            if !validate::topic_filter(filter) || validate::reserved_filter(filter) {
+                info!(
+                    principal = self.session.name(),
+                    filter, "Refused an invalid or reserved topic filter."
+                );
+                plan.push(Some(invalid));
+            } else if !self.session.may_subscribe(packet::shared_filter(filter)) {
+                info!(
+                    principal = self.session.name(),
+                    filter, "Denied a subscription."
+                );
+                self.shared.policy.observe(GuardEvent::SubscribeDenied);
+                plan.push(Some(denied));
+            } else if !held.contains(filter) && held.len() >= max {
+                info!(
+                    principal = self.session.name(),
+                    filter,
+                    limit = max,
+                    "Refused a subscription past mqtt.max_subscriptions."
+                );
+                self.shared
+                    .policy
+                    .observe(GuardEvent::Limit(GuardLimit::Subscriptions));
+                plan.push(Some(quota));
+            } else {
+                if !held.contains(filter) {
+                    held.insert(filter.to_owned());
+                }
+                if let Some(p) = &self.shared.prerequisite {
+                    self.prepare_first |= p.needed_for(packet::shared_filter(filter));
+                }
+                plan.push(None);
+                allowed.push((filter, options));
+            }
+        }
+        drop(held);
+        if allowed.len() == s.filters.len() {
+            return self.upstream(|| v4::with_properties_after_pkid(0x82, body));
+        }
+        if allowed.is_empty() {
+            let codes: Vec<u8> = plan.iter().map(|c| c.unwrap_or(denied)).collect();
+            self.pending.push(ToClient::Packet(packet::encode_suback(
+                self.version,
+                s.pkid,
+                &[],
+                &codes,
+            )));
+            return Verdict::Drop;
+        }
+        let rewritten = packet::encode_subscribe(Version::V5, s.pkid, s.properties, &allowed);
+        self.pending.push(ToClient::SubAck { pkid: s.pkid, plan });
+        Verdict::Replace(rewritten)
+    }
+
+    /// Forwards what the session holds and answers for the rest: rumqttd
+    /// acknowledges only the filters it removed, one UNSUBACK each.
+    pub(super) fn unsubscribe(&mut self, body: &[u8]) -> Verdict {
+        let u = match packet::unsubscribe(body, self.version) {
+            Ok(u) => u,
+            Err(e) => return self.malformed(&e),
+        };
+        if let Some(filter) = u.filters.iter().find(|f| !validate::topic_filter(f)) {
+            debug!(
+                filter,
+                "Closed an MQTT connection that unsubscribed an invalid topic filter."
+            );
+            return self.close(PROTOCOL_ERROR);
+        }
+        let mut codes = Vec::with_capacity(u.filters.len());
+        let mut forwarded = Vec::with_capacity(u.filters.len());
+        {
+            let mut held = self.subscriptions.lock();
+            for &filter in &u.filters {
+                if held.remove(filter) {
+                    forwarded.push(filter);
+                    codes.push(0);
+                } else if forwarded.contains(&filter) {
+                    // Named twice: removed once, successfully both times.
+                    codes.push(0);
+                } else {
+                    codes.push(NO_SUBSCRIPTION_EXISTED);
+                }
+            }
+        }
+        if forwarded.is_empty() {
+            self.pending.push(ToClient::Packet(packet::encode_unsuback(
+                self.version,
+                u.pkid,
+                &codes,
+            )));
+            return Verdict::Drop;
+        }
+        // rumqttd forgets, when a session resumes, which connection its
+        // subscriptions belong to, and then ignores their UNSUBSCRIBE (and
+        // goes on delivering). Subscribing again first ties them to this
+        // connection; for a filter already tied it changes nothing (no new
+        // delivery cursor, no retained messages).
+        let again: Vec<(&str, u8)> = forwarded.iter().map(|f| (*f, 0)).collect();
+        let mut upstream = BytesMut::new();
+        upstream.extend_from_slice(&packet::encode_subscribe(Version::V5, u.pkid, &[], &again));
+        upstream.extend_from_slice(&packet::encode_unsubscribe(
+            u.pkid,
+            u.properties,
+            &forwarded,
+        ));
+        self.pending.push(ToClient::SwallowSubAck(u.pkid));
+        self.pending.push(ToClient::UnsubAck {
+            pkid: u.pkid,
+            forwarded: forwarded.len(),
+            codes,
+        });
+        Verdict::Replace(upstream.freeze())
+    }
+}

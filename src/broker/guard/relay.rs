@@ -1,0 +1,212 @@
+//! The I/O of one guarded connection: the two pumps that move bytes
+//! between the client's socket and the broker's pipe, each asking its
+//! direction's pure state ([`super::inspect`], [`super::downstream`]) what
+//! to write.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::connection::{End, ToClient};
+use super::downstream::Downstream;
+use super::inspect::Inspector;
+use crate::broker::engine::EngineStream;
+
+/// Read buffers grow by this much; whole packets larger than it grow them
+/// to their size.
+const READ_CHUNK: usize = 16 * 1024;
+/// A read buffer's first allocation: most MQTT clients are idle, and their
+/// two buffers (client and broker side) were most of what one cost
+/// (issue 16); a busy connection reaches READ_CHUNK on its next growth.
+const FIRST_CHUNK: usize = 2 * 1024;
+/// Below this much free room a read buffer grows before the next read.
+const MIN_SPARE: usize = 256;
+const PINGREQ: [u8; 2] = [0xC0, 0];
+
+pub(super) fn grow(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < MIN_SPARE {
+        let chunk = if buf.capacity() == 0 {
+            FIRST_CHUNK
+        } else {
+            READ_CHUNK
+        };
+        buf.reserve(chunk);
+    }
+}
+
+impl Inspector<'_> {
+    /// The client-to-broker pump: reads the client, inspects, writes the
+    /// broker what the inspection let through (and what the guard owes
+    /// it), pings the broker for a client without keep-alive.
+    pub(super) async fn pump<R: AsyncRead + Unpin>(
+        &mut self,
+        client: &mut R,
+        socket: RawFd,
+        upstream: &mut WriteHalf<EngineStream>,
+        buf: &mut BytesMut,
+        owed: &Notify,
+    ) -> End {
+        let mut ping = self.pings.map(|every| {
+            let mut i = tokio::time::interval_at(Instant::now() + every, every);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        });
+        loop {
+            let (chunk, end) = self.inspect_all(buf);
+            for message in self.pending.drain(..) {
+                if self.outbox.send(message).await.is_err() {
+                    return End::Closing;
+                }
+            }
+            // What the guard owes the broker goes first (the client's
+            // acknowledgements are among it, in the order rumqttd needs),
+            // in the same write.
+            let chunk = match self.take_owed() {
+                None => chunk,
+                Some(acks) if chunk.is_empty() => acks,
+                Some(acks) => {
+                    let mut both = BytesMut::with_capacity(acks.len() + chunk.len());
+                    both.extend_from_slice(&acks);
+                    both.extend_from_slice(&chunk);
+                    both.freeze()
+                }
+            };
+            if std::mem::take(&mut self.prepare_first) {
+                if let Some(p) = &self.shared.prerequisite {
+                    p.prepare().await;
+                }
+            }
+            if !chunk.is_empty() && upstream.write_all(&chunk).await.is_err() {
+                return End::BrokerClosed;
+            }
+            if let Some(end) = end {
+                return end;
+            }
+            grow(buf);
+            // Acknowledgements the guard owes the broker for what it
+            // delivered lower or not at all go in between the client's.
+            let read = loop {
+                tokio::select! {
+                    read = client.read_buf(buf) => break read,
+                    _ = async { ping.as_mut()?.tick().await; Some(()) }, if ping.is_some() => {
+                        self.guard_pings.fetch_add(1, Ordering::Relaxed);
+                        if upstream.write_all(&PINGREQ).await.is_err() {
+                            return End::BrokerClosed;
+                        }
+                    }
+                    _ = owed.notified() => {
+                        if let Some(acks) = self.take_owed() {
+                            if upstream.write_all(&acks).await.is_err() {
+                                return End::BrokerClosed;
+                            }
+                        }
+                    }
+                }
+            };
+            match read {
+                Ok(0) => return End::ClientClosed,
+                Ok(_) => quick_ack(socket),
+                Err(e) => {
+                    debug!(error = %e, "MQTT client connection failed.");
+                    return End::ClientFailed;
+                }
+            }
+        }
+    }
+}
+
+/// Acknowledges what was just read at once instead of after the kernel's
+/// delayed-ACK timer. A peer that leaves Nagle on (rumqttd on the sockets
+/// it accepts; many MQTT clients) holds each small packet it writes while
+/// another is unacknowledged until that ACK comes: about 40 ms on Linux per
+/// request/response hop. Linux clears the flag as it goes, hence once per
+/// read.
+fn quick_ack(socket: RawFd) {
+    #[cfg(target_os = "linux")]
+    {
+        let on: libc::c_int = 1;
+        // SAFETY: a valid socket and a c_int option of the right size.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_QUICKACK,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+}
+
+/// The broker-to-client direction: relays whole packets (translated for
+/// an MQTT 3.1.1 client), rewrites the acknowledgements of SUBSCRIBEs and
+/// UNSUBSCRIBEs the guard changed, and slips the guard's own packets in
+/// between the broker's.
+pub(super) async fn relay<W: AsyncWrite + Unpin>(
+    mut state: Downstream<'_>,
+    upstream: &mut ReadHalf<EngineStream>,
+    client: &mut W,
+    mut from_guard: mpsc::Receiver<ToClient>,
+    relayed: &AtomicU64,
+) -> End {
+    let mut buf = BytesMut::new();
+    let mut guard_open = true;
+    loop {
+        grow(&mut buf);
+        let mut out = BytesMut::new();
+        let mut closing = None;
+        tokio::select! {
+            biased;
+            message = from_guard.recv(), if guard_open => match message {
+                Some(m) => {
+                    let mut close = state.take(m, &mut out);
+                    while let (false, Ok(m)) = (close, from_guard.try_recv()) {
+                        close = state.take(m, &mut out);
+                    }
+                    closing = close.then_some(End::Closing);
+                }
+                None => guard_open = false,
+            },
+            read = upstream.read_buf(&mut buf) => {
+                match read {
+                    Ok(0) | Err(_) => return End::BrokerClosed,
+                    Ok(_) => {}
+                }
+                // A SUBACK's plan is queued before its SUBSCRIBE is sent, so
+                // it is in the channel by the time the SUBACK is read.
+                let mut close = false;
+                while let (false, Ok(m)) = (close, from_guard.try_recv()) {
+                    close = state.take(m, &mut out);
+                }
+                if close {
+                    closing = Some(End::Closing);
+                } else {
+                    let (chunk, end) = state.client_bound(&mut buf, out);
+                    out = chunk;
+                    closing = end;
+                }
+            }
+        }
+        if !out.is_empty() {
+            let written = async {
+                client.write_all(&out).await?;
+                client.flush().await
+            };
+            if written.await.is_err() {
+                return End::ClientFailed;
+            }
+            relayed.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(end) = closing {
+            return end;
+        }
+    }
+}
