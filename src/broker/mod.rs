@@ -87,14 +87,6 @@ impl Bus {
         self.send(BusCommand::Publish(publication)).await
     }
 
-    /// Publishes without waiting; for the dispatcher, which must never stall
-    /// on a busy bus. Fails only when the queue is full or the bus stopped.
-    pub fn try_publish(&self, publication: Publication) -> Result<(), BusClosed> {
-        self.commands
-            .try_send(BusCommand::Publish(publication))
-            .map_err(|_| BusClosed)
-    }
-
     /// Subscribes the sidecar. Retained messages matching the filter are
     /// delivered right after.
     pub async fn subscribe(&self, filter: String) -> Result<(), BusClosed> {
@@ -103,6 +95,26 @@ impl Bus {
 
     pub async fn unsubscribe(&self, filter: String) -> Result<(), BusClosed> {
         self.send(BusCommand::Unsubscribe(filter)).await
+    }
+
+    /// A place on the bus's queue, for an actor that must not wait inside
+    /// its loop (the dispatcher selects on this beside its other inputs).
+    pub(crate) async fn reserve(&self) -> Result<mpsc::Permit<'_, BusCommand>, BusClosed> {
+        self.commands.reserve().await.map_err(|_| BusClosed)
+    }
+
+    /// [`Bus::reserve`] without waiting: `None` while the queue is full.
+    pub(crate) fn try_reserve(&self) -> Result<Option<mpsc::Permit<'_, BusCommand>>, BusClosed> {
+        match self.commands.try_reserve() {
+            Ok(permit) => Ok(Some(permit)),
+            Err(mpsc::error::TrySendError::Full(())) => Ok(None),
+            Err(mpsc::error::TrySendError::Closed(())) => Err(BusClosed),
+        }
+    }
+
+    /// Queues any command, waiting for room.
+    pub(crate) async fn send_command(&self, command: BusCommand) -> Result<(), BusClosed> {
+        self.send(command).await
     }
 
     async fn send(&self, command: BusCommand) -> Result<(), BusClosed> {

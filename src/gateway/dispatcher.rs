@@ -3,7 +3,7 @@
 //! connections' commands, keeps the gateway's bus subscriptions in step, fans
 //! deliveries out, and routes requests and replies.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,7 +19,7 @@ use super::published::{self, Expected, LoggedOnce};
 use super::requests::{ClaimError, Consumer, Effect, Requests, RunningInvocation};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
 use super::{incoming_trace, message_info, trace_publication};
-use crate::broker::{Bus, Delivery, Publication, ResponseInfo};
+use crate::broker::{Bus, BusCommand, Delivery, Publication, ResponseInfo};
 use crate::directory::{affordances, DirectoryService};
 use crate::lmos::dialect::{self, Dialect};
 use crate::lmos::splice::peek_member;
@@ -155,10 +155,19 @@ pub struct Dispatcher {
     /// Topics whose malformed publications were logged.
     refusals_logged: LoggedOnce,
     bus: Bus,
+    /// Publications and subscription changes decided and not yet taken by
+    /// the bus, in order. The loop decides without awaiting anything; the
+    /// bus drains this as it can (see [`Dispatcher::run`]).
+    to_bus: VecDeque<BusCommand>,
     topics: Topics,
     commands: mpsc::Receiver<Command>,
     deliveries: mpsc::Receiver<Delivery>,
 }
+
+/// Commands queued for the bus beyond which the dispatcher stops taking the
+/// connections' commands until the bus catches up (backpressure, as when it
+/// awaited each publication).
+const BUS_BACKLOG: usize = 1024;
 
 impl Dispatcher {
     pub fn new(
@@ -190,6 +199,7 @@ impl Dispatcher {
             validate_agent_data,
             refusals_logged: LoggedOnce::default(),
             bus,
+            to_bus: VecDeque::new(),
             topics,
             commands,
             deliveries,
@@ -199,42 +209,55 @@ impl Dispatcher {
     /// Runs until `shutdown`; then answers every request still waiting
     /// (503) and cancels `closing`, so connections close after that.
     pub async fn run(mut self, shutdown: CancellationToken, closing: CancellationToken) {
+        // Its own handle, so that waiting for room on the bus borrows
+        // nothing the other branches change.
+        let bus = self.bus.clone();
         loop {
             let expiry = self.history.next_expiry();
             tokio::select! {
                 _ = shutdown.cancelled() => {
                     let effects = self.requests.shutdown();
-                    self.carry_out(effects).await;
+                    self.carry_out(effects);
+                    // The 503s to MQTT consumers go out before connections
+                    // are told to close.
+                    self.flush_bus().await;
                     closing.cancel();
                     return;
                 }
-                command = self.commands.recv() => match command {
-                    Some(command) => self.apply(command).await,
+                // The bus takes what is queued for it as fast as it can;
+                // the loop never waits on it anywhere else.
+                permit = bus.reserve(), if !self.to_bus.is_empty() => match permit {
+                    Ok(permit) => self.feed_bus(permit),
+                    Err(_) => self.bus_closed(),
+                },
+                // A bus that falls behind slows the connections' commands
+                // down, never the deliveries (which would stall the broker's
+                // side of the bus).
+                command = self.commands.recv(), if self.to_bus.len() < BUS_BACKLOG => match command {
+                    Some(command) => self.apply(command),
                     None => return,
                 },
                 delivery = self.deliveries.recv() => match delivery {
-                    Some(delivery) => self.deliver(delivery).await,
+                    Some(delivery) => self.deliver(delivery),
                     None => {
                         warn!("The message bus closed; the gateway stops delivering.");
                         return;
                     }
                 },
                 Some(effects) = self.requests.next_timeout(), if self.requests.has_timers() => {
-                    self.carry_out(effects).await;
+                    self.carry_out(effects);
                 }
                 _ = sleep_until(expiry), if expiry.is_some() => {
                     for thing in self.history.expire(Instant::now()) {
                         let filter = self.topics.thing_events_filter(&thing);
-                        if self.bus.unsubscribe(filter).await.is_err() {
-                            warn!("The message bus closed; subscriptions can no longer change.");
-                        }
+                        self.to_bus.push_back(BusCommand::Unsubscribe(filter));
                     }
                 }
             }
         }
     }
 
-    async fn apply(&mut self, command: Command) {
+    fn apply(&mut self, command: Command) {
         match command {
             Command::Claim {
                 conn,
@@ -252,7 +275,7 @@ impl Dispatcher {
                         Vec::new()
                     }
                 };
-                self.carry_out(effects).await;
+                self.carry_out(effects);
             }
             Command::Register {
                 conn,
@@ -297,7 +320,7 @@ impl Dispatcher {
                     }
                 }
                 if let Some(change) = change {
-                    self.change_bus(change).await;
+                    self.change_bus(change);
                 }
                 if acknowledge && !answered {
                     self.acknowledge(conn, &thing, &correlation_id, &selector, true);
@@ -315,7 +338,7 @@ impl Dispatcher {
                 acknowledge,
             } => {
                 if let Some(change) = self.table.remove(conn, &thing, &selector) {
-                    self.change_bus(change).await;
+                    self.change_bus(change);
                 }
                 if acknowledge {
                     self.acknowledge(conn, &thing, &correlation_id, &selector, false);
@@ -329,12 +352,11 @@ impl Dispatcher {
                         .limit_hit(metrics::WEBSOCKET, "max_pending_requests");
                     let detail = format!("This connection already has {max} requests waiting for an agent (gateway.max_pending_requests); send more when some are answered.");
                     let problem = Problem::new(crate::lmos::ProblemKind::TooManyRequests, detail);
-                    self.refuse(consumer, &message, problem).await;
+                    self.refuse(consumer, &message, problem);
                     return;
                 }
                 if let Some(problem) = self.against_td(&message) {
-                    self.refuse(Consumer::WebSocket(conn), &message, problem)
-                        .await;
+                    self.refuse(Consumer::WebSocket(conn), &message, problem);
                     return;
                 }
                 self.trace_request(&mut message);
@@ -342,7 +364,7 @@ impl Dispatcher {
                 let effects = self
                     .requests
                     .request(Consumer::WebSocket(conn), *message, liveness);
-                self.carry_out(effects).await;
+                self.carry_out(effects);
             }
             Command::AgentMessage {
                 conn,
@@ -351,7 +373,7 @@ impl Dispatcher {
                 fallback,
             } => {
                 if self.requests.answers(&thing, &message) {
-                    self.agent_reply(&thing, &message).await;
+                    self.agent_reply(&thing, &message);
                 } else if self.requests.answers_remote(&thing, conn, &message) {
                     // For the router on another sidecar that asked: verbatim,
                     // as an MQTT agent would answer.
@@ -360,15 +382,15 @@ impl Dispatcher {
                     let mut publication =
                         Publication::new(self.topics.agent_replies(&thing), text, false);
                     trace_publication(&self.tracer, &message, &mut publication);
-                    self.publish(publication).await;
+                    self.publish(publication);
                 } else {
                     for mut publication in fallback {
                         trace_publication(&self.tracer, &message, &mut publication);
-                        self.publish(publication).await;
+                        self.publish(publication);
                     }
                 }
             }
-            Command::Deregister { conn } => self.forget(conn).await,
+            Command::Deregister { conn } => self.forget(conn),
             Command::Stats { reply } => {
                 let _ = reply.send(GatewayStats {
                     connections: self.outbounds.len(),
@@ -490,16 +512,16 @@ impl Dispatcher {
         result.err()
     }
 
-    async fn forget(&mut self, conn: ConnId) {
+    fn forget(&mut self, conn: ConnId) {
         self.outbounds.remove(&conn);
         for change in self.table.remove_connection(conn) {
-            self.change_bus(change).await;
+            self.change_bus(change);
         }
         let effects = self.requests.connection_gone(conn);
-        self.carry_out(effects).await;
+        self.carry_out(effects);
     }
 
-    async fn change_bus(&mut self, change: StreamChange) {
+    fn change_bus(&mut self, change: StreamChange) {
         // With a history, the gateway keeps following a Thing's events for
         // a while after its last subscriber left, so a consumer that comes
         // back finds what it missed.
@@ -520,14 +542,11 @@ impl Dispatcher {
         if !change.subscribe && change.stream == Stream::Properties {
             self.latest.remove(&change.thing);
         }
-        let result = if change.subscribe {
-            self.bus.subscribe(filter).await
+        self.to_bus.push_back(if change.subscribe {
+            BusCommand::Subscribe(filter)
         } else {
-            self.bus.unsubscribe(filter).await
-        };
-        if result.is_err() {
-            warn!("The message bus closed; subscriptions can no longer change.");
-        }
+            BusCommand::Unsubscribe(filter)
+        });
     }
 
     /// Counts a message the sidecar sends; errors by kind too.
@@ -540,7 +559,7 @@ impl Dispatcher {
         }
     }
 
-    async fn carry_out(&mut self, effects: Vec<Effect>) {
+    fn carry_out(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match &effect {
                 Effect::ToConsumer(Consumer::WebSocket(_), text) | Effect::ToAgent(_, text) => {
@@ -569,30 +588,67 @@ impl Dispatcher {
                 ) => {
                     let mut publication = Publication::new(topic, text, false);
                     publication.correlation_data = correlation_data;
-                    self.publish(publication).await;
+                    self.publish(publication);
                 }
-                Effect::Publish(publication) => self.publish(publication).await,
-                Effect::Subscribe(filter) => {
-                    if self.bus.subscribe(filter).await.is_err() {
-                        warn!("The message bus closed; subscriptions can no longer change.");
-                    }
-                }
+                Effect::Publish(publication) => self.publish(publication),
+                Effect::Subscribe(filter) => self.to_bus.push_back(BusCommand::Subscribe(filter)),
                 Effect::Unsubscribe(filter) => {
-                    if self.bus.unsubscribe(filter).await.is_err() {
-                        warn!("The message bus closed; subscriptions can no longer change.");
-                    }
+                    self.to_bus.push_back(BusCommand::Unsubscribe(filter))
                 }
             }
         }
     }
 
-    async fn publish(&self, publication: Publication) {
-        if self.bus.publish(publication).await.is_err() {
-            warn!("The message bus closed; a message could not be published.");
+    /// Hands the bus the first queued command through `permit`, and as
+    /// many more as it has room for now.
+    fn feed_bus(&mut self, permit: mpsc::Permit<'_, BusCommand>) {
+        let Some(first) = self.to_bus.pop_front() else {
+            return;
+        };
+        permit.send(first);
+        let mut closed = false;
+        while !self.to_bus.is_empty() {
+            match self.bus.try_reserve() {
+                Ok(Some(permit)) => {
+                    if let Some(command) = self.to_bus.pop_front() {
+                        permit.send(command);
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if closed {
+            self.bus_closed();
         }
     }
 
-    async fn deliver(&mut self, delivery: Delivery) {
+    fn bus_closed(&mut self) {
+        warn!(
+            dropped = self.to_bus.len(),
+            "The message bus closed; queued publications and subscription changes are lost."
+        );
+        self.to_bus.clear();
+    }
+
+    /// Waits until the bus has taken everything queued (at shutdown).
+    async fn flush_bus(&mut self) {
+        while let Some(command) = self.to_bus.pop_front() {
+            if self.bus.send_command(command).await.is_err() {
+                return self.bus_closed();
+            }
+        }
+    }
+
+    /// Queues a publication for the bus (see [`Dispatcher::to_bus`]).
+    fn publish(&mut self, publication: Publication) {
+        self.to_bus.push_back(BusCommand::Publish(publication));
+    }
+
+    fn deliver(&mut self, delivery: Delivery) {
         let Ok(topic) = std::str::from_utf8(&delivery.topic) else {
             return;
         };
@@ -647,7 +703,7 @@ impl Dispatcher {
             } => {
                 for (message_type, delivery) in self.kotlin_requests(&thing, message_type, delivery)
                 {
-                    self.mqtt_request(&thing, &message_type, delivery).await;
+                    self.mqtt_request(&thing, &message_type, delivery);
                 }
             }
             Route::AgentReplies { thing } => {
@@ -667,12 +723,12 @@ impl Dispatcher {
                             message.tracestate = t.tracestate.clone();
                         }
                     }
-                    self.agent_reply(&thing, &message).await;
+                    self.agent_reply(&thing, &message);
                 }
             }
             Route::AgentStatus { thing } => {
                 let effects = self.requests.mqtt_presence(&thing, &delivery.payload);
-                self.carry_out(effects).await;
+                self.carry_out(effects);
             }
             Route::AgentRequest { thing, .. } => self.remote_request(&thing, delivery),
             Route::Td { thing } => self.directory.learn(&thing, &delivery.payload),
@@ -856,7 +912,7 @@ impl Dispatcher {
     /// `{prefix}/{thing}/requests/{messageType}`. Replies go to its MQTT 5
     /// Response Topic, else to the topic in its `replyTo` member, else to
     /// `{prefix}/{thing}/replies/{correlationID}`.
-    async fn mqtt_request(&mut self, thing: &str, message_type: &str, delivery: Delivery) {
+    fn mqtt_request(&mut self, thing: &str, message_type: &str, delivery: Delivery) {
         let raw: Option<Value> = serde_json::from_slice(&delivery.payload).ok();
         let reply_to = raw
             .as_ref()
@@ -902,8 +958,7 @@ impl Dispatcher {
                         rejection.reply_correlation_id(),
                     )
                     .to_json();
-                self.carry_out(vec![Effect::ToConsumer(consumer, text)])
-                    .await;
+                self.carry_out(vec![Effect::ToConsumer(consumer, text)]);
                 return;
             }
         };
@@ -931,7 +986,7 @@ impl Dispatcher {
                     correlation_data: None,
                     principal: None,
                 };
-                self.refuse(fallback, &message, problem).await;
+                self.refuse(fallback, &message, problem);
                 return;
             }
         }
@@ -945,8 +1000,7 @@ impl Dispatcher {
             let text = problem
                 .to_message(&message.thing_id, Some(message.reply_correlation_id()))
                 .to_json();
-            self.carry_out(vec![Effect::ToConsumer(consumer, text)])
-                .await;
+            self.carry_out(vec![Effect::ToConsumer(consumer, text)]);
             return;
         }
         let mut message = message;
@@ -957,13 +1011,13 @@ impl Dispatcher {
             }
         }
         if let Some(problem) = self.against_td(&message) {
-            self.refuse(consumer, &message, problem).await;
+            self.refuse(consumer, &message, problem);
             return;
         }
         self.trace_request(&mut message);
         let liveness = self.td_liveness(&message);
         let effects = self.requests.request(consumer, message, liveness);
-        self.carry_out(effects).await;
+        self.carry_out(effects);
     }
 
     /// A request another sidecar routed to a Thing whose agent is connected
@@ -1039,12 +1093,11 @@ impl Dispatcher {
         ))
     }
 
-    async fn refuse(&mut self, consumer: Consumer, message: &Message, problem: Problem) {
+    fn refuse(&mut self, consumer: Consumer, message: &Message, problem: Problem) {
         let text = problem
             .to_message(&message.thing_id, Some(message.reply_correlation_id()))
             .to_json();
-        self.carry_out(vec![Effect::ToConsumer(consumer, text)])
-            .await;
+        self.carry_out(vec![Effect::ToConsumer(consumer, text)]);
     }
 
     /// Records a request on its way to the agent; the forwarded request
@@ -1072,7 +1125,7 @@ impl Dispatcher {
     }
 
     /// An agent's answer: recorded as processed, then routed to its consumer.
-    async fn agent_reply(&mut self, thing: &str, message: &Message) {
+    fn agent_reply(&mut self, thing: &str, message: &Message) {
         let destination = self.topics.agent_replies(thing);
         let error = match &message.body {
             Body::Error(e) => Some(e.title.as_str()),
@@ -1091,7 +1144,7 @@ impl Dispatcher {
             self.requests
                 .reply(thing, message, ctx.as_ref().map(|c| c.traceparent.as_str()))
         {
-            self.carry_out(effects).await;
+            self.carry_out(effects);
         }
     }
 
