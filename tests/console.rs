@@ -439,8 +439,12 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
         sampling = browser
             .js("const s = document.querySelector('#sampling'); return s.hidden ? null : s.textContent;")
             .await;
+        // A page that rendered every event froze for seconds; one that
+        // samples answers within a frame or two. The bound leaves room for
+        // a busy 2-core CI machine running other tests at the same time
+        // (500 ms failed there once, at 676 ms).
         assert!(
-            asked.elapsed() < Duration::from_millis(500),
+            asked.elapsed() < Duration::from_millis(1500),
             "the page took {:?} to answer during the flood",
             asked.elapsed()
         );
