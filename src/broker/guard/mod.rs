@@ -287,17 +287,20 @@ impl Guard {
                     .run()
                     .await
             }
+            // Boxed: a task's future is as large as its largest state, and
+            // the TLS handshake and a TLS connection's state (rustls'
+            // buffers and session) would otherwise make every plain
+            // connection's task that large too (issue 16).
             Some(acceptor) => {
                 let shutdown = self.shared.shutdown.clone();
+                let accept = Box::pin(tokio::time::timeout_at(deadline, acceptor.accept(stream)));
                 let handshake = tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    r = tokio::time::timeout_at(deadline, acceptor.accept(stream)) => r,
+                    r = accept => r,
                 };
                 match handshake {
                     Ok(Ok(tls)) => {
-                        Connection::new(tls, socket, self.shared, deadline)
-                            .run()
-                            .await
+                        Box::pin(Connection::new(tls, socket, self.shared, deadline).run()).await
                     }
                     Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed."),
                     Err(_) => admission::handshake_timed_out(&self.shared),
