@@ -7,7 +7,7 @@
 //! its own subscriptions (MQTT has no "no local" for it), so those are
 //! remembered by fingerprint ([`Echoes`]) and dropped when they return.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use async_nats::{Client, Event, ServerAddr, StatusCode, Subscriber};
@@ -17,6 +17,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
+use super::durable::{self, FromDurable, KvOp};
+use super::jetstream::{Seen, ORIGIN};
+use super::kv::Staleness;
 use super::options::{self, OptionsError};
 use super::relay::{self, Relay, ToLocal, ToNats};
 use crate::broker::{Bus, Delivery, Publication};
@@ -142,13 +145,42 @@ impl NatsLink {
             }
         };
         let inbox = client.new_inbox();
+        let jetstream = self.config.jetstream;
         let mut relay = Relay::new(self.topics.clone(), inbox.clone());
+        if jetstream {
+            relay = relay.with_jetstream();
+        }
         let (tx, mut incoming) = mpsc::channel::<Incoming>(self.config.buffer.max(64));
         let stop = CancellationToken::new();
+        // This connection's unique token names its events in the stream.
+        let origin = inbox.rsplit('.').next().unwrap_or_default().to_owned();
+        let (durable_tx, mut from_durable) = mpsc::channel(self.config.buffer.max(64));
+        let durable = jetstream.then(|| {
+            durable::start(
+                client.clone(),
+                &self.config,
+                self.topics.clone(),
+                &self.name,
+                origin.clone(),
+                self.status.jetstream().clone(),
+                durable_tx,
+                stop.child_token(),
+            )
+        });
+        let mut js_in = JetStreamIn {
+            origin,
+            seen: Seen::default(),
+            loaded: false,
+            fresh: HashSet::new(),
+            staleness: Staleness::default(),
+        };
+        // Renewing this sidecar's presence, and looking for others' gone.
+        let renew = Duration::from_secs(self.config.presence_ttl_s.max(3)) / 3;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + renew, renew);
         // Subscriptions are queued while disconnected and made again by the
         // client on every reconnection.
         let mut broadcast = Vec::new();
-        for filter in broadcast_filters(&self.topics) {
+        for filter in broadcast_filters(&self.topics, jetstream) {
             broadcast.push(
                 client
                     .subscribe(super::subjects::subject_filter(&filter))
@@ -174,14 +206,21 @@ impl NatsLink {
         let mut hosting: HashMap<String, CancellationToken> = HashMap::new();
         let mut echoes = Echoes::new(ECHO_TTL);
         let mut connected_once = false;
+        // Linked: connected, and with JetStream the consumer reads.
+        let mut up = false;
+        let mut js_ready = !jetstream;
         // The client reports every connection, the first included, as an
         // event: the link counts as linked from there.
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 event = events.recv() => match event {
-                    Some(Event::Connected) => self.linked(&client, &relay, &mut connected_once).await,
+                    Some(Event::Connected) => {
+                        up = self.linked(&client, &relay, &mut connected_once, !jetstream).await;
+                        self.status.set_connected(up && js_ready);
+                    }
                     Some(Event::Disconnected) => {
+                        up = false;
                         self.status.set_connected(false);
                         warn!("Lost the NATS cluster; local traffic goes on, reconnecting.");
                     }
@@ -226,6 +265,46 @@ impl NatsLink {
                                     token.cancel();
                                 }
                             }
+                            ToNats::Store { subject, payload } => {
+                                // Waits while the stream is that far behind.
+                                if let Some(d) = &durable {
+                                    let _ = d.events.send((subject, payload)).await;
+                                }
+                            }
+                            ToNats::Keep { topic, payload } => {
+                                if let Some(d) = &durable {
+                                    let _ = d.kv.send(KvOp::Write { topic, payload });
+                                }
+                            }
+                        }
+                    }
+                }
+                _ = ticks.tick(), if jetstream => {
+                    if let Some(d) = &durable {
+                        for (topic, payload) in relay.hosted_presence() {
+                            let _ = d.kv.send(KvOp::Write { topic, payload: Some(payload) });
+                        }
+                        let _ = d.kv.send(KvOp::ListPresence);
+                    }
+                }
+                Some(from) = from_durable.recv() => {
+                    if matches!(from, FromDurable::Ready) {
+                        js_ready = true;
+                        self.status.set_connected(up);
+                        info!("Events cross through JetStream.");
+                    }
+                    let (local, ack) = js_in.take(&self.topics, from, self.status.jetstream());
+                    for ToLocal { topic, payload, retain } in local {
+                        echoes.expect(&topic, &payload, !retain, Instant::now());
+                        let publication = Publication::new(topic, payload, retain);
+                        if self.bus.publish(publication).await.is_err() {
+                            break;
+                        }
+                    }
+                    // In the broker now: the stream may forget it for us.
+                    if let Some(m) = ack {
+                        if let Err(e) = m.ack().await {
+                            debug!(error = %e, "An event's acknowledgement did not go.");
                         }
                     }
                 }
@@ -235,6 +314,9 @@ impl NatsLink {
                         Kind::Broadcast => match super::subjects::topic(subject) {
                             Ok(topic) => {
                                 let retain = crate::cluster::is_retained(&self.topics, &topic);
+                                if retain {
+                                    js_in.live(&self.topics, &topic, &message.payload);
+                                }
                                 Some(ToLocal { topic, payload: message.payload, retain })
                             }
                             Err(e) => {
@@ -284,9 +366,17 @@ impl NatsLink {
 
     /// The connection is up: once the servers have the subscriptions, the
     /// link is usable; then the other sidecars are asked for their state.
-    async fn linked(&self, client: &Client, relay: &Relay, connected_once: &mut bool) {
+    /// `sync`: ask the others for their state (without the buckets).
+    /// Whether the link is up.
+    async fn linked(
+        &self,
+        client: &Client,
+        relay: &Relay,
+        connected_once: &mut bool,
+        sync: bool,
+    ) -> bool {
         if client.flush().await.is_err() {
-            return;
+            return false;
         }
         if *connected_once {
             self.status.reconnected();
@@ -297,21 +387,139 @@ impl NatsLink {
         *connected_once = true;
         // The reply subject names who asks; answers go to
         // `{inbox}._state.{subject}`, one message per retained topic.
-        let sync = relay::sync_subject(&self.topics);
-        let _ = client
-            .publish_with_reply(sync, relay.inbox().to_owned(), Bytes::new())
-            .await;
-        self.status.set_connected(true);
+        // (With JetStream the buckets hold the state; the link still
+        // answers others that ask.)
+        if sync {
+            let subject = relay::sync_subject(&self.topics);
+            let _ = client
+                .publish_with_reply(subject, relay.inbox().to_owned(), Bytes::new())
+                .await;
+        }
+        true
     }
 }
 
 /// The filters whose messages every sidecar gets; requests and replies go
-/// by request/reply instead.
-fn broadcast_filters(topics: &Topics) -> Vec<String> {
+/// by request/reply instead, events (with `jetstream`) through the stream.
+fn broadcast_filters(topics: &Topics, jetstream: bool) -> Vec<String> {
     crate::cluster::bridged_filters(topics)
         .into_iter()
         .filter(|f| !f.ends_with("/agent/requests/+") && !f.ends_with("/agent/replies"))
+        .filter(|f| !(jetstream && f.ends_with("/events/+")))
         .collect()
+}
+
+/// What the link makes of what JetStream brings in.
+struct JetStreamIn {
+    /// Events this sidecar published come back through its consumer.
+    origin: String,
+    seen: Seen,
+    /// The buckets' state was handed over.
+    loaded: bool,
+    /// Retained topics heard live while the buckets were read: their
+    /// entries are older.
+    fresh: HashSet<String>,
+    staleness: Staleness,
+}
+
+impl JetStreamIn {
+    /// A retained message from another sidecar, live.
+    fn live(&mut self, topics: &Topics, topic: &str, payload: &[u8]) {
+        if !self.loaded {
+            self.fresh.insert(topic.to_owned());
+        }
+        if let Some(crate::topics::Route::AgentStatus { .. }) = topics.parse(topic) {
+            self.staleness.heard(topic, relay::is_online(payload));
+        }
+    }
+
+    /// What goes to the embedded broker, and the event to acknowledge
+    /// once it is there.
+    fn take(
+        &mut self,
+        topics: &Topics,
+        from: FromDurable,
+        counters: &super::jetstream::JetStreamCounters,
+    ) -> (Vec<ToLocal>, Option<async_nats::jetstream::Message>) {
+        match from {
+            FromDurable::Event(m) => {
+                let own = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(ORIGIN))
+                    .is_some_and(|o| o.as_str() == self.origin);
+                let news = match m.info() {
+                    Ok(info) => {
+                        if info.delivered > 1 {
+                            counters.redelivered.inc();
+                        }
+                        self.seen.first(info.stream_sequence)
+                    }
+                    Err(_) => true,
+                };
+                if own || !news {
+                    if !news {
+                        counters.duplicates.inc();
+                    }
+                    return (Vec::new(), Some(m));
+                }
+                let local = match super::subjects::topic(m.subject.as_str()) {
+                    Ok(topic) => {
+                        counters.received.inc();
+                        vec![ToLocal {
+                            topic,
+                            payload: m.payload.clone(),
+                            retain: false,
+                        }]
+                    }
+                    Err(_) => Vec::new(),
+                };
+                (local, Some(m))
+            }
+            FromDurable::State { topic, payload } => {
+                if self.fresh.contains(&topic) {
+                    return (Vec::new(), None);
+                }
+                if let Some(crate::topics::Route::AgentStatus { .. }) = topics.parse(&topic) {
+                    self.staleness.heard(&topic, relay::is_online(&payload));
+                }
+                let local = ToLocal {
+                    topic,
+                    payload,
+                    retain: true,
+                };
+                (vec![local], None)
+            }
+            FromDurable::Ready => (Vec::new(), None),
+            FromDurable::Loaded => {
+                self.loaded = true;
+                self.fresh = HashSet::new();
+                (Vec::new(), None)
+            }
+            FromDurable::Present(present) => {
+                let mut local = Vec::new();
+                for topic in self.staleness.listed(&present) {
+                    let Some(crate::topics::Route::AgentStatus { thing }) = topics.parse(&topic)
+                    else {
+                        continue;
+                    };
+                    counters.stale_presence.inc();
+                    // Its sidecar stopped renewing it: gone with it.
+                    let payload = serde_json::json!({
+                        "thingID": thing,
+                        "status": "offline",
+                        "reason": "its sidecar left the cluster",
+                    });
+                    local.push(ToLocal {
+                        topic,
+                        payload: Bytes::from(payload.to_string()),
+                        retain: true,
+                    });
+                }
+                (local, None)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -321,8 +529,10 @@ mod tests {
     #[test]
     fn requests_and_replies_are_not_broadcast() {
         let t = Topics::new("lmos").unwrap();
-        let f = broadcast_filters(&t);
+        let f = broadcast_filters(&t, false);
         assert_eq!(f.len(), crate::cluster::bridged_filters(&t).len() - 2);
+        let f = broadcast_filters(&t, true);
+        assert!(!f.iter().any(|f| f.contains("/events/")), "through the stream");
         assert!(!f.iter().any(|f| f.contains("agent/re")));
     }
 }

@@ -3,6 +3,9 @@
 //! the sidecar whose agent hosts a Thing. See [`relay`] for what crosses
 //! how, [`subjects`] for the subject mapping.
 
+pub mod durable;
+pub mod jetstream;
+pub mod kv;
 pub mod link;
 pub mod options;
 pub mod relay;

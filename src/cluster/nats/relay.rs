@@ -45,6 +45,14 @@ pub enum ToNats {
     Host(String),
     /// No longer: its agent left.
     Unhost(String),
+    /// An event, through the JetStream stream (`cluster.jetstream`).
+    Store { subject: String, payload: Bytes },
+    /// Retained state of this sidecar's for the buckets: put, or delete
+    /// (`None`: an emptied retained topic, an agent gone offline).
+    Keep {
+        topic: String,
+        payload: Option<Bytes>,
+    },
 }
 
 /// A message for the embedded broker.
@@ -74,6 +82,8 @@ pub struct Relay {
     order: VecDeque<String>,
     /// Retained messages this sidecar published, by topic.
     retained: HashMap<String, Bytes>,
+    /// Events go through JetStream, retained state to the buckets too.
+    jetstream: bool,
 }
 
 /// The subject on which a sidecar asks the others for their retained state.
@@ -86,7 +96,7 @@ fn correlation(payload: &[u8]) -> Option<String> {
     v.get("correlationID")?.as_str().map(str::to_owned)
 }
 
-fn is_online(payload: &[u8]) -> bool {
+pub(super) fn is_online(payload: &[u8]) -> bool {
     serde_json::from_slice::<Value>(payload)
         .ok()
         .is_some_and(|v| v["status"] == "online")
@@ -101,7 +111,27 @@ impl Relay {
             pending: HashMap::new(),
             order: VecDeque::new(),
             retained: HashMap::new(),
+            jetstream: false,
         }
+    }
+
+    /// Events through the JetStream stream, retained state into the
+    /// buckets as well as on its subject.
+    pub fn with_jetstream(mut self) -> Relay {
+        self.jetstream = true;
+        self
+    }
+
+    /// The presence this sidecar's agents have now, to renew in the bucket.
+    pub fn hosted_presence(&self) -> Vec<(String, Bytes)> {
+        self.hosted
+            .iter()
+            .filter_map(|thing| {
+                let topic = self.topics.agent_status(thing);
+                let payload = self.retained.get(&topic)?.clone();
+                Some((topic, payload))
+            })
+            .collect()
     }
 
     pub fn inbox(&self) -> &str {
@@ -121,16 +151,29 @@ impl Relay {
             payload,
         };
         let route = self.topics.parse(topic);
+        let mut out = Vec::new();
         if super::super::is_retained(&self.topics, topic) {
             if payload.is_empty() {
                 self.retained.remove(topic);
             } else {
                 self.retained.insert(topic.to_owned(), payload.clone());
             }
+            if self.jetstream {
+                // The presence bucket holds agents that are online.
+                let gone = payload.is_empty()
+                    || (matches!(route, Some(Route::AgentStatus { .. })) && !is_online(&payload));
+                out.push(ToNats::Keep {
+                    topic: topic.to_owned(),
+                    payload: (!gone).then(|| payload.clone()),
+                });
+            }
         }
         match route {
+            Some(Route::Event { .. }) if self.jetstream => out.push(ToNats::Store {
+                subject: subjects::subject(topic),
+                payload,
+            }),
             Some(Route::AgentStatus { thing }) => {
-                let mut out = Vec::new();
                 if is_online(&payload) {
                     if self.hosted.insert(thing.clone()) {
                         out.push(ToNats::Host(thing));
@@ -139,15 +182,14 @@ impl Relay {
                     out.push(ToNats::Unhost(thing));
                 }
                 out.push(publish(payload));
-                out
             }
             // The agent is here: the request is this sidecar's own business.
-            Some(Route::AgentRequest { thing, .. }) if self.hosted.contains(&thing) => Vec::new(),
+            Some(Route::AgentRequest { thing, .. }) if self.hosted.contains(&thing) => {}
             Some(Route::AgentRequest { thing, .. }) => {
                 let Some(route) = correlation(&payload) else {
                     // The router always names its route; without one no
                     // answer could find its way back.
-                    return Vec::new();
+                    return out;
                 };
                 // One token for the route, whatever it holds.
                 let reply = format!(
@@ -156,22 +198,23 @@ impl Relay {
                     subjects::subject(&crate::topics::escape(&route)),
                     subjects::subject(&self.topics.agent_replies(&thing))
                 );
-                vec![ToNats::Request {
+                out.push(ToNats::Request {
                     subject: subjects::subject(topic),
                     reply,
                     payload,
-                }]
+                });
             }
-            Some(Route::AgentReplies { .. }) => self
-                .answers(&payload)
-                .into_iter()
-                .map(|subject| ToNats::Publish {
-                    subject,
-                    payload: payload.clone(),
-                })
-                .collect(),
-            _ => vec![publish(payload)],
+            Some(Route::AgentReplies { .. }) => {
+                for subject in self.answers(&payload) {
+                    out.push(ToNats::Publish {
+                        subject,
+                        payload: payload.clone(),
+                    });
+                }
+            }
+            _ => out.push(publish(payload)),
         }
+        out
     }
 
     /// Reply subjects the agent's answer goes to; forgets routes that
@@ -438,6 +481,41 @@ mod tests {
             "{problem}"
         );
         assert_eq!(problem["status"], "503", "{problem}");
+    }
+
+    #[test]
+    fn with_jetstream_events_are_stored_and_state_kept_in_buckets() {
+        let t = Topics::new("lmos").unwrap();
+        let mut r = relay().with_jetstream();
+        let out = r.from_local(&t.event(T, "e"), Bytes::from_static(b"{}"));
+        assert_eq!(
+            out,
+            vec![ToNats::Store {
+                subject: "lmos.urn:t.events.e".into(),
+                payload: Bytes::from_static(b"{}")
+            }]
+        );
+        let online = bytes(json!({"status": "online"}));
+        let out = r.from_local(&t.agent_status(T), online.clone());
+        assert_eq!(
+            out[0],
+            ToNats::Keep {
+                topic: t.agent_status(T),
+                payload: Some(online.clone())
+            }
+        );
+        assert_eq!(r.hosted_presence(), vec![(t.agent_status(T), online)]);
+        let out = r.from_local(&t.agent_status(T), bytes(json!({"status": "offline"})));
+        assert_eq!(
+            out[0],
+            ToNats::Keep {
+                topic: t.agent_status(T),
+                payload: None
+            },
+            "an agent gone leaves no entry"
+        );
+        let out = r.from_local(&t.property(T, "p"), Bytes::new());
+        assert!(matches!(&out[0], ToNats::Keep { payload: None, .. }));
     }
 
     #[test]

@@ -1,0 +1,426 @@
+//! The JetStream edge of the native link (`cluster.jetstream = true`): it
+//! sets up the event stream, the state buckets and this sidecar's durable
+//! consumer, publishes events until the stream acknowledges them, writes
+//! this sidecar's retained state to the buckets and reads the cluster's
+//! state from them at start. What to do is decided in [`super::jetstream`]
+//! and [`super::kv`]; this moves the bytes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream, Context};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+
+use super::jetstream::{self as js, Outbox};
+use super::kv::Bucket;
+use super::jetstream::JetStreamCounters;
+use crate::config::ClusterConfig;
+use crate::topics::Topics;
+
+/// Events published and not yet acknowledged, at most.
+pub const IN_FLIGHT: usize = 4096;
+/// How long the stream may take to acknowledge before a publication is
+/// repeated (a node's death is noticed by then).
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the JetStream edge hands the link.
+pub enum FromDurable {
+    /// An event from the stream: hand it to the broker, then acknowledge.
+    Event(jetstream::Message),
+    /// Retained state from a bucket, read at start.
+    State { topic: String, payload: Bytes },
+    /// The state read at start is all there.
+    Loaded,
+    /// The presence topics the presence bucket holds now.
+    Present(HashSet<String>),
+    /// This sidecar's consumer reads the stream: events cross from here.
+    Ready,
+}
+
+/// What the link asks of the bucket writer.
+#[derive(Debug)]
+pub enum KvOp {
+    /// Put (a payload) or delete (none) the entry of a retained topic.
+    Write { topic: String, payload: Option<Bytes> },
+    /// List the presence bucket ([`FromDurable::Present`]).
+    ListPresence,
+}
+
+/// The link's handles on the JetStream edge.
+pub struct Durable {
+    pub events: mpsc::Sender<(String, Bytes)>,
+    pub kv: mpsc::UnboundedSender<KvOp>,
+}
+
+fn replicas(config: &ClusterConfig) -> usize {
+    config.jetstream_replicas.clamp(1, 3)
+}
+
+/// Starts the publisher and, in the background, the set-up, the bucket
+/// writer and the consumer; `tx` gets what they bring in.
+pub fn start(
+    client: async_nats::Client,
+    config: &ClusterConfig,
+    topics: Topics,
+    connection: &str,
+    origin: String,
+    counters: Arc<JetStreamCounters>,
+    tx: mpsc::Sender<FromDurable>,
+    stop: CancellationToken,
+) -> Durable {
+    let context = jetstream::ContextBuilder::new()
+        .timeout(ACK_TIMEOUT)
+        .max_ack_inflight(IN_FLIGHT + 64)
+        .backpressure_on_inflight(true)
+        .build(client);
+    let (events, events_rx) = mpsc::channel(config.buffer.clamp(64, IN_FLIGHT));
+    let (kv, kv_rx) = mpsc::unbounded_channel();
+    let publisher = publish(
+        context.clone(),
+        Outbox::new(origin),
+        events_rx,
+        counters.clone(),
+    );
+    tokio::spawn(run_until(stop.clone(), publisher).in_current_span());
+    let edge = Edge {
+        context,
+        config: config.clone(),
+        topics,
+        consumer: js::consumer_name(connection),
+        counters,
+        tx,
+    };
+    tokio::spawn(run_until(stop, edge.run(kv_rx)).in_current_span());
+    Durable { events, kv }
+}
+
+async fn run_until(stop: CancellationToken, f: impl std::future::Future<Output = ()>) {
+    tokio::select! {
+        _ = stop.cancelled() => {}
+        _ = f => {}
+    }
+}
+
+/// Publishes events in order as they come, many awaiting their
+/// acknowledgement at once; one not acknowledged is repeated, same
+/// message ID, until it is.
+async fn publish(
+    context: Context,
+    mut outbox: Outbox,
+    mut rx: mpsc::Receiver<(String, Bytes)>,
+    counters: Arc<JetStreamCounters>,
+) {
+    let mut waiting = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            next = rx.recv(), if waiting.len() < IN_FLIGHT => {
+                let Some((subject, payload)) = next else { break };
+                let id = outbox.next_id();
+                let mut headers = HeaderMap::new();
+                headers.insert("Nats-Msg-Id", id.as_str());
+                headers.insert(js::ORIGIN, outbox.origin());
+                counters.published.inc();
+                // The first attempt is sent here, in order; only repeats
+                // may overtake later events.
+                let first = context
+                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                    .await;
+                let context = context.clone();
+                let counters = counters.clone();
+                waiting.push(async move {
+                    let mut attempt = first;
+                    let mut wait = Duration::from_millis(50);
+                    loop {
+                        match attempt {
+                            Ok(ack) => match ack.await {
+                                Ok(_) => break,
+                                Err(e) => debug!(error = %e, "An event was not acknowledged; again."),
+                            },
+                            Err(e) => debug!(error = %e, "An event could not go to JetStream; again."),
+                        }
+                        counters.republished.inc();
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(1));
+                        attempt = context
+                            .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                            .await;
+                    }
+                    counters.acked.inc();
+                });
+            }
+            Some(()) = waiting.next() => {}
+        }
+    }
+    while waiting.next().await.is_some() {}
+}
+
+struct Edge {
+    context: Context,
+    config: ClusterConfig,
+    topics: Topics,
+    consumer: String,
+    counters: Arc<JetStreamCounters>,
+    tx: mpsc::Sender<FromDurable>,
+}
+
+impl Edge {
+    async fn run(self, mut ops: mpsc::UnboundedReceiver<KvOp>) {
+        let (stream, buckets) = loop {
+            match self.set_up().await {
+                Ok(ready) => break ready,
+                Err(e) => {
+                    warn!(error = %e, "JetStream is not ready (does the NATS cluster have it enabled? else set cluster.jetstream = false); trying again.");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            }
+        };
+        self.load(&buckets).await;
+        tokio::spawn(self.consume(stream).in_current_span());
+        self.write(&buckets, &mut ops).await;
+    }
+
+    /// Creates what is missing with the configured replicas, or with one
+    /// where NATS is not clustered.
+    async fn set_up(&self) -> Result<(stream::Stream, HashMap<Bucket, kv::Store>), String> {
+        let mut r = replicas(&self.config);
+        loop {
+            match self.create(r).await {
+                Ok(ready) => return Ok(ready),
+                Err(e) if r > 1 => {
+                    info!(error = %e, replicas = r, "JetStream refused the replicas; trying with one.");
+                    r = 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn create(
+        &self,
+        replicas: usize,
+    ) -> Result<(stream::Stream, HashMap<Bucket, kv::Store>), String> {
+        let max_age = Duration::from_secs(self.config.events_max_age_s.max(60));
+        let stream = self
+            .context
+            .get_or_create_stream(stream::Config {
+                name: js::stream_name(&self.topics),
+                subjects: vec![js::stream_subject(&self.topics)],
+                max_age,
+                num_replicas: replicas,
+                storage: stream::StorageType::File,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("event stream: {e}"))?;
+        let mut buckets = HashMap::new();
+        for bucket in Bucket::ALL {
+            let max_age = match bucket {
+                Bucket::Presence => Duration::from_secs(self.config.presence_ttl_s.max(3)),
+                _ => Duration::ZERO,
+            };
+            let name = bucket.name(&self.topics);
+            let config = kv::Config {
+                bucket: name.clone(),
+                history: 1,
+                max_age,
+                num_replicas: replicas,
+                ..Default::default()
+            };
+            let store = match self.context.create_key_value(config).await {
+                Ok(s) => s,
+                // Made by another sidecar, maybe with other settings.
+                Err(_) => self
+                    .context
+                    .get_key_value(&name)
+                    .await
+                    .map_err(|e| format!("bucket {name}: {e}"))?,
+            };
+            buckets.insert(bucket, store);
+        }
+        Ok((stream, buckets))
+    }
+
+    /// Hands the buckets' entries to the link.
+    async fn load(&self, buckets: &HashMap<Bucket, kv::Store>) {
+        for (&bucket, store) in buckets {
+            if let Err(e) = self.load_one(bucket, store).await {
+                warn!(error = %e, "Could not read the cluster's state from a bucket.");
+            }
+        }
+        let _ = self.tx.send(FromDurable::Loaded).await;
+    }
+
+    async fn load_one(&self, bucket: Bucket, store: &kv::Store) -> Result<(), String> {
+        let name = format!("KV_{}", bucket.name(&self.topics));
+        let mut s = self.context.get_stream(&name).await.map_err(|e| e.to_string())?;
+        let info = s.info().await.map_err(|e| e.to_string())?;
+        if info.state.messages == 0 {
+            return Ok(());
+        }
+        let mut watch = store.watch_all().await.map_err(|e| e.to_string())?;
+        // Entries may expire meanwhile: the wait bounds a count that shrank.
+        while let Ok(Some(entry)) = tokio::time::timeout(ACK_TIMEOUT, watch.next()).await {
+            let entry = entry.map_err(|e| e.to_string())?;
+            let last = entry.delta == 0;
+            if entry.operation == kv::Operation::Put {
+                if let Some(topic) = super::kv::topic(&self.topics, bucket, &entry.key) {
+                    let state = FromDurable::State {
+                        topic,
+                        payload: entry.value,
+                    };
+                    if self.tx.send(state).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            if last {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// This sidecar's durable consumer, read for good (the client pulls
+    /// again after reconnecting; the consumer is made again if it went).
+    fn consume(&self, stream: stream::Stream) -> impl std::future::Future<Output = ()> {
+        let tx = self.tx.clone();
+        let name = self.consumer.clone();
+        let subject = js::stream_subject(&self.topics);
+        let inactive = Duration::from_secs(self.config.events_max_age_s.max(60));
+        async move {
+            loop {
+                let config = consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    deliver_policy: consumer::DeliverPolicy::New,
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: Duration::from_secs(10),
+                    max_ack_pending: 20_000,
+                    filter_subject: subject.clone(),
+                    inactive_threshold: inactive,
+                    ..Default::default()
+                };
+                let messages = match stream.get_or_create_consumer(&name, config).await {
+                    Ok(c) => c
+                        .stream()
+                        .max_messages_per_batch(1000)
+                        .heartbeat(Duration::from_secs(2))
+                        .expires(Duration::from_secs(10))
+                        .messages()
+                        .await,
+                    Err(e) => {
+                        warn!(error = %e, "Cannot make this sidecar's JetStream consumer; trying again.");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                let mut messages = match messages {
+                    Ok(m) => {
+                        let _ = tx.send(FromDurable::Ready).await;
+                        m
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "Cannot read this sidecar's JetStream consumer; trying again.");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                while let Some(m) = messages.next().await {
+                    match m {
+                        Ok(m) => {
+                            if tx.send(FromDurable::Event(m)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => debug!(error = %e, "JetStream consumer hiccup."),
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    /// Writes retained state as the link says, the latest per topic when
+    /// several wait; what fails is tried again.
+    async fn write(&self, buckets: &HashMap<Bucket, kv::Store>, ops: &mut mpsc::UnboundedReceiver<KvOp>) {
+        let mut due: Vec<(String, Option<Bytes>)> = Vec::new();
+        loop {
+            // What failed is tried again within half a second.
+            let wait = if due.is_empty() {
+                Duration::from_secs(3600)
+            } else {
+                Duration::from_millis(500)
+            };
+            let op = match tokio::time::timeout(wait, ops.recv()).await {
+                Ok(None) => break, // the link is gone
+                Ok(Some(op)) => Some(op),
+                Err(_) => None,
+            };
+            let mut list = false;
+            let mut latest: HashMap<String, Option<Bytes>> = HashMap::new();
+            let mut order = Vec::new();
+            for (topic, payload) in due.drain(..) {
+                if latest.insert(topic.clone(), payload).is_none() {
+                    order.push(topic);
+                }
+            }
+            let mut take = |op: KvOp| match op {
+                KvOp::Write { topic, payload } => {
+                    if latest.insert(topic.clone(), payload).is_none() {
+                        order.push(topic);
+                    }
+                }
+                KvOp::ListPresence => list = true,
+            };
+            if let Some(op) = op {
+                take(op);
+            }
+            while let Ok(op) = ops.try_recv() {
+                take(op);
+            }
+            for topic in order {
+                let payload = latest.remove(&topic).flatten();
+                let Some((bucket, key)) = super::kv::entry(&self.topics, &topic) else {
+                    continue;
+                };
+                let store = &buckets[&bucket];
+                let r = match &payload {
+                    Some(p) => store.put(&key, p.clone()).await.map(drop).map_err(|e| e.to_string()),
+                    None => store.delete(&key).await.map_err(|e| e.to_string()),
+                };
+                match r {
+                    Ok(()) => self.counters.kv_writes.inc(),
+                    Err(e) => {
+                        debug!(error = %e, topic, "A state entry could not be written; again.");
+                        self.counters.kv_errors.inc();
+                        due.push((topic, payload));
+                    }
+                }
+            }
+            if list {
+                self.list_presence(&buckets[&Bucket::Presence]).await;
+            }
+        }
+    }
+
+    async fn list_presence(&self, store: &kv::Store) {
+        let Ok(mut keys) = store.keys().await else {
+            return; // not now: the next listing will do
+        };
+        let mut present = HashSet::new();
+        while let Some(key) = keys.next().await {
+            let Ok(key) = key else { return };
+            if let Some(topic) = super::kv::topic(&self.topics, Bucket::Presence, &key) {
+                present.insert(topic);
+            }
+        }
+        let _ = self.tx.send(FromDurable::Present(present)).await;
+    }
+}
