@@ -18,9 +18,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
+use super::jetstream::JetStreamCounters;
 use super::jetstream::{self as js, Outbox};
 use super::kv::Bucket;
-use super::jetstream::JetStreamCounters;
 use crate::config::ClusterConfig;
 use crate::topics::Topics;
 
@@ -48,7 +48,10 @@ pub enum FromDurable {
 #[derive(Debug)]
 pub enum KvOp {
     /// Put (a payload) or delete (none) the entry of a retained topic.
-    Write { topic: String, payload: Option<Bytes> },
+    Write {
+        topic: String,
+        payload: Option<Bytes>,
+    },
     /// List the presence bucket ([`FromDurable::Present`]).
     ListPresence,
 }
@@ -227,22 +230,30 @@ impl Edge {
                 _ => Duration::ZERO,
             };
             let name = bucket.name(&self.topics);
-            let config = kv::Config {
-                bucket: name.clone(),
-                history: 1,
-                max_age,
-                num_replicas: replicas,
-                ..Default::default()
-            };
-            let store = match self.context.create_key_value(config).await {
-                Ok(s) => s,
-                // Made by another sidecar, maybe with other settings.
-                Err(_) => self
-                    .context
-                    .get_key_value(&name)
-                    .await
-                    .map_err(|e| format!("bucket {name}: {e}"))?,
-            };
+            // The bucket's stream as the client library would make it:
+            // its own maker first asks for the account's API level, which
+            // a 2.9 server does not report in the form it parses.
+            self.context
+                .get_or_create_stream(stream::Config {
+                    name: format!("KV_{name}"),
+                    subjects: vec![format!("$KV.{name}.>")],
+                    max_messages_per_subject: 1,
+                    max_age,
+                    storage: stream::StorageType::File,
+                    num_replicas: replicas,
+                    allow_rollup: true,
+                    deny_delete: true,
+                    allow_direct: true,
+                    discard: stream::DiscardPolicy::New,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| format!("bucket {name}: {e}"))?;
+            let store = self
+                .context
+                .get_key_value(&name)
+                .await
+                .map_err(|e| format!("bucket {name}: {e}"))?;
             buckets.insert(bucket, store);
         }
         Ok((stream, buckets))
@@ -258,34 +269,85 @@ impl Edge {
         let _ = self.tx.send(FromDurable::Loaded).await;
     }
 
-    async fn load_one(&self, bucket: Bucket, store: &kv::Store) -> Result<(), String> {
-        let name = format!("KV_{}", bucket.name(&self.topics));
-        let mut s = self.context.get_stream(&name).await.map_err(|e| e.to_string())?;
-        let info = s.info().await.map_err(|e| e.to_string())?;
-        if info.state.messages == 0 {
-            return Ok(());
-        }
-        let mut watch = store.watch_all().await.map_err(|e| e.to_string())?;
-        // Entries may expire meanwhile: the wait bounds a count that shrank.
-        while let Ok(Some(entry)) = tokio::time::timeout(ACK_TIMEOUT, watch.next()).await {
-            let entry = entry.map_err(|e| e.to_string())?;
-            let last = entry.delta == 0;
-            if entry.operation == kv::Operation::Put {
-                if let Some(topic) = super::kv::topic(&self.topics, bucket, &entry.key) {
-                    let state = FromDurable::State {
-                        topic,
-                        payload: entry.value,
-                    };
-                    if self.tx.send(state).await.is_err() {
-                        return Ok(());
-                    }
+    async fn load_one(&self, bucket: Bucket, _store: &kv::Store) -> Result<(), String> {
+        for (key, value) in self.last_per_key(bucket, false).await? {
+            let Some(value) = value else { continue };
+            if let Some(topic) = super::kv::topic(&self.topics, bucket, &key) {
+                let state = FromDurable::State {
+                    topic,
+                    payload: value,
+                };
+                if self.tx.send(state).await.is_err() {
+                    break;
                 }
-            }
-            if last {
-                break;
             }
         }
         Ok(())
+    }
+
+    /// The bucket's entries, the last of each key (`None`: deleted), read
+    /// with a consumer of its own on the bucket's stream. (The client
+    /// library's watcher, an ordered push consumer, delivered nothing from
+    /// a 2.9 server here.)
+    async fn last_per_key(
+        &self,
+        bucket: Bucket,
+        headers_only: bool,
+    ) -> Result<Vec<(String, Option<Bytes>)>, String> {
+        let name = bucket.name(&self.topics);
+        let stream = self
+            .context
+            .get_stream(format!("KV_{name}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let prefix = format!("$KV.{name}.");
+        let mut consumer: consumer::PullConsumer = stream
+            .create_consumer(consumer::pull::Config {
+                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                ack_policy: consumer::AckPolicy::None,
+                filter_subject: format!("{prefix}>"),
+                headers_only,
+                inactive_threshold: Duration::from_secs(30),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut left = consumer
+            .info()
+            .await
+            .map_err(|e| e.to_string())?
+            .num_pending;
+        let mut out = Vec::new();
+        while left > 0 {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(500)
+                .expires(ACK_TIMEOUT)
+                .messages()
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut got = 0;
+            while let Some(m) = batch.next().await {
+                let m = m.map_err(|e| e.to_string())?;
+                got += 1;
+                left = m.info().map(|i| i.pending).unwrap_or(0);
+                let Some(key) = m.subject.as_str().strip_prefix(&prefix) else {
+                    continue;
+                };
+                let deleted = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("KV-Operation"))
+                    .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
+                let value = (!deleted).then(|| m.payload.clone());
+                out.push((key.to_owned(), value));
+            }
+            if got == 0 {
+                break; // expired meanwhile
+            }
+        }
+        let _ = stream.delete_consumer(&consumer.cached_info().name).await;
+        Ok(out)
     }
 
     /// This sidecar's durable consumer, read for good (the client pulls
@@ -308,13 +370,14 @@ impl Edge {
                     ..Default::default()
                 };
                 let messages = match stream.get_or_create_consumer(&name, config).await {
-                    Ok(c) => c
-                        .stream()
-                        .max_messages_per_batch(1000)
-                        .heartbeat(Duration::from_secs(2))
-                        .expires(Duration::from_secs(10))
-                        .messages()
-                        .await,
+                    Ok(c) => {
+                        c.stream()
+                            .max_messages_per_batch(1000)
+                            .heartbeat(Duration::from_secs(2))
+                            .expires(Duration::from_secs(10))
+                            .messages()
+                            .await
+                    }
                     Err(e) => {
                         warn!(error = %e, "Cannot make this sidecar's JetStream consumer; trying again.");
                         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -349,7 +412,11 @@ impl Edge {
 
     /// Writes retained state as the link says, the latest per topic when
     /// several wait; what fails is tried again.
-    async fn write(&self, buckets: &HashMap<Bucket, kv::Store>, ops: &mut mpsc::UnboundedReceiver<KvOp>) {
+    async fn write(
+        &self,
+        buckets: &HashMap<Bucket, kv::Store>,
+        ops: &mut mpsc::UnboundedReceiver<KvOp>,
+    ) {
         let mut due: Vec<(String, Option<Bytes>)> = Vec::new();
         loop {
             // What failed is tried again within half a second.
@@ -392,7 +459,11 @@ impl Edge {
                 };
                 let store = &buckets[&bucket];
                 let r = match &payload {
-                    Some(p) => store.put(&key, p.clone()).await.map(drop).map_err(|e| e.to_string()),
+                    Some(p) => store
+                        .put(&key, p.clone())
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
                     None => store.delete(&key).await.map_err(|e| e.to_string()),
                 };
                 match r {
@@ -405,22 +476,20 @@ impl Edge {
                 }
             }
             if list {
-                self.list_presence(&buckets[&Bucket::Presence]).await;
+                self.list_presence().await;
             }
         }
     }
 
-    async fn list_presence(&self, store: &kv::Store) {
-        let Ok(mut keys) = store.keys().await else {
+    async fn list_presence(&self) {
+        let Ok(entries) = self.last_per_key(Bucket::Presence, true).await else {
             return; // not now: the next listing will do
         };
-        let mut present = HashSet::new();
-        while let Some(key) = keys.next().await {
-            let Ok(key) = key else { return };
-            if let Some(topic) = super::kv::topic(&self.topics, Bucket::Presence, &key) {
-                present.insert(topic);
-            }
-        }
+        let present = entries
+            .into_iter()
+            .filter(|(_, value)| value.is_some())
+            .filter_map(|(key, _)| super::kv::topic(&self.topics, Bucket::Presence, &key))
+            .collect();
         let _ = self.tx.send(FromDurable::Present(present)).await;
     }
 }

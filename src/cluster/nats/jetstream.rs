@@ -85,6 +85,22 @@ impl JetStreamCounters {
     pub fn pending(&self) -> u64 {
         self.published.get().saturating_sub(self.acked.get())
     }
+
+    /// Every count by its name in the metrics.
+    pub fn values(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("published", self.published.get()),
+            ("acked", self.acked.get()),
+            ("pending", self.pending()),
+            ("republished", self.republished.get()),
+            ("received", self.received.get()),
+            ("redelivered", self.redelivered.get()),
+            ("duplicates", self.duplicates.get()),
+            ("kv_writes", self.kv_writes.get()),
+            ("kv_errors", self.kv_errors.get()),
+            ("stale_presence", self.stale_presence.get()),
+        ]
+    }
 }
 
 /// Message IDs for one sidecar's publications: unique per process run

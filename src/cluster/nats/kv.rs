@@ -93,7 +93,9 @@ pub fn key_level(token: &str) -> Option<String> {
     while let Some((&b, tail)) = rest.split_first() {
         if b == b'=' {
             let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
-            let upper = hex.bytes().all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(&c));
+            let upper = hex
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(&c));
             let byte = u8::from_str_radix(hex, 16).ok().filter(|_| upper)?;
             if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
                 return None; // never escaped: not ours
@@ -214,7 +216,10 @@ mod tests {
                 .all(|c| c.is_ascii_alphanumeric() || "-/_=.".contains(c)));
             assert_eq!(super::topic(&t, b, &key).unwrap(), topic);
         }
-        assert_eq!(entry(&t, &t.property("urn:x", "on")).unwrap().1, "urn=3Ax.on");
+        assert_eq!(
+            entry(&t, &t.property("urn:x", "on")).unwrap().1,
+            "urn=3Ax.on"
+        );
         assert_eq!(entry(&t, &t.event(thing, "e")), None);
         assert_eq!(Bucket::Presence.name(&t), "lmos-presence");
         assert_eq!(name("acme/lmos"), "acme_2Flmos");

@@ -532,7 +532,10 @@ mod tests {
         let f = broadcast_filters(&t, false);
         assert_eq!(f.len(), crate::cluster::bridged_filters(&t).len() - 2);
         let f = broadcast_filters(&t, true);
-        assert!(!f.iter().any(|f| f.contains("/events/")), "through the stream");
+        assert!(
+            !f.iter().any(|f| f.contains("/events/")),
+            "through the stream"
+        );
         assert!(!f.iter().any(|f| f.contains("agent/re")));
     }
 }

@@ -46,7 +46,10 @@ pub enum ToNats {
     /// No longer: its agent left.
     Unhost(String),
     /// An event, through the JetStream stream (`cluster.jetstream`).
-    Store { subject: String, payload: Bytes },
+    Store {
+        subject: String,
+        payload: Bytes,
+    },
     /// Retained state of this sidecar's for the buckets: put, or delete
     /// (`None`: an emptied retained topic, an agent gone offline).
     Keep {
