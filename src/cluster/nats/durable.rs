@@ -33,7 +33,7 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// What the JetStream edge hands the link.
 pub enum FromDurable {
     /// An event from the stream: hand it to the broker, then acknowledge.
-    Event(jetstream::Message),
+    Event(Box<jetstream::Message>),
     /// Retained state from a bucket, read at start.
     State { topic: String, payload: Bytes },
     /// The state read at start is all there.
@@ -68,12 +68,19 @@ fn replicas(config: &ClusterConfig) -> usize {
 
 /// Starts the publisher and, in the background, the set-up, the bucket
 /// writer and the consumer; `tx` gets what they bring in.
+/// Who this sidecar is in JetStream.
+pub struct Identity {
+    /// The connection's name: its durable consumer's, escaped.
+    pub connection: String,
+    /// The connection's unique token: its events' [`js::ORIGIN`].
+    pub origin: String,
+}
+
 pub fn start(
     client: async_nats::Client,
     config: &ClusterConfig,
     topics: Topics,
-    connection: &str,
-    origin: String,
+    Identity { connection, origin }: Identity,
     counters: Arc<JetStreamCounters>,
     tx: mpsc::Sender<FromDurable>,
     stop: CancellationToken,
@@ -96,7 +103,7 @@ pub fn start(
         context,
         config: config.clone(),
         topics,
-        consumer: js::consumer_name(connection),
+        consumer: js::consumer_name(&connection),
         counters,
         tx,
     };
@@ -398,7 +405,7 @@ impl Edge {
                 while let Some(m) = messages.next().await {
                     match m {
                         Ok(m) => {
-                            if tx.send(FromDurable::Event(m)).await.is_err() {
+                            if tx.send(FromDurable::Event(Box::new(m))).await.is_err() {
                                 return;
                             }
                         }

@@ -160,8 +160,10 @@ impl NatsLink {
                 client.clone(),
                 &self.config,
                 self.topics.clone(),
-                &self.name,
-                origin.clone(),
+                durable::Identity {
+                    connection: self.name.clone(),
+                    origin: origin.clone(),
+                },
                 self.status.jetstream().clone(),
                 durable_tx,
                 stop.child_token(),
@@ -440,7 +442,7 @@ impl JetStreamIn {
         topics: &Topics,
         from: FromDurable,
         counters: &super::jetstream::JetStreamCounters,
-    ) -> (Vec<ToLocal>, Option<async_nats::jetstream::Message>) {
+    ) -> (Vec<ToLocal>, Option<Box<async_nats::jetstream::Message>>) {
         match from {
             FromDurable::Event(m) => {
                 let own = m
