@@ -7,7 +7,7 @@
 //! its own subscriptions (MQTT has no "no local" for it), so those are
 //! remembered by fingerprint ([`Echoes`]) and dropped when they return.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_nats::{Client, Event, ServerAddr, StatusCode, Subscriber};
@@ -18,8 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
 use super::durable::{self, FromDurable, KvOp};
-use super::jetstream::{Seen, ORIGIN};
-use super::kv::Staleness;
+use super::intake::JetStreamIn;
 use super::options::{self, OptionsError};
 use super::relay::{self, Relay, ToLocal, ToNats};
 use crate::broker::{Bus, Delivery, Publication};
@@ -169,13 +168,7 @@ impl NatsLink {
                 stop.child_token(),
             )
         });
-        let mut js_in = JetStreamIn {
-            origin,
-            seen: Seen::default(),
-            loaded: false,
-            fresh: HashSet::new(),
-            staleness: Staleness::default(),
-        };
+        let mut js_in = JetStreamIn::new(origin);
         // Renewing this sidecar's presence, and looking for others' gone.
         let renew = Duration::from_secs(self.config.presence_ttl_s.max(3)) / 3;
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + renew, renew);
@@ -409,119 +402,6 @@ fn broadcast_filters(topics: &Topics, jetstream: bool) -> Vec<String> {
         .filter(|f| !f.ends_with("/agent/requests/+") && !f.ends_with("/agent/replies"))
         .filter(|f| !(jetstream && f.ends_with("/events/+")))
         .collect()
-}
-
-/// What the link makes of what JetStream brings in.
-struct JetStreamIn {
-    /// Events this sidecar published come back through its consumer.
-    origin: String,
-    seen: Seen,
-    /// The buckets' state was handed over.
-    loaded: bool,
-    /// Retained topics heard live while the buckets were read: their
-    /// entries are older.
-    fresh: HashSet<String>,
-    staleness: Staleness,
-}
-
-impl JetStreamIn {
-    /// A retained message from another sidecar, live.
-    fn live(&mut self, topics: &Topics, topic: &str, payload: &[u8]) {
-        if !self.loaded {
-            self.fresh.insert(topic.to_owned());
-        }
-        if let Some(crate::topics::Route::AgentStatus { .. }) = topics.parse(topic) {
-            self.staleness.heard(topic, relay::is_online(payload));
-        }
-    }
-
-    /// What goes to the embedded broker, and the event to acknowledge
-    /// once it is there.
-    fn take(
-        &mut self,
-        topics: &Topics,
-        from: FromDurable,
-        counters: &super::jetstream::JetStreamCounters,
-    ) -> (Vec<ToLocal>, Option<Box<async_nats::jetstream::Message>>) {
-        match from {
-            FromDurable::Event(m) => {
-                let own = m
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(ORIGIN))
-                    .is_some_and(|o| o.as_str() == self.origin);
-                let news = match m.info() {
-                    Ok(info) => {
-                        if info.delivered > 1 {
-                            counters.redelivered.inc();
-                        }
-                        self.seen.first(info.stream_sequence)
-                    }
-                    Err(_) => true,
-                };
-                if own || !news {
-                    if !news {
-                        counters.duplicates.inc();
-                    }
-                    return (Vec::new(), Some(m));
-                }
-                let local = match super::subjects::topic(m.subject.as_str()) {
-                    Ok(topic) => {
-                        counters.received.inc();
-                        vec![ToLocal {
-                            topic,
-                            payload: m.payload.clone(),
-                            retain: false,
-                        }]
-                    }
-                    Err(_) => Vec::new(),
-                };
-                (local, Some(m))
-            }
-            FromDurable::State { topic, payload } => {
-                if self.fresh.contains(&topic) {
-                    return (Vec::new(), None);
-                }
-                if let Some(crate::topics::Route::AgentStatus { .. }) = topics.parse(&topic) {
-                    self.staleness.heard(&topic, relay::is_online(&payload));
-                }
-                let local = ToLocal {
-                    topic,
-                    payload,
-                    retain: true,
-                };
-                (vec![local], None)
-            }
-            FromDurable::Ready => (Vec::new(), None),
-            FromDurable::Loaded => {
-                self.loaded = true;
-                self.fresh = HashSet::new();
-                (Vec::new(), None)
-            }
-            FromDurable::Present(present) => {
-                let mut local = Vec::new();
-                for topic in self.staleness.listed(&present) {
-                    let Some(crate::topics::Route::AgentStatus { thing }) = topics.parse(&topic)
-                    else {
-                        continue;
-                    };
-                    counters.stale_presence.inc();
-                    // Its sidecar stopped renewing it: gone with it.
-                    let payload = serde_json::json!({
-                        "thingID": thing,
-                        "status": "offline",
-                        "reason": "its sidecar left the cluster",
-                    });
-                    local.push(ToLocal {
-                        topic,
-                        payload: Bytes::from(payload.to_string()),
-                        retain: true,
-                    });
-                }
-                (local, None)
-            }
-        }
-    }
 }
 
 #[cfg(test)]
