@@ -125,7 +125,7 @@ impl Edge {
                 Ok(Some(op)) => Some(op),
                 Err(_) => None,
             };
-            let mut list = false;
+            let (mut list, mut reload) = (false, false);
             let mut latest: HashMap<String, Option<Bytes>> = HashMap::new();
             let mut order = Vec::new();
             for (topic, payload) in due.drain(..) {
@@ -140,6 +140,7 @@ impl Edge {
                     }
                 }
                 KvOp::ListPresence => list = true,
+                KvOp::Reload => reload = true,
             };
             if let Some(op) = op {
                 take(op);
@@ -172,6 +173,9 @@ impl Edge {
             }
             if list {
                 self.list_presence().await;
+            }
+            if reload {
+                self.load(buckets).await;
             }
         }
     }

@@ -54,6 +54,9 @@ pub enum KvOp {
     },
     /// List the presence bucket ([`FromDurable::Present`]).
     ListPresence,
+    /// Read the buckets again ([`FromDurable::State`], then `Loaded`):
+    /// after a reconnection, what changed meanwhile.
+    Reload,
 }
 
 /// The link's handles on the JetStream edge.

@@ -39,6 +39,13 @@ impl JetStreamIn {
         }
     }
 
+    /// The buckets are read again: what is heard live from now on is
+    /// fresher than their entries.
+    pub(super) fn reload(&mut self) {
+        self.loaded = false;
+        self.fresh.clear();
+    }
+
     /// A retained message from another sidecar, live.
     pub(super) fn live(&mut self, topics: &Topics, topic: &str, payload: &[u8]) {
         if !self.loaded {

@@ -211,8 +211,14 @@ impl NatsLink {
                 _ = shutdown.cancelled() => break,
                 event = events.recv() => match event {
                     Some(Event::Connected) => {
+                        let again = connected_once;
                         up = self.linked(&client, &relay, &mut connected_once, !jetstream).await;
                         self.status.set_connected(up && js_ready);
+                        // Live state missed while away is in the buckets.
+                        if let (true, Some(d)) = (up && again, &durable) {
+                            js_in.reload();
+                            let _ = d.kv.send(KvOp::Reload);
+                        }
                     }
                     Some(Event::Disconnected) => {
                         up = false;
