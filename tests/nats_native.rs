@@ -482,3 +482,34 @@ async fn a_node_killed_under_load_loses_no_event_and_duplicates_none() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_dev_node_takes_the_stream_and_buckets_with_one_replica() {
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(1).await;
+    // R3 asked for (the default), refused by a NATS that is not clustered.
+    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
+    let thing = "urn:cluster:dev";
+    let mut agent = mqtt_agent(a.mqtt, "dev-agent", thing, None).await;
+    let b = bridged(&cluster, 0, "b", Mode::Nats).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+    let mut consumer = b.ws().await;
+    consumer
+        .send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
+        .await;
+    consumer.barrier().await;
+    until_events_cross(&mut agent, &mut consumer, thing).await;
+    let streams = cluster.monitor(0, "/jsz?accounts=true&streams=true&config=true");
+    let replicas: Vec<u64> = streams
+        .iter()
+        .flat_map(|v| v["account_details"].as_array().into_iter().flatten())
+        .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+        .filter_map(|s| s["config"]["num_replicas"].as_u64())
+        .collect();
+    assert!(
+        replicas.len() >= 4 && replicas.iter().all(|&r| r == 1),
+        "the stream and three buckets, R1: {replicas:?}"
+    );
+    a.stop().await;
+    b.stop().await;
+}
