@@ -206,7 +206,7 @@ impl NatsLink {
         let mut js_ready = !jetstream;
         // The client reports every connection, the first included, as an
         // event: the link counts as linked from there.
-        loop {
+        'link: loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 event = events.recv() => match event {
@@ -299,7 +299,9 @@ impl NatsLink {
                         echoes.expect(&topic, &payload, !retain, Instant::now());
                         let publication = Publication::new(topic, payload, retain);
                         if self.bus.publish(publication).await.is_err() {
-                            break;
+                            // Not in the broker: unacknowledged, the
+                            // stream keeps it for this consumer.
+                            break 'link;
                         }
                     }
                     // In the broker now: the stream may forget it for us.
