@@ -1,15 +1,18 @@
 //! Cluster: what crossing between two sidecars through a real 3-node NATS
 //! cluster costs, against the same traffic within one sidecar, for events
 //! and for invocations, in both cluster modes: bridged to NATS's MQTT
-//! listener (path `cross`) and in NATS's own protocol (path `native`).
+//! listener (path `cross`) and in NATS's own protocol, core NATS only (path
+//! `native`, `cluster.jetstream = false`) and with JetStream (path `js`:
+//! events through the R3 stream, acknowledged both ways).
 //! Each mode runs on a cluster of its own, one after the other (NATS maps
 //! MQTT topics to the subjects the native link uses: on one cluster the
 //! two pairs of sidecars would hear each other); a summary at the end puts
-//! both crossing paths beside the local one.
+//! the crossing paths beside the local one.
 //!
 //! ```sh
 //! cargo bench --bench cluster                               # about 4-5 min
-//! CLUSTER_MODES=nats cargo bench --bench cluster            # native only
+//! CLUSTER_MODES=nats cargo bench --bench cluster            # core NATS only
+//! CLUSTER_MODES=jetstream cargo bench --bench cluster       # JetStream only
 //! CLUSTER_RATE=1000 CLUSTER_EVENTS=20000 cargo bench --bench cluster
 //! CLUSTER_SCENARIOS=serial,parallel cargo bench --bench cluster
 //! CLUSTER_NODELAY=1 cargo bench --bench cluster             # clients without Nagle
@@ -23,7 +26,7 @@
 //! each ready (`GET /readyz` says `ready`: its bridge's subscriptions are
 //! live in the cluster) before anything is measured.
 //!
-//! Settings (environment): CLUSTER_MODES (mqtt,nats), CLUSTER_RATE events
+//! Settings (environment): CLUSTER_MODES (mqtt,nats,jetstream), CLUSTER_RATE events
 //! per second in the bridge's paced pass (500), CLUSTER_NATIVE_RATE in the
 //! native one (5000), CLUSTER_PACED_SECS its length (10), CLUSTER_EVENTS events in
 //! the flood pass (10000), CLUSTER_EVENT_INFLIGHT the event publisher's
@@ -941,8 +944,12 @@ fn mqtt_streams(cluster: &NatsCluster) -> Vec<String> {
 enum Mode {
     /// `cluster.mode = "mqtt"`, through NATS's MQTT listener.
     Bridge,
-    /// `cluster.mode = "nats"`, NATS's own protocol.
+    /// `cluster.mode = "nats"`, NATS's own protocol, core NATS only
+    /// (`cluster.jetstream = false`).
     Native,
+    /// `cluster.mode = "nats"` with `cluster.jetstream = true`: events
+    /// through the R3 stream, state in the buckets.
+    JetStream,
 }
 
 impl Mode {
@@ -951,6 +958,7 @@ impl Mode {
         match self {
             Mode::Bridge => "cross",
             Mode::Native => "native",
+            Mode::JetStream => "js",
         }
     }
 }
@@ -968,8 +976,9 @@ async fn bridged(
     c.sidecar.shutdown_grace_ms = 1_000;
     c.cluster.url = match mode {
         Mode::Bridge => format!("mqtt://{}", cluster.mqtt_addr(node)),
-        Mode::Native => {
+        Mode::Native | Mode::JetStream => {
             c.cluster.mode = lmos_sidecar::config::ClusterMode::Nats;
+            c.cluster.jetstream = mode == Mode::JetStream;
             format!("nats://{}", cluster.client_addr(node))
         }
     };
@@ -1075,7 +1084,7 @@ struct Settings {
 }
 
 fn modes() -> Result<Vec<Mode>> {
-    let list = std::env::var("CLUSTER_MODES").unwrap_or_else(|_| "mqtt,nats".into());
+    let list = std::env::var("CLUSTER_MODES").unwrap_or_else(|_| "mqtt,nats,jetstream".into());
     let chosen = list
         .split(',')
         .map(str::trim)
@@ -1083,11 +1092,12 @@ fn modes() -> Result<Vec<Mode>> {
         .map(|s| match s {
             "mqtt" => Ok(Mode::Bridge),
             "nats" => Ok(Mode::Native),
-            other => bail!("CLUSTER_MODES: unknown `{other}`; use mqtt,nats"),
+            "jetstream" => Ok(Mode::JetStream),
+            other => bail!("CLUSTER_MODES: unknown `{other}`; use mqtt,nats,jetstream"),
         })
         .collect::<Result<Vec<_>>>()?;
     if chosen.is_empty() {
-        bail!("CLUSTER_MODES is empty; use mqtt,nats");
+        bail!("CLUSTER_MODES is empty; use mqtt,nats,jetstream");
     }
     Ok(chosen)
 }
@@ -1160,7 +1170,11 @@ fn print_summary(rows: &[(&'static str, Row)]) {
                 locals.insert(0, row);
             }
         }
-        let shown = of("cross").into_iter().chain(of("native")).chain(locals);
+        let shown = of("cross")
+            .into_iter()
+            .chain(of("native"))
+            .chain(of("js"))
+            .chain(locals);
         {
             for row in shown {
                 let mut row = Row {
@@ -1178,7 +1192,7 @@ fn print_summary(rows: &[(&'static str, Row)]) {
                 row.print();
             }
         }
-        for native in of("native") {
+        for native in of("native").into_iter().chain(of("js")) {
             // The local rows of the native pass: the same sidecars, just
             // before or after.
             let local = rows.iter().rev().find(|(s, r)| {
@@ -1186,7 +1200,8 @@ fn print_summary(rows: &[(&'static str, Row)]) {
             });
             if let Some((_, local)) = local {
                 println!(
-                    "  native/local {:<9}  msg/s {}  p50 {}  p99 {}",
+                    "  {:>6}/local {:<9}  msg/s {}  p50 {}  p99 {}",
+                    native.path,
                     native.consumer,
                     ratio(Some(native.rate), Some(local.rate)),
                     ratio(native.ms(0.5), local.ms(0.5)),
@@ -1203,7 +1218,7 @@ async fn run_mode(mode: Mode, s: &Settings) -> Result<(bool, Vec<(&'static str, 
     let (m, serial, event_inflight, n, k) = (s.m, s.serial, s.event_inflight, s.n, s.k);
     let rate = match mode {
         Mode::Bridge => s.rate,
-        Mode::Native => s.native_rate,
+        Mode::Native | Mode::JetStream => s.native_rate,
     };
     let paced = s.paced_secs * rate;
     let started = Instant::now();
@@ -1224,7 +1239,8 @@ async fn run_mode(mode: Mode, s: &Settings) -> Result<(bool, Vec<(&'static str, 
     wait_hosted(&b).await?;
     let how = match mode {
         Mode::Bridge => "cluster.mode = mqtt: bridged to the nodes' MQTT listeners",
-        Mode::Native => "cluster.mode = nats: NATS's own protocol",
+        Mode::Native => "cluster.mode = nats, jetstream = false: core NATS",
+        Mode::JetStream => "cluster.mode = nats, jetstream = true: events through the R3 stream",
     };
     println!();
     println!("===== {how} =====");

@@ -399,6 +399,22 @@ pub struct ClusterConfig {
     /// clients.
     pub tls_cert: String,
     pub tls_key: String,
+    /// `nats` mode: JetStream for what must last (see `cluster::nats::kv`
+    /// and `cluster::nats::durable`): events through a stream with
+    /// acknowledged publishes and a durable consumer per sidecar; readings,
+    /// TDs and presence in key-value buckets a starting sidecar reads.
+    /// false: core NATS only (at most once; state asked of the others).
+    pub jetstream: bool,
+    /// `nats` mode: replicas of the stream and buckets, at most 3 (and 1
+    /// on a NATS that is not clustered, whatever this says).
+    pub jetstream_replicas: usize,
+    /// `nats` mode: how long the event stream keeps events, in seconds
+    /// (also how long an absent sidecar's durable consumer is kept).
+    pub events_max_age_s: u64,
+    /// `nats` mode: seconds a presence entry lives unless its sidecar
+    /// renews it (every third of this): a sidecar that dies leaves no
+    /// presence behind for longer.
+    pub presence_ttl_s: u64,
 }
 
 impl Default for ClusterConfig {
@@ -417,6 +433,10 @@ impl Default for ClusterConfig {
             tls_ca: String::new(),
             tls_cert: String::new(),
             tls_key: String::new(),
+            jetstream: true,
+            jetstream_replicas: 3,
+            events_max_age_s: 3600,
+            presence_ttl_s: 30,
         }
     }
 }

@@ -262,3 +262,254 @@ async fn a_sidecar_whose_node_dies_moves_to_another_and_serves_again() {
     a.stop().await;
     b.stop().await;
 }
+
+/// The key of a retained topic in its JetStream bucket, and the bucket.
+async fn bucket_of(
+    cluster: &NatsCluster,
+    topic: &str,
+) -> (async_nats::jetstream::kv::Store, String) {
+    use lmos_sidecar::cluster::nats::kv;
+    let topics = lmos_sidecar::topics::Topics::new("lmos").unwrap();
+    let (bucket, key) = kv::entry(&topics, topic).expect("a retained topic");
+    let client = async_nats::connect(format!("nats://{}", cluster.client_addr(2)))
+        .await
+        .expect("connect to NATS");
+    let store = async_nats::jetstream::new(client)
+        .get_key_value(bucket.name(&topics))
+        .await
+        .expect("the sidecars made the bucket");
+    (store, key)
+}
+
+/// Until the bucket has (or has not) an entry for the key.
+async fn until_entry(store: &async_nats::jetstream::kv::Store, key: &str, present: bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let got = store.get(key).await.expect("read the bucket");
+        if got.is_some() == present {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "entry {key} present: {}",
+            got.is_some()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_buckets_hold_the_clusters_state_for_a_sidecar_that_starts_after_its_publisher_stopped()
+{
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(3).await;
+    let topics = lmos_sidecar::topics::Topics::new("lmos").unwrap();
+    // Presence entries live 3 s unless renewed (the bucket's first maker
+    // sets it).
+    let mut config = bridged_config(&cluster, &[0], "a", Mode::Nats);
+    config.cluster.presence_ttl_s = 3;
+    let a = linked(TestSidecar::start_with(config).await).await;
+    let lamp = "urn:cluster:lamp";
+    let mut agent = mqtt_agent(a.mqtt, "lamp-agent", lamp, None).await;
+    agent
+        .publish(
+            &topics.property(lamp, "on"),
+            &reading(lamp, "on", json!(true)),
+            true,
+        )
+        .await;
+    let mut weather = a.ws_agent(cluster_scenarios::WEATHER).await;
+    weather.send(cluster_scenarios::weather_td()).await;
+    wait_for_td(&a, cluster_scenarios::WEATHER).await;
+
+    // Each kind of state has its entry, presence while the agent is online.
+    let (readings, on) = bucket_of(&cluster, &topics.property(lamp, "on")).await;
+    until_entry(&readings, &on, true).await;
+    let (tds, td) = bucket_of(&cluster, &topics.td(cluster_scenarios::WEATHER)).await;
+    until_entry(&tds, &td, true).await;
+    let (presence, weather_key) =
+        bucket_of(&cluster, &topics.agent_status(cluster_scenarios::WEATHER)).await;
+    until_entry(&presence, &weather_key, true).await;
+    let (_, lamp_key) = bucket_of(&cluster, &topics.agent_status(lamp)).await;
+    // Renewed while its sidecar lives.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    until_entry(&presence, &lamp_key, true).await;
+    // An agent that leaves takes its presence entry with it.
+    drop(weather);
+    until_entry(&presence, &weather_key, false).await;
+    // A sidecar that stops leaves its agents' presence for 3 s at most.
+    a.stop().await;
+    until_entry(&presence, &lamp_key, false).await;
+    until_entry(&tds, &td, true).await;
+    until_entry(&readings, &on, true).await;
+
+    // B comes when A is gone: only the buckets can tell it.
+    let b = bridged(&cluster, 1, "b", Mode::Nats).await;
+    let mut observer = b.mqtt("b-observer").await;
+    observer.subscribe(&topics.property(lamp, "on")).await;
+    let (topic, value, retained) = observer.recv_json().await;
+    assert_eq!(
+        (topic.as_str(), value["value"].as_bool(), retained),
+        (topics.property(lamp, "on").as_str(), Some(true), true)
+    );
+    observer
+        .subscribe(&topics.td(cluster_scenarios::WEATHER))
+        .await;
+    let (topic, _, retained) = observer.recv_json().await;
+    assert_eq!(
+        (topic.as_str(), retained),
+        (topics.td(cluster_scenarios::WEATHER).as_str(), true)
+    );
+    wait_for_td(&b, cluster_scenarios::WEATHER).await;
+    let stats = b.gateway.stats().await;
+    assert_eq!(
+        stats.hosted_things, 0,
+        "no presence outlived its agent or sidecar"
+    );
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presence_no_sidecar_renews_goes_offline() {
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(3).await;
+    let mut config = bridged_config(&cluster, &[1], "b", Mode::Nats);
+    config.cluster.presence_ttl_s = 3;
+    let b = linked(TestSidecar::start_with(config).await).await;
+    let thing = "urn:cluster:ghost";
+    let topics = lmos_sidecar::topics::Topics::new("lmos").unwrap();
+    // Presence as a sidecar that then dies leaves it: said live, written
+    // once in the bucket, never renewed.
+    let online = json!({"thingID": thing, "status": "online"}).to_string();
+    let (presence, key) = bucket_of(&cluster, &topics.agent_status(thing)).await;
+    presence.put(&key, online.clone().into()).await.unwrap();
+    let nats = async_nats::connect(format!("nats://{}", cluster.client_addr(0)))
+        .await
+        .expect("connect to NATS");
+    nats.publish(format!("lmos.{thing}.agent.status"), online.into())
+        .await
+        .unwrap();
+    nats.flush().await.unwrap();
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+    let mut watcher = b.mqtt("b-watcher").await;
+    watcher.subscribe(&topics.agent_status(thing)).await;
+    let (_, status, _) = watcher.recv_json().await;
+    assert_eq!(status["status"], "online");
+    // The entry expires after 3 s; two listings (a second apart) later B
+    // takes the agent for gone.
+    let started = std::time::Instant::now();
+    let (_, status, _) = watcher.recv_json().await;
+    assert_eq!(status["status"], "offline", "{status}");
+    assert!(started.elapsed() < Duration::from_secs(9));
+    wait_for_stats(&b, |s| s.hosted_things == 0).await;
+    b.stop().await;
+}
+
+/// Counts of each event's `data` (0..n) until all arrived, from `next`.
+async fn tally(n: i64, mut next: impl AsyncFnMut() -> serde_json::Value) -> Vec<u32> {
+    let mut counts = vec![0u32; n as usize];
+    let mut missing = n;
+    while missing > 0 {
+        let e = next().await;
+        let Some(d) = e["data"].as_i64().filter(|d| *d >= 0) else {
+            continue; // the markers sent until events crossed
+        };
+        counts[d as usize] += 1;
+        if counts[d as usize] == 1 {
+            missing -= 1;
+        }
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_under_load_loses_no_event_and_duplicates_none() {
+    const N: i64 = 2000;
+    let _alone = one_at_a_time().await;
+    let mut cluster = NatsCluster::start(3).await;
+    let topics = lmos_sidecar::topics::Topics::new("lmos").unwrap();
+    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
+    let b =
+        linked(TestSidecar::start_with(bridged_config(&cluster, &[1, 2], "b", Mode::Nats)).await)
+            .await;
+    let thing = "urn:cluster:ticker";
+    let mut agent = mqtt_agent(a.mqtt, "ticker-agent", thing, None).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+    let mut ws = b.ws().await;
+    ws.send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
+        .await;
+    ws.barrier().await;
+    let mut mqtt = b.mqtt("b-consumer").await;
+    mqtt.subscribe(&topics.event(thing, "tick")).await;
+    until_events_cross(&mut agent, &mut ws, thing).await;
+
+    // QoS 1 into A's broker, each acknowledged; B's node dies on the way.
+    for n in 0..N {
+        agent.publish_event(thing, "tick", json!(n)).await;
+        if n == N / 4 {
+            cluster.kill(1);
+        }
+    }
+    let on_ws = tally(N, async || ws.recv().await).await;
+    let on_mqtt = tally(N, async || {
+        let p = mqtt.recv().await;
+        serde_json::from_slice(&p.payload).unwrap()
+    })
+    .await;
+    for (who, counts) in [("WebSocket", on_ws), ("MQTT", on_mqtt)] {
+        let twice: Vec<usize> = (0..N as usize).filter(|&i| counts[i] != 1).collect();
+        assert!(
+            twice.is_empty(),
+            "{who}: events not exactly once: {twice:?}"
+        );
+    }
+    ws.assert_nothing_pending().await;
+    let late = tokio::time::timeout(Duration::from_secs(1), mqtt.publishes.recv()).await;
+    assert!(
+        late.map_or(true, |p| p
+            .is_none_or(
+                |p| String::from_utf8_lossy(&p.payload).contains("\"data\":-1")
+            )),
+        "no event twice on MQTT"
+    );
+    // What crossed, counted: every event through B's consumer.
+    let metrics = reconnected(&b).await;
+    let received = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("lmos_sidecar_cluster_jetstream{what=\"received\"} "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(received >= Some(N as f64), "{metrics}");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_dev_node_takes_the_stream_and_buckets_with_one_replica() {
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(1).await;
+    // R3 asked for (the default), refused by a NATS that is not clustered.
+    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
+    let thing = "urn:cluster:dev";
+    let mut agent = mqtt_agent(a.mqtt, "dev-agent", thing, None).await;
+    let b = bridged(&cluster, 0, "b", Mode::Nats).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+    let mut consumer = b.ws().await;
+    consumer
+        .send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
+        .await;
+    consumer.barrier().await;
+    until_events_cross(&mut agent, &mut consumer, thing).await;
+    let streams = cluster.monitor(0, "/jsz?accounts=true&streams=true&config=true");
+    let replicas: Vec<u64> = streams
+        .iter()
+        .flat_map(|v| v["account_details"].as_array().into_iter().flatten())
+        .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+        .filter_map(|s| s["config"]["num_replicas"].as_u64())
+        .collect();
+    assert!(
+        replicas.len() >= 4 && replicas.iter().all(|&r| r == 1),
+        "the stream and three buckets, R1: {replicas:?}"
+    );
+    a.stop().await;
+    b.stop().await;
+}

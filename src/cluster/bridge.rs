@@ -30,6 +30,7 @@ const MAX_PACKET: usize = 16 * 1024 * 1024;
 pub struct ClusterStatus {
     connected: Arc<AtomicBool>,
     reconnects: Arc<AtomicU64>,
+    jetstream: Arc<super::nats::jetstream::JetStreamCounters>,
 }
 
 impl ClusterStatus {
@@ -39,6 +40,11 @@ impl ClusterStatus {
 
     pub fn reconnects(&self) -> u64 {
         self.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// What crossed through JetStream (native mode with `cluster.jetstream`).
+    pub fn jetstream(&self) -> &Arc<super::nats::jetstream::JetStreamCounters> {
+        &self.jetstream
     }
 
     pub(crate) fn set_connected(&self, connected: bool) {

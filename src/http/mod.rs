@@ -152,6 +152,7 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
         .set_connections(crate::telemetry::metrics::MQTT, mqtt);
     if let Some(c) = &state.cluster {
         state.metrics.set_cluster(c.connected(), c.reconnects());
+        state.metrics.set_cluster_jetstream(&c.jetstream().values());
     }
     state.metrics.set_gauges(
         stats.connections,

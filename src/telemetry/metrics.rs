@@ -84,6 +84,7 @@ struct Inner {
     limits: Family<Labels2, Counter>,
     cluster_connected: Gauge,
     cluster_reconnects: Gauge,
+    cluster_jetstream: Family<Labels1, Gauge>,
 }
 
 #[derive(Clone)]
@@ -136,6 +137,12 @@ impl Metrics {
         let limits = Family::<Labels2, Counter>::default();
         let cluster_connected = Gauge::default();
         let cluster_reconnects = Gauge::default();
+        let cluster_jetstream = Family::<Labels1, Gauge>::default();
+        registry.register(
+            "cluster_jetstream",
+            "Native NATS mode with JetStream, counts since start by `what`: events published, acked, pending (published, not yet acked), republished (for want of an ack), received (from the stream into the broker), redelivered, duplicates (dropped as already received); state entries kv_writes, kv_errors; stale_presence (remote agents taken offline)",
+            cluster_jetstream.clone(),
+        );
         registry.register(
             "cluster_connected",
             "1 while the bridge to the external MQTT cluster is connected (only with cluster.url)",
@@ -228,6 +235,7 @@ impl Metrics {
             limits,
             cluster_connected,
             cluster_reconnects,
+            cluster_jetstream,
         }))
     }
 
@@ -320,6 +328,17 @@ impl Metrics {
     pub fn set_cluster(&self, connected: bool, reconnects: u64) {
         self.0.cluster_connected.set(i64::from(connected));
         self.0.cluster_reconnects.set(reconnects as i64);
+    }
+
+    /// The native link's JetStream counts, by `what`.
+    pub fn set_cluster_jetstream(&self, values: &[(&'static str, u64)]) {
+        for &(what, value) in values {
+            let labels = [("what", what)];
+            self.0
+                .cluster_jetstream
+                .get_or_create(&labels)
+                .set(value as i64);
+        }
     }
 
     /// The Prometheus text exposition.

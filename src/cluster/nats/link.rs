@@ -17,6 +17,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
+use super::durable::{self, FromDurable, KvOp};
+use super::intake::JetStreamIn;
 use super::options::{self, OptionsError};
 use super::relay::{self, Relay, ToLocal, ToNats};
 use crate::broker::{Bus, Delivery, Publication};
@@ -142,13 +144,38 @@ impl NatsLink {
             }
         };
         let inbox = client.new_inbox();
+        let jetstream = self.config.jetstream;
         let mut relay = Relay::new(self.topics.clone(), inbox.clone());
+        if jetstream {
+            relay = relay.with_jetstream();
+        }
         let (tx, mut incoming) = mpsc::channel::<Incoming>(self.config.buffer.max(64));
         let stop = CancellationToken::new();
+        // This connection's unique token names its events in the stream.
+        let origin = inbox.rsplit('.').next().unwrap_or_default().to_owned();
+        let (durable_tx, mut from_durable) = mpsc::channel(self.config.buffer.max(64));
+        let durable = jetstream.then(|| {
+            durable::start(
+                client.clone(),
+                &self.config,
+                self.topics.clone(),
+                durable::Identity {
+                    connection: self.name.clone(),
+                    origin: origin.clone(),
+                },
+                self.status.jetstream().clone(),
+                durable_tx,
+                stop.child_token(),
+            )
+        });
+        let mut js_in = JetStreamIn::new(origin);
+        // Renewing this sidecar's presence, and looking for others' gone.
+        let renew = Duration::from_secs(self.config.presence_ttl_s.max(3)) / 3;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + renew, renew);
         // Subscriptions are queued while disconnected and made again by the
         // client on every reconnection.
         let mut broadcast = Vec::new();
-        for filter in broadcast_filters(&self.topics) {
+        for filter in broadcast_filters(&self.topics, jetstream) {
             broadcast.push(
                 client
                     .subscribe(super::subjects::subject_filter(&filter))
@@ -174,14 +201,27 @@ impl NatsLink {
         let mut hosting: HashMap<String, CancellationToken> = HashMap::new();
         let mut echoes = Echoes::new(ECHO_TTL);
         let mut connected_once = false;
+        // Linked: connected, and with JetStream the consumer reads.
+        let mut up = false;
+        let mut js_ready = !jetstream;
         // The client reports every connection, the first included, as an
         // event: the link counts as linked from there.
-        loop {
+        'link: loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 event = events.recv() => match event {
-                    Some(Event::Connected) => self.linked(&client, &relay, &mut connected_once).await,
+                    Some(Event::Connected) => {
+                        let again = connected_once;
+                        up = self.linked(&client, &relay, &mut connected_once, !jetstream).await;
+                        self.status.set_connected(up && js_ready);
+                        // Live state missed while away is in the buckets.
+                        if let (true, Some(d)) = (up && again, &durable) {
+                            js_in.reload();
+                            let _ = d.kv.send(KvOp::Reload);
+                        }
+                    }
                     Some(Event::Disconnected) => {
+                        up = false;
                         self.status.set_connected(false);
                         warn!("Lost the NATS cluster; local traffic goes on, reconnecting.");
                     }
@@ -226,6 +266,48 @@ impl NatsLink {
                                     token.cancel();
                                 }
                             }
+                            ToNats::Store { subject, payload } => {
+                                // Waits while the stream is that far behind.
+                                if let Some(d) = &durable {
+                                    let _ = d.events.send((subject, payload)).await;
+                                }
+                            }
+                            ToNats::Keep { topic, payload } => {
+                                if let Some(d) = &durable {
+                                    let _ = d.kv.send(KvOp::Write { topic, payload });
+                                }
+                            }
+                        }
+                    }
+                }
+                _ = ticks.tick(), if jetstream => {
+                    if let Some(d) = &durable {
+                        for (topic, payload) in relay.hosted_presence() {
+                            let _ = d.kv.send(KvOp::Write { topic, payload: Some(payload) });
+                        }
+                        let _ = d.kv.send(KvOp::ListPresence);
+                    }
+                }
+                Some(from) = from_durable.recv() => {
+                    if matches!(from, FromDurable::Ready) {
+                        js_ready = true;
+                        self.status.set_connected(up);
+                        info!("Events cross through JetStream.");
+                    }
+                    let (local, ack) = js_in.take(&self.topics, from, self.status.jetstream());
+                    for ToLocal { topic, payload, retain } in local {
+                        echoes.expect(&topic, &payload, !retain, Instant::now());
+                        let publication = Publication::new(topic, payload, retain);
+                        if self.bus.publish(publication).await.is_err() {
+                            // Not in the broker: unacknowledged, the
+                            // stream keeps it for this consumer.
+                            break 'link;
+                        }
+                    }
+                    // In the broker now: the stream may forget it for us.
+                    if let Some(m) = ack {
+                        if let Err(e) = m.ack().await {
+                            debug!(error = %e, "An event's acknowledgement did not go.");
                         }
                     }
                 }
@@ -235,6 +317,9 @@ impl NatsLink {
                         Kind::Broadcast => match super::subjects::topic(subject) {
                             Ok(topic) => {
                                 let retain = crate::cluster::is_retained(&self.topics, &topic);
+                                if retain {
+                                    js_in.live(&self.topics, &topic, &message.payload);
+                                }
                                 Some(ToLocal { topic, payload: message.payload, retain })
                             }
                             Err(e) => {
@@ -284,9 +369,17 @@ impl NatsLink {
 
     /// The connection is up: once the servers have the subscriptions, the
     /// link is usable; then the other sidecars are asked for their state.
-    async fn linked(&self, client: &Client, relay: &Relay, connected_once: &mut bool) {
+    /// `sync`: ask the others for their state (without the buckets).
+    /// Whether the link is up.
+    async fn linked(
+        &self,
+        client: &Client,
+        relay: &Relay,
+        connected_once: &mut bool,
+        sync: bool,
+    ) -> bool {
         if client.flush().await.is_err() {
-            return;
+            return false;
         }
         if *connected_once {
             self.status.reconnected();
@@ -297,20 +390,25 @@ impl NatsLink {
         *connected_once = true;
         // The reply subject names who asks; answers go to
         // `{inbox}._state.{subject}`, one message per retained topic.
-        let sync = relay::sync_subject(&self.topics);
-        let _ = client
-            .publish_with_reply(sync, relay.inbox().to_owned(), Bytes::new())
-            .await;
-        self.status.set_connected(true);
+        // (With JetStream the buckets hold the state; the link still
+        // answers others that ask.)
+        if sync {
+            let subject = relay::sync_subject(&self.topics);
+            let _ = client
+                .publish_with_reply(subject, relay.inbox().to_owned(), Bytes::new())
+                .await;
+        }
+        true
     }
 }
 
 /// The filters whose messages every sidecar gets; requests and replies go
-/// by request/reply instead.
-fn broadcast_filters(topics: &Topics) -> Vec<String> {
+/// by request/reply instead, events (with `jetstream`) through the stream.
+fn broadcast_filters(topics: &Topics, jetstream: bool) -> Vec<String> {
     crate::cluster::bridged_filters(topics)
         .into_iter()
         .filter(|f| !f.ends_with("/agent/requests/+") && !f.ends_with("/agent/replies"))
+        .filter(|f| !(jetstream && f.ends_with("/events/+")))
         .collect()
 }
 
@@ -321,8 +419,13 @@ mod tests {
     #[test]
     fn requests_and_replies_are_not_broadcast() {
         let t = Topics::new("lmos").unwrap();
-        let f = broadcast_filters(&t);
+        let f = broadcast_filters(&t, false);
         assert_eq!(f.len(), crate::cluster::bridged_filters(&t).len() - 2);
+        let f = broadcast_filters(&t, true);
+        assert!(
+            !f.iter().any(|f| f.contains("/events/")),
+            "through the stream"
+        );
         assert!(!f.iter().any(|f| f.contains("agent/re")));
     }
 }

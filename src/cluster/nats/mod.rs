@@ -3,6 +3,11 @@
 //! the sidecar whose agent hosts a Thing. See [`relay`] for what crosses
 //! how, [`subjects`] for the subject mapping.
 
+mod buckets;
+pub mod durable;
+mod intake;
+pub mod jetstream;
+pub mod kv;
 pub mod link;
 pub mod options;
 pub mod relay;

@@ -45,6 +45,17 @@ pub enum ToNats {
     Host(String),
     /// No longer: its agent left.
     Unhost(String),
+    /// An event, through the JetStream stream (`cluster.jetstream`).
+    Store {
+        subject: String,
+        payload: Bytes,
+    },
+    /// Retained state of this sidecar's for the buckets: put, or delete
+    /// (`None`: an emptied retained topic, an agent gone offline).
+    Keep {
+        topic: String,
+        payload: Option<Bytes>,
+    },
 }
 
 /// A message for the embedded broker.
@@ -74,6 +85,8 @@ pub struct Relay {
     order: VecDeque<String>,
     /// Retained messages this sidecar published, by topic.
     retained: HashMap<String, Bytes>,
+    /// Events go through JetStream, retained state to the buckets too.
+    jetstream: bool,
 }
 
 /// The subject on which a sidecar asks the others for their retained state.
@@ -86,7 +99,7 @@ fn correlation(payload: &[u8]) -> Option<String> {
     v.get("correlationID")?.as_str().map(str::to_owned)
 }
 
-fn is_online(payload: &[u8]) -> bool {
+pub(super) fn is_online(payload: &[u8]) -> bool {
     serde_json::from_slice::<Value>(payload)
         .ok()
         .is_some_and(|v| v["status"] == "online")
@@ -101,7 +114,27 @@ impl Relay {
             pending: HashMap::new(),
             order: VecDeque::new(),
             retained: HashMap::new(),
+            jetstream: false,
         }
+    }
+
+    /// Events through the JetStream stream, retained state into the
+    /// buckets as well as on its subject.
+    pub fn with_jetstream(mut self) -> Relay {
+        self.jetstream = true;
+        self
+    }
+
+    /// The presence this sidecar's agents have now, to renew in the bucket.
+    pub fn hosted_presence(&self) -> Vec<(String, Bytes)> {
+        self.hosted
+            .iter()
+            .filter_map(|thing| {
+                let topic = self.topics.agent_status(thing);
+                let payload = self.retained.get(&topic)?.clone();
+                Some((topic, payload))
+            })
+            .collect()
     }
 
     pub fn inbox(&self) -> &str {
@@ -121,16 +154,29 @@ impl Relay {
             payload,
         };
         let route = self.topics.parse(topic);
+        let mut out = Vec::new();
         if super::super::is_retained(&self.topics, topic) {
             if payload.is_empty() {
                 self.retained.remove(topic);
             } else {
                 self.retained.insert(topic.to_owned(), payload.clone());
             }
+            if self.jetstream {
+                // The presence bucket holds agents that are online.
+                let gone = payload.is_empty()
+                    || (matches!(route, Some(Route::AgentStatus { .. })) && !is_online(&payload));
+                out.push(ToNats::Keep {
+                    topic: topic.to_owned(),
+                    payload: (!gone).then(|| payload.clone()),
+                });
+            }
         }
         match route {
+            Some(Route::Event { .. }) if self.jetstream => out.push(ToNats::Store {
+                subject: subjects::subject(topic),
+                payload,
+            }),
             Some(Route::AgentStatus { thing }) => {
-                let mut out = Vec::new();
                 if is_online(&payload) {
                     if self.hosted.insert(thing.clone()) {
                         out.push(ToNats::Host(thing));
@@ -139,15 +185,14 @@ impl Relay {
                     out.push(ToNats::Unhost(thing));
                 }
                 out.push(publish(payload));
-                out
             }
             // The agent is here: the request is this sidecar's own business.
-            Some(Route::AgentRequest { thing, .. }) if self.hosted.contains(&thing) => Vec::new(),
+            Some(Route::AgentRequest { thing, .. }) if self.hosted.contains(&thing) => {}
             Some(Route::AgentRequest { thing, .. }) => {
                 let Some(route) = correlation(&payload) else {
                     // The router always names its route; without one no
                     // answer could find its way back.
-                    return Vec::new();
+                    return out;
                 };
                 // One token for the route, whatever it holds.
                 let reply = format!(
@@ -156,22 +201,23 @@ impl Relay {
                     subjects::subject(&crate::topics::escape(&route)),
                     subjects::subject(&self.topics.agent_replies(&thing))
                 );
-                vec![ToNats::Request {
+                out.push(ToNats::Request {
                     subject: subjects::subject(topic),
                     reply,
                     payload,
-                }]
+                });
             }
-            Some(Route::AgentReplies { .. }) => self
-                .answers(&payload)
-                .into_iter()
-                .map(|subject| ToNats::Publish {
-                    subject,
-                    payload: payload.clone(),
-                })
-                .collect(),
-            _ => vec![publish(payload)],
+            Some(Route::AgentReplies { .. }) => {
+                for subject in self.answers(&payload) {
+                    out.push(ToNats::Publish {
+                        subject,
+                        payload: payload.clone(),
+                    });
+                }
+            }
+            _ => out.push(publish(payload)),
         }
+        out
     }
 
     /// Reply subjects the agent's answer goes to; forgets routes that
@@ -327,131 +373,5 @@ impl Relay {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    const T: &str = "urn:t";
-
-    fn relay() -> Relay {
-        Relay::new(Topics::new("lmos").unwrap(), "_INBOX.me".into())
-    }
-
-    fn bytes(v: Value) -> Bytes {
-        Bytes::from(v.to_string())
-    }
-
-    #[test]
-    fn events_go_to_everyone_on_their_subject() {
-        let mut r = relay();
-        let t = Topics::new("lmos").unwrap();
-        let out = r.from_local(&t.event(T, "e"), Bytes::from_static(b"{}"));
-        assert_eq!(
-            out,
-            vec![ToNats::Publish {
-                subject: "lmos.urn:t.events.e".into(),
-                payload: Bytes::from_static(b"{}")
-            }]
-        );
-    }
-
-    #[test]
-    fn presence_decides_which_requests_this_sidecar_takes() {
-        let mut r = relay();
-        let t = Topics::new("lmos").unwrap();
-        let online = bytes(json!({"status": "online"}));
-        let out = r.from_local(&t.agent_status(T), online.clone());
-        assert_eq!(out[0], ToNats::Host(T.into()));
-        assert!(r.from_local(&t.agent_status(T), online).len() == 1, "once");
-        assert_eq!(r.requests_subject(T), "lmos.urn:t.agent.requests.*");
-        // A request for a Thing hosted here stays here.
-        let request = bytes(json!({"thingID": T, "correlationID": "r"}));
-        assert!(r
-            .from_local(&t.agent_request(T, "readProperty"), request)
-            .is_empty());
-        let out = r.from_local(&t.agent_status(T), bytes(json!({"status": "offline"})));
-        assert_eq!(out[0], ToNats::Unhost(T.into()));
-        // State kept for sidecars that ask.
-        let state = r.state_for("_INBOX.you");
-        assert_eq!(state[0].0, "_INBOX.you._state.lmos.urn:t.agent.status");
-    }
-
-    #[test]
-    fn a_request_crosses_as_a_nats_request_and_its_answers_come_back_to_the_asker_only() {
-        let t = Topics::new("lmos").unwrap();
-        let mut b = relay();
-        let mut a = Relay::new(t.clone(), "_INBOX.a".into());
-        a.from_local(&t.agent_status(T), bytes(json!({"status": "online"})));
-        let invoke = bytes(
-            json!({"thingID": T, "messageID": "m", "messageType": "invokeAction", "action": "x", "correlationID": "r.1"}),
-        );
-        let out = b.from_local(&t.agent_request(T, "invokeAction"), invoke.clone());
-        let [ToNats::Request {
-            subject,
-            reply,
-            payload,
-        }] = &out[..]
-        else {
-            panic!("{out:?}")
-        };
-        assert_eq!(subject, "lmos.urn:t.agent.requests.invokeAction");
-        assert_eq!(reply, "_INBOX.me.r%2E1.lmos.urn:t.agent.replies");
-        let local = a
-            .request_from_nats(subject, Some(reply), payload.clone())
-            .unwrap();
-        assert_eq!(local.topic, t.agent_request(T, "invokeAction"));
-        let status = |s: &str| {
-            bytes(
-                json!({"thingID": T, "messageID": s, "messageType": "actionStatus", "action": "x", "status": s, "correlationID": "r.1"}),
-            )
-        };
-        for (s, pending) in [("running", 1), ("completed", 0)] {
-            let out = a.from_local(&t.agent_replies(T), status(s));
-            assert_eq!(
-                out,
-                vec![ToNats::Publish {
-                    subject: reply.clone(),
-                    payload: status(s)
-                }]
-            );
-            assert_eq!(a.pending_len(), pending);
-        }
-        assert!(
-            a.from_local(&t.agent_replies(T), status("completed"))
-                .is_empty(),
-            "a local agent's answers to local requests stay local"
-        );
-        let back = b.from_inbox(reply, status("completed"), false).unwrap();
-        assert_eq!(
-            (back.topic.as_str(), back.retain),
-            (t.agent_replies(T).as_str(), false)
-        );
-        // No one took it: the asker's router hears 503.
-        let back = b.from_inbox(reply, Bytes::new(), true).unwrap();
-        let problem: Value = serde_json::from_slice(&back.payload).unwrap();
-        assert_eq!(
-            (
-                problem["correlationID"].as_str(),
-                problem["thingID"].as_str()
-            ),
-            (Some("r.1"), Some(T)),
-            "{problem}"
-        );
-        assert_eq!(problem["status"], "503", "{problem}");
-    }
-
-    #[test]
-    fn state_from_another_sidecar_is_retained_here() {
-        let t = Topics::new("lmos").unwrap();
-        let r = relay();
-        let got = r
-            .from_inbox(
-                "_INBOX.me._state.lmos.urn:t.td",
-                Bytes::from_static(b"{}"),
-                false,
-            )
-            .unwrap();
-        assert_eq!((got.topic, got.retain), (t.td(T), true));
-        assert!(r.from_inbox("_INBOX.other.x", Bytes::new(), false).is_err());
-    }
-}
+#[path = "relay_tests.rs"]
+mod tests;

@@ -1,0 +1,179 @@
+//! Events through a JetStream stream, decided without I/O: names, message
+//! IDs for the stream's deduplication, and which deliveries are news.
+//!
+//! - One stream per prefix, `{P}-events` ([`super::kv::name`] of the prefix),
+//!   on `{p}.*.events.>` (an event topic `{prefix}/{thing}/events/{name}`
+//!   maps to `{p}.{thing}.events.{name}`, see [`super::subjects`]), with
+//!   `cluster.jetstream_replicas` replicas.
+//! - A sidecar publishes its events with a `Nats-Msg-Id` of its own
+//!   ([`Outbox`]) and an [`ORIGIN`] header, many at a time, each repeated
+//!   until the stream acknowledges it: a repeat of a stored event is
+//!   dropped by the stream (its duplicate window), so a repeat after a lost
+//!   acknowledgement stores nothing twice.
+//! - Each sidecar reads the stream through a durable consumer of its own,
+//!   skips its own events (by [`ORIGIN`]) and acknowledges an event once it
+//!   is in its embedded broker. A delivery whose acknowledgement was lost
+//!   comes again; [`Seen`] drops a stream sequence already handed over, so
+//!   consumers see each event once.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::kv::name;
+use crate::topics::Topics;
+
+/// Header naming the sidecar that published an event.
+pub const ORIGIN: &str = "Lmos-Origin";
+
+/// Stream sequences [`Seen`] remembers at most.
+pub const SEEN_LIMIT: usize = 100_000;
+
+/// The event stream's name for `topics`' prefix.
+pub fn stream_name(topics: &Topics) -> String {
+    format!("{}-events", name(topics.prefix()))
+}
+
+/// The subjects the event stream takes.
+pub fn stream_subject(topics: &Topics) -> String {
+    format!("{}.*.events.>", super::subjects::subject(topics.prefix()))
+}
+
+/// The durable consumer of the sidecar whose connection is `connection`.
+pub fn consumer_name(connection: &str) -> String {
+    name(connection)
+}
+
+/// A count the metrics read.
+#[derive(Debug, Default)]
+pub struct Count(AtomicU64);
+
+impl Count {
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// What crossed through JetStream and what waited, for the metrics.
+#[derive(Debug, Default)]
+pub struct JetStreamCounters {
+    /// Events handed to JetStream (first attempts).
+    pub published: Count,
+    /// Events the stream acknowledged.
+    pub acked: Count,
+    /// Publications repeated for want of an acknowledgement.
+    pub republished: Count,
+    /// Events from the stream handed to the embedded broker.
+    pub received: Count,
+    /// Deliveries the consumer made more than once.
+    pub redelivered: Count,
+    /// Deliveries dropped as already handed over ([`Seen`]).
+    pub duplicates: Count,
+    /// Bucket entries written or deleted.
+    pub kv_writes: Count,
+    /// Bucket writes that failed (and are tried again).
+    pub kv_errors: Count,
+    /// Remote presence found stale and turned offline.
+    pub stale_presence: Count,
+}
+
+impl JetStreamCounters {
+    /// Published and not yet acknowledged.
+    pub fn pending(&self) -> u64 {
+        self.published.get().saturating_sub(self.acked.get())
+    }
+
+    /// Every count by its name in the metrics.
+    pub fn values(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("published", self.published.get()),
+            ("acked", self.acked.get()),
+            ("pending", self.pending()),
+            ("republished", self.republished.get()),
+            ("received", self.received.get()),
+            ("redelivered", self.redelivered.get()),
+            ("duplicates", self.duplicates.get()),
+            ("kv_writes", self.kv_writes.get()),
+            ("kv_errors", self.kv_errors.get()),
+            ("stale_presence", self.stale_presence.get()),
+        ]
+    }
+}
+
+/// Message IDs for one sidecar's publications: unique per process run
+/// (`origin` is the connection's unique inbox token), counted.
+#[derive(Debug)]
+pub struct Outbox {
+    origin: String,
+    next: u64,
+}
+
+impl Outbox {
+    pub fn new(origin: String) -> Outbox {
+        Outbox { origin, next: 0 }
+    }
+
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The next message's `Nats-Msg-Id`.
+    pub fn next_id(&mut self) -> String {
+        self.next += 1;
+        format!("{}-{}", self.origin, self.next)
+    }
+}
+
+/// Stream sequences already handed to the embedded broker (the last
+/// [`SEEN_LIMIT`]; below those, everything counts as seen).
+#[derive(Debug, Default)]
+pub struct Seen {
+    recent: BTreeSet<u64>,
+    /// Every sequence up to this one is taken as seen.
+    floor: u64,
+}
+
+impl Seen {
+    /// Whether `sequence` is news; remembers it.
+    pub fn first(&mut self, sequence: u64) -> bool {
+        if sequence <= self.floor || !self.recent.insert(sequence) {
+            return false;
+        }
+        while self.recent.len() > SEEN_LIMIT {
+            if let Some(oldest) = self.recent.pop_first() {
+                self.floor = oldest;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_subjects_follow_the_prefix() {
+        let t = Topics::new("acme/lmos").unwrap();
+        assert_eq!(stream_name(&t), "acme_2Flmos-events");
+        assert_eq!(stream_subject(&t), "acme.lmos.*.events.>");
+        assert_eq!(consumer_name("lmos-bridge-urn:x"), "lmos-bridge-urn_3Ax");
+        let mut o = Outbox::new("abc".into());
+        assert_eq!((o.next_id(), o.next_id()), ("abc-1".into(), "abc-2".into()));
+    }
+
+    #[test]
+    fn a_redelivery_is_no_news() {
+        let mut s = Seen::default();
+        assert!(s.first(2));
+        assert!(s.first(1), "out of order is news");
+        assert!(!s.first(2));
+        for n in 3..(SEEN_LIMIT as u64 + 10) {
+            assert!(s.first(n));
+        }
+        assert!(!s.first(5), "below the window counts as seen");
+    }
+}

@@ -1,0 +1,162 @@
+//! [`super`]'s unit tests.
+use super::*;
+use serde_json::json;
+
+const T: &str = "urn:t";
+
+fn relay() -> Relay {
+    Relay::new(Topics::new("lmos").unwrap(), "_INBOX.me".into())
+}
+
+fn bytes(v: Value) -> Bytes {
+    Bytes::from(v.to_string())
+}
+
+#[test]
+fn events_go_to_everyone_on_their_subject() {
+    let mut r = relay();
+    let t = Topics::new("lmos").unwrap();
+    let out = r.from_local(&t.event(T, "e"), Bytes::from_static(b"{}"));
+    assert_eq!(
+        out,
+        vec![ToNats::Publish {
+            subject: "lmos.urn:t.events.e".into(),
+            payload: Bytes::from_static(b"{}")
+        }]
+    );
+}
+
+#[test]
+fn presence_decides_which_requests_this_sidecar_takes() {
+    let mut r = relay();
+    let t = Topics::new("lmos").unwrap();
+    let online = bytes(json!({"status": "online"}));
+    let out = r.from_local(&t.agent_status(T), online.clone());
+    assert_eq!(out[0], ToNats::Host(T.into()));
+    assert!(r.from_local(&t.agent_status(T), online).len() == 1, "once");
+    assert_eq!(r.requests_subject(T), "lmos.urn:t.agent.requests.*");
+    // A request for a Thing hosted here stays here.
+    let request = bytes(json!({"thingID": T, "correlationID": "r"}));
+    assert!(r
+        .from_local(&t.agent_request(T, "readProperty"), request)
+        .is_empty());
+    let out = r.from_local(&t.agent_status(T), bytes(json!({"status": "offline"})));
+    assert_eq!(out[0], ToNats::Unhost(T.into()));
+    // State kept for sidecars that ask.
+    let state = r.state_for("_INBOX.you");
+    assert_eq!(state[0].0, "_INBOX.you._state.lmos.urn:t.agent.status");
+}
+
+#[test]
+fn a_request_crosses_as_a_nats_request_and_its_answers_come_back_to_the_asker_only() {
+    let t = Topics::new("lmos").unwrap();
+    let mut b = relay();
+    let mut a = Relay::new(t.clone(), "_INBOX.a".into());
+    a.from_local(&t.agent_status(T), bytes(json!({"status": "online"})));
+    let invoke = bytes(
+        json!({"thingID": T, "messageID": "m", "messageType": "invokeAction", "action": "x", "correlationID": "r.1"}),
+    );
+    let out = b.from_local(&t.agent_request(T, "invokeAction"), invoke.clone());
+    let [ToNats::Request {
+        subject,
+        reply,
+        payload,
+    }] = &out[..]
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(subject, "lmos.urn:t.agent.requests.invokeAction");
+    assert_eq!(reply, "_INBOX.me.r%2E1.lmos.urn:t.agent.replies");
+    let local = a
+        .request_from_nats(subject, Some(reply), payload.clone())
+        .unwrap();
+    assert_eq!(local.topic, t.agent_request(T, "invokeAction"));
+    let status = |s: &str| {
+        bytes(
+            json!({"thingID": T, "messageID": s, "messageType": "actionStatus", "action": "x", "status": s, "correlationID": "r.1"}),
+        )
+    };
+    for (s, pending) in [("running", 1), ("completed", 0)] {
+        let out = a.from_local(&t.agent_replies(T), status(s));
+        assert_eq!(
+            out,
+            vec![ToNats::Publish {
+                subject: reply.clone(),
+                payload: status(s)
+            }]
+        );
+        assert_eq!(a.pending_len(), pending);
+    }
+    assert!(
+        a.from_local(&t.agent_replies(T), status("completed"))
+            .is_empty(),
+        "a local agent's answers to local requests stay local"
+    );
+    let back = b.from_inbox(reply, status("completed"), false).unwrap();
+    assert_eq!(
+        (back.topic.as_str(), back.retain),
+        (t.agent_replies(T).as_str(), false)
+    );
+    // No one took it: the asker's router hears 503.
+    let back = b.from_inbox(reply, Bytes::new(), true).unwrap();
+    let problem: Value = serde_json::from_slice(&back.payload).unwrap();
+    assert_eq!(
+        (
+            problem["correlationID"].as_str(),
+            problem["thingID"].as_str()
+        ),
+        (Some("r.1"), Some(T)),
+        "{problem}"
+    );
+    assert_eq!(problem["status"], "503", "{problem}");
+}
+
+#[test]
+fn with_jetstream_events_are_stored_and_state_kept_in_buckets() {
+    let t = Topics::new("lmos").unwrap();
+    let mut r = relay().with_jetstream();
+    let out = r.from_local(&t.event(T, "e"), Bytes::from_static(b"{}"));
+    assert_eq!(
+        out,
+        vec![ToNats::Store {
+            subject: "lmos.urn:t.events.e".into(),
+            payload: Bytes::from_static(b"{}")
+        }]
+    );
+    let online = bytes(json!({"status": "online"}));
+    let out = r.from_local(&t.agent_status(T), online.clone());
+    assert_eq!(
+        out[0],
+        ToNats::Keep {
+            topic: t.agent_status(T),
+            payload: Some(online.clone())
+        }
+    );
+    assert_eq!(r.hosted_presence(), vec![(t.agent_status(T), online)]);
+    let out = r.from_local(&t.agent_status(T), bytes(json!({"status": "offline"})));
+    assert_eq!(
+        out[0],
+        ToNats::Keep {
+            topic: t.agent_status(T),
+            payload: None
+        },
+        "an agent gone leaves no entry"
+    );
+    let out = r.from_local(&t.property(T, "p"), Bytes::new());
+    assert!(matches!(&out[0], ToNats::Keep { payload: None, .. }));
+}
+
+#[test]
+fn state_from_another_sidecar_is_retained_here() {
+    let t = Topics::new("lmos").unwrap();
+    let r = relay();
+    let got = r
+        .from_inbox(
+            "_INBOX.me._state.lmos.urn:t.td",
+            Bytes::from_static(b"{}"),
+            false,
+        )
+        .unwrap();
+    assert_eq!((got.topic, got.retain), (t.td(T), true));
+    assert!(r.from_inbox("_INBOX.other.x", Bytes::new(), false).is_err());
+}
