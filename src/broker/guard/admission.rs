@@ -110,10 +110,7 @@ where
     let version = connect.version;
     let span = tracing::Span::current();
     span.record("client_id", connect.client_id);
-    let refuse = |v4: u8, v5: u8| match version {
-        Version::V4 => packet::connack(version, v4),
-        Version::V5 => packet::connack(version, v5),
-    };
+    let refuse = |v4: u8, v5: u8| refusal(version, v4, v5);
 
     let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
         info!(
@@ -179,6 +176,15 @@ where
         session,
         asked,
     })
+}
+
+/// The CONNACK refusing a connection: MQTT 3.1.1's return code `v4` or
+/// MQTT 5's reason code `v5`, whichever the client speaks.
+pub(super) fn refusal(version: Version, v4: u8, v5: u8) -> bytes::Bytes {
+    match version {
+        Version::V4 => packet::connack(version, v4),
+        Version::V5 => packet::connack(version, v5),
+    }
 }
 
 /// Reads until `buf` starts with a whole CONNECT; anything else fails at

@@ -206,10 +206,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             session,
             asked,
         } = admitted;
-        let refuse = |v4: u8, v5: u8| match version {
-            Version::V4 => packet::connack(version, v4),
-            Version::V5 => packet::connack(version, v5),
-        };
+        let refuse = |v4: u8, v5: u8| admission::refusal(version, v4, v5);
         let client_id = connect.client_id.to_owned();
         let pings = (connect.keep_alive == 0)
             .then(|| Duration::from_secs(u64::from(UPSTREAM_KEEP_ALIVE / 2)));
