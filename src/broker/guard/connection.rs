@@ -25,7 +25,6 @@ use super::delivery::{Delivery, Undelivered};
 use super::downstream::Downstream;
 use super::handshake::{self, Offer};
 use super::inspect::Inspector;
-use super::packet::{self, Version};
 use super::reason::*;
 use super::relay::relay;
 use super::sessions::{AfterClose, Expiry};
