@@ -1,5 +1,5 @@
 //! Streaming throughput: a WebSocket agent streams an invocation's output
-//! (README "Requests", streams) to a WebSocket consumer and to an MQTT
+//! (docs/requests.md, streams) to a WebSocket consumer and to an MQTT
 //! follower of the invocation's status topic, against the same agent
 //! publishing plain `event`s of the same payload size to a WebSocket
 //! subscriber and an MQTT subscriber of the event topic, in the same run.

@@ -6,7 +6,13 @@
 //! - [`gateway`]: the `lmosprotocol` WebSocket gateway;
 //! - [`http`]: the HTTP port that hosts it;
 //! - [`wot`]: value-only topics for W3C WoT consumers;
-//! - [`config`], [`telemetry`], [`app`]: wiring.
+//! - [`directory`]: the Thing Description directory;
+//! - [`auth`]: principals, secrets and per-Thing rights; [`tls`]: PEM files;
+//! - [`cluster`]: links to other sidecars (MQTT bridge, NATS, JetStream);
+//! - [`client`]: the command-line client and its `check`;
+//! - [`telemetry`]: logs, spans, metrics; [`config`], [`app`]: wiring.
+//!
+//! Where to change what: `docs/architecture.md`.
 
 pub mod app;
 pub mod auth;

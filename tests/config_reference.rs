@@ -1,6 +1,6 @@
 //! The configuration reference cannot drift from the configuration: every
 //! key the structs have (as `Config::default()` serializes them) has a row
-//! in the README's Configuration table with the same default, and every row
+//! in `docs/configuration.md`'s table with the same default, and every row
 //! names a key that exists. (`src/config.rs` checks that the commented
 //! default file, `config/lmos-sidecar.toml`, parses to the same defaults.)
 
@@ -8,16 +8,13 @@ use std::collections::BTreeMap;
 
 use lmos_sidecar::Config;
 
-/// The reference: the Configuration section of the README.
+/// The reference: `docs/configuration.md`.
 fn reference() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme
-        .find("\n## Configuration\n")
-        .expect("README has a Configuration section");
-    let rest = &readme[start + 1..];
-    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
-    rest[..end].to_owned()
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .expect("docs/configuration.md")
 }
 
 /// Key path → default, from the structs. Tables are walked; arrays and
@@ -84,7 +81,10 @@ fn every_key_is_documented_with_its_default_and_every_row_is_a_key() {
     let mut keys = BTreeMap::new();
     flatten("", &defaults, &mut keys);
     let documented = rows(&reference());
-    assert!(documented.len() > 40, "the table was not found: {documented:?}");
+    assert!(
+        documented.len() > 40,
+        "the table was not found: {documented:?}"
+    );
 
     let mut problems = Vec::new();
     for (key, value) in &keys {
@@ -111,7 +111,7 @@ fn every_key_is_documented_with_its_default_and_every_row_is_a_key() {
     }
     assert!(
         problems.is_empty(),
-        "README's Configuration table and src/config.rs disagree:\n{}",
+        "docs/configuration.md and src/config.rs disagree:\n{}",
         problems.join("\n")
     );
 }

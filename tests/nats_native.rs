@@ -234,7 +234,7 @@ async fn a_sidecar_whose_node_dies_moves_to_another_and_serves_again() {
 
     cluster.kill(1);
     // Core NATS keeps nothing for a subscriber away: what was in flight
-    // when the node died is lost (see the README); what follows crosses.
+    // when the node died is lost (see docs/clustering-jetstream.md); what follows crosses.
     until_marker_crosses(&mut agent, &mut consumer, thing, 0).await;
     reconnected(&b).await;
     assert_eq!(

@@ -1,5 +1,5 @@
 //! Streamed output (Response-Stream) and input (Request-Stream) with real
-//! clients: see README "Requests", "Streams".
+//! clients: see docs/requests.md, "Streams".
 
 mod common;
 
