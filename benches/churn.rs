@@ -47,6 +47,8 @@
 //! outbound queue (`gateway.outbound_queue` messages) plus the socket
 //! buffers, and the others do not notice.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock};
@@ -212,28 +214,9 @@ impl Tally {
 
     /// The first few runs of sequence numbers in `from..to` it did not get.
     fn gaps(&self, from: u64, to: u64) -> String {
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for s in from..to {
-            if !self.seen.get(s as usize).copied().unwrap_or(false) {
-                match runs.last_mut() {
-                    Some((_, end)) if *end + 1 == s => *end = s,
-                    _ => runs.push((s, s)),
-                }
-            }
-        }
-        let shown: Vec<String> = runs
-            .iter()
-            .take(8)
-            .map(|(a, b)| {
-                if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a}-{b}")
-                }
-            })
-            .collect();
-        let more = if runs.len() > 8 { ", …" } else { "" };
-        format!("{}{more}", shown.join(", "))
+        support::runs_of(
+            (from..to).filter(|&s| !self.seen.get(s as usize).copied().unwrap_or(false)),
+        )
     }
 
     /// Sequence numbers in `from..to` it did not get.

@@ -68,27 +68,33 @@ impl Tally {
 
     /// The first few runs of sequence numbers it did not get.
     pub fn gaps(&self) -> String {
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for (s, _) in self.seen.iter().enumerate().filter(|(_, seen)| !**seen) {
-            match runs.last_mut() {
-                Some((_, end)) if *end + 1 == s => *end = s,
-                _ => runs.push((s, s)),
-            }
-        }
-        let shown: Vec<String> = runs
-            .iter()
-            .take(8)
-            .map(|&(a, b)| {
-                if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a}-{b}")
-                }
-            })
-            .collect();
-        let more = if runs.len() > 8 { ", …" } else { "" };
-        format!("{}{more}", shown.join(", "))
+        let missing = self.seen.iter().enumerate().filter(|(_, seen)| !**seen);
+        runs_of(missing.map(|(s, _)| s as u64))
     }
+}
+
+/// Ascending sequence numbers as their first eight runs: `3, 7-9, …`.
+pub fn runs_of(missing: impl IntoIterator<Item = u64>) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for s in missing {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == s => *end = s,
+            _ => runs.push((s, s)),
+        }
+    }
+    let shown: Vec<String> = runs
+        .iter()
+        .take(8)
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    let more = if runs.len() > 8 { ", …" } else { "" };
+    format!("{}{more}", shown.join(", "))
 }
 
 /// A consumer's messages: a payload, something else (`None`), or the end.
