@@ -207,6 +207,18 @@ impl Browser {
     }
 
     /// Polls `script` until it returns something other than null/false.
+    /// Opens the WeatherAgent's card and waits for its `form` to show.
+    async fn open_thing(&self, form: &str, what: &str) {
+        self.click(&format!(r#"button[data-open="{THING_ID}"]"#))
+            .await;
+        self.wait_for(
+            what,
+            Duration::from_secs(5),
+            &format!("return document.querySelector('{form}') !== null;"),
+        )
+        .await;
+    }
+
     async fn wait_for(&self, what: &str, within: Duration, script: &str) -> Value {
         let deadline = Instant::now() + within;
         loop {
@@ -336,17 +348,8 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
             &format!(r#"return document.querySelector('{row}[data-agent="websocket"]') !== null && document.querySelector('#who').textContent.includes('live');"#),
         )
         .await;
-    browser
-        .click(&format!(r#"button[data-open="{THING_ID}"]"#))
-        .await;
     let form = r#"form[data-invoke="getWeather"]"#;
-    browser
-        .wait_for(
-            "the action's form",
-            Duration::from_secs(5),
-            &format!("return document.querySelector('{form}') !== null;"),
-        )
-        .await;
+    browser.open_thing(form, "the action's form").await;
     browser
         .type_into(
             &format!(r#"{form} input[name="question"]"#),
@@ -499,17 +502,8 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
             &format!(r#"return document.querySelector('{row}') !== null && document.querySelector('#who').textContent.includes('live');"#),
         )
         .await;
-    browser
-        .click(&format!(r#"button[data-open="{THING_ID}"]"#))
-        .await;
     let write = r#"form[data-write="modelConfiguration"]"#;
-    browser
-        .wait_for(
-            "the property's form",
-            Duration::from_secs(5),
-            &format!("return document.querySelector('{write}') !== null;"),
-        )
-        .await;
+    browser.open_thing(write, "the property's form").await;
     browser
         .type_into(&format!(r#"{write} input[name="modelName"]"#), "o3")
         .await;
