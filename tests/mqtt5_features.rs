@@ -157,6 +157,31 @@ async fn delivery_qos(addr: SocketAddr) {
 }
 
 #[tokio::test]
+async fn the_sidecars_own_publications_arrive_at_the_granted_qos() {
+    let sidecar = TestSidecar::start().await;
+    let thing = unique("urn:dev:qos");
+    let topic = format!("lmos/{thing}/events/alarm");
+    let addr = sidecar.mqtt;
+    let mut s2 = subscriber(addr, &Props::new(), &[(&topic, 2)]).await;
+    let mut s1 = subscriber(addr, &Props::new(), &[(&topic, 1)]).await;
+    let mut v4 = Client::connect_clean(addr, 4, &unique("v4")).await;
+    v4.send(&raw::subscribe(4, 1, &[(&topic, 1)])).await;
+    assert_eq!(v4.recv().await.expect("SUBACK"), [0x90, 3, 0, 1, 1]);
+
+    // An event from a WebSocket agent: the sidecar publishes it, and a
+    // subscriber that asked for QoS 1 or 2 must get it acknowledged.
+    let mut agent = sidecar.ws().await;
+    agent
+        .send(common::event(&thing, "alarm", serde_json::json!(1)))
+        .await;
+    assert_eq!(s2.next_publish(true).await.qos, 2);
+    assert_eq!(s1.next_publish(true).await.qos, 1);
+    let got = v4.recv().await.expect("a PUBLISH");
+    assert_eq!((got[0] >> 1) & 3, 1, "{got:?}");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
 async fn retained_messages_keep_their_qos_and_properties() {
     on_sidecar(retained_qos).await;
 }
@@ -304,6 +329,45 @@ async fn session_kept(addr: SocketAddr) {
             (topic.as_str(), payload.as_bytes())
         );
     }
+}
+
+#[tokio::test]
+async fn a_resumed_session_gets_its_unacknowledged_publications_again_and_no_qos_0_twice() {
+    on_sidecar(resent_on_resume).await;
+}
+
+/// MQTT 5 4.4: a resumed session is sent its unacknowledged QoS 1
+/// publications again; a QoS 0 publication between them, delivered at
+/// QoS 0 on the QoS 1 subscription, went out once and is not resent.
+async fn resent_on_resume(addr: SocketAddr) {
+    let (id, topic) = (unique("resent"), unique("resent"));
+    let stay = Props::new().int(SESSION_EXPIRY, 600);
+    let (mut s, _) = connect5(addr, &id, true, &stay).await;
+    assert_eq!(s.subscribe_ok(1, &[(&topic, 1)]).await, [1]);
+    let mut p = publisher(addr).await;
+    p.publish_acked(&plain(&topic, 1, 1, b"first")).await;
+    p.publish_acked(&plain(&topic, 0, 0, b"between")).await;
+    p.publish_acked(&plain(&topic, 1, 2, b"last")).await;
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let g = s.next_publish(false).await;
+        got.push((String::from_utf8(g.payload).unwrap(), g.qos));
+    }
+    let sent = [("first", 1), ("between", 0), ("last", 1)];
+    assert_eq!(got, sent.map(|(p, q)| (p.to_owned(), q)));
+    // Gone without acknowledging either QoS 1 publication.
+    s.bye(&Props::new()).await;
+
+    let (mut s, present) = resume(addr, &id, &Props::new()).await;
+    assert!(present, "session present");
+    let mut again = Vec::new();
+    for _ in 0..2 {
+        let g = s.next_publish(true).await;
+        again.push((String::from_utf8(g.payload).unwrap(), g.qos));
+    }
+    let resent = [("first", 1), ("last", 1)];
+    assert_eq!(again, resent.map(|(p, q)| (p.to_owned(), q)));
+    assert!(s.quiet(SETTLE).await.is_empty(), "nothing more: {topic}");
 }
 
 #[tokio::test]

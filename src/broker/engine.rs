@@ -1,7 +1,7 @@
 //! The way into rumqttd for connections the sidecar terminates itself (the
 //! guard's, the probes'): an in-memory pipe per connection, handed to
 //! rumqttd's MQTT 5 server as if its listener had accepted it
-//! (`vendor/rumqttd/PATCHES.md`, patch 5).
+//! (`vendor/rumqttd/PATCHES.md`, patch 6).
 //!
 //! A loopback TCP connection per MQTT client cost the process two more file
 //! descriptors (the guard's end and rumqttd's) and each packet two more

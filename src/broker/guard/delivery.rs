@@ -2,9 +2,9 @@
 //! promises a subscriber that rumqttd 0.20 does not keep.
 //!
 //! - **QoS**: a subscriber gets min(published, granted) (MQTT 5 §3.8.4,
-//!   3.1.1 §3.3.5); rumqttd delivers at the granted QoS. The guard's marker
-//!   says what was published; the guard acknowledges to the broker, on the
-//!   client's behalf, what it delivers lower.
+//!   3.1.1 §3.3.5). The vendored rumqttd caps it itself now; a marker's QoS
+//!   is still honoured (the guard acknowledges to the broker, on the
+//!   client's behalf, what it delivers lower).
 //! - **Message Expiry**: an expired publication is not delivered; one that
 //!   is gets the time it has left (§3.3.2.3.3).
 //! - **Maximum Packet Size** (the client's): larger publications are not

@@ -1,10 +1,10 @@
 //! MQTT 5 properties: walking a property list, rebuilding one with some
 //! properties left out or added, and the guard's own marker.
 //!
-//! rumqttd 0.20 forgets what a publication was published with: it delivers
-//! at the subscription's QoS, and keeps no clock for Message Expiry. The
-//! guard sees every publication on its way in, so it writes what it needs
-//! later into a user property (the marker), which rumqttd stores and
+//! rumqttd 0.20 keeps no clock for Message Expiry, and the sidecar's router
+//! wants to know who published a request. The guard sees every publication
+//! on its way in, so it writes what it needs later into a user property
+//! (the marker), which rumqttd stores and
 //! delivers like any other, and takes it out again on the way to every
 //! client. Clients never see it and cannot forge it: one sent by a client
 //! is dropped on the way in.

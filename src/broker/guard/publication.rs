@@ -2,9 +2,11 @@
 //!
 //! The broker never sees a Topic Alias (the guard resolves them per
 //! connection, as MQTT 5 scopes them) nor a marker a client made up, and
-//! gets the guard's marker wherever delivery will need it: below QoS 2, so
-//! that no subscriber gets it at a higher QoS than it was published with,
-//! and with a Message Expiry, so that it is not delivered once expired.
+//! gets the guard's marker wherever delivery will need it: with a Message
+//! Expiry, so that it is not delivered once expired, and on request topics,
+//! with the publisher's principal. (No subscriber gets a publication at a
+//! higher QoS than it was published with: the vendored rumqttd caps that
+//! itself, see vendor/rumqttd/PATCHES.md.)
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -35,7 +37,10 @@ pub fn to_broker(
             _ => {}
         }
     }
-    let marker = (p.qos < 2 || expiry.is_some() || principal.is_some()).then(|| Marker {
+    // The broker caps each delivery at the publication's QoS itself (our
+    // rumqttd patch), so only an expiry or a principal needs a marker: a
+    // plain publication carries nothing rumqttd must copy per subscriber.
+    let marker = (expiry.is_some() || principal.is_some()).then(|| Marker {
         qos: p.qos,
         expires_at_ms: expiry.map(|secs| now_ms.saturating_add(u64::from(secs) * 1000)),
         principal: principal.map(str::to_owned),
@@ -83,8 +88,8 @@ mod tests {
     }
 
     #[test]
-    fn below_qos_2_the_broker_learns_the_qos() {
-        // 3.1.1, QoS 1.
+    fn a_plain_3_1_1_publication_reaches_the_broker_without_a_marker() {
+        // 3.1.1, QoS 1: the broker caps deliveries at QoS 1 itself.
         let body = [0, 1, b't', 0, 7, b'x'];
         let p = packet::publish(0x32, &body, Version::V4).unwrap();
         let out = to_broker(Version::V4, 0x32, &p, "t", 0, None)
@@ -93,15 +98,23 @@ mod tests {
         let (first, b) = decode(&out);
         let back = packet::publish(first, &b, Version::V5).unwrap();
         assert_eq!((back.topic, back.pkid, back.payload), ("t", 7, &b"x"[..]));
-        let props = properties::all(back.properties).unwrap();
-        assert_eq!(
-            props[0].marker(),
-            Some(Marker {
-                qos: 1,
-                expires_at_ms: None,
-                principal: None,
-            })
-        );
+        assert!(properties::all(back.properties).unwrap().is_empty());
+    }
+
+    #[test]
+    fn plain_mqtt_5_publications_below_qos_2_go_as_they_came() {
+        for first in [0x30, 0x32] {
+            let body: &[u8] = if first == 0x30 {
+                &[0, 1, b't', 0, b'x']
+            } else {
+                &[0, 1, b't', 0, 7, 0, b'x']
+            };
+            let p = packet::publish(first, body, Version::V5).unwrap();
+            assert_eq!(
+                to_broker(Version::V5, first, &p, "t", 0, None).unwrap(),
+                None
+            );
+        }
     }
 
     #[test]

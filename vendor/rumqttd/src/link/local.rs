@@ -49,6 +49,8 @@ pub struct LinkBuilder<'a> {
     dynamic_filters: bool,
     // default to 0, indicating to not use topic alias
     topic_alias_max: u16,
+    // lmos-sidecar patch: false by default
+    uncapped: bool,
 }
 
 impl<'a> LinkBuilder<'a> {
@@ -62,7 +64,19 @@ impl<'a> LinkBuilder<'a> {
             last_will_properties: None,
             dynamic_filters: false,
             topic_alias_max: 0,
+            uncapped: false,
         }
+    }
+
+    /// lmos-sidecar patch: this link's publications reach each subscriber
+    /// at the subscription's QoS, as rumqttd delivered every publication
+    /// before it capped deliveries at the publication's QoS (PATCHES.md,
+    /// patch 7). For the embedding application's own link, which publishes
+    /// at QoS 0 (the router's acknowledgements are of no use in-process)
+    /// and whose subscribers still want what they were granted.
+    pub fn uncapped(mut self, uncapped: bool) -> Self {
+        self.uncapped = uncapped;
+        self
     }
 
     pub fn tenant_id(mut self, tenant_id: Option<String>) -> Self {
@@ -111,6 +125,7 @@ impl<'a> LinkBuilder<'a> {
         connection
             .last_will(self.last_will, self.last_will_properties)
             .topic_alias_max(self.topic_alias_max);
+        connection.uncapped = self.uncapped;
         let incoming = Incoming::new(connection.client_id.to_owned());
         let (outgoing, link_rx) = Outgoing::new(connection.client_id.to_owned());
         let outgoing_data_buffer = outgoing.buffer();

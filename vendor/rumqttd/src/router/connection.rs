@@ -33,6 +33,10 @@ pub struct Connection {
     pub(crate) broker_topic_aliases: Option<BrokerAliases>,
     /// subscription IDs for a connection
     pub(crate) subscription_ids: HashMap<Filter, usize>,
+    /// lmos-sidecar patch: the embedding application's own link, whose
+    /// publications go at each subscription's QoS, whatever QoS they came
+    /// with (see `LinkBuilder::uncapped`)
+    pub(crate) uncapped: bool,
 }
 
 impl Connection {
@@ -66,6 +70,7 @@ impl Connection {
             topic_aliases: HashMap::new(),
             broker_topic_aliases: None,
             subscription_ids: HashMap::new(),
+            uncapped: false,
         }
     }
 

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tracing::{error, warn};
 
 use crate::{
-    protocol::Packet,
+    protocol::{Packet, QoS},
     router::{FilterIdx, MAX_CHANNEL_CAPACITY},
     Cursor, Notification,
 };
@@ -113,26 +113,21 @@ impl Outgoing {
     pub fn push_forwards(
         &mut self,
         publishes: impl Iterator<Item = Forward>,
-        qos: u8,
         filter_idx: usize,
     ) -> (usize, usize) {
         let mut buffer = self.data_buffer.lock();
-        let publishes = publishes;
-
-        if qos == 0 {
-            for p in publishes {
-                self.meter.publish_count += 1;
-                buffer.push_back(Notification::Forward(p));
-                // self.meter.total_size += p.len();
-            }
-
-            // self.meter.update_data_rate(total_size);
-            let buffer_count = buffer.len();
-            let inflight_count = self.inflight_buffer.len();
-            return (buffer_count, inflight_count);
-        }
 
         for mut p in publishes {
+            // lmos-sidecar patch: each publication goes at its own QoS (the
+            // lower of its publisher's and the subscription's), so a QoS 0
+            // one on a QoS 1 subscription takes no packet identifier and
+            // waits for no acknowledgement.
+            if p.publish.qos == QoS::AtMostOnce {
+                self.meter.publish_count += 1;
+                buffer.push_back(Notification::Forward(p));
+                continue;
+            }
+
             // Index and pkid of current outgoing packet
             self.last_pkid += 1;
             p.publish.pkid = self.last_pkid;

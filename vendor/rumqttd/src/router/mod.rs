@@ -205,6 +205,11 @@ pub struct DataRequest {
     max_count: usize,
     pub(crate) forward_retained: bool,
     pub(crate) group: Option<String>,
+    /// lmos-sidecar patch: after a resumed session rewound `cursor` to its
+    /// first unacknowledged publication, where reading stood before. QoS 0
+    /// deliveries before it went out already and are not sent again.
+    #[serde(default)]
+    pub(crate) resend_to: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

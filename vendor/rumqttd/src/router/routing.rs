@@ -515,6 +515,9 @@ impl Router {
 
             for request in tracker.data_requests.iter_mut() {
                 if let Some(cursor) = retransmissions.get(&request.filter_idx) {
+                    // lmos-sidecar patch: remember how far it was read
+                    let read_to = request.resend_to.map_or(request.cursor, |r| r.max(request.cursor));
+                    request.resend_to = Some(read_to);
                     request.cursor = *cursor;
                     // reset the group cursor
                     if let Some(group_name) = &request.group {
@@ -563,6 +566,8 @@ impl Router {
         // Instead of exchanging, we should just append new incoming packets inside cache
         let mut packets = incoming.exchange(self.cache.take().unwrap());
 
+        // lmos-sidecar patch: see `LinkBuilder::uncapped`
+        let uncapped = self.connections.get(id).is_some_and(|c| c.uncapped);
         let mut force_ack = false;
         let mut new_data = false;
         let mut disconnect = false;
@@ -572,7 +577,7 @@ impl Router {
 
         for packet in packets.drain(0..) {
             match packet {
-                Packet::Publish(publish, properties) => {
+                Packet::Publish(mut publish, properties) => {
                     let span = tracing::error_span!("publish", topic = ?publish.topic, pkid = publish.pkid);
                     let _guard = span.enter();
 
@@ -619,6 +624,12 @@ impl Router {
                             // Do nothing
                         }
                     };
+
+                    // lmos-sidecar patch: stored at QoS 2, so delivered at
+                    // each subscription's QoS (`LinkBuilder::uncapped`)
+                    if uncapped {
+                        publish.qos = QoS::ExactlyOnce;
+                    }
 
                     self.router_meters.total_publishes += 1;
 
@@ -1000,6 +1011,7 @@ impl Router {
                 // set true for new subscriptions
                 forward_retained,
                 group,
+                resend_to: None,
             };
 
             self.scheduler.track(id, request);
@@ -1562,8 +1574,26 @@ fn forward_device_data(
     request.cursor = next;
     // println!("{:?} {:?} {}", start, next, request.read_count);
 
+    // lmos-sidecar patch: a resumed session is sent its unacknowledged
+    // publications again, not the QoS 0 ones among them it was sent before
+    let mut dropped = false;
+    if let Some(until) = request.resend_to {
+        let before = publishes.len();
+        publishes.retain(|((p, _), offset)| {
+            !(offset.is_some_and(|o| o < until) && qos.min(p.qos as u8) == 0)
+        });
+        dropped = publishes.len() < before;
+        if request.cursor >= until {
+            request.resend_to = None;
+        }
+    }
+
     if publishes.is_empty() {
-        return ConsumeStatus::FilterCaughtup;
+        return if dropped && !caughtup {
+            ConsumeStatus::PartialRead
+        } else {
+            ConsumeStatus::FilterCaughtup
+        };
     }
 
     let broker_topic_aliases = &mut connection.broker_topic_aliases;
@@ -1586,7 +1616,10 @@ fn forward_device_data(
     let forwards = publishes
         .into_iter()
         .map(|((mut publish, mut properties), offset)| {
-            publish.qos = protocol::qos(qos).unwrap();
+            // lmos-sidecar patch: delivered at the lower of the
+            // publication's and the subscription's QoS (MQTT 5 §3.8.4,
+            // 3.1.1 §3.3.5), not always at the subscription's.
+            publish.qos = protocol::qos(qos.min(publish.qos as u8)).unwrap();
 
             // if there is some topic alias to use, set it in publish properties
             if topic_alias.is_some() {
@@ -1615,7 +1648,7 @@ fn forward_device_data(
             }
         });
 
-    let (len, inflight) = outgoing.push_forwards(forwards, qos, filter_idx);
+    let (len, inflight) = outgoing.push_forwards(forwards, filter_idx);
 
     debug!(
         inflight_count = inflight,

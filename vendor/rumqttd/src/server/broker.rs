@@ -188,8 +188,10 @@ impl Broker {
     pub fn link(&self, client_id: &str) -> Result<(LinkTx, LinkRx), local::LinkError> {
         // Register this connection with the router. Router replies with ack which if ok will
         // start the link. Router can sometimes reject the connection (ex. max connection limit).
-        let (link_tx, link_rx, _ack) =
-            LinkBuilder::new(client_id, self.router_tx.clone()).build()?;
+        // lmos-sidecar patch: uncapped, see `LinkBuilder::uncapped`
+        let (link_tx, link_rx, _ack) = LinkBuilder::new(client_id, self.router_tx.clone())
+            .uncapped(true)
+            .build()?;
         Ok((link_tx, link_rx))
     }
 
