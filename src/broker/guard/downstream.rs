@@ -70,10 +70,16 @@ impl Downstream<'_> {
     }
 
     /// A publication from the broker, or an acknowledgement the guard
-    /// owes it, goes through [`Delivery`].
-    fn publish(&mut self, raw: &[u8], header_len: usize, out: &mut BytesMut) -> Result<(), End> {
-        let result = self.lock().publish(raw, header_len, now_ms(), out);
-        self.owed.notify_one();
+    /// owes it, goes through [`Delivery`]; the caller wakes the other pump
+    /// once for the batch.
+    fn publish(
+        &mut self,
+        raw: &[u8],
+        header_len: usize,
+        now_ms: u64,
+        out: &mut BytesMut,
+    ) -> Result<(), End> {
+        let result = self.lock().publish(raw, header_len, now_ms, out);
         result.map_err(|e| {
             warn!(error = %e, "The embedded MQTT broker sent a PUBLISH the guard cannot read.");
             End::BrokerClosed
@@ -184,6 +190,9 @@ impl Downstream<'_> {
         let mut pos = 0;
         let mut raw_from = 0;
         let mut end = None;
+        // One clock reading and one wake-up of the other pump per batch,
+        // not per publication.
+        let mut now = None;
         loop {
             let header = match packet::frame(&buf[pos..], usize::MAX) {
                 Ok(Some(h)) => h,
@@ -197,7 +206,9 @@ impl Downstream<'_> {
             if header.kind() == packet::PUBLISH {
                 out.extend_from_slice(&buf[raw_from..pos]);
                 raw_from = frame_end;
-                if let Err(e) = self.publish(&buf[pos..frame_end], header.header_len, &mut out) {
+                let now = *now.get_or_insert_with(now_ms);
+                if let Err(e) = self.publish(&buf[pos..frame_end], header.header_len, now, &mut out)
+                {
                     end = Some(e);
                     break;
                 }
@@ -220,6 +231,9 @@ impl Downstream<'_> {
                 }
             }
             pos = frame_end;
+        }
+        if now.is_some() {
+            self.owed.notify_one();
         }
         if out.is_empty() && raw_from == 0 {
             // The common case: nothing to add or change, no copy.
