@@ -97,23 +97,26 @@ impl Prepared {
     /// As [`Prepared::with_correlation`], with the recipient's own
     /// `traceparent` when tracing gave it one (else the original, if any).
     pub fn with(&self, correlation_json: &str, traceparent: Option<&str>) -> String {
-        let traceparent = traceparent.or(self.traceparent.as_deref()).map(json_string);
-        let tracestate = self.tracestate.as_deref().map(json_string);
+        let traceparent = traceparent.or(self.traceparent.as_deref());
+        let tracestate = self.tracestate.as_deref();
+        // Written straight into the one buffer: this runs once per
+        // recipient, and encoding each value into a string of its own first
+        // was most of a WebSocket delivery's cost (issue 16).
         let mut out = String::with_capacity(
             64 + correlation_json.len()
-                + traceparent.as_ref().map_or(0, String::len)
-                + tracestate.as_ref().map_or(0, String::len)
+                + traceparent.map_or(0, str::len)
+                + tracestate.map_or(0, str::len)
                 + self.tail.len(),
         );
         out.push_str("{\"correlationID\":");
         out.push_str(correlation_json);
         if let Some(t) = traceparent {
             out.push_str(",\"traceparent\":");
-            out.push_str(&t);
+            push_json_string(&mut out, t);
         }
         if let Some(t) = tracestate {
             out.push_str(",\"tracestate\":");
-            out.push_str(&t);
+            push_json_string(&mut out, t);
         }
         if self.tail != "}" {
             out.push(',');
@@ -144,7 +147,22 @@ pub fn peek_member<'a>(text: &'a str, member: &str) -> Option<&'a str> {
 
 /// A string encoded as a JSON string literal, quotes included.
 pub fn json_string(s: &str) -> String {
-    Value::String(s.to_owned()).to_string()
+    let mut out = String::with_capacity(s.len() + 2);
+    push_json_string(&mut out, s);
+    out
+}
+
+/// Appends `s` as a JSON string literal, quotes included, escaped as
+/// serde_json escapes it.
+pub fn push_json_string(out: &mut String, s: &str) {
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        // Trace context, IDs and names: nothing to escape.
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    out.push_str(&Value::String(s.to_owned()).to_string());
 }
 
 #[cfg(test)]
@@ -201,6 +219,23 @@ mod tests {
         let out = set_traceparent(br#"{"thingId":"t","traceparent":"old","x":1}"#, "new").unwrap();
         assert_eq!(out, r#"{"thingId":"t","traceparent":"new","x":1}"#);
         assert!(set_traceparent(b"[1]", "new").is_none());
+    }
+
+    #[test]
+    fn strings_are_encoded_as_serde_json_encodes_them() {
+        for s in [
+            "",
+            "plain",
+            "00-aa-bb-01",
+            "q\"uote",
+            "back\\slash",
+            "nl\n",
+            "\u{1}",
+            "é€😀",
+            "\u{7f}",
+        ] {
+            assert_eq!(json_string(s), Value::String(s.into()).to_string(), "{s:?}");
+        }
     }
 
     #[test]
