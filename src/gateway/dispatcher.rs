@@ -901,7 +901,7 @@ impl Dispatcher {
                     message_type.clone()
                 };
                 let mut copy = delivery.clone();
-                copy.payload = Value::Object(m).to_string().into();
+                copy.payload = crate::lmos::splice::text(&Value::Object(m)).into();
                 debug!(thing, "Read an MQTT request in the Kotlin dialect.");
                 (topic_type, copy)
             })

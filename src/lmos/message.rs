@@ -253,7 +253,7 @@ impl Message {
     }
 
     pub fn to_json(&self) -> String {
-        self.to_value().to_string()
+        super::splice::text(&self.to_value())
     }
 }
 

@@ -177,7 +177,11 @@ pub fn mirror(topics: &Topics, topic: &str, payload: &[u8]) -> Option<Publicatio
     let mut map: Map<String, Value> = serde_json::from_slice(payload).ok()?;
     // A reading in the Kotlin stack's spelling carries its value as `data`.
     let value = map.remove(member).or_else(|| map.remove("data"))?;
-    Some(Publication::new(value_topic, value.to_string(), retain))
+    Some(Publication::new(
+        value_topic,
+        crate::lmos::splice::text(&value),
+        retain,
+    ))
 }
 
 /// Mirrors every delivery until the link or the bus closes.
