@@ -85,9 +85,7 @@ impl ForeignRoutes {
             return false;
         }
         let last = match &message.body {
-            Body::ActionStatus { status, .. } if r.invocation => {
-                super::requests::is_terminal(status)
-            }
+            Body::ActionStatus { status, .. } if r.invocation => crate::lmos::is_terminal(status),
             _ => true,
         };
         if last {

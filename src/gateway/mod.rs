@@ -17,7 +17,6 @@ mod requests;
 pub mod subscriptions;
 
 pub(crate) use dispatcher::parse_agent_replies;
-pub(crate) use requests::is_terminal;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -71,10 +71,6 @@ fn is_error(reply: &Value) -> bool {
     reply["messageType"] == "error"
 }
 
-fn is_terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "cancelled" | "canceled")
-}
-
 /// The request as a consumer's LMOS message with the caller's trace. Its
 /// replies come with `correlation`, else with its fresh message ID.
 fn message(thing: &str, body: Body, correlation: Option<String>, headers: &HeaderMap) -> Message {
@@ -330,7 +326,7 @@ pub async fn invoke_action(
         if is_error(&latest) {
             return from_error(&latest);
         }
-        if is_terminal(latest["status"].as_str().unwrap_or_default()) {
+        if crate::lmos::is_terminal(latest["status"].as_str().unwrap_or_default()) {
             return finished(&latest, &href);
         }
         match tokio::time::timeout_at(deadline, replies.next()).await {

@@ -418,6 +418,12 @@ fn strip_position(s: &str) -> String {
 
 /// Renames the envelope members of a raw message to the table spelling, in
 /// place, for messages forwarded without a full parse.
+/// Whether an `actionStatus`'s `status` ends its invocation (both spellings
+/// of cancelled are met in the wild).
+pub fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled" | "canceled")
+}
+
 pub fn canonicalize_envelope(map: &mut Map<String, Value>) {
     for aliases in [&THING_ID, &MESSAGE_ID, &CORRELATION_ID] {
         rename_alias(map, aliases);

@@ -239,7 +239,7 @@ impl Relay {
             }
             let last = match &message.body {
                 Body::ActionStatus { status, .. } if p.invocation => {
-                    crate::gateway::is_terminal(status)
+                    crate::lmos::is_terminal(status)
                 }
                 _ => true,
             };

@@ -24,7 +24,9 @@ impl Requests {
         let Some(route) = self.find_invocation(&consumer, &message, &action) else {
             return self.no_invocation(consumer, &message, &action);
         };
-        let p = &self.routes[&route];
+        let Some(p) = self.routes.get(&route) else {
+            return self.no_invocation(consumer, &message, &action);
+        };
         if p.finished {
             return refuse(
                 ProblemKind::NotFound,

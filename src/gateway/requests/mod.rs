@@ -1,0 +1,332 @@
+//! Request routing: consumers' requests to the agent hosting the Thing, the
+//! agent's replies back to exactly the consumer that asked.
+//!
+//! Every forwarded request gets a fresh UUID as its `correlationID` (its
+//! *route*); agents answer with it, as the draft asks of any reply, and the
+//! router restores the consumer's own correlation ID. So two consumers using
+//! the same correlation ID, or none, never see each other's replies.
+//!
+//! No I/O here: each call returns the [`Effect`]s the dispatcher carries out.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio_util::time::delay_queue::{self, DelayQueue};
+use uuid::Uuid;
+
+mod hosts;
+mod input;
+mod lifecycle;
+mod replies;
+mod routing;
+mod timers;
+
+use super::foreign::ForeignRoutes;
+use super::subscriptions::ConnId;
+use crate::broker::Publication;
+use crate::directory::forms::status_href;
+use crate::lmos::splice::{json_string, peek_member, text, Prepared};
+use crate::lmos::{is_terminal, Body, Message, MessageType, Problem, ProblemKind};
+use crate::telemetry::metrics::{self, Metrics};
+use crate::topics::Topics;
+
+/// Where a consumer's replies go.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Consumer {
+    WebSocket(ConnId),
+    /// An MQTT consumer: its reply topic and, for MQTT 5, its Correlation
+    /// Data; its principal, as the MQTT guard named it.
+    Mqtt {
+        topic: String,
+        correlation_data: Option<Bytes>,
+        principal: Option<String>,
+    },
+}
+
+impl Consumer {
+    /// Invocations are named per consumer: WebSocket connection, or MQTT
+    /// reply topic.
+    fn key(&self) -> String {
+        match self {
+            Consumer::WebSocket(c) => format!("ws:{c}"),
+            Consumer::Mqtt { topic, .. } => format!("mqtt:{topic}"),
+        }
+    }
+}
+
+/// Who serves a Thing's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    WebSocket(ConnId),
+    /// An MQTT agent that announced itself on `{prefix}/{thing}/agent/status`.
+    Mqtt,
+}
+
+#[derive(Debug)]
+pub enum Effect {
+    /// A reply or error for a consumer.
+    ToConsumer(Consumer, String),
+    /// A request for an agent connected over WebSocket.
+    ToAgent(ConnId, String),
+    Publish(Publication),
+    /// The gateway's bus subscription changes: it takes the requests other
+    /// sidecars route to a Thing hosted here, while it is.
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    ReadProperty,
+    WriteProperty,
+    Invocation,
+}
+
+struct Pending {
+    consumer: Consumer,
+    /// What the consumer's copies carry as `correlationID`.
+    correlation: String,
+    thing: String,
+    kind: Kind,
+    /// For invocations: the action, the latest status (as the consumer got
+    /// it) and who waits for the answer to a `cancelAction`.
+    action: Option<String>,
+    /// Kept as the text the consumer got: parsed only when asked for (a
+    /// query, a late cancel), not for every status of a stream.
+    latest: Option<String>,
+    finished: bool,
+    /// In the queue of remembered requests: finished, or an invocation
+    /// whose agent went silent past its liveness (still listened to).
+    remembered: bool,
+    /// Who asked to cancel, and under which correlation ID.
+    cancel_waiters: Vec<(Consumer, String)>,
+    /// For invocations: the principal that owns it (WebSocket and HTTP
+    /// consumers), so any of its connections can name it.
+    owner: Option<String>,
+    /// Other consumers of the owner following the invocation's statuses:
+    /// those that queried it while it ran (a consumer back after a
+    /// reconnect, say).
+    watchers: Vec<Consumer>,
+    /// Cancel at the agent when the invoking connection closes (asked for
+    /// with `"cancelOnDisconnect": true` in the invokeAction).
+    cancel_on_disconnect: bool,
+    /// How long the agent may stay silent (invocations).
+    liveness: Duration,
+    /// The forwarded request's `traceparent`: what the sidecar says in the
+    /// agent's stead (timeouts, failures) continues its trace.
+    traceparent: Option<String>,
+    /// When it was forwarded and as what, until its first answer.
+    started: Option<(Instant, MessageType)>,
+    /// When it was forwarded, for the console's list of running invocations.
+    since: Instant,
+}
+
+impl Pending {
+    /// A message the sidecar writes to the consumer about this request.
+    fn speak(&self, mut message: Message) -> Message {
+        message.traceparent = self.traceparent.clone();
+        message
+    }
+
+    /// Everyone who gets the request's answers: the consumer that asked and
+    /// the invocation's watchers.
+    fn to_all(&self, text: &str) -> Vec<Effect> {
+        std::iter::once(&self.consumer)
+            .chain(&self.watchers)
+            .map(|c| Effect::ToConsumer(c.clone(), text.to_owned()))
+            .collect()
+    }
+
+    fn follows(&self, consumer: &Consumer) -> bool {
+        self.consumer == *consumer || self.watchers.contains(consumer)
+    }
+}
+
+/// Timer keys: the first reply of a request, or the answer to a cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Timer {
+    Reply(String),
+    Cancel(String),
+    /// A remembered invocation's retention ends.
+    Retain(String),
+}
+
+pub struct Requests {
+    topics: Topics,
+    timeout: Duration,
+    /// How long an invocation may go without a status from its agent.
+    liveness: Duration,
+    finished_limit: usize,
+    /// Liveness per `{thing}` or `{thing}#{action}`.
+    liveness_overrides: HashMap<String, Duration>,
+    /// How long a remembered invocation is kept.
+    retention: Duration,
+    /// Invocations running at once, at most.
+    max_running: usize,
+    /// The principal of each WebSocket / HTTP consumer connection.
+    owners: HashMap<ConnId, String>,
+    hosts: HashMap<String, Host>,
+    routes: HashMap<String, Pending>,
+    /// (consumer key or owner key, correlation) → route, for naming
+    /// invocations.
+    invocations: HashMap<(String, String), String>,
+    /// (consumer key or owner key, action) → route of its latest invocation.
+    latest_invocation: HashMap<(String, String), String>,
+    finished: VecDeque<String>,
+    timers: DelayQueue<Timer>,
+    timer_keys: HashMap<Timer, delay_queue::Key>,
+    /// Requests other sidecars routed to agents connected here.
+    foreign: ForeignRoutes,
+    metrics: Metrics,
+    /// Input streams: the order of each invocation's `actionInput` chunks.
+    inputs: HashMap<String, crate::lmos::stream::Sequencer>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ClaimError {
+    AlreadyHosted(String),
+}
+
+impl std::fmt::Display for ClaimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClaimError::AlreadyHosted(t) => {
+                write!(f, "the Thing `{t}` is already hosted by another agent")
+            }
+        }
+    }
+}
+
+impl Requests {
+    pub fn new(topics: Topics, timeout: Duration, finished_limit: usize) -> Requests {
+        Requests {
+            topics,
+            timeout,
+            liveness: timeout,
+            finished_limit,
+            liveness_overrides: HashMap::new(),
+            retention: Duration::from_secs(3600),
+            max_running: usize::MAX,
+            owners: HashMap::new(),
+            hosts: HashMap::new(),
+            routes: HashMap::new(),
+            invocations: HashMap::new(),
+            latest_invocation: HashMap::new(),
+            finished: VecDeque::new(),
+            timers: DelayQueue::new(),
+            timer_keys: HashMap::new(),
+            foreign: ForeignRoutes::default(),
+            metrics: Metrics::default(),
+            inputs: HashMap::new(),
+        }
+    }
+
+    /// How long an invocation may go without a sign of life from its agent
+    /// (else the request timeout).
+    pub fn with_action_liveness(mut self, liveness: Duration) -> Requests {
+        self.liveness = liveness;
+        self
+    }
+
+    /// Liveness of particular Things (`{thing}`) or actions
+    /// (`{thing}#{action}`).
+    pub fn with_liveness_overrides(mut self, overrides: HashMap<String, Duration>) -> Requests {
+        self.liveness_overrides = overrides;
+        self
+    }
+
+    /// How long finished invocations stay, and how many may run at once.
+    pub fn with_invocation_limits(mut self, retention: Duration, max_running: usize) -> Requests {
+        self.retention = retention;
+        self.max_running = max_running;
+        self
+    }
+
+    /// A consumer connection and its principal: its invocations belong to
+    /// the principal, so another of its connections can query or cancel
+    /// them.
+    pub fn register(&mut self, conn: ConnId, principal: &str) {
+        self.owners.insert(conn, principal.to_owned());
+    }
+
+    fn owner_key(&self, consumer: &Consumer) -> Option<String> {
+        match consumer {
+            Consumer::WebSocket(conn) => self.owners.get(conn).map(|p| format!("principal:{p}")),
+            Consumer::Mqtt { principal, .. } => {
+                principal.as_ref().map(|p| format!("principal:{p}"))
+            }
+        }
+    }
+
+    /// Reports request latencies here.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Requests {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.routes.values().filter(|p| !p.remembered).count()
+    }
+
+    /// Requests of one consumer still waiting, running invocations included
+    /// (not those whose agent went silent: they are remembered, bounded).
+    pub fn pending_for(&self, consumer: &Consumer) -> usize {
+        self.routes
+            .values()
+            .filter(|p| !p.remembered && p.consumer == *consumer)
+            .count()
+    }
+
+    pub fn remembered_count(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Invocations waiting for their agent's final status.
+    fn running_count(&self) -> usize {
+        self.routes
+            .values()
+            .filter(|p| p.kind == Kind::Invocation && !p.remembered)
+            .count()
+    }
+
+    /// Invocations not finished yet, without who asked (the console shows
+    /// them to anyone who may consume the Thing).
+    pub fn running_invocations(&self) -> Vec<RunningInvocation> {
+        self.routes
+            .values()
+            .filter(|p| p.kind == Kind::Invocation && !p.finished)
+            .map(|p| RunningInvocation {
+                thing: p.thing.clone(),
+                action: p.action.clone().unwrap_or_default(),
+                status: p.latest.as_deref().and_then(status_of),
+                age_ms: u64::try_from(p.since.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })
+            .collect()
+    }
+}
+
+/// A status's `status`: peeked when the text is compact, else parsed (an
+/// agent's status may be forwarded as the agent wrote it).
+fn status_of(text: &str) -> Option<String> {
+    peek_member(text, "status").map(str::to_owned).or_else(|| {
+        serde_json::from_str::<Value>(text)
+            .ok()
+            .and_then(|v| v["status"].as_str().map(str::to_owned))
+    })
+}
+
+/// An invocation in progress, as the console lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningInvocation {
+    pub thing: String,
+    pub action: String,
+    /// The latest status its agent sent, none before the first.
+    pub status: Option<String>,
+    pub age_ms: u64,
+}
+
+#[cfg(test)]
+mod tests;

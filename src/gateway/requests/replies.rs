@@ -1,0 +1,152 @@
+//! An agent's answer on its way back: to the consumer that asked (and the
+//! invocation's watchers), its invocation status topic, and whoever waits
+//! on a cancelAction.
+
+use super::*;
+
+impl Requests {
+    /// Whether a message from the agent hosting `thing` answers a request
+    /// this sidecar routed and still waits on (not a late answer, not a
+    /// message of its own).
+    pub fn answers(&self, thing: &str, message: &Message) -> bool {
+        message
+            .correlation_id
+            .as_ref()
+            .and_then(|route| self.routes.get(route))
+            .is_some_and(|p| p.thing == thing && !p.finished)
+    }
+
+    /// The consumer's copy of an agent's answer (see [`Requests::answers`]);
+    /// `trace` is the `traceparent` it carries on, when traced. `None` when
+    /// it answers nothing.
+    pub fn reply(
+        &mut self,
+        thing: &str,
+        message: &Message,
+        trace: Option<&str>,
+    ) -> Option<Vec<Effect>> {
+        if !self.answers(thing, message) {
+            return None;
+        }
+        let route = message.correlation_id.clone()?;
+        let p = self.routes.get_mut(&route)?;
+        if let Some((started, message_type)) = p.started.take() {
+            self.metrics
+                .request_done(message_type.as_str(), started.elapsed());
+        }
+        // The parsed message keeps every member it arrived with.
+        let Value::Object(mut prepared_map) = message.to_value() else {
+            return None;
+        };
+        if let (Body::ActionStatus { action, .. }, Kind::Invocation) = (&message.body, p.kind) {
+            // Where the invocation can be asked after, as the WoT profiles'
+            // status objects say.
+            prepared_map
+                .entry("href")
+                .or_insert_with(|| status_href(thing, action, &p.correlation).into());
+        }
+        let copy =
+            Prepared::from_map(&mut prepared_map, thing).with(&json_string(&p.correlation), trace);
+        let mut effects = p.to_all(&copy);
+        match (&message.body, p.kind) {
+            (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
+                // A sign of life: the agent has as long again (unless the
+                // consumer was already told it went silent).
+                if !p.remembered {
+                    let liveness = p.liveness;
+                    self.arm(Timer::Reply(route.clone()), liveness);
+                }
+                let p = self.routes.get_mut(&route)?;
+                p.latest = Some(copy.clone());
+                let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
+                if is_terminal(status) {
+                    let waiters = std::mem::take(&mut p.cancel_waiters);
+                    if !waiters.is_empty() {
+                        let value: Value = serde_json::from_str(&copy).ok()?;
+                        effects.extend(self.answer_cancels(&value, waiters, &route, false));
+                    }
+                    self.finish(&route);
+                }
+                effects.push(Effect::Publish(Publication::new(
+                    invocation_topic,
+                    copy,
+                    false,
+                )));
+            }
+            (Body::Error(_), Kind::Invocation) => {
+                let p = self.routes.get_mut(&route)?;
+                if p.cancel_waiters.is_empty() {
+                    // The agent refuses the invocation: it ends here.
+                    p.latest = Some(copy);
+                    self.finish(&route);
+                } else {
+                    let value: Value = serde_json::from_str(&copy).ok()?;
+                    // The agent refuses the cancel (the draft's "could not
+                    // be cancelled"): the invocation goes on, and whoever
+                    // asked to cancel hears why.
+                    let waiters = std::mem::take(&mut p.cancel_waiters);
+                    effects.clear();
+                    effects.extend(self.answer_cancels(&value, waiters, &route, true));
+                }
+            }
+            (Body::PropertyReadings { data, timestamp }, _) => {
+                // Observers see what was written.
+                for (name, value) in data {
+                    let reading = Message::new(
+                        thing,
+                        Body::PropertyReading {
+                            name: name.clone(),
+                            value: value.clone(),
+                            timestamp: timestamp.clone(),
+                        },
+                    );
+                    effects.push(Effect::Publish(Publication::new(
+                        self.topics.property(thing, name),
+                        reading.to_json(),
+                        true,
+                    )));
+                }
+                self.forget(&route);
+            }
+            (Body::PropertyReading { name, .. }, Kind::WriteProperty) => {
+                let mut reading = message.clone();
+                reading.correlation_id = None;
+                effects.push(Effect::Publish(Publication::new(
+                    self.topics.property(thing, name),
+                    reading.to_json(),
+                    true,
+                )));
+                self.forget(&route);
+            }
+            _ => self.forget(&route),
+        }
+        Some(effects)
+    }
+
+    /// A `cancelAction` is answered by the invocation's final status, or by
+    /// the agent's refusal. Each waiter gets its copy under its cancel's
+    /// correlation ID, unless it follows the invocation and named it by the
+    /// invocation's own (then the status it gets anyway answers it); `all`:
+    /// every waiter does, as a refusal is no status of the invocation.
+    pub(super) fn answer_cancels(
+        &mut self,
+        status: &Value,
+        waiters: Vec<(Consumer, String)>,
+        route: &str,
+        all: bool,
+    ) -> Vec<Effect> {
+        self.disarm(&Timer::Cancel(route.to_owned()));
+        let Some(p) = self.routes.get(route) else {
+            return Vec::new();
+        };
+        waiters
+            .into_iter()
+            .filter(|(c, w)| all || *w != p.correlation || !p.follows(c))
+            .map(|(c, w)| {
+                let mut copy = status.clone();
+                copy["correlationID"] = w.into();
+                Effect::ToConsumer(c, copy.to_string())
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,267 @@
+//! A consumer's request on its way to the Thing's agent: forwarded under a
+//! route of its own, or answered here (queryAction, a cancelAction of a
+//! finished invocation, refusals); and requests other sidecars route to
+//! agents connected here.
+
+use super::*;
+
+impl Requests {
+    /// A consumer's request. Returns what to send where. `td_liveness`: the
+    /// invoked action's liveness when its TD gives one
+    /// (`requests.action_liveness_overrides` win over it).
+    pub fn request(
+        &mut self,
+        consumer: Consumer,
+        message: Message,
+        td_liveness: Option<Duration>,
+    ) -> Vec<Effect> {
+        let correlation = message.reply_correlation_id().to_owned();
+        let thing = message.thing_id.clone();
+        let error = |kind, detail: String| {
+            let m = Problem::new(kind, detail).to_message(&thing, Some(&correlation));
+            vec![Effect::ToConsumer(consumer.clone(), m.to_json())]
+        };
+        let kind = match &message.body {
+            Body::ReadProperty { .. } => Kind::ReadProperty,
+            Body::WriteProperty { .. } | Body::WriteMultipleProperties { .. } => {
+                Kind::WriteProperty
+            }
+            Body::InvokeAction { .. } => Kind::Invocation,
+            Body::QueryAction { action } => return self.query(consumer, &message, action.clone()),
+            Body::CancelAction { action, .. } => {
+                let action = action.clone();
+                return self.cancel(consumer, message, action);
+            }
+            Body::ActionInput { action } => {
+                let action = action.clone();
+                return self.input(consumer, message, action);
+            }
+            _ => {
+                return error(
+                    ProblemKind::NotSupported,
+                    format!("`{}` is not a request.", message.message_type()),
+                )
+            }
+        };
+        let Some(host) = self.hosts.get(&thing).copied() else {
+            return error(
+                ProblemKind::Unavailable,
+                format!("No agent hosting the Thing `{thing}` is connected to this sidecar."),
+            );
+        };
+        if kind == Kind::Invocation && self.running_count() >= self.max_running {
+            self.metrics.limit_hit("any", "max_running_invocations");
+            return error(
+                ProblemKind::TooManyRequests,
+                format!("{} invocations are running on this sidecar (requests.max_running_invocations); invoke again when some have ended.", self.max_running),
+            );
+        }
+        let route = Uuid::new_v4().to_string();
+        let action = match &message.body {
+            Body::InvokeAction { action, .. } => Some(action.clone()),
+            _ => None,
+        };
+        let cancel_on_disconnect =
+            message.extra.get("cancelOnDisconnect") == Some(&Value::Bool(true));
+        let owner = self.owner_key(&consumer);
+        let message_type = message.message_type();
+        let forwarded_traceparent = message.traceparent.clone();
+        let forwarded = message.with_correlation_id(route.clone());
+        let text = forwarded.to_json();
+        if let Some(action) = &action {
+            for key in std::iter::once(consumer.key()).chain(owner.clone()) {
+                self.invocations
+                    .insert((key.clone(), correlation.clone()), route.clone());
+                self.latest_invocation
+                    .insert((key, action.clone()), route.clone());
+            }
+        }
+        let wait = match (kind, &action) {
+            (Kind::Invocation, Some(action)) => self
+                .liveness_overrides
+                .get(&format!("{thing}#{action}"))
+                .or_else(|| self.liveness_overrides.get(&thing))
+                .copied()
+                .or(td_liveness)
+                .unwrap_or(self.liveness),
+            _ => self.timeout,
+        };
+        let now = Instant::now();
+        self.routes.insert(
+            route.clone(),
+            Pending {
+                consumer,
+                correlation,
+                thing: thing.clone(),
+                kind,
+                action,
+                latest: None,
+                finished: false,
+                remembered: false,
+                cancel_waiters: Vec::new(),
+                owner,
+                watchers: Vec::new(),
+                cancel_on_disconnect,
+                liveness: wait,
+                traceparent: forwarded_traceparent,
+                started: Some((now, message_type)),
+                since: now,
+            },
+        );
+        self.arm(Timer::Reply(route), wait);
+        vec![self.to_host(host, &thing, message_type.as_str(), text)]
+    }
+
+    pub(super) fn to_host(
+        &self,
+        host: Host,
+        thing: &str,
+        message_type: &str,
+        text: String,
+    ) -> Effect {
+        match host {
+            Host::WebSocket(conn) => Effect::ToAgent(conn, text),
+            Host::Mqtt => Effect::Publish(Publication::new(
+                self.topics.agent_request(thing, message_type),
+                text,
+                false,
+            )),
+        }
+    }
+
+    /// The invocation a `queryAction` / `cancelAction` names: by its
+    /// `correlationID` (= the invokeAction's), else the consumer's latest
+    /// invocation of that action.
+    pub(super) fn find_invocation(
+        &self,
+        consumer: &Consumer,
+        message: &Message,
+        action: &str,
+    ) -> Option<String> {
+        // The consumer's own first (correlation IDs need only be unique per
+        // consumer), then its principal's.
+        let keys = std::iter::once(consumer.key()).chain(self.owner_key(consumer));
+        keys.filter_map(|key| match &message.correlation_id {
+            Some(c) => self.invocations.get(&(key, c.clone())),
+            None => self.latest_invocation.get(&(key, action.to_owned())),
+        })
+        .find(|route| {
+            self.routes
+                .get(*route)
+                .is_some_and(|p| p.action.as_deref() == Some(action))
+        })
+        .cloned()
+    }
+
+    pub(super) fn no_invocation(
+        &self,
+        consumer: Consumer,
+        message: &Message,
+        action: &str,
+    ) -> Vec<Effect> {
+        let detail = match &message.correlation_id {
+            Some(c) => format!("No invocation of `{action}` with correlationID `{c}` is known for this consumer or its principal (finished ones are kept for requests.invocation_retention_ms, at most requests.finished_invocations); name an invocation by the correlationID (or, without one, the messageID) of its invokeAction."),
+            None => format!("This consumer has not invoked `{action}` (or it was forgotten)."),
+        };
+        let m = Problem::new(ProblemKind::NotFound, detail)
+            .to_message(&message.thing_id, Some(message.reply_correlation_id()));
+        vec![Effect::ToConsumer(consumer, m.to_json())]
+    }
+
+    /// Answered by the sidecar, which saw every status of the invocation.
+    pub(super) fn query(
+        &mut self,
+        consumer: Consumer,
+        message: &Message,
+        action: String,
+    ) -> Vec<Effect> {
+        let found = self.find_invocation(&consumer, message, &action);
+        let Some(p) = found.and_then(|route| self.routes.get_mut(&route)) else {
+            return self.no_invocation(consumer, message, &action);
+        };
+        if !p.finished && !p.follows(&consumer) {
+            // Another connection of the owner (a consumer back after a
+            // reconnect): it follows the rest of the invocation too.
+            p.watchers.push(consumer.clone());
+        }
+        let latest = p
+            .latest
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok());
+        let mut status = latest.unwrap_or_else(|| {
+            // Forwarded, no status from the agent yet.
+            Message::new(
+                p.thing.clone(),
+                Body::ActionStatus {
+                    action: action.clone(),
+                    status: "pending".into(),
+                    output: None,
+                },
+            )
+            .to_value()
+        });
+        status["correlationID"] = message.reply_correlation_id().into();
+        status["messageID"] = Uuid::new_v4().to_string().into();
+        if let Some(tp) = &message.traceparent {
+            status["traceparent"] = tp.as_str().into();
+        }
+        vec![Effect::ToConsumer(consumer, status.to_string())]
+    }
+
+    pub(super) fn cancel(
+        &mut self,
+        consumer: Consumer,
+        message: Message,
+        action: String,
+    ) -> Vec<Effect> {
+        let found = self.find_invocation(&consumer, &message, &action);
+        let Some((route, p)) = found.and_then(|r| self.routes.get_mut(&r).map(|p| (r, p))) else {
+            return self.no_invocation(consumer, &message, &action);
+        };
+        let reply_correlation = message.reply_correlation_id().to_owned();
+        if p.finished {
+            // Too late to cancel: the answer is how it ended.
+            let latest = p
+                .latest
+                .as_deref()
+                .and_then(|t| serde_json::from_str(t).ok());
+            let mut status = latest.unwrap_or(Value::Null);
+            status["correlationID"] = reply_correlation.into();
+            status["messageID"] = Uuid::new_v4().to_string().into();
+            return vec![Effect::ToConsumer(consumer, status.to_string())];
+        }
+        p.cancel_waiters.push((consumer, reply_correlation));
+        let thing = p.thing.clone();
+        let Some(host) = self.hosts.get(&thing).copied() else {
+            return self.host_gone(&thing);
+        };
+        let forwarded = message.with_correlation_id(route.clone()).to_json();
+        self.arm(Timer::Cancel(route), self.timeout);
+        vec![self.to_host(host, &thing, "cancelAction", forwarded)]
+    }
+
+    /// A request another sidecar's router published for a Thing; the
+    /// WebSocket agent to hand it to when that agent is connected here.
+    /// Requests this sidecar routed itself went to the agent directly.
+    pub fn remote_request(&mut self, thing: &str, message: &Message) -> Option<ConnId> {
+        let Some(Host::WebSocket(agent)) = self.hosts.get(thing).copied() else {
+            return None;
+        };
+        let own = message
+            .correlation_id
+            .as_ref()
+            .is_some_and(|route| self.routes.contains_key(route));
+        (!own && self.foreign.admit(thing, agent, message)).then_some(agent)
+    }
+
+    /// Whether an agent's message answers a request another sidecar routed
+    /// to it (see [`Requests::remote_request`]); it then belongs on the
+    /// Thing's agent replies topic, for that sidecar.
+    pub fn answers_remote(&mut self, thing: &str, agent: ConnId, message: &Message) -> bool {
+        self.foreign.answer(thing, agent, message)
+    }
+
+    pub fn remote_count(&self) -> usize {
+        self.foreign.len()
+    }
+}
