@@ -47,7 +47,7 @@
 //! outbound queue (`gateway.outbound_queue` messages) plus the socket
 //! buffers, and the others do not notice.
 
-mod support;
+use lmos_testkit::bench as support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

@@ -19,7 +19,7 @@
 //! ```
 //!
 //! Needs `nats-server` on PATH (`apt-get install -y nats-server`); the
-//! cluster is the tests' harness (`tests/nats/mod.rs`): three nodes on
+//! cluster is the tests' harness (`lmos_testkit::nats`): three nodes on
 //! 127.0.0.1 with JetStream and their MQTT listeners, the MQTT streams
 //! replicated on all three. Everything else runs in this process: sidecar
 //! A bridged to node 0 and sidecar B bridged to node 1 (`cluster.url`),
@@ -93,13 +93,10 @@
 //! sidecars, the clients and the three NATS servers share this machine's
 //! cores.
 
-// Both say `#![allow(dead_code)]` themselves.
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/nats/mod.rs"]
-mod nats;
+use lmos_testkit as common;
+use lmos_testkit::nats;
 
-mod support;
+use lmos_testkit::bench as support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;

@@ -41,7 +41,7 @@
 //! (by the sidecar or the OpenTelemetry SDK; its broker's are muted) are
 //! printed under the row.
 
-mod support;
+use lmos_testkit::bench as support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

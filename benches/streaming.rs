@@ -24,7 +24,7 @@
 //! agent's first write to that receiver's last message; wire B/s counts the
 //! whole JSON text received.
 
-mod support;
+use lmos_testkit::bench as support;
 
 use std::time::{Duration, Instant};
 

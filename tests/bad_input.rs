@@ -1,7 +1,7 @@
 //! Bad input gets an LMOS error; the connection and every other client keep
 //! working.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{event, lmos, TestSidecar};
 use serde_json::{json, Value};

@@ -1,14 +1,15 @@
 //! The `lmos-sidecar` binary as users run it: flags, port 0, clear start-up
 //! failures, and graceful shutdown on SIGTERM.
 
-mod common;
+use lmos_testkit as common;
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::process::{sidecar, start_ready};
+use common::process::start_ready;
 use common::{lmos, WsClient, WAIT};
 use futures_util::StreamExt;
+use lmos_testkit::sidecar_command as sidecar;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -29,7 +30,7 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
 
 #[tokio::test]
 async fn starts_on_port_zero_logs_its_ports_serves_and_stops_on_sigterm() {
-    let mut cmd = sidecar();
+    let mut cmd = sidecar!();
     let (mut child, rx, ready) = start_ready(&mut cmd);
     let http = ready["http"].as_str().unwrap().to_owned();
     let mqtt: std::net::SocketAddr = ready["mqtt"].as_str().unwrap().parse().unwrap();
@@ -75,7 +76,7 @@ fn a_taken_port_fails_start_up_with_a_clear_message() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     for flag in ["--http-addr", "--mqtt-addr", "--mqtt5-addr"] {
-        let mut cmd = sidecar();
+        let mut cmd = sidecar!();
         for other in ["--http-addr", "--mqtt-addr", "--mqtt5-addr"] {
             cmd.args([other, if other == flag { &addr } else { "127.0.0.1:0" }]);
         }
@@ -97,7 +98,7 @@ fn print_config_shows_the_effective_configuration() {
     let file = dir.join("c.toml");
     std::fs::write(&file, "[topics]\nprefix = \"from-file\"\n[gateway]\noutbound_queue = 7\n[http]\nlisten = \"127.0.0.1:7777\"\n").unwrap();
     for form in [&["--print-config"][..], &["config"][..]] {
-        let out = sidecar()
+        let out = sidecar!()
             .env("LMOS_SIDECAR_TOPICS__PREFIX", "org/lmos")
             .env("LMOS_SIDECAR_HTTP__LISTEN", "127.0.0.1:8888")
             .args([
@@ -142,7 +143,7 @@ fn print_config_shows_the_effective_configuration() {
 #[test]
 fn the_shipped_config_file_loads_and_bad_files_name_the_key() {
     let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/config/lmos-sidecar.toml");
-    assert!(sidecar()
+    assert!(sidecar!()
         .args(["--config", shipped, "--print-config"])
         .output()
         .unwrap()
@@ -153,7 +154,7 @@ fn the_shipped_config_file_loads_and_bad_files_name_the_key() {
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "[gateway]\noutbound_queu = 5\n").unwrap();
-    let out = sidecar()
+    let out = sidecar!()
         .args(["--config", bad.to_str().unwrap(), "--print-config"])
         .output()
         .unwrap();
@@ -167,7 +168,7 @@ fn the_shipped_config_file_loads_and_bad_files_name_the_key() {
     );
 
     std::fs::write(&bad, "[topics]\nprefix = \"a/+\"\n").unwrap();
-    let out = sidecar()
+    let out = sidecar!()
         .args(["--config", bad.to_str().unwrap(), "--print-config"])
         .output()
         .unwrap();

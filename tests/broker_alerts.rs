@@ -1,7 +1,7 @@
 //! rumqttd drops messages for a subscriber that falls further behind than its
 //! buffers; the sidecar must make that visible in its logs.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{TestSidecar, WAIT};
 use serde_json::json;

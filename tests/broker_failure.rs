@@ -10,7 +10,7 @@
 //!
 //! Alone in its binary: the panic hook that notices is process-wide.
 
-mod common;
+use lmos_testkit as common;
 
 use std::time::Duration;
 

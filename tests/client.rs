@@ -1,10 +1,9 @@
 //! The command-line client against a running sidecar and the example agent,
 //! and `check` against the sidecar and against a broken endpoint.
 
-mod common;
+use lmos_testkit as common;
 
-#[path = "../examples/weather_agent.rs"]
-mod weather_agent;
+use lmos_testkit::weather_agent;
 
 use common::TestSidecar;
 use weather_agent::THING_ID;

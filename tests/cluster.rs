@@ -1,11 +1,9 @@
 //! Sidecars bridged through a real 3-node NATS cluster's MQTT listener
 //! (`cluster.mode = "mqtt"`): a Thing behind sidecar A is usable by
-//! consumers of sidecar B. The scenarios are in `tests/cluster_scenarios/`,
-//! shared with `tests/nats_native.rs`.
+//! consumers of sidecar B. The scenarios are in the test kit
+//! (`lmos_testkit::cluster_scenarios`), shared with `tests/nats_native.rs`.
 
-mod cluster_scenarios;
-mod common;
-mod nats;
+use lmos_testkit::cluster_scenarios;
 
 use cluster_scenarios::Mode;
 

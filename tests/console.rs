@@ -10,10 +10,9 @@
 //! (`.ci/run` installs them); without them the test fails, unless
 //! `LMOS_SKIP_BROWSER_TESTS=1` says skipping is fine.
 
-mod common;
+use lmos_testkit as common;
 
-#[path = "../examples/weather_agent.rs"]
-mod weather_agent;
+use lmos_testkit::weather_agent;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

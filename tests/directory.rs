@@ -1,10 +1,9 @@
 //! The Thing Description directory over HTTP, its MQTT side, and the forms
 //! it serves, followed to the running example agent.
 
-mod common;
+use lmos_testkit as common;
 
-#[path = "../examples/weather_agent.rs"]
-mod weather_agent;
+use lmos_testkit::weather_agent;
 
 use common::{http, lmos, TestSidecar};
 use serde_json::{json, Value};

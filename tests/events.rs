@@ -1,7 +1,7 @@
 //! Events end to end: agents publish over MQTT or WebSocket, consumers
 //! receive over WebSocket or MQTT.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{event, lmos, TestSidecar};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! A collector that is down is reported once, not once per batch (600 traced
 //! events make several), costs no message, and does not hold up a stop.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{event, lmos, TestSidecar, WAIT};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! Peers that vanish: what was accepted still reaches everyone else, and
 //! nothing is left behind.
 
-mod common;
+use lmos_testkit as common;
 
 use std::time::Duration;
 

@@ -9,20 +9,21 @@
 //! The real binary in its own process, so that its resident set is the
 //! broker's and not the test's.
 
-mod common;
+use lmos_testkit as common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::process::{sidecar, start_ready, Running};
+use common::process::{start_ready, Running};
 use common::raw_mqtt::{self, Client};
+use lmos_testkit::sidecar_command as sidecar;
 
 const FILTERS: usize = 1_000;
 const ROUNDS: usize = 8;
 
 /// The sidecar binary on ephemeral loopback ports; its MQTT 3.1.1 address.
 fn start() -> (Running, SocketAddr) {
-    let (child, _log, ready) = start_ready(&mut sidecar());
+    let (child, _log, ready) = start_ready(&mut sidecar!());
     (child, ready["mqtt"].as_str().unwrap().parse().unwrap())
 }
 

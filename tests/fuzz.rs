@@ -17,7 +17,7 @@
 //! proptest's own seeding, so each run explores new input; a failure prints
 //! the minimal input).
 
-mod common;
+use lmos_testkit as common;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

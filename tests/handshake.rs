@@ -1,7 +1,7 @@
 //! The WebSocket handshake: `lmosprotocol` (offered, or no subprotocol at
 //! all) or a clear refusal.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{ws_request, TestSidecar};
 use futures_util::{SinkExt, StreamExt};

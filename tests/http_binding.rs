@@ -3,10 +3,9 @@
 //! `lmosprotocol` nor MQTT envelopes sees them, against a real sidecar and
 //! real agents (the example agent, or a scripted one on the WebSocket).
 
-mod common;
+use lmos_testkit as common;
 
-#[path = "../examples/weather_agent.rs"]
-mod weather_agent;
+use lmos_testkit::weather_agent;
 
 use base64::Engine;
 use common::*;

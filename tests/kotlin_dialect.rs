@@ -7,7 +7,7 @@
 //! `Instant`s as decimal seconds, `null`s written): `messageType` first (the
 //! type id), then the constructor parameters in order.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{lmos, reading, MqttClient, TestSidecar, WsClient};
 use lmos_sidecar::topics::Topics;

@@ -2,7 +2,7 @@
 //! hit is an LMOS error or a close reason a user can read, plus a metric,
 //! and the other clients carry on.
 
-mod common;
+use lmos_testkit as common;
 
 use std::time::Duration;
 

@@ -16,7 +16,7 @@
 //! also run against one shared broker: they were checked against
 //! Mosquitto 2.0 where it implements the behaviour.
 
-mod common;
+use lmos_testkit as common;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -9,7 +9,7 @@
 //! the MQTT specifications assert; the bytes are written out so that no
 //! client library smooths them over.
 
-mod common;
+use lmos_testkit as common;
 
 use std::net::SocketAddr;
 

@@ -384,8 +384,8 @@ mod v5 {
 
 // ------------------------------------------------------------ raw bytes
 
-mod common;
 use common::raw_mqtt as raw;
+use lmos_testkit as common;
 
 // ----------------------------------------------------------------- tests
 

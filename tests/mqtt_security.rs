@@ -2,7 +2,7 @@
 //! listeners, with the sidecar's own rules, tried by clients that want more
 //! than they are granted.
 
-mod common;
+use lmos_testkit as common;
 
 use common::*;
 use lmos_sidecar::auth::credentials::hash_password;

@@ -15,7 +15,7 @@
 //! Needs `nats-server` (`apt-get install -y nats-server`): without it these
 //! tests fail, telling so.
 
-mod nats;
+use lmos_testkit::nats;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -6,9 +6,9 @@
 //! odd thingIDs cross, nothing loops, and a sidecar whose node dies moves
 //! to another.
 
-mod cluster_scenarios;
-mod common;
-mod nats;
+use lmos_testkit as common;
+use lmos_testkit::cluster_scenarios;
+use lmos_testkit::nats;
 
 use std::time::Duration;
 

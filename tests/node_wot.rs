@@ -10,10 +10,9 @@
 //! tests/node-wot`; `.ci/run` does both): the test fails, it does not skip,
 //! when they are missing.
 
-mod common;
+use lmos_testkit as common;
 
-#[path = "../examples/weather_agent.rs"]
-mod weather_agent;
+use lmos_testkit::weather_agent;
 
 use std::path::PathBuf;
 use std::time::Duration;

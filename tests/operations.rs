@@ -1,6 +1,6 @@
 //! What operators look at: health, readiness, metrics.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{http, lmos, TestSidecar};
 use serde_json::json;

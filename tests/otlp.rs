@@ -2,7 +2,7 @@
 //! over gRPC and over HTTP/protobuf; with the collector down, messages still
 //! flow and shutdown does not hang.
 
-mod common;
+use lmos_testkit as common;
 
 use std::net::SocketAddr;
 

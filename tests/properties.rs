@@ -1,6 +1,6 @@
 //! Property observation: retained latest value at once, then every change.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{lmos, reading, TestSidecar};
 use serde_json::json;

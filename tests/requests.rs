@@ -1,6 +1,6 @@
 //! Requests to agents and their replies, over both transports on both sides.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{lmos, wait_for_stats, MqttClient, TestSidecar, WsClient};
 use serde_json::{json, Value};

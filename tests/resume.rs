@@ -4,7 +4,7 @@
 //! gateway's history, in order, then the live stream, with no duplicates;
 //! a history that does not reach back far enough says so (`history-gap`).
 
-mod common;
+use lmos_testkit as common;
 
 use common::{event, lmos, test_config, wait_for_stats, MqttClient, TestSidecar, WsClient};
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 //! Authentication, per-Thing authorization and TLS on the HTTP port (the
 //! WebSocket gateway and the directory), against a real sidecar.
 
-mod common;
+use lmos_testkit as common;
 
 use base64::Engine;
 use common::*;

@@ -1,7 +1,7 @@
 //! A consumer that stops reading costs only itself: the others get every
 //! message, memory stays bounded by its queue, and it learns what happened.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{event, lmos, TestSidecar, WAIT};
 use futures_util::StreamExt;

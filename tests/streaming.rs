@@ -1,7 +1,7 @@
 //! Streamed output (Response-Stream) and input (Request-Stream) with real
 //! clients: see docs/requests.md, "Streams".
 
-mod common;
+use lmos_testkit as common;
 
 use common::{lmos, wait_for_stats, MqttClient, TestSidecar, WsClient};
 use lmos_sidecar::lmos::stream::{Chunk, Ending, Reassembler};

@@ -1,7 +1,7 @@
 //! Message spans, checked with the SDK's in-memory exporter: parents, trace
 //! IDs, trace state, the context carried on, attributes.
 
-mod common;
+use lmos_testkit as common;
 
 use common::{event, lmos, TestSidecar, WsClient};
 use lmos_sidecar::telemetry::Tracing;

@@ -1,10 +1,9 @@
 //! The example agent, run in-process against a real sidecar, driven the way
 //! the README's quick start does.
 
-mod common;
+use lmos_testkit as common;
 
-#[path = "../examples/weather_agent.rs"]
-mod weather_agent;
+use lmos_testkit::weather_agent;
 
 use common::{lmos, TestSidecar};
 use serde_json::json;

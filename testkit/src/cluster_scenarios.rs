@@ -1,13 +1,13 @@
 //! Sidecars linked through a real 3-node NATS cluster, in either cluster
 //! mode: a Thing behind sidecar A is usable by consumers of sidecar B. The
 //! scenarios of `tests/cluster.rs` (MQTT bridge) and `tests/nats_native.rs`
-//! (NATS's own protocol); the test crate declares `mod common; mod nats;`.
-#![allow(dead_code)]
+//! (NATS's own protocol).
 
 use std::time::Duration;
 
-use crate::common::{self, *};
+use crate as common;
 use crate::nats::NatsCluster;
+use crate::*;
 use serde_json::{json, Value};
 
 /// How the sidecars reach each other: bridged to NATS's MQTT listener, or
@@ -165,7 +165,7 @@ pub const WEATHER: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
 /// The WeatherAgent's TD with a writable property `units` added.
 pub fn weather_td() -> Value {
     let mut td: Value =
-        serde_json::from_str(include_str!("../fixtures/weather-agent-td.json")).unwrap();
+        serde_json::from_str(include_str!("../../tests/fixtures/weather-agent-td.json")).unwrap();
     td["properties"]["units"] =
         json!({"type": "string", "forms": [{"href": "https://weatherai.example.com/units"}]});
     td

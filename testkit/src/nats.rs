@@ -17,7 +17,6 @@
 //!
 //! `nats-server` must be installed (`apt-get install -y nats-server`): a test
 //! using the harness fails, it does not skip, when it is missing.
-#![allow(dead_code)]
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -266,8 +265,13 @@ impl NatsCluster {
         f.write_all(conf.as_bytes()).unwrap();
     }
 
+    /// How many nodes it has (never none).
     pub fn len(&self) -> usize {
         self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
     }
 
     /// The MQTT listener of node `i`.

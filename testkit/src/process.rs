@@ -8,10 +8,21 @@ use serde_json::Value;
 
 use super::WAIT;
 
-pub fn sidecar() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lmos-sidecar"));
+/// A command running the sidecar binary (`env!("CARGO_BIN_EXE_lmos-sidecar")`,
+/// which only the package's own tests know: hence [`crate::sidecar_command`]).
+pub fn sidecar(bin: &str) -> Command {
+    let mut c = Command::new(bin);
     c.env_remove("RUST_LOG");
     c
+}
+
+/// [`process::sidecar`](crate::process::sidecar) with the binary Cargo
+/// built for the calling test.
+#[macro_export]
+macro_rules! sidecar_command {
+    () => {
+        $crate::process::sidecar(env!("CARGO_BIN_EXE_lmos-sidecar"))
+    };
 }
 
 pub fn ephemeral_flags(c: &mut Command) -> &mut Command {

@@ -1,7 +1,6 @@
 //! What the benches share: one clock for the process, settings from the
 //! environment, the tally of numbered events a consumer received, and
-//! sending LMOS messages over a WebSocket. `mod support;` in a bench.
-#![allow(dead_code)]
+//! sending LMOS messages over a WebSocket.
 
 use std::pin::Pin;
 use std::sync::LazyLock;

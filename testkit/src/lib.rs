@@ -1,11 +1,21 @@
-//! Shared helpers: a real sidecar on ephemeral ports, real WebSocket and MQTT
-//! clients, and bounded waits (every wait fails the test after `WAIT`).
-#![allow(dead_code)]
+//! lmos-testkit: what the tests and benches of lmos-sidecar share, by what
+//! it drives. This root: a real sidecar on ephemeral ports ([`TestSidecar`]),
+//! real WebSocket and MQTT clients, LMOS message builders, HTTP, and bounded
+//! waits (every wait fails the test after `WAIT`). Modules: [`mqtt5`] and
+//! [`raw_mqtt`] (MQTT written byte by byte), [`otlp`] (a real OTLP
+//! collector), [`process`] (the sidecar binary as a child process),
+//! [`nats`] (a real NATS cluster), [`cluster_scenarios`] (the cluster tests
+//! both cluster modes run), [`weather_agent`] (the draft's WeatherAgent),
+//! [`bench`] (the benches' clock, settings and tallies).
 
+pub mod bench;
+pub mod cluster_scenarios;
 pub mod mqtt5;
+pub mod nats;
 pub mod otlp;
 pub mod process;
 pub mod raw_mqtt;
+pub mod weather_agent;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
