@@ -513,3 +513,69 @@ async fn a_single_dev_node_takes_the_stream_and_buckets_with_one_replica() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A NATS server started without JetStream, killed when dropped.
+struct PlainNats(std::process::Child);
+
+impl Drop for PlainNats {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_without_jetstream_gets_core_nats_and_says_so() {
+    let _alone = one_at_a_time().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let _server = PlainNats(
+        std::process::Command::new(nats::nats_server_binary())
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nats-server"),
+    );
+    let config = |name: &str| {
+        let mut c = test_config();
+        c.sidecar.thing_id = format!("urn:lmos:sidecar-{name}");
+        c.cluster.url = format!("nats://127.0.0.1:{port}");
+        c.cluster.mode = lmos_sidecar::config::ClusterMode::Nats;
+        c.cluster.keep_alive_s = 60;
+        c
+    };
+    // `cluster.jetstream` is left at its default (true).
+    let a = TestSidecar::start_with(config("a")).await;
+    let b = TestSidecar::start_with(config("b")).await;
+    for sidecar in [&a, &b] {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let body = http(sidecar.http, "GET", "/readyz", None, b"").await.body;
+            if body.contains("without JetStream") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let metrics = http(sidecar.http, "GET", "/metrics", None, b"").await.body;
+        assert!(
+            metrics.contains("lmos_sidecar_cluster_jetstream{what=\"core_fallback\"} 1")
+                && metrics.contains("lmos_sidecar_cluster_connected 1"),
+            "{metrics}"
+        );
+    }
+    // Presence and events cross by core NATS.
+    let thing = "urn:cluster:plain";
+    let mut agent = mqtt_agent(a.mqtt, "plain-agent", thing, None).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+    let mut ws = b.ws().await;
+    ws.send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
+        .await;
+    ws.barrier().await;
+    until_events_cross(&mut agent, &mut ws, thing).await;
+    a.stop().await;
+    b.stop().await;
+}

@@ -137,6 +137,10 @@ async fn ready(state: &HttpState) -> (StatusCode, &'static str) {
                 StatusCode::OK,
                 "ready (cluster unreachable: local traffic only)\n",
             ),
+            Some(c) if c.jetstream().core_fallback.get() > 0 => (
+                StatusCode::OK,
+                "ready (cluster without JetStream: events by core NATS, at most once)\n",
+            ),
             _ => (StatusCode::OK, "ready\n"),
         },
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "gateway not responding\n"),

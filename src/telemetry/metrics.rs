@@ -140,7 +140,7 @@ impl Metrics {
         let cluster_jetstream = Family::<Labels1, Gauge>::default();
         registry.register(
             "cluster_jetstream",
-            "Native NATS mode with JetStream, counts since start by `what`: events published, acked, pending (published, not yet acked), republished (for want of an ack), received (from the stream into the broker), redelivered, duplicates (dropped as already received); state entries kv_writes, kv_errors; stale_presence (remote agents taken offline)",
+            "Native NATS mode with JetStream, counts since start by `what`: events published, messages (stream messages they went in, several events to one under load), acked, pending (published, not yet acked), republished (for want of an ack), received (from the stream into the broker), redelivered, duplicates (dropped as already received); state entries kv_writes, kv_errors; stale_presence (remote agents taken offline)",
             cluster_jetstream.clone(),
         );
         registry.register(

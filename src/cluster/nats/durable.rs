@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::jetstream::context::CreateStreamErrorKind;
 use async_nats::jetstream::{self, consumer, kv, stream, Context};
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -18,14 +19,19 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
+use super::batch;
 use super::jetstream::JetStreamCounters;
 use super::jetstream::{self as js, Outbox};
 use super::kv::Bucket;
 use crate::config::ClusterConfig;
 use crate::topics::Topics;
 
-/// Events published and not yet acknowledged, at most.
+/// Events the link may queue for the publisher, at most.
 pub const IN_FLIGHT: usize = 4096;
+/// Stream messages awaiting their acknowledgement at once, at most: while
+/// that many wait, what arrives queues and goes in fewer, fuller messages
+/// ([`batch`]), so a slow stream is sent less work, not more.
+pub const IN_FLIGHT_MESSAGES: usize = 32;
 /// How long the stream may take to acknowledge before a publication is
 /// repeated (a node's death is noticed by then).
 pub(super) const ACK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,6 +48,23 @@ pub enum FromDurable {
     Present(HashSet<String>),
     /// This sidecar's consumer reads the stream: events cross from here.
     Ready,
+    /// The NATS servers have no JetStream (nothing answered its API, every
+    /// time of [`ABSENT_TRIES`]): the edge stopped; the link carries on
+    /// with core NATS.
+    NoJetStream,
+}
+
+/// Set-ups in a row that find no JetStream before the edge gives up (a
+/// server that has it answers its API even while it cannot serve it).
+pub const ABSENT_TRIES: u32 = 3;
+
+/// Why the stream and buckets could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SetUpError {
+    #[error("nothing answers JetStream's API: the NATS server runs without JetStream")]
+    Absent,
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What the link asks of the bucket writer.
@@ -90,7 +113,9 @@ pub fn start(
 ) -> Durable {
     let context = jetstream::ContextBuilder::new()
         .timeout(ACK_TIMEOUT)
-        .max_ack_inflight(IN_FLIGHT + 64)
+        // One wake of the publisher may send up to MAX_EVENTS messages
+        // (events of alternating subjects) beyond IN_FLIGHT_MESSAGES.
+        .max_ack_inflight(IN_FLIGHT_MESSAGES + batch::MAX_EVENTS + 64)
         .backpressure_on_inflight(true)
         .build(client);
     let (events, events_rx) = mpsc::channel(config.buffer.clamp(64, IN_FLIGHT));
@@ -121,9 +146,10 @@ async fn run_until(stop: CancellationToken, f: impl std::future::Future<Output =
     }
 }
 
-/// Publishes events in order as they come, many awaiting their
+/// Publishes events in order as they come, many messages awaiting their
 /// acknowledgement at once; one not acknowledged is repeated, same
-/// message ID, until it is.
+/// message ID, until it is. Events that queued while the publisher sent
+/// or waited go together ([`batch`]).
 async fn publish(
     context: Context,
     mut outbox: Outbox,
@@ -131,47 +157,87 @@ async fn publish(
     counters: Arc<JetStreamCounters>,
 ) {
     let mut waiting = FuturesUnordered::new();
+    let mut events = Vec::with_capacity(batch::MAX_EVENTS);
     loop {
         tokio::select! {
-            next = rx.recv(), if waiting.len() < IN_FLIGHT => {
-                let Some((subject, payload)) = next else { break };
-                let id = outbox.next_id();
-                let mut headers = HeaderMap::new();
-                headers.insert("Nats-Msg-Id", id.as_str());
-                headers.insert(js::ORIGIN, outbox.origin());
-                counters.published.inc();
-                // The first attempt is sent here, in order; only repeats
-                // may overtake later events.
-                let first = context
-                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
-                    .await;
-                let context = context.clone();
-                let counters = counters.clone();
-                waiting.push(async move {
-                    let mut attempt = first;
-                    let mut wait = Duration::from_millis(50);
-                    loop {
-                        match attempt {
-                            Ok(ack) => match ack.await {
-                                Ok(_) => break,
-                                Err(e) => debug!(error = %e, "An event was not acknowledged; again."),
-                            },
-                            Err(e) => debug!(error = %e, "An event could not go to JetStream; again."),
-                        }
-                        counters.republished.inc();
-                        tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(Duration::from_secs(1));
-                        attempt = context
-                            .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
-                            .await;
+            n = rx.recv_many(&mut events, batch::MAX_EVENTS), if waiting.len() < IN_FLIGHT_MESSAGES => {
+                if n == 0 {
+                    break;
+                }
+                for next in batch::group(std::mem::take(&mut events)) {
+                    let id = outbox.next_id();
+                    let mut headers = HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", id.as_str());
+                    headers.insert(js::ORIGIN, outbox.origin());
+                    let (payload, count) = next.body();
+                    if let Some(count) = count {
+                        headers.insert(batch::BATCH, count.to_string().as_str());
                     }
-                    counters.acked.inc();
-                });
+                    let message = Stored {
+                        subject: next.subject,
+                        headers,
+                        payload,
+                        events: next.payloads.len() as u64,
+                    };
+                    counters.published.add(message.events);
+                    counters.messages.inc();
+                    // The first attempt is sent here, in order; only
+                    // repeats may overtake later messages.
+                    let first = context
+                        .publish_with_headers(
+                            message.subject.clone(),
+                            message.headers.clone(),
+                            message.payload.clone(),
+                        )
+                        .await;
+                    waiting.push(until_acked(context.clone(), message, first, counters.clone()));
+                }
             }
             Some(()) = waiting.next() => {}
         }
     }
     while waiting.next().await.is_some() {}
+}
+
+/// One stream message of the publisher's.
+struct Stored {
+    subject: String,
+    headers: HeaderMap,
+    payload: Bytes,
+    /// Events it carries.
+    events: u64,
+}
+
+/// Waits for `message`'s acknowledgement, sending it again (same message
+/// ID) until the stream acknowledges it.
+async fn until_acked(
+    context: Context,
+    message: Stored,
+    first: Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError>,
+    counters: Arc<JetStreamCounters>,
+) {
+    let mut attempt = first;
+    let mut wait = Duration::from_millis(50);
+    loop {
+        match attempt {
+            Ok(ack) => match ack.await {
+                Ok(_) => break,
+                Err(e) => debug!(error = %e, "An event was not acknowledged; again."),
+            },
+            Err(e) => debug!(error = %e, "An event could not go to JetStream; again."),
+        }
+        counters.republished.inc();
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(1));
+        attempt = context
+            .publish_with_headers(
+                message.subject.clone(),
+                message.headers.clone(),
+                message.payload.clone(),
+            )
+            .await;
+    }
+    counters.acked.add(message.events);
 }
 
 /// The set-up, the consumer and (in [`super::buckets`]) the buckets.
@@ -186,11 +252,20 @@ pub(super) struct Edge {
 
 impl Edge {
     async fn run(self, mut ops: mpsc::UnboundedReceiver<KvOp>) {
+        let mut absent = 0;
         let (stream, buckets) = loop {
             match self.set_up().await {
                 Ok(ready) => break ready,
                 Err(e) => {
-                    warn!(error = %e, "JetStream is not ready (does the NATS cluster have it enabled? else set cluster.jetstream = false); trying again.");
+                    absent = match e {
+                        SetUpError::Absent => absent + 1,
+                        SetUpError::Refused(_) => 0,
+                    };
+                    if absent >= ABSENT_TRIES {
+                        let _ = self.tx.send(FromDurable::NoJetStream).await;
+                        return;
+                    }
+                    warn!(error = %e, "JetStream is not ready; trying again.");
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
             }
@@ -202,12 +277,12 @@ impl Edge {
 
     /// Creates what is missing with the configured replicas, or with one
     /// where NATS is not clustered.
-    async fn set_up(&self) -> Result<(stream::Stream, HashMap<Bucket, kv::Store>), String> {
+    async fn set_up(&self) -> Result<(stream::Stream, HashMap<Bucket, kv::Store>), SetUpError> {
         let mut r = replicas(&self.config);
         loop {
             match self.create(r).await {
                 Ok(ready) => return Ok(ready),
-                Err(e) if r > 1 => {
+                Err(SetUpError::Refused(e)) if r > 1 => {
                     info!(error = %e, replicas = r, "JetStream refused the replicas; trying with one.");
                     r = 1;
                 }
@@ -219,7 +294,7 @@ impl Edge {
     async fn create(
         &self,
         replicas: usize,
-    ) -> Result<(stream::Stream, HashMap<Bucket, kv::Store>), String> {
+    ) -> Result<(stream::Stream, HashMap<Bucket, kv::Store>), SetUpError> {
         let max_age = Duration::from_secs(self.config.events_max_age_s.max(60));
         let stream = self
             .context
@@ -233,7 +308,10 @@ impl Edge {
                 ..Default::default()
             })
             .await
-            .map_err(|e| format!("event stream: {e}"))?;
+            .map_err(|e| match e.kind() {
+                CreateStreamErrorKind::JetStreamUnavailable => SetUpError::Absent,
+                _ => SetUpError::Refused(format!("event stream: {e}")),
+            })?;
         let mut buckets = HashMap::new();
         for bucket in Bucket::ALL {
             let max_age = match bucket {
@@ -259,12 +337,12 @@ impl Edge {
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| format!("bucket {name}: {e}"))?;
+                .map_err(|e| SetUpError::Refused(format!("bucket {name}: {e}")))?;
             let store = self
                 .context
                 .get_key_value(&name)
                 .await
-                .map_err(|e| format!("bucket {name}: {e}"))?;
+                .map_err(|e| SetUpError::Refused(format!("bucket {name}: {e}")))?;
             buckets.insert(bucket, store);
         }
         Ok((stream, buckets))

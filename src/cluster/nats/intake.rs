@@ -8,6 +8,9 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 
+use tracing::debug;
+
+use super::batch::{self, BATCH};
 use super::durable::FromDurable;
 use super::jetstream::{JetStreamCounters, Seen, ORIGIN};
 use super::kv::Staleness;
@@ -86,17 +89,30 @@ impl JetStreamIn {
                     }
                     return (Vec::new(), Some(m));
                 }
-                let local = match super::subjects::topic(m.subject.as_str()) {
-                    Ok(topic) => {
-                        counters.received.inc();
-                        vec![ToLocal {
-                            topic,
-                            payload: m.payload.clone(),
-                            retain: false,
-                        }]
-                    }
-                    Err(_) => Vec::new(),
+                let Ok(topic) = super::subjects::topic(m.subject.as_str()) else {
+                    return (Vec::new(), Some(m));
                 };
+                let count = m.headers.as_ref().and_then(|h| h.get(BATCH));
+                let payloads = match count {
+                    None => vec![m.payload.clone()],
+                    Some(count) => match batch::unpack(count.as_str(), &m.payload) {
+                        Ok(payloads) => payloads,
+                        Err(e) => {
+                            // No delivery of it will be any better.
+                            debug!(error = %e, subject = %m.subject, "Dropped a damaged batch of events.");
+                            return (Vec::new(), Some(m));
+                        }
+                    },
+                };
+                counters.received.add(payloads.len() as u64);
+                let local = payloads
+                    .into_iter()
+                    .map(|payload| ToLocal {
+                        topic: topic.clone(),
+                        payload,
+                        retain: false,
+                    })
+                    .collect();
                 (local, Some(m))
             }
             FromDurable::State { topic, payload } => {
@@ -113,7 +129,7 @@ impl JetStreamIn {
                 };
                 (vec![local], None)
             }
-            FromDurable::Ready => (Vec::new(), None),
+            FromDurable::Ready | FromDurable::NoJetStream => (Vec::new(), None),
             FromDurable::Loaded => {
                 self.loaded = true;
                 self.fresh = HashSet::new();

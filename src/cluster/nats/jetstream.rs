@@ -49,7 +49,11 @@ pub struct Count(AtomicU64);
 
 impl Count {
     pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.add(1);
+    }
+
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn get(&self) -> u64 {
@@ -62,6 +66,9 @@ impl Count {
 pub struct JetStreamCounters {
     /// Events handed to JetStream (first attempts).
     pub published: Count,
+    /// Stream messages those went in (first attempts; several events
+    /// may share one, [`super::batch`]).
+    pub messages: Count,
     /// Events the stream acknowledged.
     pub acked: Count,
     /// Publications repeated for want of an acknowledgement.
@@ -78,6 +85,9 @@ pub struct JetStreamCounters {
     pub kv_errors: Count,
     /// Remote presence found stale and turned offline.
     pub stale_presence: Count,
+    /// 1 once the link fell back to core NATS for want of JetStream on
+    /// the servers.
+    pub core_fallback: Count,
 }
 
 impl JetStreamCounters {
@@ -90,6 +100,7 @@ impl JetStreamCounters {
     pub fn values(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("published", self.published.get()),
+            ("messages", self.messages.get()),
             ("acked", self.acked.get()),
             ("pending", self.pending()),
             ("republished", self.republished.get()),
@@ -99,6 +110,7 @@ impl JetStreamCounters {
             ("kv_writes", self.kv_writes.get()),
             ("kv_errors", self.kv_errors.get()),
             ("stale_presence", self.stale_presence.get()),
+            ("core_fallback", self.core_fallback.get()),
         ]
     }
 }

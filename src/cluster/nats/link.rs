@@ -144,7 +144,7 @@ impl NatsLink {
             }
         };
         let inbox = client.new_inbox();
-        let jetstream = self.config.jetstream;
+        let mut jetstream = self.config.jetstream;
         let mut relay = Relay::new(self.topics.clone(), inbox.clone());
         if jetstream {
             relay = relay.with_jetstream();
@@ -154,7 +154,7 @@ impl NatsLink {
         // This connection's unique token names its events in the stream.
         let origin = inbox.rsplit('.').next().unwrap_or_default().to_owned();
         let (durable_tx, mut from_durable) = mpsc::channel(self.config.buffer.max(64));
-        let durable = jetstream.then(|| {
+        let mut durable = jetstream.then(|| {
             durable::start(
                 client.clone(),
                 &self.config,
@@ -289,6 +289,30 @@ impl NatsLink {
                     }
                 }
                 Some(from) = from_durable.recv() => {
+                    if matches!(from, FromDurable::NoJetStream) {
+                        warn!("The NATS servers have no JetStream: falling back to core NATS (events at most once, state from the other sidecars by `_sync`). Enable JetStream on them and restart the sidecar for loss-free events, or set cluster.jetstream = false.");
+                        jetstream = false;
+                        durable = None;
+                        relay.without_jetstream();
+                        self.status.jetstream().core_fallback.inc();
+                        for filter in event_filters(&self.topics) {
+                            match client.subscribe(super::subjects::subject_filter(&filter)).await {
+                                Ok(s) => forward(s, || Kind::Broadcast, tx.clone(), stop.child_token()),
+                                Err(e) => warn!(error = %e, "Cannot subscribe in the NATS cluster."),
+                            }
+                        }
+                        // Subscribed first, then the others' state (as
+                        // `linked` asks without JetStream).
+                        if up && client.flush().await.is_ok() {
+                            let subject = relay::sync_subject(&self.topics);
+                            let _ = client
+                                .publish_with_reply(subject, relay.inbox().to_owned(), Bytes::new())
+                                .await;
+                        }
+                        js_ready = true;
+                        self.status.set_connected(up);
+                        continue;
+                    }
                     if matches!(from, FromDurable::Ready) {
                         js_ready = true;
                         self.status.set_connected(up);
@@ -412,6 +436,14 @@ fn broadcast_filters(topics: &Topics, jetstream: bool) -> Vec<String> {
         .collect()
 }
 
+/// The filters of events (what the stream carries with JetStream).
+fn event_filters(topics: &Topics) -> Vec<String> {
+    crate::cluster::bridged_filters(topics)
+        .into_iter()
+        .filter(|f| f.ends_with("/events/+"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,5 +459,12 @@ mod tests {
             "through the stream"
         );
         assert!(!f.iter().any(|f| f.contains("agent/re")));
+        let mut all = f;
+        all.extend(event_filters(&t));
+        assert_eq!(
+            all.len(),
+            broadcast_filters(&t, false).len(),
+            "the events are the rest"
+        );
     }
 }

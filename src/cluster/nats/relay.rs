@@ -125,6 +125,12 @@ impl Relay {
         self
     }
 
+    /// Events by core NATS and no bucket writes from now on (the servers
+    /// turned out to have no JetStream).
+    pub fn without_jetstream(&mut self) {
+        self.jetstream = false;
+    }
+
     /// The presence this sidecar's agents have now, to renew in the bucket.
     pub fn hosted_presence(&self) -> Vec<(String, Bytes)> {
         self.hosted
