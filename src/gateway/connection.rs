@@ -1,4 +1,6 @@
-//! One WebSocket connection speaking `lmosprotocol`.
+//! One WebSocket connection speaking `lmosprotocol`: it reads frames, asks
+//! [`super::decide`] what each means, carries out the effects, and writes
+//! what the dispatcher queued for it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -15,17 +17,16 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::decide::{self, Effect, Peer};
 use super::dispatcher::Command;
-use super::inbound::{route, Outcome};
 use super::outbound::Inbox;
 use super::subscriptions::ConnId;
-use super::{authorize, trace_publication, Client, Shared};
+use super::{trace_publication, Client, Shared};
 use crate::auth::Principal;
-use crate::directory::affordances;
 use crate::lmos::dialect::{self, Dialect, Gatherer};
-use crate::lmos::{Body, Direction, Message, Problem, ProblemKind, Rejection};
+use crate::lmos::{Body, Problem, ProblemKind};
 use crate::telemetry::metrics;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Frames written per flush when many are queued.
 const WRITE_BATCH: usize = 64;
@@ -241,184 +242,51 @@ where
         self.socket.send(WsMessage::Text(text.into())).await
     }
 
+    /// One frame from the peer: [`decide`] says what it means, this carries
+    /// it out.
     async fn handle(&mut self, message: WsMessage) -> Result<(), WsError> {
-        match message {
-            WsMessage::Text(text) => self.handle_text(text).await,
-            WsMessage::Binary(_) => {
-                let problem = Problem::new(
-                    ProblemKind::BinaryFrame,
-                    "LMOS messages are JSON text; send them as WebSocket text frames.",
-                );
-                self.reply(problem, None, None).await
+        let effects = match message {
+            WsMessage::Text(text) => {
+                let mut peer = Peer {
+                    id: self.id,
+                    principal: &self.principal,
+                    hosts: &self.hosts,
+                    dialect: &mut self.dialect,
+                    gatherer: &mut self.gatherer,
+                };
+                decide::text(&mut peer, &self.shared.context(), text)
             }
+            WsMessage::Binary(_) => decide::binary(),
             // tungstenite answers pings itself; close frames end the stream.
             WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Close(_) | WsMessage::Frame(_) => {
-                Ok(())
-            }
-        }
-    }
-
-    async fn handle_text(&mut self, text: Utf8Bytes) -> Result<(), WsError> {
-        let max = self.shared.config.max_message_size;
-        if text.len() > max {
-            let detail = format!("The message has {} bytes; this gateway accepts at most {max} (gateway.max_message_size).", text.len());
-            return self
-                .reply(
-                    Problem::new(ProblemKind::MessageTooLarge, detail),
-                    None,
-                    None,
-                )
-                .await;
-        }
-        let value = match serde_json::from_slice::<Value>(text.as_bytes()) {
-            Ok(value) => value,
-            // Parsed again for the rejection naming where it failed.
-            Err(_) => {
-                return self
-                    .handle_parsed(Message::parse(text.as_bytes()), text)
-                    .await
+                Vec::new()
             }
         };
-        if looks_like_td(&value) {
-            return self.register_td(&text).await;
-        }
-        let detected = match &value {
-            Value::Object(map) => dialect::detect(map),
-            _ => None,
-        };
-        if self.dialect.is_none() && detected.is_some() {
-            self.dialect = detected;
-            debug!(dialect = ?detected, "The peer's dialect is known.");
-        }
-        let kotlin = detected == Some(Dialect::Kotlin)
-            || (detected.is_none() && self.dialect == Some(Dialect::Kotlin));
-        match value {
-            Value::Object(map) if kotlin => self.handle_kotlin(map).await,
-            // The draft's (or a message valid in both): published verbatim.
-            value => self.handle_parsed(Message::from_value(value), text).await,
-        }
-    }
-
-    /// A message in the Kotlin dialect: the canonical message(s) it stands
-    /// for are handled as if sent so, and what is published is their
-    /// canonical form, so draft consumers read it.
-    async fn handle_kotlin(&mut self, map: Map<String, Value>) -> Result<(), WsError> {
-        let (thing, correlation) = dialect::reply_target(&map);
-        let normalized = dialect::normalize(map, |t| {
-            let directory = self.shared.directory.directory();
-            dialect::readable_properties(directory.get(t)?)
-        });
-        let normalized = match normalized {
-            Ok(n) => n,
-            Err(e) => {
-                return self
-                    .reply(e.problem(), thing.as_deref(), correlation.as_deref())
-                    .await
-            }
-        };
-        if let Some(names) = &normalized.gather {
-            let thing = thing.as_deref().unwrap_or_default();
-            let correlation = correlation.as_deref().unwrap_or_default();
-            if let Some(empty) = self.gatherer.expect(thing, correlation, names) {
-                return self.send_now(empty.to_string()).await;
-            }
-        }
-        for map in normalized.messages {
-            let message = Message::from_value(Value::Object(map));
-            let raw = match &message {
-                Ok(m) => Utf8Bytes::from(m.to_json()),
-                Err(_) => Utf8Bytes::default(),
-            };
-            self.handle_parsed(message, raw).await?;
+        for effect in effects {
+            self.apply(effect).await?;
         }
         Ok(())
     }
 
-    /// A message as read (or why it could not be); `raw` is what agents'
-    /// messages are published as.
-    async fn handle_parsed(
-        &mut self,
-        parsed: Result<Message, Rejection>,
-        raw: Utf8Bytes,
-    ) -> Result<(), WsError> {
-        let message = match parsed {
-            Ok(m) => {
-                self.shared
-                    .metrics
-                    .received(metrics::WEBSOCKET, m.message_type().as_str());
-                m
-            }
-            Err(rejection) => {
-                let problem = Problem::from(&rejection);
-                let correlation = rejection.reply_correlation_id().map(str::to_owned);
-                return self
-                    .reply(
-                        problem,
-                        rejection.thing_id.as_deref(),
-                        correlation.as_deref(),
-                    )
-                    .await;
-            }
-        };
-        let text = raw;
-        let thing = message.thing_id.clone();
-        let correlation = message.reply_correlation_id().to_owned();
-        if let Err((access, problem)) = authorize(&self.principal, &message) {
-            self.shared
-                .metrics
-                .denied(metrics::WEBSOCKET, access.as_str());
-            info!(
-                access = access.as_str(),
-                message_type = %message.message_type(),
-                "Denied a WebSocket message."
-            );
-            return self.reply(problem, Some(&thing), Some(&correlation)).await;
-        }
-        if self.shared.validate_agent_data {
-            let refused = {
-                let directory = self.shared.directory.directory();
-                directory
-                    .get(&thing)
-                    .and_then(|td| affordances::check_agent_data(td, &message).err())
-            };
-            if let Some(problem) = refused {
-                return self.reply(problem, Some(&thing), Some(&correlation)).await;
-            }
-        }
-        let outcome = route(self.id, &message, Bytes::from(text), &self.shared.topics);
-        // What a hosting agent sends with a correlation ID may answer a
-        // request routed to it; the dispatcher decides, and publishes it as
-        // usual when it does not.
-        let answers = message.message_type().direction() == Direction::ThingToConsumer
-            && message.correlation_id.is_some()
-            && self.hosts.contains(&thing);
-        if answers {
-            let fallback = match outcome {
-                Outcome::Publish(publications) => publications,
-                _ => Vec::new(),
-            };
-            let command = Command::AgentMessage {
-                conn: self.id,
+    async fn apply(&mut self, effect: Effect) -> Result<(), WsError> {
+        match effect {
+            Effect::Refuse {
+                problem,
                 thing,
-                message: Box::new(message),
-                fallback,
-            };
-            self.shared.command(command).await;
-            return Ok(());
-        }
-        let kotlin = self.dialect == Some(Dialect::Kotlin);
-        match outcome {
-            Outcome::Command(mut command) => {
-                if let Command::Subscribe { acknowledge, .. }
-                | Command::Unsubscribe { acknowledge, .. } = &mut command
-                {
-                    *acknowledge = kotlin;
-                }
-                debug!(message_type = %message.message_type(), "Applying subscription change.");
+                correlation,
+            } => {
+                self.reply(problem, thing.as_deref(), correlation.as_deref())
+                    .await
+            }
+            Effect::Send(text) => self.send_now(text).await,
+            Effect::Command(command) => {
                 self.shared.command(command).await;
                 Ok(())
             }
-            Outcome::Publish(publications) => {
+            Effect::Publish {
+                message,
+                publications,
+            } => {
                 for mut publication in publications {
                     trace_publication(&self.shared.tracer, &message, &mut publication);
                     if self.shared.bus.publish(publication).await.is_err() {
@@ -426,43 +294,37 @@ where
                             ProblemKind::Unavailable,
                             "The message bus has stopped; the message was not published.",
                         );
-                        return self.reply(problem, Some(&thing), Some(&correlation)).await;
+                        let correlation = message.reply_correlation_id();
+                        return self
+                            .reply(problem, Some(&message.thing_id), Some(correlation))
+                            .await;
                     }
                 }
                 Ok(())
             }
-            Outcome::Reject(problem) => self.reply(problem, Some(&thing), Some(&correlation)).await,
+            Effect::RegisterTd { id, text } => self.register_td(&id, &text).await,
         }
     }
 
-    /// A hosting agent sends its Thing Description: registered as by
-    /// `PUT /things/{id}`. Errors go back as LMOS `error`s; success is quiet.
-    async fn register_td(&mut self, text: &str) -> Result<(), WsError> {
-        let id = serde_json::from_str::<serde_json::Value>(text)
-            .ok()
-            .and_then(|td| td["id"].as_str().map(str::to_owned));
-        let Some(id) = id.filter(|id| self.hosts.contains(id)) else {
-            let detail = "A Thing Description sent over the WebSocket must have an `id` naming a Thing this connection hosts (`?host=<thingID>`); others go to PUT /things/{id}.";
-            return self
-                .reply(Problem::new(ProblemKind::Forbidden, detail), None, None)
-                .await;
-        };
+    /// A hosting agent's Thing Description: registered as by `PUT
+    /// /things/{id}`. Errors go back as LMOS `error`s; success is quiet.
+    async fn register_td(&mut self, id: &str, text: &str) -> Result<(), WsError> {
         let result = self
             .shared
             .directory
             .directory()
-            .put(Some(&id), text.as_bytes());
+            .put(Some(id), text.as_bytes());
         match result {
             Ok((registered, td)) => {
                 self.shared
                     .directory
-                    .announce(&id, Some(&td), registered)
+                    .announce(id, Some(&td), registered)
                     .await;
                 Ok(())
             }
             Err(e) => {
                 let problem = Problem::new(ProblemKind::InvalidData, e.to_string());
-                self.reply(problem, Some(&id), None).await
+                self.reply(problem, Some(id), None).await
             }
         }
     }
@@ -486,10 +348,4 @@ where
         }
         self.send_now(message.to_json()).await
     }
-}
-
-/// A JSON object with `@context` and no `messageType`: a Thing Description,
-/// not an LMOS message.
-fn looks_like_td(value: &Value) -> bool {
-    value.get("@context").is_some() && value.get("messageType").is_none()
 }

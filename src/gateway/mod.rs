@@ -6,6 +6,7 @@
 //! each message is parsed and serialized once however many receive it.
 
 mod connection;
+mod decide;
 mod dispatcher;
 mod foreign;
 pub mod history;
@@ -70,6 +71,17 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// What a decision about a client's frame may read.
+    fn context(&self) -> decide::Context<'_> {
+        decide::Context {
+            topics: &self.topics,
+            max_message_size: self.config.max_message_size,
+            validate_agent_data: self.validate_agent_data,
+            directory: &self.directory,
+            metrics: &self.metrics,
+        }
+    }
+
     async fn command(&self, command: Command) {
         // Fails only once the dispatcher has stopped, i.e. during shutdown.
         let _ = self.dispatcher.send(command).await;

@@ -1,0 +1,461 @@
+//! What a WebSocket client's frame means, decided without I/O: size and
+//! syntax checks, the peer's dialect, authorization, the agent-data check
+//! against the Thing's description, whether an agent's message may answer
+//! a routed request, and what [`inbound::route`] makes of the rest. The
+//! connection ([`super::connection`]) carries out the [`Effect`]s, in order;
+//! it only reads, writes and waits.
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tracing::{debug, info};
+
+use super::authorize;
+use super::dispatcher::Command;
+use super::inbound::{route, Outcome};
+use super::subscriptions::ConnId;
+use crate::auth::Principal;
+use crate::broker::Publication;
+use crate::directory::{affordances, DirectoryService};
+use crate::lmos::dialect::{self, Dialect, Gatherer};
+use crate::lmos::{Direction, Message, Problem, ProblemKind, Rejection};
+use crate::telemetry::metrics::{self, Metrics};
+use crate::topics::Topics;
+
+/// What the connection does about a frame.
+#[derive(Debug)]
+pub(super) enum Effect {
+    /// An LMOS `error` to this client, ahead of queued deliveries.
+    Refuse {
+        problem: Problem,
+        thing: Option<String>,
+        correlation: Option<String>,
+    },
+    /// A message to this client at once, in its dialect.
+    Send(String),
+    /// To the dispatcher.
+    Command(Command),
+    /// Onto the bus, each traced as `message`'s; a refusal if the bus has
+    /// stopped.
+    Publish {
+        message: Box<Message>,
+        publications: Vec<Publication>,
+    },
+    /// A Thing Description this connection's agent sends: registered as by
+    /// `PUT /things/{id}`, and announced.
+    RegisterTd { id: String, text: Utf8Bytes },
+}
+
+impl Effect {
+    fn refuse(problem: Problem, thing: Option<&str>, correlation: Option<&str>) -> Effect {
+        Effect::Refuse {
+            problem,
+            thing: thing.map(str::to_owned),
+            correlation: correlation.map(str::to_owned),
+        }
+    }
+}
+
+/// The connection's own state that decisions read and change.
+pub(super) struct Peer<'a> {
+    pub id: ConnId,
+    pub principal: &'a Principal,
+    /// Things this connection serves as their agent (`?host=`).
+    pub hosts: &'a [String],
+    /// The dialect the peer speaks, once one of its messages said so.
+    pub dialect: &'a mut Option<Dialect>,
+    /// Kotlin reads of several properties waiting for all their readings.
+    pub gatherer: &'a mut Gatherer,
+}
+
+/// What the gateway as a whole lends a decision.
+pub(super) struct Context<'a> {
+    pub topics: &'a Topics,
+    pub max_message_size: usize,
+    pub validate_agent_data: bool,
+    /// Thing Descriptions, for Kotlin reads and the agent-data check (its
+    /// lock is taken only then, and never across an await).
+    pub directory: &'a DirectoryService,
+    pub metrics: &'a Metrics,
+}
+
+/// A binary frame: LMOS messages are text.
+pub(super) fn binary() -> Vec<Effect> {
+    let problem = Problem::new(
+        ProblemKind::BinaryFrame,
+        "LMOS messages are JSON text; send them as WebSocket text frames.",
+    );
+    vec![Effect::refuse(problem, None, None)]
+}
+
+/// A text frame.
+pub(super) fn text(peer: &mut Peer<'_>, cx: &Context<'_>, text: Utf8Bytes) -> Vec<Effect> {
+    let max = cx.max_message_size;
+    if text.len() > max {
+        let detail = format!("The message has {} bytes; this gateway accepts at most {max} (gateway.max_message_size).", text.len());
+        let problem = Problem::new(ProblemKind::MessageTooLarge, detail);
+        return vec![Effect::refuse(problem, None, None)];
+    }
+    let value = match serde_json::from_slice::<Value>(text.as_bytes()) {
+        Ok(value) => value,
+        // Parsed again for the rejection naming where it failed.
+        Err(_) => return parsed(peer, cx, Message::parse(text.as_bytes()), text),
+    };
+    if looks_like_td(&value) {
+        return td(peer, &value, text);
+    }
+    let detected = match &value {
+        Value::Object(map) => dialect::detect(map),
+        _ => None,
+    };
+    if peer.dialect.is_none() && detected.is_some() {
+        *peer.dialect = detected;
+        debug!(dialect = ?detected, "The peer's dialect is known.");
+    }
+    let kotlin = detected == Some(Dialect::Kotlin)
+        || (detected.is_none() && *peer.dialect == Some(Dialect::Kotlin));
+    match value {
+        Value::Object(map) if kotlin => in_kotlin(peer, cx, map),
+        // The draft's (or a message valid in both): published verbatim.
+        value => parsed(peer, cx, Message::from_value(value), text),
+    }
+}
+
+/// A message in the Kotlin dialect: the canonical message(s) it stands for
+/// are decided as if sent so, and what is published is their canonical
+/// form, so draft consumers read it.
+fn in_kotlin(peer: &mut Peer<'_>, cx: &Context<'_>, map: Map<String, Value>) -> Vec<Effect> {
+    let (thing, correlation) = dialect::reply_target(&map);
+    let normalized = dialect::normalize(map, |t| {
+        let directory = cx.directory.directory();
+        dialect::readable_properties(directory.get(t)?)
+    });
+    let normalized = match normalized {
+        Ok(n) => n,
+        Err(e) => {
+            let problem = e.problem();
+            return vec![Effect::refuse(
+                problem,
+                thing.as_deref(),
+                correlation.as_deref(),
+            )];
+        }
+    };
+    if let Some(names) = &normalized.gather {
+        let thing = thing.as_deref().unwrap_or_default();
+        let correlation = correlation.as_deref().unwrap_or_default();
+        if let Some(empty) = peer.gatherer.expect(thing, correlation, names) {
+            return vec![Effect::Send(crate::lmos::splice::text(&empty))];
+        }
+    }
+    let mut effects = Vec::new();
+    for map in normalized.messages {
+        let message = Message::from_value(Value::Object(map));
+        let raw = match &message {
+            Ok(m) => Utf8Bytes::from(m.to_json()),
+            Err(_) => Utf8Bytes::default(),
+        };
+        effects.extend(parsed(peer, cx, message, raw));
+    }
+    effects
+}
+
+/// A message as read (or why it could not be); `raw` is what an agent's
+/// message is published as.
+fn parsed(
+    peer: &mut Peer<'_>,
+    cx: &Context<'_>,
+    parsed: Result<Message, Rejection>,
+    raw: Utf8Bytes,
+) -> Vec<Effect> {
+    let message = match parsed {
+        Ok(m) => {
+            cx.metrics
+                .received(metrics::WEBSOCKET, m.message_type().as_str());
+            m
+        }
+        Err(rejection) => {
+            let problem = Problem::from(&rejection);
+            let correlation = rejection.reply_correlation_id().map(str::to_owned);
+            return vec![Effect::refuse(
+                problem,
+                rejection.thing_id.as_deref(),
+                correlation.as_deref(),
+            )];
+        }
+    };
+    let thing = message.thing_id.clone();
+    let correlation = message.reply_correlation_id().to_owned();
+    let refuse = |problem| vec![Effect::refuse(problem, Some(&thing), Some(&correlation))];
+    if let Err((access, problem)) = authorize(peer.principal, &message) {
+        cx.metrics.denied(metrics::WEBSOCKET, access.as_str());
+        info!(
+            access = access.as_str(),
+            message_type = %message.message_type(),
+            "Denied a WebSocket message."
+        );
+        return refuse(problem);
+    }
+    if cx.validate_agent_data {
+        let refused = {
+            let directory = cx.directory.directory();
+            directory
+                .get(&thing)
+                .and_then(|td| affordances::check_agent_data(td, &message).err())
+        };
+        if let Some(problem) = refused {
+            return refuse(problem);
+        }
+    }
+    let outcome = route(peer.id, &message, Bytes::from(raw), cx.topics);
+    // What a hosting agent sends with a correlation ID may answer a request
+    // routed to it; the dispatcher decides, and publishes it as usual when
+    // it does not.
+    let answers = message.message_type().direction() == Direction::ThingToConsumer
+        && message.correlation_id.is_some()
+        && peer.hosts.contains(&thing);
+    if answers {
+        let fallback = match outcome {
+            Outcome::Publish(publications) => publications,
+            _ => Vec::new(),
+        };
+        return vec![Effect::Command(Command::AgentMessage {
+            conn: peer.id,
+            thing,
+            message: Box::new(message),
+            fallback,
+        })];
+    }
+    match outcome {
+        Outcome::Command(mut command) => {
+            if let Command::Subscribe { acknowledge, .. }
+            | Command::Unsubscribe { acknowledge, .. } = &mut command
+            {
+                // The Kotlin stack waits for an acknowledgement.
+                *acknowledge = *peer.dialect == Some(Dialect::Kotlin);
+            }
+            debug!(message_type = %message.message_type(), "Applying subscription change.");
+            vec![Effect::Command(command)]
+        }
+        Outcome::Publish(publications) => vec![Effect::Publish {
+            message: Box::new(message),
+            publications,
+        }],
+        Outcome::Reject(problem) => refuse(problem),
+    }
+}
+
+/// A Thing Description over the WebSocket: only for a Thing this
+/// connection hosts.
+fn td(peer: &Peer<'_>, value: &Value, text: Utf8Bytes) -> Vec<Effect> {
+    match value["id"]
+        .as_str()
+        .filter(|id| peer.hosts.iter().any(|h| h == id))
+    {
+        Some(id) => vec![Effect::RegisterTd {
+            id: id.to_owned(),
+            text,
+        }],
+        None => {
+            let detail = "A Thing Description sent over the WebSocket must have an `id` naming a Thing this connection hosts (`?host=<thingID>`); others go to PUT /things/{id}.";
+            vec![Effect::refuse(
+                Problem::new(ProblemKind::Forbidden, detail),
+                None,
+                None,
+            )]
+        }
+    }
+}
+
+/// A JSON object with `@context` and no `messageType`: a Thing Description,
+/// not an LMOS message.
+fn looks_like_td(value: &Value) -> bool {
+    value.get("@context").is_some() && value.get("messageType").is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Authority;
+    use crate::broker::Bus;
+    use crate::config::{AuthConfig, Grants, PrincipalConfig};
+    use crate::directory::{Directory, Endpoints};
+    use serde_json::json;
+
+    const THING: &str = "urn:t";
+
+    /// A gateway's worth of context, no sockets.
+    struct Gateway {
+        topics: Topics,
+        directory: DirectoryService,
+        metrics: Metrics,
+    }
+
+    impl Gateway {
+        fn new() -> Gateway {
+            let topics = Topics::new("lmos").unwrap();
+            let endpoints = Endpoints {
+                websocket: "ws://h:8080/lmos".into(),
+                mqtt: "mqtt://h:1883".into(),
+                http: "http://h:8080".into(),
+                topics: topics.clone(),
+                value_topics: true,
+                http_schemes: Vec::new(),
+                mqtt_password: false,
+            };
+            // The bus is never used: deciding publishes nothing.
+            let (bus, _) = tokio::sync::mpsc::channel(1);
+            let directory = DirectoryService::new(
+                Directory::new(endpoints),
+                Bus::new(bus),
+                topics.clone(),
+                "urn:sidecar".into(),
+                "http://h:8080",
+            );
+            Gateway {
+                topics,
+                directory,
+                metrics: Metrics::default(),
+            }
+        }
+
+        fn context(&self) -> Context<'_> {
+            Context {
+                topics: &self.topics,
+                max_message_size: 1024,
+                validate_agent_data: false,
+                directory: &self.directory,
+                metrics: &self.metrics,
+            }
+        }
+    }
+
+    fn principal(host: &[&str], consume: &[&str], operate: &[&str]) -> Principal {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
+        let config = AuthConfig {
+            anonymous: Grants {
+                host: v(host),
+                consume: v(consume),
+                operate: v(operate),
+            },
+            principals: Vec::<PrincipalConfig>::new(),
+        };
+        Authority::from_config(&config).unwrap().anonymous()
+    }
+
+    /// What a connection hosting THING with `principal` decides about `v`.
+    fn decide(principal: &Principal, v: Value) -> Vec<Effect> {
+        let g = Gateway::new();
+        let hosts = [THING.to_owned()];
+        let (mut dialect, mut gatherer) = (None, Gatherer::default());
+        let mut peer = Peer {
+            id: 7,
+            principal,
+            hosts: &hosts,
+            dialect: &mut dialect,
+            gatherer: &mut gatherer,
+        };
+        text(&mut peer, &g.context(), v.to_string().into())
+    }
+
+    fn everyone() -> Principal {
+        principal(&["*"], &["*"], &["*"])
+    }
+
+    fn refused(effects: &[Effect]) -> (ProblemKind, Option<&str>) {
+        match effects {
+            [Effect::Refuse {
+                problem,
+                correlation,
+                ..
+            }] => (problem.kind, correlation.as_deref()),
+            other => panic!("not one refusal: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn binary_and_oversized_frames_are_refused_with_an_lmos_error() {
+        assert_eq!(refused(&binary()).0, ProblemKind::BinaryFrame);
+        let big = json!({"thingID": THING, "messageType": "event", "data": "x".repeat(2000)});
+        assert_eq!(
+            refused(&decide(&everyone(), big)).0,
+            ProblemKind::MessageTooLarge
+        );
+    }
+
+    #[test]
+    fn an_agents_event_is_published_and_a_subscription_goes_to_the_dispatcher() {
+        let event = json!({"thingID": THING, "messageID": "m", "messageType": "event", "event": "e", "data": 1, "timestamp": "2025-01-20T19:00:00Z"});
+        match decide(&everyone(), event).as_slice() {
+            [Effect::Publish { publications, .. }] => {
+                assert_eq!(publications[0].topic, "lmos/urn:t/events/e")
+            }
+            other => panic!("{other:?}"),
+        }
+        let subscribe = json!({"thingID": THING, "messageID": "s", "messageType": "subscribeEvent", "event": "e"});
+        match decide(&everyone(), subscribe).as_slice() {
+            [Effect::Command(Command::Subscribe {
+                conn: 7,
+                acknowledge: false,
+                ..
+            })] => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_the_host_sends_with_a_correlation_id_may_answer_a_request() {
+        let reading = json!({"thingID": THING, "messageID": "m", "messageType": "propertyReading", "name": "p", "value": 1, "timestamp": "2025-01-20T19:00:00Z", "correlationID": "route"});
+        match decide(&everyone(), reading).as_slice() {
+            [Effect::Command(Command::AgentMessage {
+                conn: 7,
+                thing,
+                fallback,
+                ..
+            })] => {
+                assert_eq!(thing, THING);
+                assert_eq!(fallback[0].topic, "lmos/urn:t/properties/p");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_denied_message_is_refused_under_its_correlation_id() {
+        let consumer_only = principal(&[], &["*"], &[]);
+        let invoke = json!({"thingID": THING, "messageID": "i", "messageType": "invokeAction", "action": "a", "correlationID": "c"});
+        assert_eq!(
+            refused(&decide(&consumer_only, invoke)),
+            (ProblemKind::Forbidden, Some("c"))
+        );
+    }
+
+    #[test]
+    fn a_td_is_taken_only_for_a_thing_the_connection_hosts() {
+        let td = |id: &str| json!({"@context": "https://www.w3.org/2022/wot/td/v1.1", "id": id, "title": "t"});
+        match decide(&everyone(), td(THING)).as_slice() {
+            [Effect::RegisterTd { id, .. }] => assert_eq!(id, THING),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            refused(&decide(&everyone(), td("urn:other"))).0,
+            ProblemKind::Forbidden
+        );
+    }
+
+    #[test]
+    fn unreadable_text_is_refused_saying_why() {
+        let g = Gateway::new();
+        let principal = everyone();
+        let (mut dialect, mut gatherer) = (None, Gatherer::default());
+        let mut peer = Peer {
+            id: 7,
+            principal: &principal,
+            hosts: &[],
+            dialect: &mut dialect,
+            gatherer: &mut gatherer,
+        };
+        let effects = text(&mut peer, &g.context(), "{\"thingID\": ".into());
+        assert_eq!(refused(&effects).0, ProblemKind::InvalidJson);
+    }
+}
