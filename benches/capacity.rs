@@ -26,14 +26,14 @@
 //! failed, the time until the last CONNACK and the broker's RSS with all
 //! of them connected.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
+use lmos_testkit::process::{start_ready, Running};
 use rumqttc::{AsyncClient, MqttOptions, QoS};
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
@@ -43,60 +43,28 @@ const THING: &str = "urn:bench:capacity";
 const TOPIC: &str = "lmos/urn:bench:capacity/events/tick";
 const CONNECT_BATCH: usize = 200;
 
-struct Sidecar(Child);
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// The sidecar binary in a process of its own (killed when dropped).
+struct Sidecar(Running);
 
 impl Sidecar {
     fn rss_kib(&self) -> u64 {
-        rss_of(self.0.id())
+        rss_of(self.0 .0.id())
     }
 }
 
 /// The sidecar binary, ready; its HTTP and MQTT addresses.
 fn start(max_connections: usize) -> Result<(Sidecar, String, String)> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lmos-sidecar"))
-        .args([
-            "--mqtt-addr",
-            "127.0.0.1:0",
-            "--mqtt5-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ])
-        .env_remove("RUST_LOG")
-        .env(
-            "LMOS_SIDECAR_HTTP__MAX_CONNECTIONS",
-            (max_connections + 100).to_string(),
-        )
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("start the sidecar binary")?;
-    let stdout = child.stdout.take().context("its stdout")?;
-    let sidecar = Sidecar(child);
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = loop {
-        let Some(line) = lines.next() else {
-            bail!("the sidecar ended before it was ready");
-        };
-        let v: Value = serde_json::from_str(&line?).unwrap_or(Value::Null);
-        if v["message"] == "Sidecar ready." {
-            break v;
-        }
-    };
-    // Keep draining its log so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let mut cmd = lmos_testkit::sidecar_command!();
+    cmd.env(
+        "LMOS_SIDECAR_HTTP__MAX_CONNECTIONS",
+        (max_connections + 100).to_string(),
+    )
+    .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    // Its log keeps being read (and dropped), so it never blocks on a full pipe.
+    let (running, _log, ready) = start_ready(&mut cmd);
     let http = ready["http"].as_str().context("http address")?.to_owned();
     let mqtt = ready["mqtt"].as_str().context("mqtt address")?.to_owned();
-    Ok((sidecar, http, mqtt))
+    Ok((Sidecar(running), http, mqtt))
 }
 
 /// A consumer: connects, subscribes, says it is `ready`, then reads until
@@ -255,7 +223,7 @@ fn mosquitto() -> Result<(Sidecar, std::net::SocketAddr)> {
         .arg(&conf)
         .spawn()
         .context("mosquitto on PATH")?;
-    Ok((Sidecar(child), addr))
+    Ok((Sidecar(Running(child)), addr))
 }
 
 #[tokio::main]

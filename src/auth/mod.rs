@@ -356,6 +356,23 @@ fn secrets(entry: &PrincipalConfig, kind: Kind) -> Result<Vec<Secret>, AuthError
     Ok(out)
 }
 
+/// For tests: the anonymous principal of an authority that grants it these
+/// Things to host, consume and operate.
+#[cfg(test)]
+pub(crate) fn granted(host: &[&str], consume: &[&str], operate: &[&str]) -> Principal {
+    use crate::config::{AuthConfig, Grants};
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
+    let config = AuthConfig {
+        anonymous: Grants {
+            host: v(host),
+            consume: v(consume),
+            operate: v(operate),
+        },
+        principals: Vec::new(),
+    };
+    Authority::from_config(&config).unwrap().anonymous()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -378,20 +378,8 @@ mod tests {
         assert!(t(&topic, r#"{"thingID":"urn:uuid:1/2"}"#).is_ok());
         assert!(t(&topic, r#"{"thingID":"urn:uuid:1"}"#).is_err());
     }
-    use crate::config::{AuthConfig, Grants, PrincipalConfig};
-
-    fn principal(host: &[&str], consume: &[&str], operate: &[&str]) -> Principal {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
-        let config = AuthConfig {
-            anonymous: Grants {
-                host: v(host),
-                consume: v(consume),
-                operate: v(operate),
-            },
-            principals: Vec::<PrincipalConfig>::new(),
-        };
-        Authority::from_config(&config).unwrap().anonymous()
-    }
+    use crate::auth::granted as principal;
+    use crate::config::AuthConfig;
 
     fn t() -> Topics {
         Topics::new("lmos").unwrap()

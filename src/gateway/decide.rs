@@ -276,9 +276,8 @@ fn looks_like_td(value: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Authority;
+    use crate::auth::granted as principal;
     use crate::broker::Bus;
-    use crate::config::{AuthConfig, Grants, PrincipalConfig};
     use crate::directory::{Directory, Endpoints};
     use serde_json::json;
 
@@ -328,19 +327,6 @@ mod tests {
                 metrics: &self.metrics,
             }
         }
-    }
-
-    fn principal(host: &[&str], consume: &[&str], operate: &[&str]) -> Principal {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
-        let config = AuthConfig {
-            anonymous: Grants {
-                host: v(host),
-                consume: v(consume),
-                operate: v(operate),
-            },
-            principals: Vec::<PrincipalConfig>::new(),
-        };
-        Authority::from_config(&config).unwrap().anonymous()
     }
 
     /// What a connection hosting THING with `principal` decides about `v`.
