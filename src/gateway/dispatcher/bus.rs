@@ -1,0 +1,134 @@
+//! The dispatcher's effects: what goes to connections, what is queued
+//! for the bus (publications, subscription changes) and how the bus takes
+//! it without the loop ever waiting.
+
+use super::*;
+
+impl Dispatcher {
+    pub(super) fn change_bus(&mut self, change: StreamChange) {
+        // With a history, the gateway keeps following a Thing's events for
+        // a while after its last subscriber left, so a consumer that comes
+        // back finds what it missed.
+        if change.stream == Stream::Events {
+            let needed = if change.subscribe {
+                self.history.follow(&change.thing)
+            } else {
+                self.history.leave(&change.thing, Instant::now())
+            };
+            if !needed {
+                return;
+            }
+        }
+        let filter = match change.stream {
+            Stream::Events => self.topics.thing_events_filter(&change.thing),
+            Stream::Properties => self.topics.thing_properties_filter(&change.thing),
+        };
+        if !change.subscribe && change.stream == Stream::Properties {
+            self.latest.remove(&change.thing);
+        }
+        self.to_bus.push_back(if change.subscribe {
+            BusCommand::Subscribe(filter)
+        } else {
+            BusCommand::Unsubscribe(filter)
+        });
+    }
+
+    /// Counts a message the sidecar sends; errors by kind too.
+    pub(super) fn count_sent(&self, transport: &'static str, text: &str) {
+        let message_type = peek_member(text, "messageType").unwrap_or_default();
+        self.metrics.sent(transport, message_type);
+        if message_type == "error" {
+            let kind = peek_member(text, "type").and_then(ProblemKind::from_type_uri);
+            self.metrics.error(kind.map_or("agent", ProblemKind::slug));
+        }
+    }
+
+    pub(super) fn carry_out(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match &effect {
+                Effect::ToConsumer(Consumer::WebSocket(_), text) | Effect::ToAgent(_, text) => {
+                    self.count_sent(metrics::WEBSOCKET, text)
+                }
+                Effect::ToConsumer(Consumer::Mqtt { .. }, text) => {
+                    self.count_sent(metrics::MQTT, text)
+                }
+                Effect::Publish(p) => {
+                    if let Ok(text) = std::str::from_utf8(&p.payload) {
+                        self.count_sent(metrics::MQTT, text);
+                    }
+                }
+                Effect::Subscribe(_) | Effect::Unsubscribe(_) => {}
+            }
+            match effect {
+                Effect::ToConsumer(Consumer::WebSocket(conn), text)
+                | Effect::ToAgent(conn, text) => self.send(conn, text),
+                Effect::ToConsumer(
+                    Consumer::Mqtt {
+                        topic,
+                        correlation_data,
+                        ..
+                    },
+                    text,
+                ) => {
+                    let mut publication = Publication::new(topic, text, false);
+                    publication.correlation_data = correlation_data;
+                    self.publish(publication);
+                }
+                Effect::Publish(publication) => self.publish(publication),
+                Effect::Subscribe(filter) => self.to_bus.push_back(BusCommand::Subscribe(filter)),
+                Effect::Unsubscribe(filter) => {
+                    self.to_bus.push_back(BusCommand::Unsubscribe(filter))
+                }
+            }
+        }
+    }
+
+    /// Hands the bus the first queued command through `permit`, and as
+    /// many more as it has room for now.
+    pub(super) fn feed_bus(&mut self, permit: mpsc::Permit<'_, BusCommand>) {
+        let Some(first) = self.to_bus.pop_front() else {
+            return;
+        };
+        permit.send(first);
+        let mut closed = false;
+        while !self.to_bus.is_empty() {
+            match self.bus.try_reserve() {
+                Ok(Some(permit)) => {
+                    if let Some(command) = self.to_bus.pop_front() {
+                        permit.send(command);
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if closed {
+            self.bus_closed();
+        }
+    }
+
+    pub(super) fn bus_closed(&mut self) {
+        warn!(
+            dropped = self.to_bus.len(),
+            "The message bus closed; queued publications and subscription changes are lost."
+        );
+        self.to_bus.clear();
+    }
+
+    /// Waits until the bus has taken everything queued (at shutdown).
+    pub(super) async fn flush_bus(&mut self) {
+        while let Some(command) = self.to_bus.pop_front() {
+            if self.bus.send_command(command).await.is_err() {
+                return self.bus_closed();
+            }
+        }
+    }
+
+    /// Queues a publication for the bus (see [`Dispatcher::to_bus`]).
+    pub(super) fn publish(&mut self, publication: Publication) {
+        self.to_bus.push_back(BusCommand::Publish(publication));
+    }
+}

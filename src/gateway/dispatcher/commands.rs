@@ -1,0 +1,292 @@
+//! What the connections ask of the dispatcher: registering, hosting,
+//! subscriptions (with their limits and resume), requests and agents'
+//! answers, a connection leaving.
+
+use super::*;
+
+impl Dispatcher {
+    pub(super) fn apply(&mut self, command: Command) {
+        match command {
+            Command::Claim {
+                conn,
+                things,
+                reply,
+            } => {
+                let result = self.requests.claim(conn, &things);
+                let effects = match result {
+                    Ok(effects) => {
+                        let _ = reply.send(Ok(()));
+                        effects
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        Vec::new()
+                    }
+                };
+                self.carry_out(effects);
+            }
+            Command::Register {
+                conn,
+                outbound,
+                principal,
+            } => {
+                self.outbounds.insert(conn, outbound);
+                self.requests.register(conn, &principal);
+            }
+            Command::Subscribe {
+                conn,
+                thing,
+                selector,
+                correlation_id,
+                acknowledge,
+                resume,
+            } => {
+                if !self.outbounds.contains_key(&conn) {
+                    return;
+                }
+                let refused = self.subscription_limit(conn, &thing, &selector);
+                if let Some(problem) =
+                    refused.or_else(|| self.selector_against_td(&thing, &selector))
+                {
+                    let text = problem.to_message(&thing, Some(&correlation_id)).to_json();
+                    self.count_sent(metrics::WEBSOCKET, &text);
+                    self.send(conn, text);
+                    return;
+                }
+                let correlation: Arc<str> = json_string(&correlation_id).into();
+                let change = self
+                    .table
+                    .add(conn, &thing, selector.clone(), correlation.clone());
+                let mut answered = false;
+                if let Selector::Property(name) = &selector {
+                    let cached = self.latest.get(&thing).and_then(|m| m.get(name)).cloned();
+                    if let Some(prepared) = cached {
+                        let topic = self.topics.property(&thing, name);
+                        let recipient = vec![(conn, correlation.clone())];
+                        self.fan_out(&topic, &thing, name, &prepared, recipient);
+                        answered = true;
+                    }
+                }
+                if let Some(change) = change {
+                    self.change_bus(change);
+                }
+                if acknowledge && !answered {
+                    self.acknowledge(conn, &thing, &correlation_id, &selector, true);
+                }
+                if let Some(anchor) = resume {
+                    let to = (conn, correlation_id.as_str(), &correlation);
+                    self.resume(to, &thing, &selector, &anchor);
+                }
+            }
+            Command::Unsubscribe {
+                conn,
+                thing,
+                selector,
+                correlation_id,
+                acknowledge,
+            } => {
+                if let Some(change) = self.table.remove(conn, &thing, &selector) {
+                    self.change_bus(change);
+                }
+                if acknowledge {
+                    self.acknowledge(conn, &thing, &correlation_id, &selector, false);
+                }
+            }
+            Command::Request { conn, mut message } => {
+                let consumer = Consumer::WebSocket(conn);
+                let max = self.limits.max_pending_requests;
+                if self.requests.pending_for(&consumer) >= max {
+                    self.metrics
+                        .limit_hit(metrics::WEBSOCKET, "max_pending_requests");
+                    let detail = format!("This connection already has {max} requests waiting for an agent (gateway.max_pending_requests); send more when some are answered.");
+                    let problem = Problem::new(crate::lmos::ProblemKind::TooManyRequests, detail);
+                    self.refuse(consumer, &message, problem);
+                    return;
+                }
+                if let Some(problem) = self.against_td(&message) {
+                    self.refuse(Consumer::WebSocket(conn), &message, problem);
+                    return;
+                }
+                self.trace_request(&mut message);
+                let liveness = self.td_liveness(&message);
+                let effects = self
+                    .requests
+                    .request(Consumer::WebSocket(conn), *message, liveness);
+                self.carry_out(effects);
+            }
+            Command::AgentMessage {
+                conn,
+                thing,
+                message,
+                fallback,
+            } => {
+                if self.requests.answers(&thing, &message) {
+                    self.agent_reply(&thing, &message);
+                } else if self.requests.answers_remote(&thing, conn, &message) {
+                    // For the router on another sidecar that asked: verbatim,
+                    // as an MQTT agent would answer.
+                    let text = message.to_json();
+                    self.count_sent(metrics::MQTT, &text);
+                    let mut publication =
+                        Publication::new(self.topics.agent_replies(&thing), text, false);
+                    trace_publication(&self.tracer, &message, &mut publication);
+                    self.publish(publication);
+                } else {
+                    for mut publication in fallback {
+                        trace_publication(&self.tracer, &message, &mut publication);
+                        self.publish(publication);
+                    }
+                }
+            }
+            Command::Deregister { conn } => self.forget(conn),
+            Command::Stats { reply } => {
+                let _ = reply.send(GatewayStats {
+                    connections: self.outbounds.len(),
+                    subscriptions: self.table.len(),
+                    pending_requests: self.requests.pending_count(),
+                    remembered_requests: self.requests.remembered_count(),
+                    hosted_things: self.requests.hosted_count(),
+                    remote_requests: self.requests.remote_count(),
+                    history: self.history.stats(),
+                });
+            }
+            Command::Activity { reply } => {
+                let _ = reply.send(Activity {
+                    hosts: self
+                        .requests
+                        .hosts()
+                        .map(|(t, via)| (t.to_owned(), via))
+                        .collect(),
+                    subscriptions: self
+                        .table
+                        .counts()
+                        .into_iter()
+                        .map(|(t, n)| (t.to_owned(), n))
+                        .collect(),
+                    running: self.requests.running_invocations(),
+                });
+            }
+        }
+    }
+
+    /// Tells a Kotlin-dialect connection its subscription change took effect,
+    /// as the Kotlin server does (its client waits for this before it
+    /// listens). Sent after the bus subscription, so what is published
+    /// after it arrives reaches the subscriber.
+    pub(super) fn acknowledge(
+        &mut self,
+        conn: ConnId,
+        thing: &str,
+        correlation: &str,
+        selector: &Selector,
+        subscribe: bool,
+    ) {
+        let of = match (selector, subscribe) {
+            (Selector::Event(_), true) => "subscribeevent",
+            (Selector::Event(_), false) => "unsubscribeEvent",
+            (Selector::Property(_), true) => "observeProperty",
+            (Selector::Property(_), false) => "unobserveProperty",
+            (Selector::AllEvents, true) => "subscribeAllEvents",
+            (Selector::AllEvents, false) => "unsubscribeAllEvents",
+        };
+        let text = dialect::acknowledgement(thing, correlation, of).to_string();
+        self.count_sent(metrics::WEBSOCKET, &text);
+        self.send(conn, text);
+    }
+
+    /// An invoked action's liveness as its TD declares it
+    /// (`"lmos:livenessMs"` in the action affordance).
+    pub(super) fn td_liveness(&self, message: &Message) -> Option<std::time::Duration> {
+        let Body::InvokeAction { action, .. } = &message.body else {
+            return None;
+        };
+        let directory = self.directory.directory();
+        let td = directory.get(&message.thing_id)?;
+        let ms = td["actions"][action]["lmos:livenessMs"].as_u64()?;
+        Some(std::time::Duration::from_millis(ms))
+    }
+
+    /// A resuming subscriber gets what the history holds after its anchor,
+    /// as it would have had it live, before any live event (the dispatcher
+    /// handles the next delivery only after this): no duplicates, no
+    /// reordering. When the history cannot reach back that far, an `error`
+    /// (`history-gap`, 410) says so first.
+    pub(super) fn resume(
+        &mut self,
+        (conn, correlation_id, correlation): (ConnId, &str, &Arc<str>),
+        thing: &str,
+        selector: &Selector,
+        anchor: &Anchor,
+    ) {
+        let replay = if self.history.is_on() {
+            self.history.replay(thing, anchor, selector, Instant::now())
+        } else {
+            history::Replay {
+                gap: true,
+                events: Vec::new(),
+            }
+        };
+        if replay.gap {
+            let from = match anchor {
+                Anchor::MessageId(id) => format!("the event `{id}`"),
+                Anchor::Time(t) => format!("{t} µs since the epoch"),
+            };
+            let detail = if self.history.is_on() {
+                format!("The history of `{thing}` does not reach back to {from}: events may have been missed. The {} it holds follow.", replay.events.len())
+            } else {
+                "The gateway keeps no history (history.events_per_thing or history.max_age_ms is 0): events may have been missed.".to_owned()
+            };
+            let problem = Problem::new(ProblemKind::HistoryGap, detail);
+            let text = problem.to_message(thing, Some(correlation_id)).to_json();
+            self.count_sent(metrics::WEBSOCKET, &text);
+            self.send(conn, text);
+        }
+        for (event, prepared) in replay.events {
+            let topic = self.topics.event(thing, &event);
+            let recipient = vec![(conn, correlation.clone())];
+            self.fan_out(&topic, thing, &event, &prepared, recipient);
+        }
+    }
+
+    /// A subscription to an event or property the Thing's TD lacks.
+    pub(super) fn selector_against_td(&self, thing: &str, selector: &Selector) -> Option<Problem> {
+        let directory = self.directory.directory();
+        let td = directory.get(thing)?;
+        let result = match selector {
+            Selector::Event(e) => affordances::require(td, "events", e),
+            Selector::Property(p) => affordances::require(td, "properties", p),
+            Selector::AllEvents => Ok(()),
+        };
+        result.err()
+    }
+
+    /// A new subscription beyond `gateway.max_subscriptions` is refused;
+    /// renewing one the connection holds is not.
+    pub(super) fn subscription_limit(
+        &self,
+        conn: ConnId,
+        thing: &str,
+        selector: &Selector,
+    ) -> Option<Problem> {
+        let max = self.limits.max_subscriptions;
+        if self.table.subscription_count(conn) < max || self.table.holds(conn, thing, selector) {
+            return None;
+        }
+        self.metrics
+            .limit_hit(metrics::WEBSOCKET, "max_subscriptions");
+        let detail = format!("This connection already holds {max} subscriptions (gateway.max_subscriptions); unsubscribe from some first.");
+        Some(Problem::new(
+            crate::lmos::ProblemKind::TooManyRequests,
+            detail,
+        ))
+    }
+
+    pub(super) fn forget(&mut self, conn: ConnId) {
+        self.outbounds.remove(&conn);
+        for change in self.table.remove_connection(conn) {
+            self.change_bus(change);
+        }
+        let effects = self.requests.connection_gone(conn);
+        self.carry_out(effects);
+    }
+}

@@ -1,0 +1,315 @@
+//! The one task that owns the gateway's state: the subscription table, the
+//! request router and every connection's outbound queue. It applies the
+//! connections' commands, keeps the gateway's bus subscriptions in step, fans
+//! deliveries out, and routes requests and replies.
+
+mod bus;
+mod commands;
+mod deliveries;
+mod mqtt_requests;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::history::{self, Anchor, History, HistoryLimits, HistoryStats};
+use super::outbound::{Offer, Outbound};
+use super::published::{self, Expected, LoggedOnce};
+use super::requests::{ClaimError, Consumer, Effect, Requests, RunningInvocation};
+use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
+use super::{incoming_trace, message_info, trace_publication};
+use crate::broker::{Bus, BusCommand, Delivery, Publication, ResponseInfo};
+use crate::directory::{affordances, DirectoryService};
+use crate::lmos::dialect::{self, Dialect};
+use crate::lmos::splice::peek_member;
+use crate::lmos::splice::{json_string, Prepared};
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::telemetry::metrics::{self, Metrics};
+use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
+use crate::topics::{Route, Topics};
+
+#[derive(Debug)]
+pub enum Command {
+    /// A WebSocket agent declares the Things it hosts, before its handshake
+    /// is answered.
+    Claim {
+        conn: ConnId,
+        things: Vec<String>,
+        reply: oneshot::Sender<Result<(), ClaimError>>,
+    },
+    /// A consumer connection (WebSocket, or a principal's HTTP one).
+    Register {
+        conn: ConnId,
+        outbound: Outbound,
+        /// Its principal, which owns its invocations.
+        principal: String,
+    },
+    Subscribe {
+        conn: ConnId,
+        thing: String,
+        selector: Selector,
+        correlation_id: String,
+        /// Confirm with an `acknowledgement` (a Kotlin-dialect connection,
+        /// whose client waits for one) unless a reading answers it.
+        acknowledge: bool,
+        /// Send the events after this from the history first.
+        resume: Option<Anchor>,
+    },
+    Unsubscribe {
+        conn: ConnId,
+        thing: String,
+        selector: Selector,
+        correlation_id: String,
+        acknowledge: bool,
+    },
+    /// A consumer's request.
+    Request {
+        conn: ConnId,
+        message: Box<Message>,
+    },
+    /// A hosting agent's message that may answer a request; published as
+    /// `fallback` when it does not.
+    AgentMessage {
+        /// The agent's connection.
+        conn: ConnId,
+        thing: String,
+        message: Box<Message>,
+        fallback: Vec<Publication>,
+    },
+    Deregister {
+        conn: ConnId,
+    },
+    Stats {
+        reply: oneshot::Sender<GatewayStats>,
+    },
+    /// Per-Thing activity for the console.
+    Activity {
+        reply: oneshot::Sender<Activity>,
+    },
+}
+
+/// What the console shows of the gateway, per Thing: who hosts it, how
+/// many subscribe, and the invocations running.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// thingID → the agent's transport (`websocket`, `mqtt`).
+    pub hosts: HashMap<String, &'static str>,
+    /// thingID → (subscriptions, distinct consumer connections).
+    pub subscriptions: HashMap<String, (usize, usize)>,
+    pub running: Vec<RunningInvocation>,
+}
+
+/// What the dispatcher reports to and consults besides the bus.
+#[derive(Clone)]
+pub struct Services {
+    pub tracer: MessageTracer,
+    pub directory: DirectoryService,
+    pub metrics: Metrics,
+    pub limits: Limits,
+    /// Check what agents publish against their TDs' data schemas.
+    pub validate_agent_data: bool,
+    pub history: HistoryLimits,
+}
+
+/// Per-connection limits the dispatcher enforces, because it owns the state
+/// they count.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_subscriptions: usize,
+    pub max_pending_requests: usize,
+}
+
+/// Counts for tests, health and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GatewayStats {
+    pub connections: usize,
+    pub subscriptions: usize,
+    /// Requests waiting for an agent's answer.
+    pub pending_requests: usize,
+    /// Requests and invocations remembered, finished ones included.
+    pub remembered_requests: usize,
+    pub hosted_things: usize,
+    /// Requests other sidecars routed to agents here, not yet fully answered.
+    pub remote_requests: usize,
+    /// What the resume history holds.
+    pub history: HistoryStats,
+}
+
+pub struct Dispatcher {
+    table: Table,
+    outbounds: HashMap<ConnId, Outbound>,
+    /// Latest reading of every property of the Things the gateway follows, so
+    /// a new observer gets the current value at once even when the gateway's
+    /// bus subscription (and the retained message it brought) predates it.
+    latest: HashMap<String, HashMap<String, Arc<Prepared>>>,
+    /// Recent events of the Things the gateway follows, for consumers that
+    /// resume.
+    history: History,
+    requests: Requests,
+    tracer: MessageTracer,
+    directory: DirectoryService,
+    metrics: Metrics,
+    limits: Limits,
+    validate_agent_data: bool,
+    /// Topics whose malformed publications were logged.
+    refusals_logged: LoggedOnce,
+    bus: Bus,
+    /// Publications and subscription changes decided and not yet taken by
+    /// the bus, in order. The loop decides without awaiting anything; the
+    /// bus drains this as it can (see [`Dispatcher::run`]).
+    to_bus: VecDeque<BusCommand>,
+    topics: Topics,
+    commands: mpsc::Receiver<Command>,
+    deliveries: mpsc::Receiver<Delivery>,
+}
+
+/// Commands queued for the bus beyond which the dispatcher stops taking the
+/// connections' commands until the bus catches up (backpressure, as when it
+/// awaited each publication).
+const BUS_BACKLOG: usize = 1024;
+
+impl Dispatcher {
+    pub fn new(
+        bus: Bus,
+        topics: Topics,
+        requests: Requests,
+        services: Services,
+        commands: mpsc::Receiver<Command>,
+        deliveries: mpsc::Receiver<Delivery>,
+    ) -> Dispatcher {
+        let Services {
+            tracer,
+            directory,
+            metrics,
+            limits,
+            validate_agent_data,
+            history,
+        } = services;
+        Dispatcher {
+            table: Table::default(),
+            outbounds: HashMap::new(),
+            latest: HashMap::new(),
+            history: History::new(history),
+            requests,
+            tracer,
+            directory,
+            metrics,
+            limits,
+            validate_agent_data,
+            refusals_logged: LoggedOnce::default(),
+            bus,
+            to_bus: VecDeque::new(),
+            topics,
+            commands,
+            deliveries,
+        }
+    }
+
+    /// Runs until `shutdown`; then answers every request still waiting
+    /// (503) and cancels `closing`, so connections close after that.
+    pub async fn run(mut self, shutdown: CancellationToken, closing: CancellationToken) {
+        // Its own handle, so that waiting for room on the bus borrows
+        // nothing the other branches change.
+        let bus = self.bus.clone();
+        loop {
+            let expiry = self.history.next_expiry();
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    let effects = self.requests.shutdown();
+                    self.carry_out(effects);
+                    // The 503s to MQTT consumers go out before connections
+                    // are told to close.
+                    self.flush_bus().await;
+                    closing.cancel();
+                    return;
+                }
+                // The bus takes what is queued for it as fast as it can;
+                // the loop never waits on it anywhere else.
+                permit = bus.reserve(), if !self.to_bus.is_empty() => match permit {
+                    Ok(permit) => self.feed_bus(permit),
+                    Err(_) => self.bus_closed(),
+                },
+                // A bus that falls behind slows the connections' commands
+                // down, never the deliveries (which would stall the broker's
+                // side of the bus).
+                command = self.commands.recv(), if self.to_bus.len() < BUS_BACKLOG => match command {
+                    Some(command) => self.apply(command),
+                    None => return,
+                },
+                delivery = self.deliveries.recv() => match delivery {
+                    Some(delivery) => self.deliver(delivery),
+                    None => {
+                        warn!("The message bus closed; the gateway stops delivering.");
+                        return;
+                    }
+                },
+                Some(effects) = self.requests.next_timeout(), if self.requests.has_timers() => {
+                    self.carry_out(effects);
+                }
+                _ = sleep_until(expiry), if expiry.is_some() => {
+                    for thing in self.history.expire(Instant::now()) {
+                        let filter = self.topics.thing_events_filter(&thing);
+                        self.to_bus.push_back(BusCommand::Unsubscribe(filter));
+                    }
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, conn: ConnId, text: String) {
+        let Some(outbound) = self.outbounds.get(&conn) else {
+            return;
+        };
+        match outbound.offer(Utf8Bytes::from(text)) {
+            Offer::Queued => {}
+            Offer::Dropped => self.metrics.dropped("slow_consumer"),
+            // The connection closes itself and deregisters; stop offering now.
+            Offer::Disconnected => {
+                self.metrics.dropped("slow_consumer_disconnected");
+                self.outbounds.remove(&conn);
+            }
+            Offer::Closed => {
+                self.outbounds.remove(&conn);
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`; never polled when there is none.
+fn sleep_until(at: Option<Instant>) -> tokio::time::Sleep {
+    let at = at.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std);
+    tokio::time::sleep_until(at)
+}
+
+/// Parses a delivery once for all its recipients. Trace context from MQTT 5
+/// user properties counts when the payload has none. An event or reading a
+/// Kotlin-dialect agent published is put in the draft's form first, so
+/// draft consumers read it (Kotlin ones get it rendered back).
+/// An agent's reply as the canonical messages it stands for (several for a
+/// Kotlin `actionStatuses`), parsed once; none when it is unreadable.
+pub(crate) fn parse_agent_replies(payload: &[u8]) -> Vec<Message> {
+    let value = match serde_json::from_slice::<Value>(payload) {
+        Ok(Value::Object(map)) if dialect::detect(&map) == Some(Dialect::Kotlin) => {
+            let Ok(normalized) = dialect::normalize(map, |_| None) else {
+                return Vec::new();
+            };
+            return normalized
+                .messages
+                .into_iter()
+                .filter_map(|m| Message::from_value(Value::Object(m)).ok())
+                .collect();
+        }
+        Ok(value) => value,
+        Err(_) => return Vec::new(),
+    };
+    Message::from_value(value).into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+//! The dispatcher's state machine driven by hand, without sockets or a
+//! broker: commands and deliveries in, what each connection's queue and the
+//! bus get out.
+
+use std::time::Duration;
+
+use super::*;
+use crate::config::SlowConsumerPolicy;
+use crate::directory::{Directory, Endpoints};
+use crate::gateway::outbound::{channel, Inbox};
+use crate::telemetry::metrics::Metrics;
+
+const THING: &str = "urn:t";
+
+struct Rig {
+    dispatcher: Dispatcher,
+    /// What the dispatcher hands the bus.
+    bus: mpsc::Receiver<BusCommand>,
+}
+
+fn rig() -> Rig {
+    let topics = Topics::new("lmos").unwrap();
+    let (bus_tx, bus) = mpsc::channel(64);
+    let bus_handle = Bus::new(bus_tx);
+    let endpoints = Endpoints {
+        websocket: "ws://h:8080/lmos".into(),
+        mqtt: "mqtt://h:1883".into(),
+        http: "http://h:8080".into(),
+        topics: topics.clone(),
+        value_topics: true,
+        http_schemes: Vec::new(),
+        mqtt_password: false,
+    };
+    let directory = DirectoryService::new(
+        Directory::new(endpoints),
+        bus_handle.clone(),
+        topics.clone(),
+        "urn:sidecar".into(),
+        "http://h:8080",
+    );
+    let services = Services {
+        tracer: MessageTracer::default(),
+        directory,
+        metrics: Metrics::default(),
+        limits: Limits {
+            max_subscriptions: 2,
+            max_pending_requests: 10,
+        },
+        validate_agent_data: false,
+        history: HistoryLimits {
+            events_per_thing: 0,
+            max_age: Duration::ZERO,
+        },
+    };
+    let requests = Requests::new(topics.clone(), Duration::from_secs(5), 10);
+    // The loop is not run: the test applies commands and deliveries itself.
+    let (_, commands) = mpsc::channel(1);
+    let (_, deliveries) = mpsc::channel(1);
+    let dispatcher = Dispatcher::new(bus_handle, topics, requests, services, commands, deliveries);
+    Rig { dispatcher, bus }
+}
+
+impl Rig {
+    /// A registered connection and its queue.
+    fn connect(&mut self, conn: ConnId) -> Inbox {
+        let (outbound, inbox) = channel(16, SlowConsumerPolicy::Disconnect);
+        self.dispatcher.apply(Command::Register {
+            conn,
+            outbound,
+            principal: "anonymous".into(),
+        });
+        inbox
+    }
+
+    fn subscribe(&mut self, conn: ConnId, event: &str, correlation: &str) {
+        self.dispatcher.apply(Command::Subscribe {
+            conn,
+            thing: THING.into(),
+            selector: Selector::Event(event.into()),
+            correlation_id: correlation.into(),
+            acknowledge: false,
+            resume: None,
+        });
+    }
+
+    /// What is queued for the bus, handed over as the loop would.
+    fn bus_commands(&mut self) -> Vec<BusCommand> {
+        // Its own handle, as in `Dispatcher::run`.
+        let bus = self.dispatcher.bus.clone();
+        while !self.dispatcher.to_bus.is_empty() {
+            match bus.try_reserve() {
+                Ok(Some(permit)) => self.dispatcher.feed_bus(permit),
+                _ => break,
+            }
+        }
+        std::iter::from_fn(|| self.bus.try_recv().ok()).collect()
+    }
+
+    fn event(&mut self, event: &str, data: i64) {
+        let payload = serde_json::json!({"thingID": THING, "messageID": format!("m{data}"), "messageType": "event", "event": event, "data": data, "timestamp": "2025-01-20T19:00:00Z"});
+        self.dispatcher.deliver(Delivery {
+            topic: format!("lmos/{THING}/events/{event}").into(),
+            payload: payload.to_string().into(),
+            response: None,
+            trace: None,
+            publisher: None,
+        });
+    }
+}
+
+fn received(inbox: &mut Inbox) -> Vec<Value> {
+    std::iter::from_fn(|| inbox.rx.try_recv().ok())
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .collect()
+}
+
+fn filters(commands: &[BusCommand]) -> Vec<String> {
+    commands
+        .iter()
+        .map(|c| match c {
+            BusCommand::Subscribe(f) => format!("+{f}"),
+            BusCommand::Unsubscribe(f) => format!("-{f}"),
+            BusCommand::Publish(p) => format!("publish {}", p.topic),
+        })
+        .collect()
+}
+
+#[test]
+fn the_first_subscriber_subscribes_the_bus_and_the_last_one_leaving_unsubscribes_it() {
+    let mut r = rig();
+    let _a = r.connect(1);
+    let _b = r.connect(2);
+    r.subscribe(1, "e", "s1");
+    r.subscribe(2, "e", "s2");
+    assert_eq!(filters(&r.bus_commands()), ["+lmos/urn:t/events/+"]);
+    r.dispatcher.apply(Command::Deregister { conn: 1 });
+    assert!(r.bus_commands().is_empty(), "one subscriber is left");
+    r.dispatcher.apply(Command::Deregister { conn: 2 });
+    assert_eq!(filters(&r.bus_commands()), ["-lmos/urn:t/events/+"]);
+}
+
+#[test]
+fn an_event_reaches_each_subscriber_under_its_own_correlation_id_and_no_one_else() {
+    let mut r = rig();
+    let mut a = r.connect(1);
+    let mut b = r.connect(2);
+    let mut other = r.connect(3);
+    r.subscribe(1, "e", "s1");
+    r.subscribe(2, "e", "s2");
+    r.subscribe(3, "f", "s3");
+    r.event("e", 7);
+    let (a, b) = (received(&mut a), received(&mut b));
+    assert_eq!((a.len(), b.len()), (1, 1), "{a:?} {b:?}");
+    assert_eq!(
+        (a[0]["correlationID"].as_str(), a[0]["data"].as_i64()),
+        (Some("s1"), Some(7))
+    );
+    assert_eq!(b[0]["correlationID"], "s2");
+    assert!(received(&mut other).is_empty());
+}
+
+#[test]
+fn past_its_subscription_limit_a_connection_is_refused_and_nothing_changes() {
+    let mut r = rig();
+    let mut a = r.connect(1);
+    r.subscribe(1, "e", "s1");
+    r.subscribe(1, "f", "s2");
+    r.bus_commands();
+    r.subscribe(1, "g", "s3");
+    let got = received(&mut a);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (
+            got[0]["messageType"].as_str(),
+            got[0]["correlationID"].as_str()
+        ),
+        (Some("error"), Some("s3"))
+    );
+    r.event("g", 1);
+    assert!(received(&mut a).is_empty(), "not subscribed");
+}
+
+#[test]
+fn a_malformed_event_is_dropped_and_the_next_one_still_goes_out() {
+    let mut r = rig();
+    let mut a = r.connect(1);
+    r.subscribe(1, "e", "s1");
+    r.dispatcher.deliver(Delivery {
+        topic: format!("lmos/{THING}/events/e").into(),
+        payload: "not json".into(),
+        response: None,
+        trace: None,
+        publisher: None,
+    });
+    r.event("e", 2);
+    let got = received(&mut a);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["data"], 2);
+}
