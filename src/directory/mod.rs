@@ -13,6 +13,21 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::Value;
 
 pub use forms::Endpoints;
+
+/// For tests: endpoints on host `h` (WebSocket and HTTP on 8080, MQTT on
+/// 1883), value topics on, no extra schemes.
+#[cfg(test)]
+pub(crate) fn test_endpoints(topics: crate::topics::Topics) -> Endpoints {
+    Endpoints {
+        websocket: "ws://h:8080/lmos".into(),
+        mqtt: "mqtt://h:1883".into(),
+        http: "http://h:8080".into(),
+        topics,
+        value_topics: true,
+        http_schemes: Vec::new(),
+        mqtt_password: false,
+    }
+}
 pub use service::DirectoryService;
 pub use validate::{TdError, TdValidator, Violation};
 
@@ -211,15 +226,7 @@ mod tests {
     const WEATHER: &str = include_str!("../../tests/fixtures/weather-agent-td.json");
 
     fn directory() -> Directory {
-        Directory::new(Endpoints {
-            websocket: "ws://h:8080/lmos".into(),
-            mqtt: "mqtt://h:1883".into(),
-            http: "http://h:8080".into(),
-            topics: Topics::new("lmos").unwrap(),
-            value_topics: true,
-            http_schemes: Vec::new(),
-            mqtt_password: false,
-        })
+        Directory::new(test_endpoints(Topics::new("lmos").unwrap()))
     }
 
     #[test]

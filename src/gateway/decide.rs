@@ -278,7 +278,7 @@ mod tests {
     use super::*;
     use crate::auth::granted as principal;
     use crate::broker::Bus;
-    use crate::directory::{Directory, Endpoints};
+    use crate::directory::{test_endpoints, Directory};
     use serde_json::json;
 
     const THING: &str = "urn:t";
@@ -293,15 +293,7 @@ mod tests {
     impl Gateway {
         fn new() -> Gateway {
             let topics = Topics::new("lmos").unwrap();
-            let endpoints = Endpoints {
-                websocket: "ws://h:8080/lmos".into(),
-                mqtt: "mqtt://h:1883".into(),
-                http: "http://h:8080".into(),
-                topics: topics.clone(),
-                value_topics: true,
-                http_schemes: Vec::new(),
-                mqtt_password: false,
-            };
+            let endpoints = test_endpoints(topics.clone());
             // The bus is never used: deciding publishes nothing.
             let (bus, _) = tokio::sync::mpsc::channel(1);
             let directory = DirectoryService::new(

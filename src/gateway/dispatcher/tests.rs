@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::SlowConsumerPolicy;
-use crate::directory::{Directory, Endpoints};
+use crate::directory::{test_endpoints, Directory};
 use crate::gateway::outbound::{channel, Inbox};
 use crate::telemetry::metrics::Metrics;
 
@@ -22,15 +22,7 @@ fn rig() -> Rig {
     let topics = Topics::new("lmos").unwrap();
     let (bus_tx, bus) = mpsc::channel(64);
     let bus_handle = Bus::new(bus_tx);
-    let endpoints = Endpoints {
-        websocket: "ws://h:8080/lmos".into(),
-        mqtt: "mqtt://h:1883".into(),
-        http: "http://h:8080".into(),
-        topics: topics.clone(),
-        value_topics: true,
-        http_schemes: Vec::new(),
-        mqtt_password: false,
-    };
+    let endpoints = test_endpoints(topics.clone());
     let directory = DirectoryService::new(
         Directory::new(endpoints),
         bus_handle.clone(),
