@@ -384,26 +384,40 @@ pub struct Subscribe<'a> {
 }
 
 pub fn subscribe(body: &[u8], version: Version) -> Result<Subscribe<'_>, PacketError> {
-    let mut r = Reader::new(body, "SUBSCRIBE");
-    let pkid = r.u16()?;
-    let properties = match version {
-        Version::V4 => &[][..],
-        Version::V5 => r.properties()?,
-    };
-    let mut filters = Vec::new();
-    while !r.is_empty() {
+    let (pkid, properties, filters) = filter_list(body, version, "SUBSCRIBE", |r| {
         let filter = r.topic()?;
-        let options = r.u8()?;
-        filters.push((filter, options));
-    }
-    if filters.is_empty() {
-        return Err(r.malformed());
-    }
+        Ok((filter, r.u8()?))
+    })?;
     Ok(Subscribe {
         pkid,
         properties,
         filters,
     })
+}
+
+/// What SUBSCRIBE and UNSUBSCRIBE share: a packet identifier, properties
+/// (MQTT 5), then entries to the end of the packet, at least one (3.1.1
+/// 3.8.3-3 and 3.10.3-2, MQTT 5 3.8.3-2 and 3.10.3-2).
+fn filter_list<'a, T>(
+    body: &'a [u8],
+    version: Version,
+    kind: &'static str,
+    mut entry: impl FnMut(&mut Reader<'a>) -> Result<T, PacketError>,
+) -> Result<(u16, &'a [u8], Vec<T>), PacketError> {
+    let mut r = Reader::new(body, kind);
+    let pkid = r.u16()?;
+    let properties = match version {
+        Version::V4 => &[][..],
+        Version::V5 => r.properties()?,
+    };
+    let mut entries = Vec::new();
+    while !r.is_empty() {
+        entries.push(entry(&mut r)?);
+    }
+    if entries.is_empty() {
+        return Err(r.malformed());
+    }
+    Ok((pkid, properties, entries))
 }
 
 /// An UNSUBSCRIBE: packet identifier, raw MQTT 5 properties (empty on
@@ -416,19 +430,7 @@ pub struct Unsubscribe<'a> {
 }
 
 pub fn unsubscribe(body: &[u8], version: Version) -> Result<Unsubscribe<'_>, PacketError> {
-    let mut r = Reader::new(body, "UNSUBSCRIBE");
-    let pkid = r.u16()?;
-    let properties = match version {
-        Version::V4 => &[][..],
-        Version::V5 => r.properties()?,
-    };
-    let mut filters = Vec::new();
-    while !r.is_empty() {
-        filters.push(r.topic()?);
-    }
-    if filters.is_empty() {
-        return Err(r.malformed());
-    }
+    let (pkid, properties, filters) = filter_list(body, version, "UNSUBSCRIBE", |r| r.topic())?;
     Ok(Unsubscribe {
         pkid,
         properties,
