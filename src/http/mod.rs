@@ -84,12 +84,12 @@ pub fn router(state: HttpState) -> Router {
         .route(
             "/things/{id}/actions/{name}",
             post(things::invoke_action)
-                .get(things::query_latest)
-                .delete(things::cancel_latest),
+                .get(things::query_action)
+                .delete(things::cancel_action),
         )
         .route(
             "/things/{id}/actions/{name}/{invocation}",
-            get(things::query_invocation).delete(things::cancel_invocation),
+            get(things::query_action).delete(things::cancel_action),
         )
         .merge(console)
         .with_state(state)

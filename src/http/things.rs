@@ -18,8 +18,8 @@
 //! `traceparent` header continues the caller's trace.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{FromRequestParts, Path};
+use axum::http::{header, request::Parts, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
@@ -71,25 +71,69 @@ fn is_error(reply: &Value) -> bool {
     reply["messageType"] == "error"
 }
 
-/// The request as a consumer's LMOS message with the caller's trace. Its
-/// replies come with `correlation`, else with its fresh message ID.
-fn message(thing: &str, body: Body, correlation: Option<String>, headers: &HeaderMap) -> Message {
-    let mut m = Message::new(thing, body);
-    m.correlation_id = correlation;
-    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    m.traceparent = header("traceparent").map(str::to_owned);
-    m.tracestate = header("tracestate").map(str::to_owned);
-    m
+/// What every handler here needs: the gateway, who calls, and the trace
+/// the call continues.
+pub struct Call {
+    state: HttpState,
+    caller: Caller,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
-/// Sends the request and returns its replies, or the answer for a refusal.
-async fn ask(state: &HttpState, caller: &Caller, message: Message) -> Result<Replies, Response> {
-    let thing = message.thing_id.clone();
-    state
-        .gateway
-        .http_request(&caller.principal, message)
-        .await
-        .map_err(|p| problem(&p, &thing))
+impl FromRequestParts<HttpState> for Call {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &HttpState) -> Result<Self, Response> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let header = |name| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        Ok(Call {
+            state: state.clone(),
+            caller,
+            traceparent: header("traceparent"),
+            tracestate: header("tracestate"),
+        })
+    }
+}
+
+impl Call {
+    /// The request as a consumer's LMOS message with the caller's trace.
+    /// Its replies come with `correlation`, else with its fresh message ID.
+    fn message(&self, thing: &str, body: Body, correlation: Option<String>) -> Message {
+        let mut m = Message::new(thing, body);
+        m.correlation_id = correlation;
+        m.traceparent = self.traceparent.clone();
+        m.tracestate = self.tracestate.clone();
+        m
+    }
+
+    /// Sends the request and returns its replies, or the answer for a
+    /// refusal.
+    async fn ask(&self, message: Message) -> Result<Replies, Response> {
+        let thing = message.thing_id.clone();
+        self.state
+            .gateway
+            .http_request(&self.caller.principal, message)
+            .await
+            .map_err(|p| problem(&p, &thing))
+    }
+
+    /// Sends the request and returns its first reply, or the answer for a
+    /// refusal, an LMOS `error` or a shutdown.
+    async fn answer(
+        &self,
+        thing: &str,
+        body: Body,
+        correlation: Option<String>,
+    ) -> Result<Value, Response> {
+        let mut replies = self.ask(self.message(thing, body, correlation)).await?;
+        first_reply(&mut replies, thing).await
+    }
 }
 
 fn shutting_down(thing: &str) -> Response {
@@ -98,14 +142,6 @@ fn shutting_down(thing: &str) -> Response {
         "The sidecar is shutting down; the request may not have been answered.",
     );
     problem(&p, thing)
-}
-
-/// Sends the request and returns its first reply, or the answer for a
-/// refusal, an LMOS `error` or a shutdown.
-async fn answer(state: &HttpState, caller: &Caller, message: Message) -> Result<Value, Response> {
-    let thing = message.thing_id.clone();
-    let mut replies = ask(state, caller, message).await?;
-    first_reply(&mut replies, &thing).await
 }
 
 /// The first reply, or the answer when there is none.
@@ -131,14 +167,9 @@ fn parse_body(body: &Bytes, thing: &str) -> Result<Option<Value>, Response> {
     })
 }
 
-pub async fn read_property(
-    State(state): State<HttpState>,
-    caller: Caller,
-    Path((thing, name)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn read_property(call: Call, Path((thing, name)): Path<(String, String)>) -> Response {
     let body = Body::ReadProperty { name: name.clone() };
-    match answer(&state, &caller, message(&thing, body, None, &headers)).await {
+    match call.answer(&thing, body, None).await {
         Ok(reply) => json_response(
             StatusCode::OK,
             &reading_of(&reply, &name).unwrap_or(Value::Null),
@@ -158,10 +189,8 @@ fn reading_of(reply: &Value, name: &str) -> Option<Value> {
 }
 
 pub async fn write_property(
-    State(state): State<HttpState>,
-    caller: Caller,
+    call: Call,
     Path((thing, name)): Path<(String, String)>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let data = match parse_body(&body, &thing) {
@@ -169,21 +198,16 @@ pub async fn write_property(
         Err(response) => return response,
     };
     let body = Body::WriteProperty { name, data };
-    match answer(&state, &caller, message(&thing, body, None, &headers)).await {
+    match call.answer(&thing, body, None).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(response) => response,
     }
 }
 
 /// Every readable property of the Thing's description, read at once.
-pub async fn read_all_properties(
-    State(state): State<HttpState>,
-    caller: Caller,
-    Path(thing): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn read_all_properties(call: Call, Path(thing): Path<String>) -> Response {
     let names: Vec<String> = {
-        let directory = state.directory.directory();
+        let directory = call.state.directory.directory();
         let Some(td) = directory.get(&thing) else {
             let p = Problem::new(
                 ProblemKind::NotFound,
@@ -205,7 +229,7 @@ pub async fn read_all_properties(
     let mut pending = Vec::with_capacity(names.len());
     for name in &names {
         let body = Body::ReadProperty { name: name.clone() };
-        match ask(&state, &caller, message(&thing, body, None, &headers)).await {
+        match call.ask(call.message(&thing, body, None)).await {
             Ok(replies) => pending.push((name, replies)),
             Err(response) => return response,
         }
@@ -279,10 +303,8 @@ fn finished(status: &Value, href: &str) -> Response {
 }
 
 pub async fn invoke_action(
-    State(state): State<HttpState>,
-    caller: Caller,
+    call: Call,
     Path((thing, action)): Path<(String, String)>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let input = match parse_body(&body, &thing) {
@@ -290,7 +312,7 @@ pub async fn invoke_action(
         Err(response) => return response,
     };
     let synchronous = {
-        let directory = state.directory.directory();
+        let directory = call.state.directory.directory();
         directory
             .get(&thing)
             .map(|td| td["actions"][&action]["synchronous"] != false)
@@ -298,16 +320,15 @@ pub async fn invoke_action(
     };
     let invocation = Uuid::new_v4().to_string();
     let href = status_href(&thing, &action, &invocation);
-    let request = message(
+    let request = call.message(
         &thing,
         Body::InvokeAction {
             action: action.clone(),
             input,
         },
         Some(invocation),
-        &headers,
     );
-    let mut replies = match ask(&state, &caller, request).await {
+    let mut replies = match call.ask(request).await {
         Ok(r) => r,
         Err(response) => return response,
     };
@@ -321,7 +342,7 @@ pub async fn invoke_action(
     // A synchronous action is answered when it ends, unless that takes
     // longer than an agent may take to answer at all: then the caller gets
     // the status resource, as for an asynchronous one.
-    let deadline = tokio::time::Instant::now() + state.request_timeout;
+    let deadline = tokio::time::Instant::now() + call.state.request_timeout;
     loop {
         if is_error(&latest) {
             return from_error(&latest);
@@ -337,21 +358,28 @@ pub async fn invoke_action(
     }
 }
 
-async fn query(
-    state: HttpState,
-    caller: Caller,
-    thing: String,
-    action: String,
+/// An action's status resource: `/things/{id}/actions/{name}` (the caller's
+/// latest invocation) or `/things/{id}/actions/{name}/{invocation}`.
+#[derive(serde::Deserialize)]
+pub struct StatusPath {
+    id: String,
+    name: String,
+    #[serde(default)]
     invocation: Option<String>,
-    headers: HeaderMap,
-) -> Response {
+}
+
+pub async fn query_action(call: Call, Path(path): Path<StatusPath>) -> Response {
+    let StatusPath {
+        id: thing,
+        name: action,
+        invocation,
+    } = path;
     let body = Body::QueryAction {
         action: action.clone(),
     };
     // Without a correlation ID the router answers for the caller's latest
     // invocation of the action.
-    let request = message(&thing, body, invocation.clone(), &headers);
-    match answer(&state, &caller, request).await {
+    match call.answer(&thing, body, invocation.clone()).await {
         Ok(status) => {
             let mut object = status_object(&status, "");
             match &invocation {
@@ -364,39 +392,12 @@ async fn query(
     }
 }
 
-pub async fn query_invocation(
-    State(state): State<HttpState>,
-    caller: Caller,
-    Path((thing, action, invocation)): Path<(String, String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    query(state, caller, thing, action, Some(invocation), headers).await
-}
-
-/// The caller's latest invocation of the action.
-pub async fn query_latest(
-    State(state): State<HttpState>,
-    caller: Caller,
-    Path((thing, action)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    query(state, caller, thing, action, None, headers).await
-}
-
-async fn cancel(
-    state: HttpState,
-    caller: Caller,
-    thing: String,
-    action: String,
-    invocation: Option<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn cancel_action(call: Call, Path(path): Path<StatusPath>) -> Response {
     let body = Body::CancelAction {
-        action,
+        action: path.name,
         reason: Some("Cancelled over HTTP (DELETE).".into()),
     };
-    let request = message(&thing, body, invocation, &headers);
-    match answer(&state, &caller, request).await {
+    match call.answer(&path.id, body, path.invocation).await {
         Ok(status) if matches!(status["status"].as_str(), Some("cancelled" | "canceled")) => {
             StatusCode::NO_CONTENT.into_response()
         }
@@ -404,23 +405,4 @@ async fn cancel(
         Ok(status) => json_response(StatusCode::CONFLICT, &status_object(&status, "")),
         Err(response) => response,
     }
-}
-
-/// The caller's latest invocation of the action.
-pub async fn cancel_latest(
-    State(state): State<HttpState>,
-    caller: Caller,
-    Path((thing, action)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    cancel(state, caller, thing, action, None, headers).await
-}
-
-pub async fn cancel_invocation(
-    State(state): State<HttpState>,
-    caller: Caller,
-    Path((thing, action, invocation)): Path<(String, String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    cancel(state, caller, thing, action, Some(invocation), headers).await
 }

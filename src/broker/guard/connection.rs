@@ -25,12 +25,15 @@ use super::delivery::{Delivery, Undelivered};
 use super::downstream::Downstream;
 use super::handshake::{self, Offer};
 use super::inspect::Inspector;
+use super::packet;
 use super::reason::*;
 use super::relay::relay;
-use super::sessions::{AfterClose, Expiry};
+use super::sessions::{AfterClose, Expiry, Opened};
 use super::upstream;
 use super::{GuardEvent, GuardLimit, Shared};
 use crate::broker::engine::{Engine, EngineStream};
+use std::future::Future;
+use tokio_util::sync::CancellationToken;
 
 /// Packets the guard may owe a client before it stops reading from it.
 const OUTBOX: usize = 64;
@@ -220,36 +223,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             old.asked.cancel();
             let _ = tokio::time::timeout(HANDOVER_WAIT, old.done.cancelled()).await;
         }
-        // The session's gate stays held until rumqttd has the CONNECT, so
-        // that no wipe of this client ID overtakes it.
-        let gate = shared.sessions.gate(&client_id);
-        let opened;
-        let upstream = {
-            let _held = gate.lock().await;
-            opened = shared
-                .sessions
-                .open(&client_id, connect.clean, asked.expiry);
-            if opened.wipe_first {
-                if let Err(e) = upstream::wipe(&shared.upstream, &client_id).await {
-                    warn!(error = %e, "Could not end an MQTT session in the embedded broker.");
-                }
-            }
-            let connect_packet =
-                handshake::upstream_connect(&connect, opened.clean_upstream, keep_alive);
-            match dial(&shared.upstream, &connect_packet).await {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!(error = %e, "Cannot reach the embedded MQTT broker.");
-                    drop(_held);
-                    shared
-                        .sessions
-                        .close(&client_id, opened.generation, Expiry(0));
-                    let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
-                    return farewell(&mut client_tx, &ack).await;
-                }
-            }
+        let Some((upstream, opened)) =
+            open_upstream(&shared, &connect, &asked, keep_alive, &client_id).await
+        else {
+            let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
+            return farewell(&mut client_tx, &ack).await;
         };
-        drop(gate);
         inbound.advance(header.size());
         let (mut up_rx, mut up_tx) = tokio::io::split(upstream);
 
@@ -296,37 +275,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             };
             let outbound_pump = relay(downstream, &mut up_rx, &mut client_tx, from_guard, &relayed);
             tokio::pin!(inbound_pump, outbound_pump);
-            let handover = opened.handover.asked.clone();
-            let end = tokio::select! {
-                // What the client sent before its next connection counts
-                // first: a DISCONNECT already in the socket ends the session
-                // as it says. A client still talking is cut off.
-                _ = handover.cancelled() => {
-                    match tokio::time::timeout(HANDOVER_DRAIN, &mut inbound_pump).await {
-                        Ok(end) => end,
-                        Err(_) => End::TakenOver,
-                    }
-                }
-                _ = shared.shutdown.cancelled() => {
-                    let deadline = Instant::now() + DRAIN;
-                    loop {
-                        let before = relayed.load(Ordering::Relaxed);
-                        let ended = tokio::time::timeout(QUIET, &mut outbound_pump).await.is_ok();
-                        let idle = relayed.load(Ordering::Relaxed) == before;
-                        if ended || idle || Instant::now() >= deadline {
-                            break;
-                        }
-                    }
-                    End::Shutdown
-                }
-                end = &mut inbound_pump => {
-                    if end == End::Closing {
-                        let _ = tokio::time::timeout(FAREWELL, &mut outbound_pump).await;
-                    }
-                    end
-                }
-                end = &mut outbound_pump => end,
-            };
+            let end = until_end(
+                &opened.handover.asked,
+                &shared.shutdown,
+                &mut inbound_pump,
+                &mut outbound_pump,
+                &relayed,
+            )
+            .await;
             // rumqttd closes the connection of a DISCONNECT itself; the
             // guard waits for that, as `probe::leave` explains why.
             if end == End::ClientDisconnected {
@@ -355,29 +311,112 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             tokio::spawn(expire(shared.clone(), client_id.clone(), generation, after));
         }
         debug!(?end, "MQTT connection closed.");
-        match end {
-            // The client has gone: rumqttd sees its pipe close (after the
-            // DISCONNECT, if the client sent one, and publishes the last
-            // will if not).
-            End::ClientFailed | End::ClientClosed | End::ClientDisconnected => {}
-            End::BrokerClosed | End::Shutdown | End::TakenOver => {
-                let _ = tokio::time::timeout(FAREWELL, client_tx.shutdown()).await;
-            }
-            // The guard ended it, often with a DISCONNECT saying why. A
-            // client still sending (acknowledgements of what it read
-            // before) would get a reset for them, and a reset can destroy
-            // the DISCONNECT before the client reads it: read and discard
-            // until the client closes too, for a moment.
-            End::Closing => {
-                let _ = tokio::time::timeout(FAREWELL, async {
-                    client_tx.shutdown().await?;
-                    let mut sink = [0u8; 4096];
-                    while client_rx.read(&mut sink).await? > 0 {}
-                    std::io::Result::Ok(())
-                })
-                .await;
+        close_client(end, &mut client_rx, &mut client_tx).await;
+        drop(permit);
+    }
+}
+
+/// Opens the client's session in rumqttd: a CONNECT on a new pipe, after
+/// wiping the session there first where the guard's session state says so.
+/// `None` when rumqttd cannot be reached (the session is closed again).
+async fn open_upstream(
+    shared: &Shared,
+    connect: &packet::Connect<'_>,
+    asked: &handshake::Asked,
+    keep_alive: u16,
+    client_id: &str,
+) -> Option<(EngineStream, Opened)> {
+    // The session's gate stays held until rumqttd has the CONNECT, so
+    // that no wipe of this client ID overtakes it.
+    let gate = shared.sessions.gate(client_id);
+    let _held = gate.lock().await;
+    let opened = shared.sessions.open(client_id, connect.clean, asked.expiry);
+    if opened.wipe_first {
+        if let Err(e) = upstream::wipe(&shared.upstream, client_id).await {
+            warn!(error = %e, "Could not end an MQTT session in the embedded broker.");
+        }
+    }
+    let connect_packet = handshake::upstream_connect(connect, opened.clean_upstream, keep_alive);
+    match dial(&shared.upstream, &connect_packet).await {
+        Ok(stream) => Some((stream, opened)),
+        Err(e) => {
+            warn!(error = %e, "Cannot reach the embedded MQTT broker.");
+            shared
+                .sessions
+                .close(client_id, opened.generation, Expiry(0));
+            None
+        }
+    }
+}
+
+/// Runs both pumps until one side ends, the session is handed over or the
+/// sidecar shuts down, and says how it ended.
+async fn until_end(
+    handover: &CancellationToken,
+    shutdown: &CancellationToken,
+    inbound_pump: &mut (impl Future<Output = End> + Unpin),
+    outbound_pump: &mut (impl Future<Output = End> + Unpin),
+    relayed: &AtomicU64,
+) -> End {
+    tokio::select! {
+        // What the client sent before its next connection counts first: a
+        // DISCONNECT already in the socket ends the session as it says. A
+        // client still talking is cut off.
+        _ = handover.cancelled() => {
+            match tokio::time::timeout(HANDOVER_DRAIN, inbound_pump).await {
+                Ok(end) => end,
+                Err(_) => End::TakenOver,
             }
         }
-        drop(permit);
+        _ = shutdown.cancelled() => {
+            let deadline = Instant::now() + DRAIN;
+            loop {
+                let before = relayed.load(Ordering::Relaxed);
+                let ended = tokio::time::timeout(QUIET, &mut *outbound_pump).await.is_ok();
+                let idle = relayed.load(Ordering::Relaxed) == before;
+                if ended || idle || Instant::now() >= deadline {
+                    break;
+                }
+            }
+            End::Shutdown
+        }
+        end = &mut *inbound_pump => {
+            if end == End::Closing {
+                let _ = tokio::time::timeout(FAREWELL, outbound_pump).await;
+            }
+            end
+        }
+        end = &mut *outbound_pump => end,
+    }
+}
+
+/// Closes the client's side as the way the connection ended asks.
+async fn close_client<R, W>(end: End, client_rx: &mut R, client_tx: &mut W)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    match end {
+        // The client has gone: rumqttd sees its pipe close (after the
+        // DISCONNECT, if the client sent one, and publishes the last will
+        // if not).
+        End::ClientFailed | End::ClientClosed | End::ClientDisconnected => {}
+        End::BrokerClosed | End::Shutdown | End::TakenOver => {
+            let _ = tokio::time::timeout(FAREWELL, client_tx.shutdown()).await;
+        }
+        // The guard ended it, often with a DISCONNECT saying why. A client
+        // still sending (acknowledgements of what it read before) would get
+        // a reset for them, and a reset can destroy the DISCONNECT before
+        // the client reads it: read and discard until the client closes
+        // too, for a moment.
+        End::Closing => {
+            let _ = tokio::time::timeout(FAREWELL, async {
+                client_tx.shutdown().await?;
+                let mut sink = [0u8; 4096];
+                while client_rx.read(&mut sink).await? > 0 {}
+                std::io::Result::Ok(())
+            })
+            .await;
+        }
     }
 }
