@@ -545,14 +545,19 @@ pub fn encode_suback(version: Version, pkid: u16, properties: &[u8], codes: &[u8
     let mut body = Vec::with_capacity(3 + properties.len() + codes.len());
     body.extend_from_slice(&pkid.to_be_bytes());
     if version == Version::V5 {
-        if properties.is_empty() {
-            body.push(0);
-        } else {
-            body.extend_from_slice(properties);
-        }
+        push_properties(&mut body, properties);
     }
     body.extend_from_slice(codes);
     packet(0x90, &body)
+}
+
+/// MQTT 5 properties as given, raw, or an empty property list for none.
+fn push_properties(body: &mut Vec<u8>, properties: &[u8]) {
+    if properties.is_empty() {
+        body.push(0);
+    } else {
+        body.extend_from_slice(properties);
+    }
 }
 
 /// An UNSUBACK; `codes` (one per filter) only in MQTT 5.
@@ -569,11 +574,7 @@ pub fn encode_unsuback(version: Version, pkid: u16, codes: &[u8]) -> Bytes {
 /// means none).
 pub fn encode_unsubscribe(pkid: u16, properties: &[u8], filters: &[&str]) -> Bytes {
     let mut body = pkid.to_be_bytes().to_vec();
-    if properties.is_empty() {
-        body.push(0);
-    } else {
-        body.extend_from_slice(properties);
-    }
+    push_properties(&mut body, properties);
     for filter in filters {
         // Filters come from a decoded packet, so they fit in 16 bits.
         body.extend_from_slice(&(filter.len() as u16).to_be_bytes());
@@ -594,11 +595,7 @@ pub fn encode_subscribe(
     );
     body.extend_from_slice(&pkid.to_be_bytes());
     if version == Version::V5 {
-        if properties.is_empty() {
-            body.push(0);
-        } else {
-            body.extend_from_slice(properties);
-        }
+        push_properties(&mut body, properties);
     }
     for (filter, options) in filters {
         // Filters come from a decoded packet, so they fit in 16 bits.
