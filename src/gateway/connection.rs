@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use super::decide::{self, Effect, Peer};
 use super::dispatcher::Command;
-use super::outbound::Inbox;
+use super::outbound::{Inbox, Offer, Outbound};
 use super::subscriptions::ConnId;
 use super::{trace_publication, Client, Shared};
 use crate::auth::Principal;
@@ -40,6 +40,10 @@ pub struct Connection<S> {
     /// Things this connection serves as their agent (`?host=` at handshake).
     hosts: Vec<String>,
     socket: WebSocketStream<S>,
+    /// Everything this connection sends goes through its queue, in order:
+    /// the dispatcher's deliveries and replies and the connection's own
+    /// refusals alike (one reply path).
+    outbound: Outbound,
     inbox: Inbox,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
@@ -67,7 +71,7 @@ where
     pub(super) fn new(
         client: Client,
         socket: WebSocketStream<S>,
-        inbox: Inbox,
+        (outbound, inbox): (Outbound, Inbox),
         shared: Arc<Shared>,
         shutdown: CancellationToken,
     ) -> Self {
@@ -77,6 +81,7 @@ where
             principal: client.principal,
             hosts: client.hosts,
             socket,
+            outbound,
             inbox,
             shared,
             shutdown,
@@ -187,9 +192,7 @@ where
                     Some(Err(e)) => return Ending::Failed(e),
                     Some(Ok(message)) => {
                         last_heard = tokio::time::Instant::now();
-                        if let Err(e) = self.handle(message).await {
-                            return Ending::Failed(e);
-                        }
+                        self.handle(message).await;
                     }
                 },
             }
@@ -228,23 +231,20 @@ where
         Some(dialect::render(value).to_string())
     }
 
-    /// Sends one message the connection writes itself, in the peer's
-    /// dialect, ahead of queued deliveries.
-    async fn send_now(&mut self, text: String) -> Result<(), WsError> {
-        let text = if self.dialect == Some(Dialect::Kotlin) {
-            match self.in_kotlin(&text) {
-                Some(text) => text,
-                None => return Ok(()),
-            }
-        } else {
-            text
-        };
-        self.socket.send(WsMessage::Text(text.into())).await
+    /// Queues a message of the connection's own behind what the dispatcher
+    /// queued before it.
+    fn queue(&self, text: String) {
+        match self.outbound.offer(Utf8Bytes::from(text)) {
+            Offer::Queued | Offer::Closed => {}
+            Offer::Dropped => self.shared.metrics.dropped("slow_consumer"),
+            // `serve` sees the signal and closes the connection.
+            Offer::Disconnected => self.shared.metrics.dropped("slow_consumer_disconnected"),
+        }
     }
 
     /// One frame from the peer: [`decide`] says what it means, this carries
     /// it out.
-    async fn handle(&mut self, message: WsMessage) -> Result<(), WsError> {
+    async fn handle(&mut self, message: WsMessage) {
         let effects = match message {
             WsMessage::Text(text) => {
                 let mut peer = Peer {
@@ -263,26 +263,19 @@ where
             }
         };
         for effect in effects {
-            self.apply(effect).await?;
+            self.apply(effect).await;
         }
-        Ok(())
     }
 
-    async fn apply(&mut self, effect: Effect) -> Result<(), WsError> {
+    async fn apply(&mut self, effect: Effect) {
         match effect {
             Effect::Refuse {
                 problem,
                 thing,
                 correlation,
-            } => {
-                self.reply(problem, thing.as_deref(), correlation.as_deref())
-                    .await
-            }
-            Effect::Send(text) => self.send_now(text).await,
-            Effect::Command(command) => {
-                self.shared.command(command).await;
-                Ok(())
-            }
+            } => self.reply(problem, thing.as_deref(), correlation.as_deref()),
+            Effect::Send(text) => self.queue(text),
+            Effect::Command(command) => self.shared.command(command).await,
             Effect::Publish {
                 message,
                 publications,
@@ -295,12 +288,9 @@ where
                             "The message bus has stopped; the message was not published.",
                         );
                         let correlation = message.reply_correlation_id();
-                        return self
-                            .reply(problem, Some(&message.thing_id), Some(correlation))
-                            .await;
+                        return self.reply(problem, Some(&message.thing_id), Some(correlation));
                     }
                 }
-                Ok(())
             }
             Effect::RegisterTd { id, text } => self.register_td(&id, &text).await,
         }
@@ -308,7 +298,7 @@ where
 
     /// A hosting agent's Thing Description: registered as by `PUT
     /// /things/{id}`. Errors go back as LMOS `error`s; success is quiet.
-    async fn register_td(&mut self, id: &str, text: &str) -> Result<(), WsError> {
+    async fn register_td(&mut self, id: &str, text: &str) {
         let result = self
             .shared
             .directory
@@ -320,22 +310,16 @@ where
                     .directory
                     .announce(id, Some(&td), registered)
                     .await;
-                Ok(())
             }
             Err(e) => {
                 let problem = Problem::new(ProblemKind::InvalidData, e.to_string());
-                self.reply(problem, Some(id), None).await
+                self.reply(problem, Some(id), None);
             }
         }
     }
 
-    /// Sends an LMOS `error` to this connection, ahead of queued deliveries.
-    async fn reply(
-        &mut self,
-        problem: Problem,
-        thing: Option<&str>,
-        correlation: Option<&str>,
-    ) -> Result<(), WsError> {
+    /// Sends an LMOS `error` to this connection.
+    fn reply(&self, problem: Problem, thing: Option<&str>, correlation: Option<&str>) {
         let thing = thing.unwrap_or(&self.shared.thing_id);
         self.shared.metrics.error(problem.kind.slug());
         self.shared.metrics.sent(metrics::WEBSOCKET, "error");
@@ -346,6 +330,6 @@ where
         if let Body::Error(e) = &message.body {
             info!(kind = problem.kind.slug(), instance = %e.instance, "Rejected a WebSocket message.");
         }
-        self.send_now(message.to_json()).await
+        self.queue(message.to_json());
     }
 }

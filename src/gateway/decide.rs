@@ -25,7 +25,8 @@ use crate::topics::Topics;
 /// What the connection does about a frame.
 #[derive(Debug)]
 pub(super) enum Effect {
-    /// An LMOS `error` to this client, ahead of queued deliveries.
+    /// An LMOS `error` to this client, queued behind what the dispatcher
+    /// queued for it before.
     Refuse {
         problem: Problem,
         thing: Option<String>,

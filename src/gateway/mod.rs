@@ -326,7 +326,7 @@ impl Gateway {
         let conn = client.conn;
         let register = Command::Register {
             conn,
-            outbound,
+            outbound: outbound.clone(),
             principal: client.principal.name().to_owned(),
         };
         shared.command(register).await;
@@ -337,7 +337,7 @@ impl Gateway {
             principal = client.principal.name(),
             hosts = ?client.hosts
         );
-        Connection::new(client, socket, inbox, shared, shutdown)
+        Connection::new(client, socket, (outbound, inbox), shared, shutdown)
             .run()
             .instrument(span)
             .await;

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::admission::{self, Admitted};
+use super::admission;
 use super::delivery::{Delivery, Undelivered};
 use super::downstream::Downstream;
 use super::handshake::{self, Offer};
@@ -200,14 +200,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         else {
             return;
         };
-        let Admitted {
-            header,
-            connect,
-            version,
-            permit,
-            session,
-            asked,
-        } = admitted;
+        let (permit, session, asked) = (admitted.permit, admitted.session, admitted.asked);
+        let (header, version, connect) = (admitted.header, admitted.version, admitted.connect);
         let refuse = |v4: u8, v5: u8| admission::refusal(version, v4, v5);
         let client_id = connect.client_id.to_owned();
         let pings = (connect.keep_alive == 0)
