@@ -169,14 +169,8 @@ impl Gateway {
                 max_age: history.max_age(),
             },
         };
-        let dispatcher = Dispatcher::new(
-            bus.clone(),
-            topics.clone(),
-            router,
-            services,
-            commands_rx,
-            deliveries,
-        );
+        let core = dispatcher::Core::new(topics.clone(), router, services);
+        let dispatcher = Dispatcher::new(bus.clone(), core, commands_rx, deliveries);
         let shared = Arc::new(Shared {
             bus,
             topics,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Dispatcher {
+impl Core {
     pub(super) fn change_bus(&mut self, change: StreamChange) {
         // With a history, the gateway keeps following a Thing's events for
         // a while after its last subscriber left, so a consumer that comes
@@ -26,7 +26,7 @@ impl Dispatcher {
         if !change.subscribe && change.stream == Stream::Properties {
             self.latest.remove(&change.thing);
         }
-        self.to_bus.push_back(if change.subscribe {
+        self.out.bus.push(if change.subscribe {
             BusCommand::Subscribe(filter)
         } else {
             BusCommand::Unsubscribe(filter)
@@ -75,14 +75,19 @@ impl Dispatcher {
                     self.publish(publication);
                 }
                 Effect::Publish(publication) => self.publish(publication),
-                Effect::Subscribe(filter) => self.to_bus.push_back(BusCommand::Subscribe(filter)),
-                Effect::Unsubscribe(filter) => {
-                    self.to_bus.push_back(BusCommand::Unsubscribe(filter))
-                }
+                Effect::Subscribe(filter) => self.out.bus.push(BusCommand::Subscribe(filter)),
+                Effect::Unsubscribe(filter) => self.out.bus.push(BusCommand::Unsubscribe(filter)),
             }
         }
     }
 
+    /// Publishes on the bus, after what was decided before.
+    pub(super) fn publish(&mut self, publication: Publication) {
+        self.out.bus.push(BusCommand::Publish(publication));
+    }
+}
+
+impl Dispatcher {
     /// Hands the bus the first queued command through `permit`, and as
     /// many more as it has room for now.
     pub(super) fn feed_bus(&mut self, permit: mpsc::Permit<'_, BusCommand>) {
@@ -125,10 +130,5 @@ impl Dispatcher {
                 return self.bus_closed();
             }
         }
-    }
-
-    /// Queues a publication for the bus (see [`Dispatcher::to_bus`]).
-    pub(super) fn publish(&mut self, publication: Publication) {
-        self.to_bus.push_back(BusCommand::Publish(publication));
     }
 }

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Dispatcher {
+impl Core {
     pub(super) fn apply(&mut self, command: Command) {
         match command {
             Command::Claim {
@@ -25,14 +25,10 @@ impl Dispatcher {
                 };
                 self.carry_out(effects);
             }
+            // The edge keeps the queue (see `Dispatcher::command`).
             Command::Register {
-                conn,
-                outbound,
-                principal,
-            } => {
-                self.outbounds.insert(conn, outbound);
-                self.requests.register(conn, &principal);
-            }
+                conn, principal, ..
+            } => self.register(conn, &principal),
             Command::Subscribe {
                 conn,
                 thing,
@@ -41,7 +37,7 @@ impl Dispatcher {
                 acknowledge,
                 resume,
             } => {
-                if !self.outbounds.contains_key(&conn) {
+                if !self.registered.contains(&conn) {
                     return;
                 }
                 let refused = self.subscription_limit(conn, &thing, &selector);
@@ -141,7 +137,7 @@ impl Dispatcher {
             Command::Deregister { conn } => self.forget(conn),
             Command::Stats { reply } => {
                 let _ = reply.send(GatewayStats {
-                    connections: self.outbounds.len(),
+                    connections: self.registered.len(),
                     subscriptions: self.table.len(),
                     pending_requests: self.requests.pending_count(),
                     remembered_requests: self.requests.remembered_count(),
@@ -281,8 +277,13 @@ impl Dispatcher {
         ))
     }
 
+    pub(super) fn register(&mut self, conn: ConnId, principal: &str) {
+        self.registered.insert(conn);
+        self.requests.register(conn, principal);
+    }
+
     pub(super) fn forget(&mut self, conn: ConnId) {
-        self.outbounds.remove(&conn);
+        self.registered.remove(&conn);
         for change in self.table.remove_connection(conn) {
             self.change_bus(change);
         }

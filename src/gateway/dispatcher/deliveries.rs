@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Dispatcher {
+impl Core {
     pub(super) fn deliver(&mut self, delivery: Delivery) {
         let Ok(topic) = std::str::from_utf8(&delivery.topic) else {
             return;

@@ -2,13 +2,19 @@
 //! request router and every connection's outbound queue. It applies the
 //! connections' commands, keeps the gateway's bus subscriptions in step, fans
 //! deliveries out, and routes requests and replies.
+//!
+//! Split as rumqttd splits its router from its links: [`Core`] holds the
+//! state and decides, one input at a time, returning an [`Out`] (messages
+//! for connections, commands for the bus) without I/O; [`Dispatcher`] is
+//! the edge that feeds it and hands its decisions to the connections'
+//! queues and the bus, never waiting on either.
 
 mod bus;
 mod commands;
 mod deliveries;
 mod mqtt_requests;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -141,9 +147,13 @@ pub struct GatewayStats {
     pub history: HistoryStats,
 }
 
-pub struct Dispatcher {
+/// The gateway's state and what it decides, without I/O: each step takes
+/// one input (a command, a delivery, a timer) and returns what it decided
+/// as an [`Out`]. It never awaits; [`Dispatcher`] hands its decisions on.
+pub struct Core {
     table: Table,
-    outbounds: HashMap<ConnId, Outbound>,
+    /// Connections registered and not yet gone.
+    registered: HashSet<ConnId>,
     /// Latest reading of every property of the Things the gateway follows, so
     /// a new observer gets the current value at once even when the gateway's
     /// bus subscription (and the retained message it brought) predates it.
@@ -159,12 +169,30 @@ pub struct Dispatcher {
     validate_agent_data: bool,
     /// Topics whose malformed publications were logged.
     refusals_logged: LoggedOnce,
+    topics: Topics,
+    /// What the step under way decided so far.
+    out: Out,
+}
+
+/// What one step of the [`Core`] decided, in order per destination.
+#[derive(Debug, Default)]
+pub struct Out {
+    /// Messages for connections' queues.
+    pub(crate) sends: Vec<(ConnId, String)>,
+    /// Publications and subscription changes for the bus.
+    pub(crate) bus: Vec<BusCommand>,
+}
+
+/// The I/O edge around the [`Core`]: the connections' queues and the bus.
+/// Its loop feeds the core one input at a time and hands what it decided
+/// on without waiting (see [`Dispatcher::run`]).
+pub struct Dispatcher {
+    core: Core,
+    outbounds: HashMap<ConnId, Outbound>,
     bus: Bus,
     /// Publications and subscription changes decided and not yet taken by
-    /// the bus, in order. The loop decides without awaiting anything; the
-    /// bus drains this as it can (see [`Dispatcher::run`]).
+    /// the bus, in order. The bus drains this as it can.
     to_bus: VecDeque<BusCommand>,
-    topics: Topics,
     commands: mpsc::Receiver<Command>,
     deliveries: mpsc::Receiver<Delivery>,
 }
@@ -174,15 +202,8 @@ pub struct Dispatcher {
 /// awaited each publication).
 const BUS_BACKLOG: usize = 1024;
 
-impl Dispatcher {
-    pub fn new(
-        bus: Bus,
-        topics: Topics,
-        requests: Requests,
-        services: Services,
-        commands: mpsc::Receiver<Command>,
-        deliveries: mpsc::Receiver<Delivery>,
-    ) -> Dispatcher {
+impl Core {
+    pub fn new(topics: Topics, requests: Requests, services: Services) -> Core {
         let Services {
             tracer,
             directory,
@@ -191,9 +212,9 @@ impl Dispatcher {
             validate_agent_data,
             history,
         } = services;
-        Dispatcher {
+        Core {
             table: Table::default(),
-            outbounds: HashMap::new(),
+            registered: HashSet::new(),
             latest: HashMap::new(),
             history: History::new(history),
             requests,
@@ -203,9 +224,67 @@ impl Dispatcher {
             limits,
             validate_agent_data,
             refusals_logged: LoggedOnce::default(),
+            topics,
+            out: Out::default(),
+        }
+    }
+
+    /// A connection's command (its outbound queue, for `Register`, stays
+    /// with the edge).
+    pub fn on_command(&mut self, command: Command) -> Out {
+        self.apply(command);
+        self.take()
+    }
+
+    /// What the broker delivered.
+    pub fn on_delivery(&mut self, delivery: Delivery) -> Out {
+        self.deliver(delivery);
+        self.take()
+    }
+
+    /// The router's timers that fired.
+    pub fn on_timeout(&mut self, effects: Vec<Effect>) -> Out {
+        self.carry_out(effects);
+        self.take()
+    }
+
+    /// The history's Things nobody follows any longer.
+    pub fn on_history_expiry(&mut self, now: Instant) -> Out {
+        for thing in self.history.expire(now) {
+            let filter = self.topics.thing_events_filter(&thing);
+            self.out.bus.push(BusCommand::Unsubscribe(filter));
+        }
+        self.take()
+    }
+
+    /// Shutdown: every request still waiting is answered (503).
+    pub fn on_shutdown(&mut self) -> Out {
+        let effects = self.requests.shutdown();
+        self.carry_out(effects);
+        self.take()
+    }
+
+    fn take(&mut self) -> Out {
+        std::mem::take(&mut self.out)
+    }
+
+    fn send(&mut self, conn: ConnId, text: String) {
+        self.out.sends.push((conn, text));
+    }
+}
+
+impl Dispatcher {
+    pub fn new(
+        bus: Bus,
+        core: Core,
+        commands: mpsc::Receiver<Command>,
+        deliveries: mpsc::Receiver<Delivery>,
+    ) -> Dispatcher {
+        Dispatcher {
+            core,
+            outbounds: HashMap::new(),
             bus,
             to_bus: VecDeque::new(),
-            topics,
             commands,
             deliveries,
         }
@@ -218,11 +297,11 @@ impl Dispatcher {
         // nothing the other branches change.
         let bus = self.bus.clone();
         loop {
-            let expiry = self.history.next_expiry();
+            let expiry = self.core.history.next_expiry();
             tokio::select! {
                 _ = shutdown.cancelled() => {
-                    let effects = self.requests.shutdown();
-                    self.carry_out(effects);
+                    let out = self.core.on_shutdown();
+                    self.hand_on(out);
                     // The 503s to MQTT consumers go out before connections
                     // are told to close.
                     self.flush_bus().await;
@@ -239,45 +318,75 @@ impl Dispatcher {
                 // down, never the deliveries (which would stall the broker's
                 // side of the bus).
                 command = self.commands.recv(), if self.to_bus.len() < BUS_BACKLOG => match command {
-                    Some(command) => self.apply(command),
+                    Some(command) => self.command(command),
                     None => return,
                 },
                 delivery = self.deliveries.recv() => match delivery {
-                    Some(delivery) => self.deliver(delivery),
+                    Some(delivery) => self.delivery(delivery),
                     None => {
                         warn!("The message bus closed; the gateway stops delivering.");
                         return;
                     }
                 },
-                Some(effects) = self.requests.next_timeout(), if self.requests.has_timers() => {
-                    self.carry_out(effects);
+                Some(effects) = self.core.requests.next_timeout(), if self.core.requests.has_timers() => {
+                    let out = self.core.on_timeout(effects);
+                    self.hand_on(out);
                 }
                 _ = sleep_until(expiry), if expiry.is_some() => {
-                    for thing in self.history.expire(Instant::now()) {
-                        let filter = self.topics.thing_events_filter(&thing);
-                        self.to_bus.push_back(BusCommand::Unsubscribe(filter));
-                    }
+                    let out = self.core.on_history_expiry(Instant::now());
+                    self.hand_on(out);
                 }
             }
         }
     }
 
-    fn send(&mut self, conn: ConnId, text: String) {
-        let Some(outbound) = self.outbounds.get(&conn) else {
-            return;
-        };
-        match outbound.offer(Utf8Bytes::from(text)) {
-            Offer::Queued => {}
-            Offer::Dropped => self.metrics.dropped("slow_consumer"),
-            // The connection closes itself and deregisters; stop offering now.
-            Offer::Disconnected => {
-                self.metrics.dropped("slow_consumer_disconnected");
-                self.outbounds.remove(&conn);
+    fn delivery(&mut self, delivery: Delivery) {
+        let out = self.core.on_delivery(delivery);
+        self.hand_on(out);
+    }
+
+    /// A connection's command; the edge keeps its outbound queue.
+    fn command(&mut self, command: Command) {
+        let out = match command {
+            Command::Register {
+                conn,
+                outbound,
+                principal,
+            } => {
+                self.outbounds.insert(conn, outbound);
+                self.core.register(conn, &principal);
+                return;
             }
-            Offer::Closed => {
+            Command::Deregister { conn } => {
                 self.outbounds.remove(&conn);
+                self.core.on_command(Command::Deregister { conn })
+            }
+            command => self.core.on_command(command),
+        };
+        self.hand_on(out);
+    }
+
+    /// Offers each message to its connection's queue and queues the rest
+    /// for the bus; waits for neither.
+    fn hand_on(&mut self, out: Out) {
+        for (conn, text) in out.sends {
+            let Some(outbound) = self.outbounds.get(&conn) else {
+                continue;
+            };
+            match outbound.offer(Utf8Bytes::from(text)) {
+                Offer::Queued => {}
+                Offer::Dropped => self.core.metrics.dropped("slow_consumer"),
+                // The connection closes itself and deregisters; stop offering now.
+                Offer::Disconnected => {
+                    self.core.metrics.dropped("slow_consumer_disconnected");
+                    self.outbounds.remove(&conn);
+                }
+                Offer::Closed => {
+                    self.outbounds.remove(&conn);
+                }
             }
         }
+        self.to_bus.extend(out.bus);
     }
 }
 

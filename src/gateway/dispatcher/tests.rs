@@ -48,7 +48,8 @@ fn rig() -> Rig {
     // The loop is not run: the test applies commands and deliveries itself.
     let (_, commands) = mpsc::channel(1);
     let (_, deliveries) = mpsc::channel(1);
-    let dispatcher = Dispatcher::new(bus_handle, topics, requests, services, commands, deliveries);
+    let core = Core::new(topics, requests, services);
+    let dispatcher = Dispatcher::new(bus_handle, core, commands, deliveries);
     Rig { dispatcher, bus }
 }
 
@@ -56,7 +57,7 @@ impl Rig {
     /// A registered connection and its queue.
     fn connect(&mut self, conn: ConnId) -> Inbox {
         let (outbound, inbox) = channel(16, SlowConsumerPolicy::Disconnect);
-        self.dispatcher.apply(Command::Register {
+        self.dispatcher.command(Command::Register {
             conn,
             outbound,
             principal: "anonymous".into(),
@@ -65,7 +66,7 @@ impl Rig {
     }
 
     fn subscribe(&mut self, conn: ConnId, event: &str, correlation: &str) {
-        self.dispatcher.apply(Command::Subscribe {
+        self.dispatcher.command(Command::Subscribe {
             conn,
             thing: THING.into(),
             selector: Selector::Event(event.into()),
@@ -90,7 +91,7 @@ impl Rig {
 
     fn event(&mut self, event: &str, data: i64) {
         let payload = serde_json::json!({"thingID": THING, "messageID": format!("m{data}"), "messageType": "event", "event": event, "data": data, "timestamp": "2025-01-20T19:00:00Z"});
-        self.dispatcher.deliver(Delivery {
+        self.dispatcher.delivery(Delivery {
             topic: format!("lmos/{THING}/events/{event}").into(),
             payload: payload.to_string().into(),
             response: None,
@@ -125,9 +126,9 @@ fn the_first_subscriber_subscribes_the_bus_and_the_last_one_leaving_unsubscribes
     r.subscribe(1, "e", "s1");
     r.subscribe(2, "e", "s2");
     assert_eq!(filters(&r.bus_commands()), ["+lmos/urn:t/events/+"]);
-    r.dispatcher.apply(Command::Deregister { conn: 1 });
+    r.dispatcher.command(Command::Deregister { conn: 1 });
     assert!(r.bus_commands().is_empty(), "one subscriber is left");
-    r.dispatcher.apply(Command::Deregister { conn: 2 });
+    r.dispatcher.command(Command::Deregister { conn: 2 });
     assert_eq!(filters(&r.bus_commands()), ["-lmos/urn:t/events/+"]);
 }
 
@@ -177,7 +178,7 @@ fn a_malformed_event_is_dropped_and_the_next_one_still_goes_out() {
     let mut r = rig();
     let mut a = r.connect(1);
     r.subscribe(1, "e", "s1");
-    r.dispatcher.deliver(Delivery {
+    r.dispatcher.delivery(Delivery {
         topic: format!("lmos/{THING}/events/e").into(),
         payload: "not json".into(),
         response: None,
@@ -188,4 +189,42 @@ fn a_malformed_event_is_dropped_and_the_next_one_still_goes_out() {
     let got = received(&mut a);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["data"], 2);
+}
+
+/// The core alone: each step returns what it decided and touches nothing
+/// else, so a step's decisions can be read off its return value.
+#[test]
+fn the_core_returns_each_steps_decisions() {
+    let mut core = rig().dispatcher.core;
+    core.register(1, "anonymous");
+    let subscribed = core.on_command(Command::Subscribe {
+        conn: 1,
+        thing: THING.into(),
+        selector: Selector::Event("e".into()),
+        correlation_id: "s1".into(),
+        acknowledge: false,
+        resume: None,
+    });
+    assert!(subscribed.sends.is_empty());
+    assert_eq!(filters(&subscribed.bus), ["+lmos/urn:t/events/+"]);
+
+    let payload = serde_json::json!({"thingID": THING, "messageID": "m1", "messageType": "event", "event": "e", "data": 1, "timestamp": "2025-01-20T19:00:00Z"});
+    let delivered = core.on_delivery(Delivery {
+        topic: format!("lmos/{THING}/events/e").into(),
+        payload: payload.to_string().into(),
+        response: None,
+        trace: None,
+        publisher: None,
+    });
+    assert!(delivered.bus.is_empty());
+    let [(conn, text)] = &delivered.sends[..] else {
+        panic!("one message for the subscriber: {delivered:?}");
+    };
+    let sent: Value = serde_json::from_str(text).unwrap();
+    assert_eq!((*conn, sent["correlationID"].as_str()), (1, Some("s1")));
+
+    // A second step starts empty: nothing of the first is handed on twice.
+    let left = core.on_command(Command::Deregister { conn: 1 });
+    assert!(left.sends.is_empty());
+    assert_eq!(filters(&left.bus), ["-lmos/urn:t/events/+"]);
 }
