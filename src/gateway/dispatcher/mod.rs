@@ -367,9 +367,10 @@ impl Dispatcher {
     }
 
     /// Offers each message to its connection's queue and queues the rest
-    /// for the bus; waits for neither.
-    fn hand_on(&mut self, out: Out) {
-        for (conn, text) in out.sends {
+    /// for the bus; waits for neither. The emptied `Out` goes back to the
+    /// core, so a fan-out does not allocate its list anew each time.
+    fn hand_on(&mut self, mut out: Out) {
+        for (conn, text) in out.sends.drain(..) {
             let Some(outbound) = self.outbounds.get(&conn) else {
                 continue;
             };
@@ -386,7 +387,8 @@ impl Dispatcher {
                 }
             }
         }
-        self.to_bus.extend(out.bus);
+        self.to_bus.extend(out.bus.drain(..));
+        self.core.out = out;
     }
 }
 
