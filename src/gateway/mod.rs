@@ -169,8 +169,14 @@ impl Gateway {
                 max_age: history.max_age(),
             },
         };
-        let core = dispatcher::Core::new(topics.clone(), router, services);
-        let dispatcher = Dispatcher::new(bus.clone(), core, commands_rx, deliveries);
+        let dispatcher = Dispatcher::new(
+            bus.clone(),
+            topics.clone(),
+            router,
+            services,
+            commands_rx,
+            deliveries,
+        );
         let shared = Arc::new(Shared {
             bus,
             topics,

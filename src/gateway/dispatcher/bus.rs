@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Core {
+impl<D: Decisions> Core<D> {
     pub(super) fn change_bus(&mut self, change: StreamChange) {
         // With a history, the gateway keeps following a Thing's events for
         // a while after its last subscriber left, so a consumer that comes
@@ -26,7 +26,7 @@ impl Core {
         if !change.subscribe && change.stream == Stream::Properties {
             self.latest.remove(&change.thing);
         }
-        self.out.bus.push(if change.subscribe {
+        self.out.bus(if change.subscribe {
             BusCommand::Subscribe(filter)
         } else {
             BusCommand::Unsubscribe(filter)
@@ -75,15 +75,15 @@ impl Core {
                     self.publish(publication);
                 }
                 Effect::Publish(publication) => self.publish(publication),
-                Effect::Subscribe(filter) => self.out.bus.push(BusCommand::Subscribe(filter)),
-                Effect::Unsubscribe(filter) => self.out.bus.push(BusCommand::Unsubscribe(filter)),
+                Effect::Subscribe(filter) => self.out.bus(BusCommand::Subscribe(filter)),
+                Effect::Unsubscribe(filter) => self.out.bus(BusCommand::Unsubscribe(filter)),
             }
         }
     }
 
     /// Publishes on the bus, after what was decided before.
     pub(super) fn publish(&mut self, publication: Publication) {
-        self.out.bus.push(BusCommand::Publish(publication));
+        self.out.bus(BusCommand::Publish(publication));
     }
 }
 
@@ -91,15 +91,15 @@ impl Dispatcher {
     /// Hands the bus the first queued command through `permit`, and as
     /// many more as it has room for now.
     pub(super) fn feed_bus(&mut self, permit: mpsc::Permit<'_, BusCommand>) {
-        let Some(first) = self.to_bus.pop_front() else {
+        let Some(first) = self.core.out.to_bus.pop_front() else {
             return;
         };
         permit.send(first);
         let mut closed = false;
-        while !self.to_bus.is_empty() {
+        while !self.core.out.to_bus.is_empty() {
             match self.bus.try_reserve() {
                 Ok(Some(permit)) => {
-                    if let Some(command) = self.to_bus.pop_front() {
+                    if let Some(command) = self.core.out.to_bus.pop_front() {
                         permit.send(command);
                     }
                 }
@@ -117,15 +117,15 @@ impl Dispatcher {
 
     pub(super) fn bus_closed(&mut self) {
         warn!(
-            dropped = self.to_bus.len(),
+            dropped = self.core.out.to_bus.len(),
             "The message bus closed; queued publications and subscription changes are lost."
         );
-        self.to_bus.clear();
+        self.core.out.to_bus.clear();
     }
 
     /// Waits until the bus has taken everything queued (at shutdown).
     pub(super) async fn flush_bus(&mut self) {
-        while let Some(command) = self.to_bus.pop_front() {
+        while let Some(command) = self.core.out.to_bus.pop_front() {
             if self.bus.send_command(command).await.is_err() {
                 return self.bus_closed();
             }

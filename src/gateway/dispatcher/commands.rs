@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Core {
+impl<D: Decisions> Core<D> {
     pub(super) fn apply(&mut self, command: Command) {
         match command {
             Command::Claim {

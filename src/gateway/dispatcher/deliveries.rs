@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Core {
+impl<D: Decisions> Core<D> {
     pub(super) fn deliver(&mut self, delivery: Delivery) {
         let Ok(topic) = std::str::from_utf8(&delivery.topic) else {
             return;

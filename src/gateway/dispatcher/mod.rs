@@ -4,10 +4,12 @@
 //! deliveries out, and routes requests and replies.
 //!
 //! Split as rumqttd splits its router from its links: [`Core`] holds the
-//! state and decides, one input at a time, returning an [`Out`] (messages
-//! for connections, commands for the bus) without I/O; [`Dispatcher`] is
-//! the edge that feeds it and hands its decisions to the connections'
-//! queues and the bus, never waiting on either.
+//! state and decides, one input at a time and without I/O, handing each
+//! decision (a message for a connection, a command for the bus) to its
+//! [`Decisions`]; [`Dispatcher`] is the edge that feeds it and whose
+//! [`Handoff`] offers those to the connections' queues and the bus, never
+//! waiting on either. Tests run the core with an [`Out`] and read its
+//! decisions off it.
 
 mod bus;
 mod commands;
@@ -148,9 +150,11 @@ pub struct GatewayStats {
 }
 
 /// The gateway's state and what it decides, without I/O: each step takes
-/// one input (a command, a delivery, a timer) and returns what it decided
-/// as an [`Out`]. It never awaits; [`Dispatcher`] hands its decisions on.
-pub struct Core {
+/// one input (a command, a delivery, a timer) and hands each decision, as
+/// it makes it, to its [`Decisions`]: the [`Dispatcher`]'s hand-off to the
+/// connections' queues and the bus, or an [`Out`] that keeps them (tests).
+/// It never awaits.
+pub struct Core<D = Out> {
     table: Table,
     /// Connections registered and not yet gone.
     registered: HashSet<ConnId>,
@@ -170,29 +174,75 @@ pub struct Core {
     /// Topics whose malformed publications were logged.
     refusals_logged: LoggedOnce,
     topics: Topics,
-    /// What the step under way decided so far.
-    out: Out,
+    out: D,
 }
 
-/// What one step of the [`Core`] decided, in order per destination.
+/// Where the core's decisions go.
+pub trait Decisions {
+    /// A message for a connection.
+    fn send(&mut self, conn: ConnId, text: String);
+    /// A publication or subscription change for the bus.
+    fn bus(&mut self, command: BusCommand);
+}
+
+/// Decisions kept in order per destination, to be read (tests).
 #[derive(Debug, Default)]
 pub struct Out {
-    /// Messages for connections' queues.
     pub(crate) sends: Vec<(ConnId, String)>,
-    /// Publications and subscription changes for the bus.
     pub(crate) bus: Vec<BusCommand>,
 }
 
-/// The I/O edge around the [`Core`]: the connections' queues and the bus.
-/// Its loop feeds the core one input at a time and hands what it decided
-/// on without waiting (see [`Dispatcher::run`]).
-pub struct Dispatcher {
-    core: Core,
+impl Decisions for Out {
+    fn send(&mut self, conn: ConnId, text: String) {
+        self.sends.push((conn, text));
+    }
+
+    fn bus(&mut self, command: BusCommand) {
+        self.bus.push(command);
+    }
+}
+
+/// The edge's side of the decisions: each message offered to its
+/// connection's queue at once (a connection starts writing while the core
+/// is still fanning out), each bus command queued for the bus.
+pub struct Handoff {
     outbounds: HashMap<ConnId, Outbound>,
-    bus: Bus,
     /// Publications and subscription changes decided and not yet taken by
     /// the bus, in order. The bus drains this as it can.
     to_bus: VecDeque<BusCommand>,
+    metrics: Metrics,
+}
+
+impl Decisions for Handoff {
+    fn send(&mut self, conn: ConnId, text: String) {
+        let Some(outbound) = self.outbounds.get(&conn) else {
+            return;
+        };
+        match outbound.offer(Utf8Bytes::from(text)) {
+            Offer::Queued => {}
+            Offer::Dropped => self.metrics.dropped("slow_consumer"),
+            // The connection closes itself and deregisters; stop offering now.
+            Offer::Disconnected => {
+                self.metrics.dropped("slow_consumer_disconnected");
+                self.outbounds.remove(&conn);
+            }
+            Offer::Closed => {
+                self.outbounds.remove(&conn);
+            }
+        }
+    }
+
+    fn bus(&mut self, command: BusCommand) {
+        self.to_bus.push_back(command);
+    }
+}
+
+/// The I/O edge around the [`Core`]: the connections' queues and the bus.
+/// Its loop feeds the core one input at a time; the core's decisions go
+/// out through the [`Handoff`] without waiting (see [`Dispatcher::run`]).
+pub struct Dispatcher {
+    core: Core<Handoff>,
+    bus: Bus,
     commands: mpsc::Receiver<Command>,
     deliveries: mpsc::Receiver<Delivery>,
 }
@@ -202,8 +252,8 @@ pub struct Dispatcher {
 /// awaited each publication).
 const BUS_BACKLOG: usize = 1024;
 
-impl Core {
-    pub fn new(topics: Topics, requests: Requests, services: Services) -> Core {
+impl<D: Decisions> Core<D> {
+    pub fn new(topics: Topics, requests: Requests, services: Services, out: D) -> Core<D> {
         let Services {
             tracer,
             directory,
@@ -225,66 +275,70 @@ impl Core {
             validate_agent_data,
             refusals_logged: LoggedOnce::default(),
             topics,
-            out: Out::default(),
+            out,
         }
     }
 
     /// A connection's command (its outbound queue, for `Register`, stays
     /// with the edge).
-    pub fn on_command(&mut self, command: Command) -> Out {
+    pub fn on_command(&mut self, command: Command) {
         self.apply(command);
-        self.take()
     }
 
     /// What the broker delivered.
-    pub fn on_delivery(&mut self, delivery: Delivery) -> Out {
+    pub fn on_delivery(&mut self, delivery: Delivery) {
         self.deliver(delivery);
-        self.take()
     }
 
     /// The router's timers that fired.
-    pub fn on_timeout(&mut self, effects: Vec<Effect>) -> Out {
+    pub fn on_timeout(&mut self, effects: Vec<Effect>) {
         self.carry_out(effects);
-        self.take()
     }
 
     /// The history's Things nobody follows any longer.
-    pub fn on_history_expiry(&mut self, now: Instant) -> Out {
+    pub fn on_history_expiry(&mut self, now: Instant) {
         for thing in self.history.expire(now) {
             let filter = self.topics.thing_events_filter(&thing);
-            self.out.bus.push(BusCommand::Unsubscribe(filter));
+            self.out.bus(BusCommand::Unsubscribe(filter));
         }
-        self.take()
     }
 
     /// Shutdown: every request still waiting is answered (503).
-    pub fn on_shutdown(&mut self) -> Out {
+    pub fn on_shutdown(&mut self) {
         let effects = self.requests.shutdown();
         self.carry_out(effects);
-        self.take()
-    }
-
-    fn take(&mut self) -> Out {
-        std::mem::take(&mut self.out)
     }
 
     fn send(&mut self, conn: ConnId, text: String) {
-        self.out.sends.push((conn, text));
+        self.out.send(conn, text);
+    }
+}
+
+#[cfg(test)]
+impl Core<Out> {
+    /// What the steps since the last call decided.
+    pub fn take(&mut self) -> Out {
+        std::mem::take(&mut self.out)
     }
 }
 
 impl Dispatcher {
     pub fn new(
         bus: Bus,
-        core: Core,
+        topics: Topics,
+        requests: Requests,
+        services: Services,
         commands: mpsc::Receiver<Command>,
         deliveries: mpsc::Receiver<Delivery>,
     ) -> Dispatcher {
-        Dispatcher {
-            core,
+        let handoff = Handoff {
             outbounds: HashMap::new(),
-            bus,
             to_bus: VecDeque::new(),
+            metrics: services.metrics.clone(),
+        };
+        Dispatcher {
+            core: Core::new(topics, requests, services, handoff),
+            bus,
             commands,
             deliveries,
         }
@@ -300,8 +354,7 @@ impl Dispatcher {
             let expiry = self.core.history.next_expiry();
             tokio::select! {
                 _ = shutdown.cancelled() => {
-                    let out = self.core.on_shutdown();
-                    self.hand_on(out);
+                    self.core.on_shutdown();
                     // The 503s to MQTT consumers go out before connections
                     // are told to close.
                     self.flush_bus().await;
@@ -310,14 +363,14 @@ impl Dispatcher {
                 }
                 // The bus takes what is queued for it as fast as it can;
                 // the loop never waits on it anywhere else.
-                permit = bus.reserve(), if !self.to_bus.is_empty() => match permit {
+                permit = bus.reserve(), if !self.core.out.to_bus.is_empty() => match permit {
                     Ok(permit) => self.feed_bus(permit),
                     Err(_) => self.bus_closed(),
                 },
                 // A bus that falls behind slows the connections' commands
                 // down, never the deliveries (which would stall the broker's
                 // side of the bus).
-                command = self.commands.recv(), if self.to_bus.len() < BUS_BACKLOG => match command {
+                command = self.commands.recv(), if self.core.out.to_bus.len() < BUS_BACKLOG => match command {
                     Some(command) => self.command(command),
                     None => return,
                 },
@@ -329,66 +382,36 @@ impl Dispatcher {
                     }
                 },
                 Some(effects) = self.core.requests.next_timeout(), if self.core.requests.has_timers() => {
-                    let out = self.core.on_timeout(effects);
-                    self.hand_on(out);
+                    self.core.on_timeout(effects);
                 }
                 _ = sleep_until(expiry), if expiry.is_some() => {
-                    let out = self.core.on_history_expiry(Instant::now());
-                    self.hand_on(out);
+                    self.core.on_history_expiry(Instant::now());
                 }
             }
         }
     }
 
     fn delivery(&mut self, delivery: Delivery) {
-        let out = self.core.on_delivery(delivery);
-        self.hand_on(out);
+        self.core.on_delivery(delivery);
     }
 
     /// A connection's command; the edge keeps its outbound queue.
     fn command(&mut self, command: Command) {
-        let out = match command {
+        match command {
             Command::Register {
                 conn,
                 outbound,
                 principal,
             } => {
-                self.outbounds.insert(conn, outbound);
+                self.core.out.outbounds.insert(conn, outbound);
                 self.core.register(conn, &principal);
-                return;
             }
             Command::Deregister { conn } => {
-                self.outbounds.remove(&conn);
-                self.core.on_command(Command::Deregister { conn })
+                self.core.out.outbounds.remove(&conn);
+                self.core.on_command(Command::Deregister { conn });
             }
             command => self.core.on_command(command),
-        };
-        self.hand_on(out);
-    }
-
-    /// Offers each message to its connection's queue and queues the rest
-    /// for the bus; waits for neither. The emptied `Out` goes back to the
-    /// core, so a fan-out does not allocate its list anew each time.
-    fn hand_on(&mut self, mut out: Out) {
-        for (conn, text) in out.sends.drain(..) {
-            let Some(outbound) = self.outbounds.get(&conn) else {
-                continue;
-            };
-            match outbound.offer(Utf8Bytes::from(text)) {
-                Offer::Queued => {}
-                Offer::Dropped => self.core.metrics.dropped("slow_consumer"),
-                // The connection closes itself and deregisters; stop offering now.
-                Offer::Disconnected => {
-                    self.core.metrics.dropped("slow_consumer_disconnected");
-                    self.outbounds.remove(&conn);
-                }
-                Offer::Closed => {
-                    self.outbounds.remove(&conn);
-                }
-            }
         }
-        self.to_bus.extend(out.bus.drain(..));
-        self.core.out = out;
     }
 }
 

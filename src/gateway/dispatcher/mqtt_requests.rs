@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Core {
+impl<D: Decisions> Core<D> {
     /// A request an MQTT consumer published in the Kotlin dialect, as the
     /// canonical request(s) it stands for, each with the topic's message
     /// type renamed alike (`.../requests/readMultipleProperties` becomes one

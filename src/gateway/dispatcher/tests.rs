@@ -18,7 +18,8 @@ struct Rig {
     bus: mpsc::Receiver<BusCommand>,
 }
 
-fn rig() -> Rig {
+/// The dispatcher's parts, as the gateway builds them; its bus handle.
+fn parts() -> (Bus, Topics, Requests, Services, mpsc::Receiver<BusCommand>) {
     let topics = Topics::new("lmos").unwrap();
     let (bus_tx, bus) = mpsc::channel(64);
     let bus_handle = Bus::new(bus_tx);
@@ -45,11 +46,15 @@ fn rig() -> Rig {
         },
     };
     let requests = Requests::new(topics.clone(), Duration::from_secs(5), 10);
+    (bus_handle, topics, requests, services, bus)
+}
+
+fn rig() -> Rig {
+    let (bus_handle, topics, requests, services, bus) = parts();
     // The loop is not run: the test applies commands and deliveries itself.
     let (_, commands) = mpsc::channel(1);
     let (_, deliveries) = mpsc::channel(1);
-    let core = Core::new(topics, requests, services);
-    let dispatcher = Dispatcher::new(bus_handle, core, commands, deliveries);
+    let dispatcher = Dispatcher::new(bus_handle, topics, requests, services, commands, deliveries);
     Rig { dispatcher, bus }
 }
 
@@ -80,7 +85,7 @@ impl Rig {
     fn bus_commands(&mut self) -> Vec<BusCommand> {
         // Its own handle, as in `Dispatcher::run`.
         let bus = self.dispatcher.bus.clone();
-        while !self.dispatcher.to_bus.is_empty() {
+        while !self.dispatcher.core.out.to_bus.is_empty() {
             match bus.try_reserve() {
                 Ok(Some(permit)) => self.dispatcher.feed_bus(permit),
                 _ => break,
@@ -191,13 +196,14 @@ fn a_malformed_event_is_dropped_and_the_next_one_still_goes_out() {
     assert_eq!(got[0]["data"], 2);
 }
 
-/// The core alone: each step returns what it decided and touches nothing
-/// else, so a step's decisions can be read off its return value.
+/// The core alone, with decisions kept to be read: a step's decisions are
+/// all it produces.
 #[test]
 fn the_core_returns_each_steps_decisions() {
-    let mut core = rig().dispatcher.core;
+    let (_, topics, requests, services, _) = parts();
+    let mut core = Core::new(topics, requests, services, Out::default());
     core.register(1, "anonymous");
-    let subscribed = core.on_command(Command::Subscribe {
+    core.on_command(Command::Subscribe {
         conn: 1,
         thing: THING.into(),
         selector: Selector::Event("e".into()),
@@ -205,17 +211,19 @@ fn the_core_returns_each_steps_decisions() {
         acknowledge: false,
         resume: None,
     });
+    let subscribed = core.take();
     assert!(subscribed.sends.is_empty());
     assert_eq!(filters(&subscribed.bus), ["+lmos/urn:t/events/+"]);
 
     let payload = serde_json::json!({"thingID": THING, "messageID": "m1", "messageType": "event", "event": "e", "data": 1, "timestamp": "2025-01-20T19:00:00Z"});
-    let delivered = core.on_delivery(Delivery {
+    core.on_delivery(Delivery {
         topic: format!("lmos/{THING}/events/e").into(),
         payload: payload.to_string().into(),
         response: None,
         trace: None,
         publisher: None,
     });
+    let delivered = core.take();
     assert!(delivered.bus.is_empty());
     let [(conn, text)] = &delivered.sends[..] else {
         panic!("one message for the subscriber: {delivered:?}");
@@ -223,8 +231,9 @@ fn the_core_returns_each_steps_decisions() {
     let sent: Value = serde_json::from_str(text).unwrap();
     assert_eq!((*conn, sent["correlationID"].as_str()), (1, Some("s1")));
 
-    // A second step starts empty: nothing of the first is handed on twice.
-    let left = core.on_command(Command::Deregister { conn: 1 });
+    // Each decision is handed on once.
+    core.on_command(Command::Deregister { conn: 1 });
+    let left = core.take();
     assert!(left.sends.is_empty());
     assert_eq!(filters(&left.bus), ["-lmos/urn:t/events/+"]);
 }
