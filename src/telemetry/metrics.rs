@@ -82,9 +82,14 @@ struct Inner {
     auth_failures: Family<Labels2, Counter>,
     denied: Family<Labels2, Counter>,
     limits: Family<Labels2, Counter>,
-    cluster_connected: Gauge,
-    cluster_reconnects: Gauge,
-    cluster_jetstream: Family<Labels1, Gauge>,
+    cluster: Cluster,
+}
+
+/// The cluster link's gauges, set from its status at each scrape.
+struct Cluster {
+    connected: Gauge,
+    reconnects: Gauge,
+    jetstream: Family<Labels1, Gauge>,
 }
 
 #[derive(Clone)]
@@ -233,9 +238,11 @@ impl Metrics {
             auth_failures,
             denied,
             limits,
-            cluster_connected,
-            cluster_reconnects,
-            cluster_jetstream,
+            cluster: Cluster {
+                connected: cluster_connected,
+                reconnects: cluster_reconnects,
+                jetstream: cluster_jetstream,
+            },
         }))
     }
 
@@ -326,8 +333,8 @@ impl Metrics {
     }
 
     pub fn set_cluster(&self, connected: bool, reconnects: u64) {
-        self.0.cluster_connected.set(i64::from(connected));
-        self.0.cluster_reconnects.set(reconnects as i64);
+        self.0.cluster.connected.set(i64::from(connected));
+        self.0.cluster.reconnects.set(reconnects as i64);
     }
 
     /// The native link's JetStream counts, by `what`.
@@ -335,7 +342,8 @@ impl Metrics {
         for &(what, value) in values {
             let labels = [("what", what)];
             self.0
-                .cluster_jetstream
+                .cluster
+                .jetstream
                 .get_or_create(&labels)
                 .set(value as i64);
         }

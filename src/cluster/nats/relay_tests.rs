@@ -12,15 +12,20 @@ fn bytes(v: Value) -> Bytes {
     Bytes::from(v.to_string())
 }
 
+/// What the relay does with an empty event of `T`'s.
+fn event_out(r: &mut Relay) -> Vec<ToNats> {
+    let t = Topics::new("lmos").unwrap();
+    r.from_local(&t.event(T, "e"), Bytes::from_static(b"{}"))
+}
+
+const EVENT_SUBJECT: &str = "lmos.urn:t.events.e";
+
 #[test]
 fn events_go_to_everyone_on_their_subject() {
-    let mut r = relay();
-    let t = Topics::new("lmos").unwrap();
-    let out = r.from_local(&t.event(T, "e"), Bytes::from_static(b"{}"));
     assert_eq!(
-        out,
-        vec![ToNats::Publish {
-            subject: "lmos.urn:t.events.e".into(),
+        event_out(&mut relay()),
+        [ToNats::Publish {
+            subject: EVENT_SUBJECT.into(),
             payload: Bytes::from_static(b"{}")
         }]
     );
@@ -115,11 +120,10 @@ fn a_request_crosses_as_a_nats_request_and_its_answers_come_back_to_the_asker_on
 fn with_jetstream_events_are_stored_and_state_kept_in_buckets() {
     let t = Topics::new("lmos").unwrap();
     let mut r = relay().with_jetstream();
-    let out = r.from_local(&t.event(T, "e"), Bytes::from_static(b"{}"));
     assert_eq!(
-        out,
-        vec![ToNats::Store {
-            subject: "lmos.urn:t.events.e".into(),
+        event_out(&mut r),
+        [ToNats::Store {
+            subject: EVENT_SUBJECT.into(),
             payload: Bytes::from_static(b"{}")
         }]
     );
