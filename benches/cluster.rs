@@ -33,7 +33,9 @@
 //! QoS 1 window (100), CLUSTER_SERIAL invocations in the serial pass (200),
 //! CLUSTER_INVOCATIONS in the parallel pass (2000), CLUSTER_INFLIGHT
 //! invocations in flight in the parallel pass (32), CLUSTER_NODELAY=1 to
-//! have the bench's own clients set TCP_NODELAY (0), CLUSTER_SCENARIOS a
+//! have the bench's own clients set TCP_NODELAY (0),
+//! CLUSTER_JETSTREAM_STORAGE=memory for `cluster.jetstream_storage =
+//! "memory"` in the `js` rows (file), CLUSTER_SCENARIOS a
 //! comma list of the passes to run (paced,flood,serial,parallel). The
 //! default rate is moderate for this cluster: on two shared cores NATS
 //! alone carries roughly 700 to 1600 QoS 1 messages per second from one
@@ -976,6 +978,9 @@ async fn bridged(
         Mode::Native | Mode::JetStream => {
             c.cluster.mode = lmos_sidecar::config::ClusterMode::Nats;
             c.cluster.jetstream = mode == Mode::JetStream;
+            if std::env::var("CLUSTER_JETSTREAM_STORAGE").as_deref() == Ok("memory") {
+                c.cluster.jetstream_storage = lmos_sidecar::config::StreamStorage::Memory;
+            }
             format!("nats://{}", cluster.client_addr(node))
         }
     };

@@ -362,6 +362,19 @@ pub enum ClusterMode {
     Nats,
 }
 
+/// Where JetStream keeps the event stream's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamStorage {
+    /// On disk: the history survives every node restarting.
+    #[default]
+    File,
+    /// In memory: faster (a lower tail latency), and still on every replica,
+    /// so one node dying loses nothing; a restart of all of them loses the
+    /// history.
+    Memory,
+}
+
 /// The cluster the sidecar links its LMOS topics to, so consumers on any
 /// sidecar reach agents on any other.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -408,6 +421,9 @@ pub struct ClusterConfig {
     /// `nats` mode: replicas of the stream and buckets, at most 3 (and 1
     /// on a NATS that is not clustered, whatever this says).
     pub jetstream_replicas: usize,
+    /// `nats` mode: where the event stream keeps its messages when the
+    /// sidecar creates it (an existing stream keeps its own).
+    pub jetstream_storage: StreamStorage,
     /// `nats` mode: how long the event stream keeps events, in seconds
     /// (also how long an absent sidecar's durable consumer is kept).
     pub events_max_age_s: u64,
@@ -435,6 +451,7 @@ impl Default for ClusterConfig {
             tls_key: String::new(),
             jetstream: true,
             jetstream_replicas: 3,
+            jetstream_storage: StreamStorage::File,
             events_max_age_s: 3600,
             presence_ttl_s: 30,
         }

@@ -514,6 +514,51 @@ async fn a_single_dev_node_takes_the_stream_and_buckets_with_one_replica() {
     b.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_can_live_in_memory_and_events_still_cross() {
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(1).await;
+    let mut config = bridged_config(&cluster, &[0], "a", Mode::Nats);
+    config.cluster.jetstream_storage = lmos_sidecar::config::StreamStorage::Memory;
+    let a = linked(TestSidecar::start_with(config).await).await;
+    let thing = "urn:cluster:memory";
+    let mut agent = mqtt_agent(a.mqtt, "memory-agent", thing, None).await;
+    let b = bridged(&cluster, 0, "b", Mode::Nats).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+    let mut consumer = b.ws().await;
+    consumer
+        .send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
+        .await;
+    consumer.barrier().await;
+    until_events_cross(&mut agent, &mut consumer, thing).await;
+    let streams = cluster.monitor(0, "/jsz?accounts=true&streams=true&config=true");
+    let storage: Vec<(String, String)> = streams
+        .iter()
+        .flat_map(|v| v["account_details"].as_array().into_iter().flatten())
+        .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+        .map(|s| {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (text(&s["name"]), text(&s["config"]["storage"]))
+        })
+        .collect();
+    let events: Vec<&str> = storage
+        .iter()
+        .filter(|(name, _)| name.ends_with("-events"))
+        .map(|(_, storage)| storage.as_str())
+        .collect();
+    assert_eq!(events, ["memory"], "{storage:?}");
+    // The buckets stay on disk.
+    assert!(
+        storage
+            .iter()
+            .filter(|(name, _)| name.starts_with("KV_"))
+            .all(|(_, storage)| storage == "file"),
+        "{storage:?}"
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
 /// A NATS server started without JetStream, killed when dropped.
 struct PlainNats(std::process::Child);
 

@@ -23,7 +23,7 @@ use super::batch;
 use super::jetstream::JetStreamCounters;
 use super::jetstream::{self as js, Outbox};
 use super::kv::Bucket;
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, StreamStorage};
 use crate::topics::Topics;
 
 /// Events the link may queue for the publisher, at most.
@@ -303,7 +303,10 @@ impl Edge {
                 subjects: vec![js::stream_subject(&self.topics)],
                 max_age,
                 num_replicas: replicas,
-                storage: stream::StorageType::File,
+                storage: match self.config.jetstream_storage {
+                    StreamStorage::File => stream::StorageType::File,
+                    StreamStorage::Memory => stream::StorageType::Memory,
+                },
                 duplicate_window: Duration::from_secs(120),
                 ..Default::default()
             })
