@@ -514,6 +514,70 @@ async fn a_single_dev_node_takes_the_stream_and_buckets_with_one_replica() {
     b.stop().await;
 }
 
+/// The asking sidecar's node dies with every answer still to come: each
+/// invocation's result still arrives, once (answers are acknowledged by the
+/// asker's link and repeated until they are, see `cluster::nats::answers`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_while_results_cross_loses_no_invocation_result() {
+    const N: usize = 100;
+    let _alone = one_at_a_time().await;
+    let mut cluster = NatsCluster::start(3).await;
+    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
+    let mut config = bridged_config(&cluster, &[1, 2], "b", Mode::Nats);
+    // Long enough for B's link to move to node 2: this is about loss.
+    config.requests.timeout_ms = 30_000;
+    let b = linked(TestSidecar::start_with(config).await).await;
+    let thing = "urn:cluster:invoked";
+    let mut agent = mqtt_agent(a.mqtt, "invoked-agent", thing, None).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+    let mut ws = b.ws().await;
+    for n in 0..N {
+        ws.send(json!({"thingID": thing, "messageID": format!("i{n}"), "messageType": "invokeAction", "action": "tick", "input": n}))
+            .await;
+    }
+    // Every request reached the agent before anything is answered.
+    let mut requests = Vec::new();
+    while requests.len() < N {
+        let (_, request, _) = agent.recv_json().await;
+        requests.push(request);
+    }
+    cluster.kill(1);
+    for request in &requests {
+        let status = lmos(
+            thing,
+            "actionStatus",
+            json!({"action": "tick", "status": "completed", "output": request["input"], "correlationID": request["correlationID"]}),
+        );
+        agent
+            .publish(&format!("lmos/{thing}/agent/replies"), &status, false)
+            .await;
+    }
+    let mut results = vec![0u32; N];
+    let mut others = Vec::new();
+    while results.contains(&0) {
+        let reply = tokio::time::timeout(Duration::from_secs(40), ws.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("results still missing: {results:?}, other replies: {others:?}")
+            });
+        let n = reply["correlationID"]
+            .as_str()
+            .and_then(|c| c.strip_prefix('i'))
+            .and_then(|n| n.parse::<usize>().ok());
+        match (n, reply["status"].as_str()) {
+            (Some(n), Some("completed")) if n < N => results[n] += 1,
+            _ => others.push(reply),
+        }
+    }
+    ws.assert_nothing_pending().await;
+    assert!(
+        results.iter().all(|&c| c == 1) && others.is_empty(),
+        "each result once: {results:?}, other replies: {others:?}"
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_event_stream_can_live_in_memory_and_events_still_cross() {
     let _alone = one_at_a_time().await;

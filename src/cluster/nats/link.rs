@@ -169,6 +169,7 @@ impl NatsLink {
             )
         });
         let mut js_in = JetStreamIn::new(origin);
+        let answers = super::answers::start(client.clone(), stop.child_token());
         // Renewing this sidecar's presence, and looking for others' gone.
         let renew = Duration::from_secs(self.config.presence_ttl_s.max(3)) / 3;
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + renew, renew);
@@ -242,6 +243,9 @@ impl NatsLink {
                                 if let Err(e) = client.publish(subject, payload).await {
                                     debug!(error = %e, "A message could not go to NATS.");
                                 }
+                            }
+                            ToNats::Answer { subject, route, seq, payload } => {
+                                let _ = answers.send(super::answers::Answer { subject, route, seq, payload });
                             }
                             ToNats::Request { subject, reply, payload } => {
                                 if let Err(e) = client.publish_with_reply(subject, reply, payload).await {
@@ -337,6 +341,8 @@ impl NatsLink {
                 }
                 Some(Incoming { kind, message }) = incoming.recv() => {
                     let subject = message.subject.as_str();
+                    // Where to acknowledge an answer another sidecar sent.
+                    let mut ack = None;
                     let local = match kind {
                         Kind::Broadcast => match super::subjects::topic(subject) {
                             Ok(topic) => {
@@ -357,8 +363,22 @@ impl NatsLink {
                         }
                         Kind::Inbox => {
                             let no_responders = message.status == Some(StatusCode::NO_RESPONDERS);
-                            match relay.from_inbox(subject, message.payload, no_responders) {
-                                Ok(local) => Some(local),
+                            let seq = message
+                                .headers
+                                .as_ref()
+                                .and_then(|h| h.get(super::answers::HEADER))
+                                .and_then(|v| v.as_str().parse::<u64>().ok());
+                            let result = match seq {
+                                // An acknowledged answer: acknowledged once
+                                // it is in the broker (below), a repeat at once.
+                                Some(seq) => {
+                                    ack = message.reply.clone();
+                                    relay.answer_from_inbox(subject, message.payload, seq)
+                                }
+                                None => relay.from_inbox(subject, message.payload, no_responders).map(Some),
+                            };
+                            match result {
+                                Ok(local) => local,
                                 Err(e) => {
                                     debug!(error = %e, "Ignored a NATS message on the inbox.");
                                     None
@@ -380,6 +400,9 @@ impl NatsLink {
                         if self.bus.publish(publication).await.is_err() {
                             break;
                         }
+                    }
+                    if let Some(reply) = ack {
+                        let _ = client.publish(reply, Bytes::new()).await;
                     }
                 }
             }

@@ -3,6 +3,7 @@
 //! the sidecar whose agent hosts a Thing. See [`relay`] for what crosses
 //! how, [`subjects`] for the subject mapping.
 
+mod answers;
 pub mod batch;
 mod buckets;
 pub mod durable;

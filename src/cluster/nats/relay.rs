@@ -41,6 +41,16 @@ pub enum ToNats {
         reply: String,
         payload: Bytes,
     },
+    /// An agent's answer for the sidecar that asked, on its reply subject:
+    /// sent until that sidecar acknowledges it (a node dying on the way
+    /// loses none), the answers of one route one after the other, each
+    /// numbered (`seq`, from 1) so the asker drops a repeat.
+    Answer {
+        subject: String,
+        route: String,
+        seq: u64,
+        payload: Bytes,
+    },
     /// Take requests for this Thing: its agent is here.
     Host(String),
     /// No longer: its agent left.
@@ -72,6 +82,8 @@ struct Pending {
     thing: String,
     /// An invocation: its statuses follow until a terminal one.
     invocation: bool,
+    /// Answers sent so far.
+    sent: u64,
 }
 
 pub struct Relay {
@@ -85,6 +97,10 @@ pub struct Relay {
     order: VecDeque<String>,
     /// Retained messages this sidecar published, by topic.
     retained: HashMap<String, Bytes>,
+    /// Route → the last answer taken from another sidecar (its `seq`), so
+    /// a repeat is dropped; the oldest routes are forgotten first.
+    answered: HashMap<String, u64>,
+    answered_order: VecDeque<String>,
     /// Events go through JetStream, retained state to the buckets too.
     jetstream: bool,
 }
@@ -114,6 +130,8 @@ impl Relay {
             pending: HashMap::new(),
             order: VecDeque::new(),
             retained: HashMap::new(),
+            answered: HashMap::new(),
+            answered_order: VecDeque::new(),
             jetstream: false,
         }
     }
@@ -214,9 +232,11 @@ impl Relay {
                 });
             }
             Some(Route::AgentReplies { .. }) => {
-                for subject in self.answers(&payload) {
-                    out.push(ToNats::Publish {
+                for (subject, route, seq) in self.answers(&payload) {
+                    out.push(ToNats::Answer {
                         subject,
+                        route,
+                        seq,
                         payload: payload.clone(),
                     });
                 }
@@ -226,22 +246,24 @@ impl Relay {
         out
     }
 
-    /// Reply subjects the agent's answer goes to; forgets routes that
-    /// nothing more will answer.
-    fn answers(&mut self, payload: &[u8]) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
+    /// Where the agent's answer goes: each reply subject once, with the
+    /// route and the answer's number on it; forgets routes that nothing
+    /// more will answer.
+    fn answers(&mut self, payload: &[u8]) -> Vec<(String, String, u64)> {
+        let mut out: Vec<(String, String, u64)> = Vec::new();
         for message in crate::gateway::parse_agent_replies(payload) {
             let Some(route) = message.correlation_id.as_deref() else {
                 continue;
             };
-            let Some(p) = self.pending.get(route) else {
+            let Some(p) = self.pending.get_mut(route) else {
                 continue;
             };
             if p.thing != message.thing_id {
                 continue;
             }
-            if !out.contains(&p.reply) {
-                out.push(p.reply.clone());
+            if !out.iter().any(|(subject, ..)| *subject == p.reply) {
+                p.sent += 1;
+                out.push((p.reply.clone(), route.to_owned(), p.sent));
             }
             let last = match &message.body {
                 Body::ActionStatus { status, .. } if p.invocation => {
@@ -289,6 +311,7 @@ impl Relay {
                             reply: reply.to_owned(),
                             thing,
                             invocation: message_type == "invokeAction",
+                            sent: 0,
                         },
                     )
                     .is_none();
@@ -354,6 +377,39 @@ impl Relay {
             payload,
             retain: false,
         })
+    }
+
+    /// An answer another sidecar sent for a route of this one's, numbered
+    /// `seq`: as [`Relay::from_inbox`], or `None` for a repeat of one taken
+    /// already (its acknowledgement was lost on the way back).
+    pub fn answer_from_inbox(
+        &mut self,
+        subject: &str,
+        payload: Bytes,
+        seq: u64,
+    ) -> Result<Option<ToLocal>, SubjectError> {
+        let rest = subjects::topic_under(&self.inbox, subject)?;
+        let route = rest.split_once('/').map(|(route, _)| route.to_owned());
+        let Some(route) = route else {
+            return self.from_inbox(subject, payload, false).map(Some);
+        };
+        match self.answered.get_mut(&route) {
+            Some(last) if *last >= seq => return Ok(None),
+            Some(last) => *last = seq,
+            None => {
+                self.answered.insert(route.clone(), seq);
+                self.answered_order.push_back(route);
+                while self.answered.len() > ROUTES_LIMIT {
+                    match self.answered_order.pop_front() {
+                        Some(old) => {
+                            self.answered.remove(&old);
+                        }
+                        None => break,
+                    }
+                }
+            }
+        }
+        self.from_inbox(subject, payload, false).map(Some)
     }
 
     /// This sidecar's retained state, for another sidecar's inbox.

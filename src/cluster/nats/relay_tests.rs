@@ -81,12 +81,14 @@ fn a_request_crosses_as_a_nats_request_and_its_answers_come_back_to_the_asker_on
             json!({"thingID": T, "messageID": s, "messageType": "actionStatus", "action": "x", "status": s, "correlationID": "r.1"}),
         )
     };
-    for (s, pending) in [("running", 1), ("completed", 0)] {
+    for (seq, s, pending) in [(1, "running", 1), (2, "completed", 0)] {
         let out = a.from_local(&t.agent_replies(T), status(s));
         assert_eq!(
             out,
-            vec![ToNats::Publish {
+            vec![ToNats::Answer {
                 subject: reply.clone(),
+                route: "r.1".into(),
+                seq,
                 payload: status(s)
             }]
         );
@@ -102,6 +104,13 @@ fn a_request_crosses_as_a_nats_request_and_its_answers_come_back_to_the_asker_on
         (back.topic.as_str(), back.retain),
         (t.agent_replies(T).as_str(), false)
     );
+    // Numbered answers: each taken once, a repeat (its acknowledgement
+    // lost) dropped, the next one taken.
+    let taken = |b: &mut Relay, seq| b.answer_from_inbox(reply, status("running"), seq).unwrap();
+    assert!(taken(&mut b, 1).is_some());
+    assert!(taken(&mut b, 1).is_none(), "a repeat");
+    assert!(taken(&mut b, 2).is_some());
+    assert!(taken(&mut b, 1).is_none(), "an older one");
     // No one took it: the asker's router hears 503.
     let back = b.from_inbox(reply, Bytes::new(), true).unwrap();
     let problem: Value = serde_json::from_slice(&back.payload).unwrap();
