@@ -16,7 +16,7 @@
 //!   is kept here, as this sidecar published it, and handed to a sidecar
 //!   that asks on the sync subject when its link comes up.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -43,8 +43,8 @@ pub enum ToNats {
     },
     /// An agent's answer for the sidecar that asked, on its reply subject:
     /// sent until that sidecar acknowledges it (a node dying on the way
-    /// loses none), the answers of one route one after the other, each
-    /// numbered (`seq`, from 1) so the asker drops a repeat.
+    /// loses none), each numbered within its route (`seq`, from 1) so the
+    /// asker drops a repeat.
     Answer {
         subject: String,
         route: String,
@@ -76,6 +76,27 @@ pub struct ToLocal {
     pub retain: bool,
 }
 
+/// Numbers taken: all up to `upto`, and those above it in `above` (answers
+/// overtaken by a later one).
+#[derive(Debug, Default)]
+struct Taken {
+    upto: u64,
+    above: BTreeSet<u64>,
+}
+
+impl Taken {
+    /// Whether `seq` is new; it is taken from now on.
+    fn take(&mut self, seq: u64) -> bool {
+        if seq <= self.upto || !self.above.insert(seq) {
+            return false;
+        }
+        while self.above.remove(&(self.upto + 1)) {
+            self.upto += 1;
+        }
+        true
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
     reply: String,
@@ -97,9 +118,9 @@ pub struct Relay {
     order: VecDeque<String>,
     /// Retained messages this sidecar published, by topic.
     retained: HashMap<String, Bytes>,
-    /// Route → the last answer taken from another sidecar (its `seq`), so
-    /// a repeat is dropped; the oldest routes are forgotten first.
-    answered: HashMap<String, u64>,
+    /// Route → the answers taken from another sidecar (their `seq`), so a
+    /// repeat is dropped; the oldest routes are forgotten first.
+    answered: HashMap<String, Taken>,
     answered_order: VecDeque<String>,
     /// Events go through JetStream, retained state to the buckets too.
     jetstream: bool,
@@ -393,21 +414,19 @@ impl Relay {
         let Some(route) = route else {
             return self.from_inbox(subject, payload, false).map(Some);
         };
-        match self.answered.get_mut(&route) {
-            Some(last) if *last >= seq => return Ok(None),
-            Some(last) => *last = seq,
-            None => {
-                self.answered.insert(route.clone(), seq);
-                self.answered_order.push_back(route);
-                while self.answered.len() > ROUTES_LIMIT {
-                    match self.answered_order.pop_front() {
-                        Some(old) => {
-                            self.answered.remove(&old);
-                        }
-                        None => break,
+        if !self.answered.contains_key(&route) {
+            self.answered_order.push_back(route.clone());
+            while self.answered.len() >= ROUTES_LIMIT {
+                match self.answered_order.pop_front() {
+                    Some(old) => {
+                        self.answered.remove(&old);
                     }
+                    None => break,
                 }
             }
+        }
+        if !self.answered.entry(route).or_default().take(seq) {
+            return Ok(None);
         }
         self.from_inbox(subject, payload, false).map(Some)
     }

@@ -109,8 +109,9 @@ fn a_request_crosses_as_a_nats_request_and_its_answers_come_back_to_the_asker_on
     let taken = |b: &mut Relay, seq| b.answer_from_inbox(reply, status("running"), seq).unwrap();
     assert!(taken(&mut b, 1).is_some());
     assert!(taken(&mut b, 1).is_none(), "a repeat");
-    assert!(taken(&mut b, 2).is_some());
-    assert!(taken(&mut b, 1).is_none(), "an older one");
+    assert!(taken(&mut b, 3).is_some(), "overtaking 2");
+    assert!(taken(&mut b, 2).is_some(), "2 repeated after a loss");
+    assert!(taken(&mut b, 2).is_none() && taken(&mut b, 3).is_none());
     // No one took it: the asker's router hears 503.
     let back = b.from_inbox(reply, Bytes::new(), true).unwrap();
     let problem: Value = serde_json::from_slice(&back.payload).unwrap();
