@@ -483,27 +483,40 @@ async fn a_node_killed_under_load_loses_no_event_and_duplicates_none() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_single_dev_node_takes_the_stream_and_buckets_with_one_replica() {
-    let _alone = one_at_a_time().await;
-    let cluster = NatsCluster::start(1).await;
-    // R3 asked for (the default), refused by a NATS that is not clustered.
-    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
-    let thing = "urn:cluster:dev";
-    let mut agent = mqtt_agent(a.mqtt, "dev-agent", thing, None).await;
-    let b = bridged(&cluster, 0, "b", Mode::Nats).await;
-    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+/// An MQTT agent of `thing` on `a` and a WebSocket consumer of its events
+/// on `b`; returns once its events reach the consumer.
+async fn events_cross(a: &TestSidecar, b: &TestSidecar, thing: &str, agent_id: &str) {
+    let mut agent = mqtt_agent(a.mqtt, agent_id, thing, None).await;
+    wait_for_stats(b, |s| s.hosted_things == 1).await;
     let mut consumer = b.ws().await;
     consumer
         .send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
         .await;
     consumer.barrier().await;
     until_events_cross(&mut agent, &mut consumer, thing).await;
-    let streams = cluster.monitor(0, "/jsz?accounts=true&streams=true&config=true");
-    let replicas: Vec<u64> = streams
+}
+
+/// Every stream's details (buckets' included) as node 0 reports them.
+fn stream_details(cluster: &NatsCluster) -> Vec<serde_json::Value> {
+    cluster
+        .monitor(0, "/jsz?accounts=true&streams=true&config=true")
         .iter()
         .flat_map(|v| v["account_details"].as_array().into_iter().flatten())
         .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_dev_node_takes_the_stream_and_buckets_with_one_replica() {
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(1).await;
+    // R3 asked for (the default), refused by a NATS that is not clustered.
+    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
+    let b = bridged(&cluster, 0, "b", Mode::Nats).await;
+    events_cross(&a, &b, "urn:cluster:dev", "dev-agent").await;
+    let replicas: Vec<u64> = stream_details(&cluster)
+        .iter()
         .filter_map(|s| s["config"]["num_replicas"].as_u64())
         .collect();
     assert!(
@@ -585,21 +598,10 @@ async fn the_event_stream_can_live_in_memory_and_events_still_cross() {
     let mut config = bridged_config(&cluster, &[0], "a", Mode::Nats);
     config.cluster.jetstream_storage = lmos_sidecar::config::StreamStorage::Memory;
     let a = linked(TestSidecar::start_with(config).await).await;
-    let thing = "urn:cluster:memory";
-    let mut agent = mqtt_agent(a.mqtt, "memory-agent", thing, None).await;
     let b = bridged(&cluster, 0, "b", Mode::Nats).await;
-    wait_for_stats(&b, |s| s.hosted_things == 1).await;
-    let mut consumer = b.ws().await;
-    consumer
-        .send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
-        .await;
-    consumer.barrier().await;
-    until_events_cross(&mut agent, &mut consumer, thing).await;
-    let streams = cluster.monitor(0, "/jsz?accounts=true&streams=true&config=true");
-    let storage: Vec<(String, String)> = streams
+    events_cross(&a, &b, "urn:cluster:memory", "memory-agent").await;
+    let storage: Vec<(String, String)> = stream_details(&cluster)
         .iter()
-        .flat_map(|v| v["account_details"].as_array().into_iter().flatten())
-        .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
         .map(|s| {
             let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
             (text(&s["name"]), text(&s["config"]["storage"]))
