@@ -271,6 +271,62 @@ fn is_barrier(v: &Value) -> bool {
 }
 
 /// An MQTT 3.1.1 client whose received publishes arrive on a channel.
+/// A rumqttc event loop driven in a task of its own: what the broker sends,
+/// split by kind, for the test clients of this kit.
+pub(crate) struct Driven {
+    pub publishes: mpsc::UnboundedReceiver<rumqttc::Publish>,
+    /// SUBACKs, PUBACKs and UNSUBACKs, for the calls that await them.
+    pub acks: mpsc::UnboundedReceiver<Packet>,
+    /// The first CONNACK.
+    pub connack: oneshot::Receiver<rumqttc::ConnAck>,
+    /// Why the loop ended (the error, or "disconnected").
+    pub closed: mpsc::UnboundedReceiver<String>,
+    pub task: JoinHandle<()>,
+}
+
+pub(crate) fn drive(mut eventloop: rumqttc::EventLoop) -> Driven {
+    let (pub_tx, publishes) = mpsc::unbounded_channel();
+    let (ack_tx, acks) = mpsc::unbounded_channel();
+    let (closed_tx, closed) = mpsc::unbounded_channel();
+    let (connack_tx, connack) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut connack_tx = Some(connack_tx);
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(a))) => {
+                    if let Some(tx) = connack_tx.take() {
+                        let _ = tx.send(a);
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let _ = pub_tx.send(p);
+                }
+                Ok(Event::Incoming(
+                    p @ (Packet::SubAck(_) | Packet::PubAck(_) | Packet::UnsubAck(_)),
+                )) => {
+                    let _ = ack_tx.send(p);
+                }
+                Ok(Event::Outgoing(rumqttc::Outgoing::Disconnect)) => {
+                    let _ = closed_tx.send("disconnected".to_owned());
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = closed_tx.send(e.to_string());
+                    return;
+                }
+            }
+        }
+    });
+    Driven {
+        publishes,
+        acks,
+        connack,
+        closed,
+        task,
+    }
+}
+
 pub struct MqttClient {
     pub client: AsyncClient,
     pub publishes: mpsc::UnboundedReceiver<rumqttc::Publish>,
@@ -306,33 +362,15 @@ impl MqttClient {
         options.set_keep_alive(Duration::from_secs(30));
         options.set_max_packet_size(4 * 1024 * 1024, 4 * 1024 * 1024);
         configure(&mut options);
-        let (client, mut eventloop) = AsyncClient::new(options, 1000);
-        let (pub_tx, publishes) = mpsc::unbounded_channel();
-        let (ack_tx, acks) = mpsc::unbounded_channel();
-        let (connected_tx, connected) = oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut connected_tx = Some(connected_tx);
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                        if let Some(tx) = connected_tx.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(Event::Incoming(Packet::Publish(p))) => {
-                        let _ = pub_tx.send(p);
-                    }
-                    Ok(Event::Incoming(
-                        p @ (Packet::SubAck(_) | Packet::PubAck(_) | Packet::UnsubAck(_)),
-                    )) => {
-                        let _ = ack_tx.send(p);
-                    }
-                    Ok(_) => {}
-                    Err(_) => return,
-                }
-            }
-        });
-        tokio::time::timeout(WAIT, connected)
+        let (client, eventloop) = AsyncClient::new(options, 1000);
+        let Driven {
+            publishes,
+            acks,
+            connack,
+            task,
+            ..
+        } = drive(eventloop);
+        tokio::time::timeout(WAIT, connack)
             .await
             .expect("MQTT connects in time")
             .expect("MQTT connects");

@@ -590,40 +590,14 @@ impl Mqtt {
         options.set_clean_session(clean);
         options.set_keep_alive(Duration::from_secs(60));
         options.set_max_packet_size(1 << 20, 1 << 20);
-        let (client, mut eventloop) = AsyncClient::new(options, 1000);
-        let (pub_tx, publishes) = mpsc::unbounded_channel();
-        let (ack_tx, acks) = mpsc::unbounded_channel();
-        let (closed_tx, closed) = mpsc::unbounded_channel();
-        let (connack_tx, connack) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut connack_tx = Some(connack_tx);
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Incoming(Packet::ConnAck(a))) => {
-                        if let Some(tx) = connack_tx.take() {
-                            let _ = tx.send(a);
-                        }
-                    }
-                    Ok(Event::Incoming(Packet::Publish(p))) => {
-                        let _ = pub_tx.send(p);
-                    }
-                    Ok(Event::Incoming(
-                        p @ (Packet::SubAck(_) | Packet::PubAck(_) | Packet::UnsubAck(_)),
-                    )) => {
-                        let _ = ack_tx.send(p);
-                    }
-                    Ok(Event::Outgoing(rumqttc::Outgoing::Disconnect)) => {
-                        let _ = closed_tx.send("disconnected".to_owned());
-                        return;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = closed_tx.send(e.to_string());
-                        return;
-                    }
-                }
-            }
-        });
+        let (client, eventloop) = AsyncClient::new(options, 1000);
+        let crate::Driven {
+            publishes,
+            acks,
+            connack,
+            closed,
+            task,
+        } = crate::drive(eventloop);
         let a = match tokio::time::timeout(WAIT, connack).await {
             Ok(Ok(a)) => a,
             Ok(Err(_)) => {
