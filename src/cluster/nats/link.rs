@@ -372,8 +372,12 @@ impl NatsLink {
                                 // An acknowledged answer: acknowledged once
                                 // it is in the broker (below), a repeat at once.
                                 Some(seq) => {
-                                    ack = message.reply.clone();
-                                    relay.answer_from_inbox(subject, message.payload, seq)
+                                    let reply = message.reply.clone();
+                                    let taken = relay.answer_from_inbox(subject, message.payload, seq);
+                                    if taken.is_ok() {
+                                        ack = reply;
+                                    }
+                                    taken
                                 }
                                 None => relay.from_inbox(subject, message.payload, no_responders).map(Some),
                             };
