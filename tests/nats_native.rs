@@ -36,6 +36,13 @@ async fn a_websocket_agent_on_one_sidecar_serves_consumers_of_another_in_every_p
     cluster_scenarios::a_websocket_agent_on_one_sidecar_serves_consumers_of_another_in_every_pattern(Mode::Nats).await
 }
 
+/// The same on Debian's NATS 2.9 (the rest of this file runs on the newest
+/// server installed): the native mode needs nothing of the later releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pattern_crosses_on_nats_2_9_too() {
+    cluster_scenarios::every_pattern_on(Mode::Nats, nats::nats_server_of("v2.9.")).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_from_a_consumer_of_one_sidecar_to_an_agent_behind_another_is_one_trace() {
     cluster_scenarios::a_request_from_a_consumer_of_one_sidecar_to_an_agent_behind_another_is_one_trace(Mode::Nats).await
@@ -450,7 +457,12 @@ async fn a_node_killed_under_load_loses_no_event_and_duplicates_none() {
             cluster.kill(1);
         }
     }
-    let on_ws = tally(N, async || ws.recv().await).await;
+    // What the dead node had handed out but B never got comes again after
+    // the consumer's ack_wait (10 s), once B's link is back on another node
+    // and the consumer's leader is elected again: here the longest wait for
+    // one event was 5.4 s, on CI once past the kit's 10 s WAIT.
+    let redelivered = Duration::from_secs(30);
+    let on_ws = tally(N, async || ws.recv_within(redelivered).await).await;
     let on_mqtt = tally(N, async || {
         let p = mqtt.recv().await;
         serde_json::from_slice(&p.payload).unwrap()
@@ -472,13 +484,24 @@ async fn a_node_killed_under_load_loses_no_event_and_duplicates_none() {
             )),
         "no event twice on MQTT"
     );
-    // What crossed, counted: every event through B's consumer.
+    // What crossed, counted: every event, live as NATS delivered it or
+    // from the stream through B's consumer; those before the kill live.
     let metrics = reconnected(&b).await;
-    let received = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("lmos_sidecar_cluster_jetstream{what=\"received\"} "))
-        .and_then(|v| v.trim().parse::<f64>().ok());
-    assert!(received >= Some(N as f64), "{metrics}");
+    let count = |what: &str| {
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "lmos_sidecar_cluster_jetstream{{what=\"{what}\"}} "
+                ))
+            })
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (live, received) = (count("live"), count("received"));
+    assert!(live + received >= N as f64, "{metrics}");
+    assert!(live >= (N / 4) as f64, "{metrics}");
+    eprintln!("{live} events came live, {received} from the stream");
     a.stop().await;
     b.stop().await;
 }

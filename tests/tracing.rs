@@ -6,7 +6,7 @@ use lmos_testkit as common;
 use common::{event, lmos, TestSidecar, WsClient};
 use lmos_sidecar::telemetry::Tracing;
 use opentelemetry::trace::{SpanId, SpanKind, Status};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 use serde_json::{json, Value};
 
 const THING: &str = "urn:uuid:3f1d3a7a-4f97-2e6b-c45f-f3c2e1c84c77";
@@ -16,10 +16,7 @@ const STATE: &str = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7";
 
 async fn traced(new_trace_for_untraced: bool) -> (TestSidecar, InMemorySpanExporter) {
     let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let tracing = Tracing::with_provider(provider, new_trace_for_untraced);
+    let tracing = Tracing::with_exporter(exporter.clone(), new_trace_for_untraced);
     (
         TestSidecar::start_traced(common::test_config(), tracing).await,
         exporter,
@@ -337,10 +334,7 @@ async fn what_the_sidecar_says_for_a_vanished_agent_continues_the_trace() {
 #[tokio::test]
 async fn mqtt5_subscribers_can_get_the_context_as_user_properties_too() {
     let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let tracing = Tracing::with_provider(provider, true).with_mqtt5_user_properties(true);
+    let tracing = Tracing::with_exporter(exporter.clone(), true).with_mqtt5_user_properties(true);
     let sidecar = TestSidecar::start_traced(common::test_config(), tracing).await;
 
     let (_client, mut rx) = common::mqtt5_client(

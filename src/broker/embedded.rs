@@ -241,7 +241,10 @@ impl EmbeddedBroker {
         if !wait_ready(&engine, &probe_topic, &mut probes, READY_TIMEOUT).await {
             return Err(BrokerError::NotReady { addr: internal_v5 });
         }
-        let _ = bus.unsubscribe(probe_topic).await;
+        // The probe's topic stays subscribed: the dispatcher's barrier
+        // (`Bus::with_barrier`) once the probe is done.
+        drop(probes);
+        let bus = bus.with_barrier(probe_topic.into());
         super::health::watch_broker_panics();
         let health = Health::default();
         tokio::spawn(health.clone().watch(engine.clone(), shutdown.clone()));
@@ -388,10 +391,12 @@ async fn run_link_rx(
 ) {
     loop {
         match link_rx.next().await {
+            // The readiness probe, until it is done; then the same topic
+            // carries the dispatcher's barriers, delivered as any message.
             Ok(Some(Notification::Forward(forward)))
-                if probe
-                    .as_ref()
-                    .is_some_and(|(topic, _)| forward.publish.topic == topic.as_bytes()) =>
+                if probe.as_ref().is_some_and(|(topic, probes)| {
+                    forward.publish.topic == topic.as_bytes() && !probes.is_closed()
+                }) =>
             {
                 if let Some((_, probes)) = &probe {
                     let _ =

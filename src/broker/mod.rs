@@ -11,6 +11,8 @@ pub mod health;
 mod probe;
 
 use bytes::Bytes;
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 
 use crate::telemetry::TraceContext;
@@ -74,11 +76,28 @@ pub struct BusClosed;
 #[derive(Debug, Clone)]
 pub struct Bus {
     commands: mpsc::Sender<BusCommand>,
+    barrier: Option<Arc<str>>,
 }
 
 impl Bus {
     pub(crate) fn new(commands: mpsc::Sender<BusCommand>) -> Bus {
-        Bus { commands }
+        Bus {
+            commands,
+            barrier: None,
+        }
+    }
+
+    /// With a topic only this bus connection subscribes to: a publication
+    /// there comes back once the broker has carried out every command
+    /// queued before it (it takes a connection's packets in order), e.g.
+    /// a subscription.
+    pub(crate) fn with_barrier(mut self, topic: Arc<str>) -> Bus {
+        self.barrier = Some(topic);
+        self
+    }
+
+    pub(crate) fn barrier_topic(&self) -> Option<&Arc<str>> {
+        self.barrier.as_ref()
     }
 
     /// Publishes at QoS 0 from inside the sidecar. Waits (never drops) when

@@ -31,17 +31,42 @@ fn type_label(message_type: &str) -> &'static str {
         .map_or("unknown", MessageType::as_str)
 }
 
+/// `reason` of `lmos_sidecar_spans_dropped_total` for spans of a failed
+/// export, or held back while exports fail.
+pub const EXPORT_FAILED: &str = "export_failed";
+
 /// What became of the spans the sidecar made (see `otlp::bounded`);
 /// clones count together.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SpanCounters {
     exported: Counter,
     dropped: Family<Labels1, Counter>,
+    /// `dropped` for `export_failed`, at hand: counted span by span while
+    /// the collector is down.
+    export_failed: Counter,
     /// Whether the last export failed (the collector is down or refuses).
     failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
+impl Default for SpanCounters {
+    fn default() -> SpanCounters {
+        let dropped = Family::<Labels1, Counter>::default();
+        let export_failed = dropped.get_or_create(&[("reason", EXPORT_FAILED)]).clone();
+        SpanCounters {
+            exported: Counter::default(),
+            dropped,
+            export_failed,
+            failing: Default::default(),
+        }
+    }
+}
+
 impl SpanCounters {
+    /// One span not built while the exports fail.
+    pub fn held_back(&self) {
+        self.export_failed.inc();
+    }
+
     pub fn exported(&self, n: u64) {
         self.exported.inc_by(n);
     }

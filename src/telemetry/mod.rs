@@ -5,18 +5,20 @@ pub mod memory;
 pub mod messaging;
 pub mod metrics;
 pub mod otlp;
+pub mod otlp_grpc;
+pub mod otlp_wire;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SimpleSpanProcessor, SpanExporter};
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat, TracingConfig};
-pub use messaging::{MessageInfo, MessageTracer, Operation, TraceContext};
+pub use messaging::{MessageInfo, MessageTracer, Operation, SpanSink, TraceContext};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -28,10 +30,10 @@ pub enum TelemetryError {
     Otlp(String),
 }
 
-/// Message tracing: off, or a tracer provider exporting somewhere.
+/// Message tracing: off, or a span processor exporting somewhere.
 #[derive(Clone, Default)]
 pub struct Tracing {
-    provider: Option<SdkTracerProvider>,
+    sink: Option<SpanSink>,
     spans: metrics::SpanCounters,
     new_trace_for_untraced: bool,
     mqtt5_user_properties: bool,
@@ -59,22 +61,30 @@ impl Tracing {
         let spans = metrics::SpanCounters::default();
         let counters = spans.clone();
         // The HTTP exporter's client blocks; the gRPC one needs the runtime.
-        let provider =
-            tokio::task::spawn_blocking(move || otlp::provider(&target, &service, &counters))
+        let processor =
+            tokio::task::spawn_blocking(move || otlp::processor(&target, &service, &counters))
                 .await
                 .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
         tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "Exporting traces over OTLP.");
-        let mut tracing = Tracing::with_provider(provider, config.new_trace_for_untraced)
-            .with_mqtt5_user_properties(config.mqtt5_user_properties);
-        tracing.spans = spans;
-        Ok(tracing)
+        Ok(Tracing {
+            sink: Some(SpanSink::new(Arc::new(processor)).with_counters(spans.clone())),
+            spans,
+            new_trace_for_untraced: config.new_trace_for_untraced,
+            mqtt5_user_properties: config.mqtt5_user_properties,
+        })
     }
 
-    /// Any provider, e.g. one with an in-memory exporter in tests.
-    pub fn with_provider(provider: SdkTracerProvider, new_trace_for_untraced: bool) -> Tracing {
+    /// Every span handed to `exporter` as it ends, e.g. the SDK's in-memory
+    /// exporter in tests.
+    pub fn with_exporter<E: SpanExporter + 'static>(
+        exporter: E,
+        new_trace_for_untraced: bool,
+    ) -> Tracing {
+        let spans = metrics::SpanCounters::default();
+        let processor = Arc::new(SimpleSpanProcessor::new(exporter));
         Tracing {
-            provider: Some(provider),
-            spans: metrics::SpanCounters::default(),
+            sink: Some(SpanSink::new(processor).with_counters(spans.clone())),
+            spans,
             new_trace_for_untraced,
             mqtt5_user_properties: false,
         }
@@ -92,9 +102,8 @@ impl Tracing {
     }
 
     pub fn messages(&self) -> MessageTracer {
-        let tracer = self.provider.as_ref().map(|p| p.tracer("lmos-sidecar"));
         MessageTracer::new(
-            tracer,
+            self.sink.clone(),
             self.new_trace_for_untraced,
             self.mqtt5_user_properties,
         )
@@ -105,7 +114,7 @@ impl Tracing {
     /// (the gRPC exporter runs there), so it runs on a blocking thread,
     /// bounded in time: shortly when the collector was not answering.
     pub async fn shutdown(&self) {
-        let Some(provider) = self.provider.clone() else {
+        let Some(sink) = self.sink.clone() else {
             return;
         };
         let bound = if self.spans.failing() {
@@ -113,7 +122,8 @@ impl Tracing {
         } else {
             FLUSH_TIMEOUT
         };
-        let flush = tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(bound));
+        let flush =
+            tokio::task::spawn_blocking(move || sink.processor().shutdown_with_timeout(bound));
         match tokio::time::timeout(bound + Duration::from_secs(1), flush).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) if self.spans.failing() => tracing::warn!(

@@ -9,13 +9,13 @@ use opentelemetry::Context;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, Span, SpanData, SpanExporter,
-    SpanProcessor,
+    BatchConfigBuilder, BatchSpanProcessor, Span, SpanData, SpanExporter, SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
 use tracing::{info, warn};
 
-use super::metrics::SpanCounters;
+use super::metrics::{SpanCounters, EXPORT_FAILED};
+use super::otlp_grpc::GrpcExporter;
 use super::TelemetryError;
 use crate::config::{OtlpProtocol, TracingConfig};
 
@@ -63,13 +63,14 @@ fn http_traces_url(endpoint: &str) -> String {
     }
 }
 
-/// Builds the provider. Must run where blocking is allowed (the HTTP
-/// exporter's client is a blocking one) and inside a Tokio runtime (gRPC).
-pub fn provider(
+/// Builds the span processor: batching, bounded, exporting over OTLP. Must
+/// run where blocking is allowed (the HTTP exporter's client is a blocking
+/// one) and inside a Tokio runtime (gRPC).
+pub fn processor(
     export: &Export,
     service_name: &str,
     counters: &SpanCounters,
-) -> Result<SdkTracerProvider, TelemetryError> {
+) -> Result<impl SpanProcessor, TelemetryError> {
     let timeout = Duration::from_secs(5);
     let failure = |e: opentelemetry_otlp::ExporterBuildError| TelemetryError::Otlp(e.to_string());
     let resource = match std::env::var("OTEL_SERVICE_NAME") {
@@ -78,33 +79,27 @@ pub fn provider(
             .with_service_name(service_name.to_owned())
             .build(),
     };
-    let builder = SdkTracerProvider::builder().with_resource(resource);
-    let provider = match export.protocol {
+    // The processor hands the resource to its exporter when a provider
+    // builds it; the message spans need no provider, so it is set here.
+    let processor = match export.protocol {
         OtlpProtocol::Grpc => {
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(export.endpoint.clone())
-                .with_timeout(timeout)
-                .build()
-                .map_err(failure)?;
-            builder
-                .with_span_processor(bounded(exporter, export, counters))
-                .build()
+            let mut exporter = GrpcExporter::new(&export.endpoint, timeout)?;
+            exporter.set_resource(&resource);
+            bounded(exporter, export, counters)
         }
         OtlpProtocol::HttpProtobuf => {
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
+            let mut exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_endpoint(http_traces_url(&export.endpoint))
                 .with_timeout(timeout)
                 .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                 .build()
                 .map_err(failure)?;
-            builder
-                .with_span_processor(bounded(exporter, export, counters))
-                .build()
+            exporter.set_resource(&resource);
+            bounded(exporter, export, counters)
         }
     };
-    Ok(provider)
+    Ok(processor)
 }
 
 /// Spans waiting for export before new ones are dropped. The SDK's 2048 is
@@ -203,7 +198,6 @@ impl SpanProcessor for Bounded {
 
 /// `reason` of `lmos_sidecar_spans_dropped_total`.
 const QUEUE_FULL: &str = "queue_full";
-const EXPORT_FAILED: &str = "export_failed";
 
 /// Logs the first failed export (collector down, wrong address) and the
 /// recovery, not every batch in between. Spans of failed batches are
@@ -267,6 +261,7 @@ impl<E: SpanExporter> SpanExporter for ReportFailures<E> {
 mod tests {
     use super::*;
     use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+    use opentelemetry_sdk::trace::SdkTracerProvider;
 
     /// An exporter stuck until released, like one waiting on a slow
     /// collector.

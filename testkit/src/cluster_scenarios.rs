@@ -204,8 +204,14 @@ pub async fn answer(agent: &mut WsClient, request: &Value, message_type: &str, e
 pub async fn a_websocket_agent_on_one_sidecar_serves_consumers_of_another_in_every_pattern(
     mode: Mode,
 ) {
+    every_pattern_on(mode, crate::nats::nats_server_binary()).await
+}
+
+/// As [`a_websocket_agent_on_one_sidecar_serves_consumers_of_another_in_every_pattern`],
+/// on a cluster of the `nats-server` at `server`.
+pub async fn every_pattern_on(mode: Mode, server: std::path::PathBuf) {
     let _alone = one_at_a_time().await;
-    let cluster = NatsCluster::start(3).await;
+    let cluster = NatsCluster::start_on(3, server).await;
     let a = bridged(&cluster, 0, "a", mode).await;
     let b = bridged(&cluster, 1, "b", mode).await;
 

@@ -206,8 +206,12 @@ impl WsClient {
     }
 
     async fn next_json(&mut self) -> Value {
+        self.next_json_within(WAIT).await
+    }
+
+    async fn next_json_within(&mut self, wait: Duration) -> Value {
         loop {
-            let frame = tokio::time::timeout(WAIT, self.stream.next())
+            let frame = tokio::time::timeout(wait, self.stream.next())
                 .await
                 .expect("a message arrives in time")
                 .expect("connection open")
@@ -224,11 +228,17 @@ impl WsClient {
 
     /// The next message, skipping barrier readings.
     pub async fn recv(&mut self) -> Value {
+        self.recv_within(WAIT).await
+    }
+
+    /// As [`WsClient::recv`], waiting up to `wait` for each frame: for what
+    /// may come late by design (JetStream redelivering after a node died).
+    pub async fn recv_within(&mut self, wait: Duration) -> Value {
         if let Some(v) = self.pending.pop_front() {
             return v;
         }
         loop {
-            let v = self.next_json().await;
+            let v = self.next_json_within(wait).await;
             if !is_barrier(&v) {
                 return v;
             }

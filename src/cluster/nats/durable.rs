@@ -167,7 +167,7 @@ async fn publish(
                 for next in batch::group(std::mem::take(&mut events)) {
                     let id = outbox.next_id();
                     let mut headers = HeaderMap::new();
-                    headers.insert("Nats-Msg-Id", id.as_str());
+                    headers.insert(js::MSG_ID, id.as_str());
                     headers.insert(js::ORIGIN, outbox.origin());
                     let (payload, count) = next.body();
                     if let Some(count) = count {

@@ -15,8 +15,16 @@
 //!   is in its embedded broker. A delivery whose acknowledgement was lost
 //!   comes again; [`Seen`] drops a stream sequence already handed over, so
 //!   consumers see each event once.
+//! - Each sidecar also subscribes to the events' subjects in core NATS: a
+//!   publication reaches it there as the stream stores it, without waiting
+//!   for the stream's replication, acknowledgement and consumer (that wait
+//!   was most of the crossing's tail). Whichever copy comes first is handed
+//!   over, the other dropped by its `Nats-Msg-Id` ([`Crossed`]); the
+//!   stream's copy still comes for every event, so one lost live (a node
+//!   died, the link was away) is handed over from the stream.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::kv::name;
@@ -24,6 +32,9 @@ use crate::topics::Topics;
 
 /// Header naming the sidecar that published an event.
 pub const ORIGIN: &str = "Lmos-Origin";
+
+/// JetStream's header of a message's ID, for the stream's deduplication.
+pub const MSG_ID: &str = "Nats-Msg-Id";
 
 /// Stream sequences [`Seen`] remembers at most.
 pub const SEEN_LIMIT: usize = 100_000;
@@ -73,8 +84,12 @@ pub struct JetStreamCounters {
     pub acked: Count,
     /// Publications repeated for want of an acknowledgement.
     pub republished: Count,
-    /// Events from the stream handed to the embedded broker.
+    /// Events from the stream handed to the embedded broker (those that
+    /// did not come live first).
     pub received: Count,
+    /// Events handed to the embedded broker as NATS delivered their
+    /// publication, before the stream's copy came.
+    pub live: Count,
     /// Deliveries the consumer made more than once.
     pub redelivered: Count,
     /// Deliveries dropped as already handed over ([`Seen`]).
@@ -105,6 +120,7 @@ impl JetStreamCounters {
             ("pending", self.pending()),
             ("republished", self.republished.get()),
             ("received", self.received.get()),
+            ("live", self.live.get()),
             ("redelivered", self.redelivered.get()),
             ("duplicates", self.duplicates.get()),
             ("kv_writes", self.kv_writes.get()),
@@ -163,9 +179,63 @@ impl Seen {
     }
 }
 
+/// Stream messages (by their `Nats-Msg-Id`) already handed over, from
+/// either way an event comes: live, as NATS delivers the publication to
+/// every subscriber of its subject, or from the stream through this
+/// sidecar's consumer. Whichever comes first is handed over; the other is
+/// dropped. The last [`SEEN_LIMIT`] are remembered, as 64-bit keyed hashes
+/// (SipHash with this process's random keys): two IDs among them sharing
+/// one is a chance of about 1 in 10^9, for a lost event.
+#[derive(Debug)]
+pub struct Crossed {
+    hasher: std::hash::RandomState,
+    recent: HashSet<u64>,
+    order: VecDeque<u64>,
+}
+
+impl Default for Crossed {
+    fn default() -> Crossed {
+        Crossed {
+            hasher: std::hash::RandomState::new(),
+            recent: HashSet::new(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl Crossed {
+    /// Whether the message `id` is news; remembers it.
+    pub fn first(&mut self, id: &str) -> bool {
+        let key = self.hasher.hash_one(id);
+        if !self.recent.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        if self.order.len() > SEEN_LIMIT {
+            if let Some(oldest) = self.order.pop_front() {
+                self.recent.remove(&oldest);
+            }
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_is_news_once_whichever_way_it_comes_first() {
+        let mut c = Crossed::default();
+        assert!(c.first("a-1"));
+        assert!(!c.first("a-1"), "the stream's copy of a live message");
+        assert!(c.first("b-1"), "another sidecar's first message");
+        for n in 0..SEEN_LIMIT {
+            assert!(c.first(&format!("x-{n}")));
+        }
+        assert!(c.first("a-1"), "forgotten past the window");
+        assert!(!c.first(&format!("x-{}", SEEN_LIMIT - 1)));
+    }
 
     #[test]
     fn names_and_subjects_follow_the_prefix() {

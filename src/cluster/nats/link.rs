@@ -41,6 +41,9 @@ enum Kind {
     Inbox,
     /// Another sidecar asks for the retained state.
     Sync,
+    /// An event published into the stream, delivered live by core NATS
+    /// (with JetStream; see [`super::jetstream`]).
+    LiveEvent,
 }
 
 struct Incoming {
@@ -198,6 +201,23 @@ impl NatsLink {
             };
             forward(s, kind, tx.clone(), stop.child_token());
         }
+        // With JetStream, events also come live, as NATS delivers their
+        // publication: no waiting for the stream to replicate, acknowledge
+        // and deliver them (dropped if the servers have no JetStream).
+        let live = stop.child_token();
+        if jetstream {
+            for filter in event_filters(&self.topics) {
+                match client
+                    .subscribe(super::subjects::subject_filter(&filter))
+                    .await
+                {
+                    Ok(s) => forward(s, || Kind::LiveEvent, tx.clone(), live.clone()),
+                    Err(e) => {
+                        warn!(error = %e, "Cannot subscribe to live events in the NATS cluster; they come from the stream.")
+                    }
+                }
+            }
+        }
         // One subscription per Thing whose agent is here.
         let mut hosting: HashMap<String, CancellationToken> = HashMap::new();
         let mut echoes = Echoes::new(ECHO_TTL);
@@ -297,6 +317,7 @@ impl NatsLink {
                         warn!("The NATS servers have no JetStream: falling back to core NATS (events at most once, state from the other sidecars by `_sync`). Enable JetStream on them and restart the sidecar for loss-free events, or set cluster.jetstream = false.");
                         jetstream = false;
                         durable = None;
+                        live.cancel();
                         relay.without_jetstream();
                         self.status.jetstream().core_fallback.inc();
                         for filter in event_filters(&self.topics) {
@@ -323,14 +344,10 @@ impl NatsLink {
                         info!("Events cross through JetStream.");
                     }
                     let (local, ack) = js_in.take(&self.topics, from, self.status.jetstream());
-                    for ToLocal { topic, payload, retain } in local {
-                        echoes.expect(&topic, &payload, !retain, Instant::now());
-                        let publication = Publication::new(topic, payload, retain);
-                        if self.bus.publish(publication).await.is_err() {
-                            // Not in the broker: unacknowledged, the
-                            // stream keeps it for this consumer.
-                            break 'link;
-                        }
+                    if !self.hand_to_broker(&mut echoes, local).await {
+                        // Not in the broker: unacknowledged, the stream
+                        // keeps it for this consumer.
+                        break 'link;
                     }
                     // In the broker now: the stream may forget it for us.
                     if let Some(m) = ack {
@@ -340,6 +357,13 @@ impl NatsLink {
                     }
                 }
                 Some(Incoming { kind, message }) = incoming.recv() => {
+                    if let Kind::LiveEvent = kind {
+                        let local = js_in.live_event(&message, self.status.jetstream());
+                        if !self.hand_to_broker(&mut echoes, local).await {
+                            break 'link;
+                        }
+                        continue;
+                    }
                     let subject = message.subject.as_str();
                     // Where to acknowledge an answer another sidecar sent.
                     let mut ack = None;
@@ -389,6 +413,7 @@ impl NatsLink {
                                 }
                             }
                         }
+                        Kind::LiveEvent => None, // taken above
                         Kind::Sync => {
                             if let Some(reply) = &message.reply {
                                 for (subject, payload) in relay.state_for(reply.as_str()) {
@@ -398,12 +423,8 @@ impl NatsLink {
                             None
                         }
                     };
-                    if let Some(ToLocal { topic, payload, retain }) = local {
-                        echoes.expect(&topic, &payload, !retain, Instant::now());
-                        let publication = Publication::new(topic, payload, retain);
-                        if self.bus.publish(publication).await.is_err() {
-                            break;
-                        }
+                    if !self.hand_to_broker(&mut echoes, local).await {
+                        break;
                     }
                     if let Some(reply) = ack {
                         let _ = client.publish(reply, Bytes::new()).await;
@@ -416,6 +437,33 @@ impl NatsLink {
         // What was handed to the client goes out before the connection closes.
         let _ = tokio::time::timeout(Duration::from_millis(500), client.flush()).await;
         drop(client);
+    }
+
+    /// Publishes what came from NATS into the embedded broker, in order,
+    /// each expected back as an echo of this link's own. False once the
+    /// broker no longer takes publications.
+    async fn hand_to_broker(
+        &self,
+        echoes: &mut Echoes,
+        local: impl IntoIterator<Item = ToLocal>,
+    ) -> bool {
+        for ToLocal {
+            topic,
+            payload,
+            retain,
+        } in local
+        {
+            echoes.expect(&topic, &payload, !retain, Instant::now());
+            if self
+                .bus
+                .publish(Publication::new(topic, payload, retain))
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
     }
 
     /// The connection is up: once the servers have the subscriptions, the

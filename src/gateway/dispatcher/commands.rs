@@ -167,8 +167,9 @@ impl<D: Decisions> Core<D> {
 
     /// Tells a Kotlin-dialect connection its subscription change took effect,
     /// as the Kotlin server does (its client waits for this before it
-    /// listens). Sent after the bus subscription, so what is published
-    /// after it arrives reaches the subscriber.
+    /// listens, and may publish the moment it reads it). Sent once the
+    /// broker has carried out the bus subscription queued before it: the
+    /// bus's barrier comes back after it (see [`PendingAcks`]).
     pub(super) fn acknowledge(
         &mut self,
         conn: ConnId,
@@ -187,7 +188,20 @@ impl<D: Decisions> Core<D> {
         };
         let text = dialect::acknowledgement(thing, correlation, of).to_string();
         self.count_sent(metrics::WEBSOCKET, &text);
-        self.send(conn, text);
+        match self.acks.wait(conn, text) {
+            Ok(barrier) => self.out.bus(BusCommand::Publish(barrier)),
+            Err((conn, text)) => self.send(conn, text),
+        }
+    }
+
+    /// The bus's barrier `token` came back: its acknowledgement goes out,
+    /// and what waited behind it.
+    pub(super) fn barrier_passed(&mut self, token: u64) {
+        if let Some((conn, ready)) = self.acks.passed(token) {
+            for text in ready {
+                self.out.send(conn, text);
+            }
+        }
     }
 
     /// An invoked action's liveness as its TD declares it
@@ -284,10 +298,137 @@ impl<D: Decisions> Core<D> {
 
     pub(super) fn forget(&mut self, conn: ConnId) {
         self.registered.remove(&conn);
+        self.acks.forget(conn);
         for change in self.table.remove_connection(conn) {
             self.change_bus(change);
         }
         let effects = self.requests.connection_gone(conn);
         self.carry_out(effects);
+    }
+}
+
+/// Acknowledgements queued behind a barrier on the bus: a publication on a
+/// topic only the sidecar's own bus connection subscribes to, which the
+/// broker delivers back only after every command queued before it. Before
+/// this, a Kotlin client that published the moment it read its
+/// `acknowledgement` could beat the subscription to the broker and miss
+/// its own first events.
+///
+/// While a connection's acknowledgement waits, whatever else is for that
+/// connection (a resume's replay, live events) waits behind it, so the
+/// order stays as before: acknowledgement first.
+#[derive(Debug, Default)]
+pub(super) struct PendingAcks {
+    topic: Option<Arc<str>>,
+    next: u64,
+    /// Barrier token → the connection whose acknowledgement waits for it.
+    tokens: HashMap<u64, ConnId>,
+    /// Per connection with an acknowledgement waiting, its messages in
+    /// order.
+    held: HashMap<ConnId, VecDeque<Held>>,
+}
+
+#[derive(Debug)]
+enum Held {
+    /// An acknowledgement until its barrier passes.
+    Ack {
+        token: u64,
+        text: String,
+    },
+    Message(String),
+}
+
+impl PendingAcks {
+    pub(super) fn new(topic: Option<Arc<str>>) -> PendingAcks {
+        PendingAcks {
+            topic,
+            ..PendingAcks::default()
+        }
+    }
+
+    /// The barrier to publish before `text` may go; without a barrier
+    /// topic, the message back (to send at once).
+    pub(super) fn wait(
+        &mut self,
+        conn: ConnId,
+        text: String,
+    ) -> Result<Publication, (ConnId, String)> {
+        let Some(topic) = &self.topic else {
+            return Err((conn, text));
+        };
+        self.next += 1;
+        let token = self.next;
+        self.tokens.insert(token, conn);
+        self.held
+            .entry(conn)
+            .or_default()
+            .push_back(Held::Ack { token, text });
+        Ok(Publication::new(
+            topic.to_string(),
+            token.to_string(),
+            false,
+        ))
+    }
+
+    /// `text` for `conn`, unless it must wait behind an acknowledgement
+    /// (then it is kept and `None` comes back).
+    pub(super) fn hold(&mut self, conn: ConnId, text: String) -> Option<String> {
+        if self.held.is_empty() {
+            return Some(text);
+        }
+        match self.held.get_mut(&conn) {
+            Some(queue) => {
+                queue.push_back(Held::Message(text));
+                None
+            }
+            None => Some(text),
+        }
+    }
+
+    /// The token, if `delivery` is a barrier coming back.
+    pub(super) fn barrier(&self, delivery: &Delivery) -> Option<u64> {
+        let topic = self.topic.as_deref()?;
+        if delivery.topic != topic.as_bytes() {
+            return None;
+        }
+        // Anything else on this topic (the readiness probe's token) is
+        // no barrier of ours and is dropped as one that waits for nothing.
+        Some(
+            std::str::from_utf8(&delivery.payload)
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0),
+        )
+    }
+
+    /// The barrier `token` passed: its connection and what may go to it
+    /// now, in order (up to the next acknowledgement still waiting).
+    pub(super) fn passed(&mut self, token: u64) -> Option<(ConnId, Vec<String>)> {
+        let conn = self.tokens.remove(&token)?;
+        let queue = self.held.get_mut(&conn)?;
+        for held in queue.iter_mut() {
+            if let Held::Ack { token: t, text } = held {
+                if *t == token {
+                    *held = Held::Message(std::mem::take(text));
+                }
+            }
+        }
+        let mut ready = Vec::new();
+        while let Some(Held::Message(_)) = queue.front() {
+            if let Some(Held::Message(text)) = queue.pop_front() {
+                ready.push(text);
+            }
+        }
+        if queue.is_empty() {
+            self.held.remove(&conn);
+        }
+        Some((conn, ready))
+    }
+
+    /// A connection gone: nothing waits for it any longer.
+    pub(super) fn forget(&mut self, conn: ConnId) {
+        if self.held.remove(&conn).is_some() {
+            self.tokens.retain(|_, c| *c != conn);
+        }
     }
 }

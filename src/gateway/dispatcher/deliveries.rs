@@ -185,11 +185,12 @@ impl<D: Decisions> Core<D> {
             correlation_id: None,
             recipients: None,
         };
-        let incoming = prepared.traceparent.as_ref().map(|tp| TraceContext {
-            traceparent: tp.clone(),
-            tracestate: prepared.tracestate.clone(),
-        });
-        let parent = match (&incoming, self.tracer.parent(incoming.as_ref())) {
+        let incoming = prepared.traceparent.as_deref();
+        let parent = match (
+            incoming,
+            self.tracer
+                .parent_of(incoming, prepared.tracestate.as_deref()),
+        ) {
             // An untraced message: a producer span stands in for its publisher.
             (None, Some(root)) => self
                 .tracer

@@ -174,6 +174,8 @@ pub struct Core<D = Out> {
     /// Topics whose malformed publications were logged.
     refusals_logged: LoggedOnce,
     topics: Topics,
+    /// Kotlin `acknowledgement`s waiting for their subscription to be live.
+    acks: commands::PendingAcks,
     out: D,
 }
 
@@ -275,8 +277,16 @@ impl<D: Decisions> Core<D> {
             validate_agent_data,
             refusals_logged: LoggedOnce::default(),
             topics,
+            acks: commands::PendingAcks::default(),
             out,
         }
+    }
+
+    /// Acknowledgements wait for the bus's barrier on `topic` (see
+    /// [`Bus::with_barrier`]); without one they go at once.
+    pub fn with_barrier(mut self, topic: Option<Arc<str>>) -> Core<D> {
+        self.acks = commands::PendingAcks::new(topic);
+        self
     }
 
     /// A connection's command (its outbound queue, for `Register`, stays
@@ -287,6 +297,9 @@ impl<D: Decisions> Core<D> {
 
     /// What the broker delivered.
     pub fn on_delivery(&mut self, delivery: Delivery) {
+        if let Some(token) = self.acks.barrier(&delivery) {
+            return self.barrier_passed(token);
+        }
         self.deliver(delivery);
     }
 
@@ -310,7 +323,9 @@ impl<D: Decisions> Core<D> {
     }
 
     fn send(&mut self, conn: ConnId, text: String) {
-        self.out.send(conn, text);
+        if let Some(text) = self.acks.hold(conn, text) {
+            self.out.send(conn, text);
+        }
     }
 }
 
@@ -337,7 +352,8 @@ impl Dispatcher {
             metrics: services.metrics.clone(),
         };
         Dispatcher {
-            core: Core::new(topics, requests, services, handoff),
+            core: Core::new(topics, requests, services, handoff)
+                .with_barrier(bus.barrier_topic().cloned()),
             bus,
             commands,
             deliveries,

@@ -71,14 +71,8 @@ impl Rig {
     }
 
     fn subscribe(&mut self, conn: ConnId, event: &str, correlation: &str) {
-        self.dispatcher.command(Command::Subscribe {
-            conn,
-            thing: THING.into(),
-            selector: Selector::Event(event.into()),
-            correlation_id: correlation.into(),
-            acknowledge: false,
-            resume: None,
-        });
+        self.dispatcher
+            .command(subscription(conn, event, correlation, false));
     }
 
     /// What is queued for the bus, handed over as the loop would.
@@ -110,6 +104,19 @@ fn received(inbox: &mut Inbox) -> Vec<Value> {
     std::iter::from_fn(|| inbox.rx.try_recv().ok())
         .map(|t| serde_json::from_str(&t).unwrap())
         .collect()
+}
+
+/// `subscribeEvent` of `event` on the test Thing; `acknowledge` as for a
+/// Kotlin-dialect connection.
+fn subscription(conn: ConnId, event: &str, correlation: &str, acknowledge: bool) -> Command {
+    Command::Subscribe {
+        conn,
+        thing: THING.into(),
+        selector: Selector::Event(event.into()),
+        correlation_id: correlation.into(),
+        acknowledge,
+        resume: None,
+    }
 }
 
 fn filters(commands: &[BusCommand]) -> Vec<String> {
@@ -203,14 +210,7 @@ fn the_core_returns_each_steps_decisions() {
     let (_, topics, requests, services, _) = parts();
     let mut core = Core::new(topics, requests, services, Out::default());
     core.register(1, "anonymous");
-    core.on_command(Command::Subscribe {
-        conn: 1,
-        thing: THING.into(),
-        selector: Selector::Event("e".into()),
-        correlation_id: "s1".into(),
-        acknowledge: false,
-        resume: None,
-    });
+    core.on_command(subscription(1, "e", "s1", false));
     let subscribed = core.take();
     assert!(subscribed.sends.is_empty());
     assert_eq!(filters(&subscribed.bus), ["+lmos/urn:t/events/+"]);
@@ -236,4 +236,67 @@ fn the_core_returns_each_steps_decisions() {
     let left = core.take();
     assert!(left.sends.is_empty());
     assert_eq!(filters(&left.bus), ["-lmos/urn:t/events/+"]);
+}
+
+/// A Kotlin client may publish the moment it reads its `acknowledgement`:
+/// the acknowledgement waits until the bus's barrier, queued after the
+/// subscription, comes back from the broker.
+#[test]
+fn a_kotlin_acknowledgement_waits_for_the_bus_barrier_behind_its_subscription() {
+    let (_, topics, requests, services, _) = parts();
+    let mut core = Core::new(topics, requests, services, Out::default())
+        .with_barrier(Some("lmos-sidecar/probe/x".into()));
+    core.register(1, "anonymous");
+    core.on_command(subscription(1, "e", "s1", true));
+    let subscribed = core.take();
+    assert!(subscribed.sends.is_empty(), "not yet: {subscribed:?}");
+    let [BusCommand::Subscribe(filter), BusCommand::Publish(barrier)] = &subscribed.bus[..] else {
+        panic!("the subscription, then the barrier: {subscribed:?}");
+    };
+    assert_eq!(filter, "lmos/urn:t/events/+");
+    assert_eq!(barrier.topic, "lmos-sidecar/probe/x");
+
+    let back = |payload: &bytes::Bytes| Delivery {
+        topic: "lmos-sidecar/probe/x".into(),
+        payload: payload.clone(),
+        response: None,
+        trace: None,
+        publisher: None,
+    };
+    // Another token (the readiness probe's) releases nothing.
+    core.on_delivery(back(&"probe-token".into()));
+    assert!(core.take().sends.is_empty());
+    // An event that arrives meanwhile waits behind the acknowledgement.
+    let event = || {
+        Delivery {
+        topic: format!("lmos/{THING}/events/e").into(),
+        payload: serde_json::json!({"thingID": THING, "messageID": "m1", "messageType": "event", "event": "e", "data": 1, "timestamp": "2025-01-20T19:00:00Z"}).to_string().into(),
+        response: None,
+        trace: None,
+        publisher: None,
+    }
+    };
+    core.on_delivery(event());
+    assert!(core.take().sends.is_empty(), "held");
+    core.on_delivery(back(&barrier.payload));
+    let passed = core.take();
+    let types: Vec<(ConnId, String)> = passed
+        .sends
+        .iter()
+        .map(|(conn, text)| {
+            let v: Value = serde_json::from_str(text).unwrap();
+            (
+                *conn,
+                v["messageType"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [(1, "acknowledgement".to_owned()), (1, "event".to_owned())]
+    );
+    assert!(passed.bus.is_empty());
+    // Nothing waits any more: the next event goes at once.
+    core.on_delivery(event());
+    assert_eq!(core.take().sends.len(), 1);
 }

@@ -1,0 +1,184 @@
+//! OTLP/gRPC export of batches encoded by [`otlp_wire`](super::otlp_wire):
+//! one unary `TraceService/Export` call per batch, its body the bytes as
+//! encoded, through tonic's channel (HTTP/2, reconnecting on its own).
+//!
+//! What `opentelemetry-otlp`'s gRPC exporter read from the environment and
+//! the sidecar relied on is read here too: `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
+//! / `OTEL_EXPORTER_OTLP_HEADERS` (`key=value` pairs, comma-separated, values
+//! URL-encoded). The sidecar was built without TLS and compression for OTLP
+//! before, and still is: an `https` endpoint is refused at start.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes};
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+use opentelemetry_sdk::Resource;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+use super::otlp_wire::{self, EncodedResource};
+use super::TelemetryError;
+
+const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+#[derive(Debug)]
+pub struct GrpcExporter {
+    channel: Channel,
+    metadata: MetadataMap,
+    resource: EncodedResource,
+    encoder: Mutex<otlp_wire::Encoder>,
+}
+
+impl GrpcExporter {
+    /// Connects lazily (at the first export), so it must be built inside a
+    /// Tokio runtime; each call gives up after `timeout`.
+    pub fn new(endpoint: &str, timeout: Duration) -> Result<GrpcExporter, TelemetryError> {
+        let invalid = |why: String| TelemetryError::Otlp(format!("endpoint `{endpoint}`: {why}"));
+        let parsed =
+            Endpoint::from_shared(endpoint.to_owned()).map_err(|e| invalid(e.to_string()))?;
+        if parsed.uri().scheme_str() != Some("http") {
+            return Err(invalid(
+                "the OTLP exporter speaks plain `http://` (gRPC without TLS); put a collector beside the sidecar".into(),
+            ));
+        }
+        let metadata = headers_from_env()?;
+        Ok(GrpcExporter {
+            channel: parsed.timeout(timeout).connect_lazy(),
+            metadata,
+            resource: EncodedResource::default(),
+            encoder: Mutex::default(),
+        })
+    }
+}
+
+impl SpanExporter for GrpcExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let body = {
+            let mut encoder = self.encoder.lock().unwrap_or_else(|e| e.into_inner());
+            Bytes::from(encoder.request(&self.resource, &batch))
+        };
+        // Freed here, on the exporter's thread, before the call's wait.
+        drop(batch);
+        let mut client = tonic::client::Grpc::new(self.channel.clone());
+        let failed = |status: Status| {
+            OTelSdkError::InternalFailure(format!(
+                "export failed with gRPC code {:?}: {}",
+                status.code(),
+                status.message()
+            ))
+        };
+        client
+            .ready()
+            .await
+            .map_err(|e| OTelSdkError::InternalFailure(format!("transport error: {e}")))?;
+        let mut request = tonic::Request::new(body);
+        *request.metadata_mut() = self.metadata.clone();
+        client
+            .unary::<Bytes, (), Raw>(request, PathAndQuery::from_static(EXPORT), Raw)
+            .await
+            .map_err(failed)?;
+        Ok(())
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.resource = EncodedResource::new(resource);
+    }
+}
+
+/// The signal's variable, else the general one, as the OTLP exporter
+/// specification says.
+fn headers_from_env() -> Result<MetadataMap, TelemetryError> {
+    let value = std::env::var("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_HEADERS"))
+        .unwrap_or_default();
+    headers(&value)
+}
+
+fn headers(list: &str) -> Result<MetadataMap, TelemetryError> {
+    let mut metadata = MetadataMap::new();
+    for pair in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad =
+            || TelemetryError::Otlp(format!("OTEL_EXPORTER_OTLP_HEADERS: cannot use `{pair}`"));
+        let (key, value) = pair.split_once('=').ok_or_else(bad)?;
+        let key = MetadataKey::from_bytes(key.trim().to_ascii_lowercase().as_bytes())
+            .map_err(|_| bad())?;
+        let value = percent_decoded(value.trim()).ok_or_else(bad)?;
+        let value = MetadataValue::try_from(value.as_str()).map_err(|_| bad())?;
+        metadata.insert(key, value);
+    }
+    Ok(metadata)
+}
+
+fn percent_decoded(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next()?, bytes.next()?];
+            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Sends bytes already encoded; the reply (`ExportTraceServiceResponse`)
+/// is not read.
+#[derive(Debug, Clone, Copy)]
+struct Raw;
+
+impl Codec for Raw {
+    type Encode = Bytes;
+    type Decode = ();
+    type Encoder = Raw;
+    type Decoder = Raw;
+
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for Raw {
+    type Item = ();
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<()>, Status> {
+        src.advance(src.remaining());
+        Ok(Some(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_read_as_the_otlp_exporters_read_them() {
+        let m = headers("api-key=s%3Dcret , X-Tenant=a b,").unwrap();
+        assert_eq!(m.get("api-key").unwrap(), "s=cret");
+        assert_eq!(m.get("x-tenant").unwrap(), "a b");
+        assert!(headers("novalue").is_err());
+        assert!(headers("k=%zz").is_err());
+        assert!(headers("").unwrap().is_empty());
+    }
+}
