@@ -4,11 +4,13 @@
 //! with a clear message, port 0 is resolved to a real port) and reaches
 //! rumqttd through in-memory pipes ([`super::engine`]). rumqttd also listens
 //! on a loopback port of its own, for diagnostics and tests that must reach
-//! the engine around the guard; it binds it itself, blocks the thread that
-//! starts it, never stops, and only logs a failed bind. So the sidecar
-//! resolves that port first, hands it to rumqttd, and waits until a probe
-//! through the engine comes back; the probe goes straight to rumqttd, so the
-//! guard's authentication never stands in its way.
+//! the engine around the guard. The sidecar binds that listener and hands
+//! it over (`vendor/rumqttd/PATCHES.md`, patch 9): rumqttd binding a port
+//! the sidecar had chosen lost it now and then to another socket in
+//! between, and then stopped its server, logging only. rumqttd blocks the
+//! thread that starts it and never stops, so the sidecar waits until a
+//! probe through the engine comes back; the probe goes straight to
+//! rumqttd, so the guard's authentication never stands in its way.
 //!
 //! The sidecar's own traffic goes through one local link. Its sending half
 //! blocks on the router's queue, so it lives on a thread of its own, fed by
@@ -101,17 +103,17 @@ pub struct EmbeddedBroker {
     pub broker_addr: SocketAddr,
 }
 
-/// Resolves an address by binding it, then frees it for rumqttd. The window
-/// between the two is a few microseconds; what it buys is a clear error for
-/// the common mistake of a port already in use.
-fn reserve(what: &'static str, addr: SocketAddr) -> Result<SocketAddr, BrokerError> {
+/// Binds a listener for rumqttd to accept on (`Broker::listener`).
+fn bind_for_rumqttd(
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), BrokerError> {
     let listener =
         TcpListener::bind(addr).map_err(|error| BrokerError::Bind { what, addr, error })?;
     let bound = listener
         .local_addr()
         .map_err(|error| BrokerError::Bind { what, addr, error })?;
-    drop(listener);
-    Ok(bound)
+    Ok((listener, bound))
 }
 
 /// Binds a public listener for the guard.
@@ -168,7 +170,7 @@ impl EmbeddedBroker {
         let public_v5 = bind("MQTT 5", config.listen_v5).await?;
         let local = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         let trusted_listener = bind("MQTT (internal, trusted)", local).await?;
-        let internal_v5 = reserve("MQTT 5 (internal)", local)?;
+        let (internal_listener, internal_v5) = bind_for_rumqttd("MQTT 5 (internal)", local)?;
 
         let rumqttd_config = rumqttd::Config {
             id: 0,
@@ -199,6 +201,7 @@ impl EmbeddedBroker {
 
         let mut broker = Broker::new(rumqttd_config);
         let engine = Engine::new(broker.intake(V5_SERVER));
+        broker.listener(V5_SERVER, internal_listener);
         let alerts = broker
             .alerts()
             .map_err(|e| BrokerError::Link(e.to_string()))?;

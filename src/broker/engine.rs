@@ -37,3 +37,118 @@ impl Engine {
         self.intake.connect(PIPE_BUFFER)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, ServerSettings};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A bare rumqttd with only its MQTT 5 server, on a thread of its own.
+    fn engine() -> Engine {
+        let server = ServerSettings {
+            name: "v5".into(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            tls: None,
+            next_connection_delay_ms: 0,
+            connections: ConnectionSettings {
+                connection_timeout_ms: 5_000,
+                max_payload_size: 1 << 20,
+                max_inflight_count: 100,
+                auth: None,
+                external_auth: None,
+                dynamic_filters: true,
+            },
+        };
+        let mut broker = Broker::new(Config {
+            router: RouterConfig {
+                max_connections: 10_000,
+                max_outgoing_packet_count: 200,
+                max_segment_size: 1 << 20,
+                max_segment_count: 10,
+                ..Default::default()
+            },
+            v5: Some(HashMap::from([("v5".to_owned(), server)])),
+            ..Default::default()
+        });
+        let engine = Engine::new(broker.intake("v5"));
+        std::thread::spawn(move || {
+            let _ = broker.start();
+        });
+        engine
+    }
+
+    /// CONNECT (MQTT 5, clean start, keep-alive 60 s), then the CONNACK.
+    async fn connected(engine: &Engine, client_id: &str) -> EngineStream {
+        let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 5, 0x02, 0, 60, 0];
+        body.extend((client_id.len() as u16).to_be_bytes());
+        body.extend(client_id.as_bytes());
+        let mut packet = vec![0x10, body.len() as u8];
+        packet.extend(body);
+        let mut stream = engine.connect().unwrap();
+        stream.write_all(&packet).await.unwrap();
+        let mut ack = [0u8; 2];
+        stream.read_exact(&mut ack).await.unwrap();
+        assert_eq!(ack[0], 0x20, "CONNACK");
+        let mut rest = vec![0u8; usize::from(ack[1])];
+        stream.read_exact(&mut rest).await.unwrap();
+        assert_eq!(rest[1], 0, "accepted");
+        stream
+    }
+
+    /// rumqttd's connection IDs are slab indices, reused at once. A client
+    /// that sends DISCONNECT and closes its socket makes its link report the
+    /// closed socket by ID, and the router may have ended the connection
+    /// already (on the DISCONNECT) and given the ID to a client connecting
+    /// meanwhile; that report must not end that client
+    /// (`vendor/rumqttd/PATCHES.md`, patch 8). Leaving and connecting run
+    /// side by side on several tasks, so that the router sees them in every
+    /// order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_link_that_left_never_ends_the_client_given_its_id() {
+        let engine = engine();
+        let churn = (0..8).map(|task| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let mut stayed = Vec::new();
+                let mut leaving = connected(&engine, &format!("leaving-{task}-0")).await;
+                for i in 1..100 {
+                    let leave = async {
+                        leaving.write_all(&[0xE0, 0]).await.unwrap();
+                    };
+                    let id = format!("staying-{task}-{i}");
+                    let (_, staying) = tokio::join!(leave, connected(&engine, &id));
+                    stayed.push(staying);
+                    leaving = connected(&engine, &format!("leaving-{task}-{i}")).await;
+                }
+                stayed
+            })
+        });
+        let mut stayed = Vec::new();
+        for task in churn.collect::<Vec<_>>() {
+            stayed.extend(task.await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut ended = Vec::new();
+        for (i, s) in stayed.iter_mut().enumerate() {
+            let mut pong = [0u8; 2];
+            let alive = async {
+                s.write_all(&[0xC0, 0]).await?;
+                s.read_exact(&mut pong).await
+            };
+            match tokio::time::timeout(Duration::from_secs(5), alive).await {
+                Ok(Ok(_)) if pong == [0xD0, 0] => {}
+                other => ended.push((i, format!("{other:?}"))),
+            }
+        }
+        assert!(
+            ended.is_empty(),
+            "{} ended by another's link: {ended:?}",
+            ended.len()
+        );
+    }
+}

@@ -1,9 +1,7 @@
 //! rumqttd gives no readiness signal and only logs a failed bind. The sidecar
 //! connects through the [engine](super::engine), publishes a token on a topic
 //! only it knows, and waits for its own bus link to receive it: that proves
-//! the MQTT 5 server runs (it takes pipes only once its loopback listener is
-//! bound, so a port another process took between the sidecar's check and
-//! rumqttd's bind fails the probe) and that the router routes.
+//! the MQTT 5 server runs and that the router routes.
 
 use std::time::Duration;
 

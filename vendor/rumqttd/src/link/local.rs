@@ -360,6 +360,11 @@ impl LinkRx {
         self.connection_id
     }
 
+    /// lmos-sidecar patch: names this link to the router beside its ID.
+    pub fn token(&self) -> crate::router::LinkToken {
+        crate::router::LinkToken(self.send_buffer.clone())
+    }
+
     pub fn recv(&mut self) -> Result<Option<Notification>, LinkError> {
         // Read from cache first
         // One router_rx trigger signifies a bunch of notifications. So we

@@ -127,6 +127,11 @@ impl<P: Protocol> RemoteLink<P> {
         })
     }
 
+    /// lmos-sidecar patch: names this link to the router beside its ID.
+    pub(crate) fn token(&self) -> crate::router::LinkToken {
+        self.link_rx.token()
+    }
+
     pub async fn start(&mut self) -> Result<(), Error> {
         self.network.set_keepalive(self.connect.keep_alive);
 

@@ -44,6 +44,25 @@ pub(crate) fn log_filter(subscription: &str) -> &str {
         .map_or(subscription, |(_group, filter)| filter)
 }
 
+/// Which link a connection ID belongs to (lmos-sidecar patch): the
+/// notification buffer the router and that link share, compared by address.
+/// A connection ID is a slab index, reused as soon as it is freed.
+#[derive(Clone)]
+pub struct LinkToken(pub(crate) std::sync::Arc<parking_lot::Mutex<VecDeque<Notification>>>);
+
+impl LinkToken {
+    /// Whether `buffer` is this link's.
+    pub(crate) fn is(&self, buffer: &std::sync::Arc<parking_lot::Mutex<VecDeque<Notification>>>) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, buffer)
+    }
+}
+
+impl fmt::Debug for LinkToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LinkToken({:p})", std::sync::Arc::as_ptr(&self.0))
+    }
+}
+
 #[derive(Debug)]
 // TODO: Fix this
 #[allow(clippy::large_enum_variant)]
@@ -62,8 +81,10 @@ pub enum Event {
     Ready,
     /// Data for native commitlog
     DeviceData,
-    /// Disconnection request
-    Disconnect,
+    /// Disconnection request: the link's socket closed. lmos-sidecar patch:
+    /// it names the link, because the router may have ended that connection
+    /// already (its DISCONNECT, a takeover) and given its ID to another.
+    Disconnect(LinkToken),
     /// Shadow
     Shadow(ShadowRequest),
     /// Collect and send alerts to all alerts links

@@ -244,7 +244,13 @@ impl Router {
             Event::NewMeter(tx) => self.handle_new_meter(tx),
             Event::NewAlert(tx) => self.handle_new_alert(tx),
             Event::DeviceData => self.handle_device_payload(id),
-            Event::Disconnect => self.handle_disconnection(id, None),
+            // lmos-sidecar patch: only the link that holds the ID ends it.
+            Event::Disconnect(link) => match self.obufs.get(id) {
+                Some(outgoing) if link.is(&outgoing.data_buffer) => {
+                    self.handle_disconnection(id, None)
+                }
+                _ => debug!(id, "A link that already left reported its socket closed."),
+            },
             Event::Ready => self.scheduler.reschedule(id, ScheduleReason::Ready),
             Event::Shadow(request) => {
                 retrieve_shadow(&mut self.datalog, &mut self.obufs[id], request)

@@ -70,6 +70,9 @@ pub struct Broker {
     // lmos-sidecar patch: streams handed to a server in-process, by server
     // name (see `Broker::intake`).
     intakes: HashMap<String, IntakeReceiver>,
+    // lmos-sidecar patch: listeners bound by the embedding process, by
+    // server name (see `Broker::listener`).
+    listeners: HashMap<String, std::net::TcpListener>,
 }
 
 // lmos-sidecar patch: an in-process way into a server.
@@ -121,6 +124,7 @@ impl Broker {
                     config,
                     router_tx,
                     intakes: HashMap::new(),
+                    listeners: HashMap::new(),
                 }
             }
             None => {
@@ -129,6 +133,7 @@ impl Broker {
                     config,
                     router_tx,
                     intakes: HashMap::new(),
+                    listeners: HashMap::new(),
                 }
             }
         }
@@ -204,6 +209,14 @@ impl Broker {
         Intake { tx }
     }
 
+    /// lmos-sidecar patch: the server named `server` accepts on `listener`,
+    /// bound by the caller, instead of binding `ServerSettings::listen`
+    /// itself (which another socket can take between choosing a free port
+    /// and rumqttd's bind). Call before [`Broker::start`].
+    pub fn listener(&mut self, server: &str, listener: std::net::TcpListener) {
+        self.listeners.insert(server.to_owned(), listener);
+    }
+
     #[tracing::instrument(skip(self))]
     pub fn start(&mut self) -> Result<(), Error> {
         if self.config.v4.is_none()
@@ -257,6 +270,7 @@ impl Broker {
                 let mut server = Server::new(config, self.router_tx.clone(), V4);
                 // lmos-sidecar patch
                 server.intake = self.intakes.remove(&server.config.name);
+                server.bound = self.listeners.remove(&server.config.name);
                 let handle = server_thread.spawn(move || {
                     let mut runtime = tokio::runtime::Builder::new_current_thread();
                     let runtime = runtime.enable_all().build().unwrap();
@@ -277,6 +291,7 @@ impl Broker {
                 let mut server = Server::new(config, self.router_tx.clone(), V5);
                 // lmos-sidecar patch
                 server.intake = self.intakes.remove(&server.config.name);
+                server.bound = self.listeners.remove(&server.config.name);
                 let handle = server_thread.spawn(move || {
                     let mut runtime = tokio::runtime::Builder::new_current_thread();
                     let runtime = runtime.enable_all().build().unwrap();
@@ -404,6 +419,8 @@ pub struct Server<P> {
     awaiting_will_handler: Arc<Mutex<HashMap<String, Sender<AwaitingWill>>>>,
     // lmos-sidecar patch: streams handed over in-process (`Broker::intake`).
     intake: Option<IntakeReceiver>,
+    // lmos-sidecar patch: a listener bound by the caller (`Broker::listener`).
+    bound: Option<std::net::TcpListener>,
 }
 
 impl<P: Protocol + Clone + Send + 'static> Server<P> {
@@ -418,6 +435,7 @@ impl<P: Protocol + Clone + Send + 'static> Server<P> {
             protocol,
             awaiting_will_handler: Arc::new(Mutex::new(HashMap::default())),
             intake: None,
+            bound: None,
         }
     }
 
@@ -436,7 +454,14 @@ impl<P: Protocol + Clone + Send + 'static> Server<P> {
     }
 
     pub async fn start(&mut self, link_type: LinkType) -> Result<(), Error> {
-        let listener = TcpListener::bind(&self.config.listen).await?;
+        // lmos-sidecar patch: the caller's listener, if it bound one.
+        let listener = match self.bound.take() {
+            Some(bound) => {
+                bound.set_nonblocking(true)?;
+                TcpListener::from_std(bound)?
+            }
+            None => TcpListener::bind(&self.config.listen).await?,
+        };
         let delay = Duration::from_millis(self.config.next_connection_delay_ms);
         let mut count: usize = 0;
 
@@ -659,6 +684,7 @@ async fn remote<P: Protocol>(
     };
 
     let connection_id = link.connection_id;
+    let token = link.token();
     let will_delay_interval = link.will_delay_interval;
     let mut send_disconnect = true;
 
@@ -684,7 +710,7 @@ async fn remote<P: Protocol>(
     };
 
     if send_disconnect {
-        let disconnect = Event::Disconnect;
+        let disconnect = Event::Disconnect(token);
         let message = (connection_id, disconnect);
         router_tx.send(message).ok();
     }
