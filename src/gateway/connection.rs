@@ -12,14 +12,14 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage, Utf8Bytes};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage};
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::decide::{self, Effect, Peer};
 use super::dispatcher::Command;
-use super::outbound::{Inbox, Offer, Outbound};
+use super::outbound::{Frame, Inbox, Offer, Outbound};
 use super::subscriptions::ConnId;
 use super::{trace_publication, Client, Shared};
 use crate::auth::Principal;
@@ -199,7 +199,7 @@ where
         }
     }
 
-    async fn write_batch(&mut self, first: Utf8Bytes) -> Result<(), WsError> {
+    async fn write_batch(&mut self, first: Frame) -> Result<(), WsError> {
         self.feed(first).await?;
         for _ in 1..WRITE_BATCH {
             match self.inbox.rx.try_recv() {
@@ -211,7 +211,8 @@ where
     }
 
     /// Queues one frame, in the peer's dialect.
-    async fn feed(&mut self, frame: Utf8Bytes) -> Result<(), WsError> {
+    async fn feed(&mut self, frame: Frame) -> Result<(), WsError> {
+        let frame = frame.into_text();
         if self.dialect != Some(Dialect::Kotlin) {
             return self.socket.feed(WsMessage::Text(frame)).await;
         }
@@ -234,7 +235,7 @@ where
     /// Queues a message of the connection's own behind what the dispatcher
     /// queued before it.
     fn queue(&self, text: String) {
-        match self.outbound.offer(Utf8Bytes::from(text)) {
+        match self.outbound.offer(text.into()) {
             Offer::Queued | Offer::Closed => {}
             Offer::Dropped => self.shared.metrics.dropped("slow_consumer"),
             // `serve` sees the signal and closes the connection.

@@ -385,6 +385,11 @@ impl PendingAcks {
         }
     }
 
+    /// Whether what is for `conn` waits behind an acknowledgement.
+    pub(super) fn holds(&self, conn: ConnId) -> bool {
+        !self.held.is_empty() && self.held.contains_key(&conn)
+    }
+
     /// The token, if `delivery` is a barrier coming back.
     pub(super) fn barrier(&self, delivery: &Delivery) -> Option<u64> {
         let topic = self.topic.as_deref()?;

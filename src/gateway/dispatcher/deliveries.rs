@@ -165,16 +165,14 @@ impl<D: Decisions> Core<D> {
         topic: &str,
         thing: &str,
         affordance: &str,
-        prepared: &Prepared,
+        prepared: &Arc<Prepared>,
         recipients: Vec<(ConnId, Arc<str>)>,
     ) {
         let message_type = prepared.message_type.as_deref().unwrap_or_default();
         self.metrics
             .sent_many(metrics::WEBSOCKET, message_type, recipients.len() as u64);
         if !self.tracer.is_on() {
-            for (conn, correlation) in recipients {
-                self.send(conn, prepared.with_correlation(&correlation));
-            }
+            self.copies(prepared, recipients, None);
             return;
         }
         let info = MessageInfo {
@@ -206,10 +204,29 @@ impl<D: Decisions> Core<D> {
             self.tracer
                 .hop_from(p, Operation::Process, topic, &fan_out, None)
         });
-        let traceparent = ctx.as_ref().map(|c| c.traceparent.as_str());
+        let traceparent = ctx.map(|c| Arc::from(c.traceparent));
+        self.copies(prepared, recipients, traceparent);
+    }
+
+    /// Each recipient's copy, for its connection to write out (behind a
+    /// Kotlin acknowledgement still waiting, written here and held).
+    fn copies(
+        &mut self,
+        prepared: &Arc<Prepared>,
+        recipients: Vec<(ConnId, Arc<str>)>,
+        traceparent: Option<Arc<str>>,
+    ) {
         for (conn, correlation) in recipients {
-            let text = prepared.with(&correlation, traceparent);
-            self.send(conn, text);
+            let copy = Copy {
+                prepared: prepared.clone(),
+                correlation,
+                traceparent: traceparent.clone(),
+            };
+            if self.acks.holds(conn) {
+                self.send(conn, copy.text());
+            } else {
+                self.out.send_copy(conn, copy);
+            }
         }
     }
 }

@@ -22,12 +22,11 @@ use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::history::{self, Anchor, History, HistoryLimits, HistoryStats};
-use super::outbound::{Offer, Outbound};
+use super::outbound::{Copy, Frame, Offer, Outbound};
 use super::published::{self, Expected, LoggedOnce};
 use super::requests::{ClaimError, Consumer, Effect, Requests, RunningInvocation};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
@@ -183,6 +182,8 @@ pub struct Core<D = Out> {
 pub trait Decisions {
     /// A message for a connection.
     fn send(&mut self, conn: ConnId, text: String);
+    /// One recipient's copy of a fanned-out message (see [`Frame::Copy`]).
+    fn send_copy(&mut self, conn: ConnId, copy: Copy);
     /// A publication or subscription change for the bus.
     fn bus(&mut self, command: BusCommand);
 }
@@ -197,6 +198,10 @@ pub struct Out {
 impl Decisions for Out {
     fn send(&mut self, conn: ConnId, text: String) {
         self.sends.push((conn, text));
+    }
+
+    fn send_copy(&mut self, conn: ConnId, copy: Copy) {
+        self.sends.push((conn, copy.text()));
     }
 
     fn bus(&mut self, command: BusCommand) {
@@ -217,10 +222,24 @@ pub struct Handoff {
 
 impl Decisions for Handoff {
     fn send(&mut self, conn: ConnId, text: String) {
+        self.offer(conn, text.into());
+    }
+
+    fn send_copy(&mut self, conn: ConnId, copy: Copy) {
+        self.offer(conn, Frame::Copy(copy));
+    }
+
+    fn bus(&mut self, command: BusCommand) {
+        self.to_bus.push_back(command);
+    }
+}
+
+impl Handoff {
+    fn offer(&mut self, conn: ConnId, frame: Frame) {
         let Some(outbound) = self.outbounds.get(&conn) else {
             return;
         };
-        match outbound.offer(Utf8Bytes::from(text)) {
+        match outbound.offer(frame) {
             Offer::Queued => {}
             Offer::Dropped => self.metrics.dropped("slow_consumer"),
             // The connection closes itself and deregisters; stop offering now.
@@ -232,10 +251,6 @@ impl Decisions for Handoff {
                 self.outbounds.remove(&conn);
             }
         }
-    }
-
-    fn bus(&mut self, command: BusCommand) {
-        self.to_bus.push_back(command);
     }
 }
 

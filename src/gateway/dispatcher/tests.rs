@@ -102,7 +102,7 @@ impl Rig {
 
 fn received(inbox: &mut Inbox) -> Vec<Value> {
     std::iter::from_fn(|| inbox.rx.try_recv().ok())
-        .map(|t| serde_json::from_str(&t).unwrap())
+        .map(|f| serde_json::from_str(&f.into_text()).unwrap())
         .collect()
 }
 
