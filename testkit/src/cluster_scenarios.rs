@@ -682,10 +682,19 @@ pub async fn killing_the_node_a_sidecar_uses_loses_no_qos1_message(mode: Mode) {
         })
         .and_then(|v| v.trim().parse::<f64>().ok());
     assert!(reconnects.is_some_and(|r| r >= 1.0), "{metrics}");
-    assert_eq!(
-        http(b.http, "GET", "/readyz", None, b"").await.body,
-        "ready\n"
-    );
+    // Ready with the cluster, once B's link has settled: seen once in a
+    // full run, /metrics said connected and /readyz a moment later not (the
+    // link was dropped once more while the cluster recovered, and came
+    // back). What a user sees is that it comes back.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let ready = http(b.http, "GET", "/readyz", None, b"").await.body;
+        if ready == "ready\n" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{ready}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     a.stop().await;
     b.stop().await;
 }
