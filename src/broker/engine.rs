@@ -82,15 +82,13 @@ mod tests {
         engine
     }
 
-    /// CONNECT (MQTT 5, clean start, keep-alive 60 s), then the CONNACK.
+    /// The probe's CONNECT (MQTT 5, clean start), then the CONNACK.
     async fn connected(engine: &Engine, client_id: &str) -> EngineStream {
-        let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 5, 0x02, 0, 60, 0];
-        body.extend((client_id.len() as u16).to_be_bytes());
-        body.extend(client_id.as_bytes());
-        let mut packet = vec![0x10, body.len() as u8];
-        packet.extend(body);
         let mut stream = engine.connect().unwrap();
-        stream.write_all(&packet).await.unwrap();
+        stream
+            .write_all(&super::super::probe::connect_packet(client_id))
+            .await
+            .unwrap();
         let mut ack = [0u8; 2];
         stream.read_exact(&mut ack).await.unwrap();
         assert_eq!(ack[0], 0x20, "CONNACK");

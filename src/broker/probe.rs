@@ -25,7 +25,7 @@ fn string(s: &[u8]) -> Vec<u8> {
 
 /// An MQTT 5 CONNECT with clean start and keepalive 60 s (rumqttd
 /// refuses 0).
-fn connect_packet(client_id: &str) -> Vec<u8> {
+pub(super) fn connect_packet(client_id: &str) -> Vec<u8> {
     let mut body = string(b"MQTT");
     body.extend([0x05, 0x02, 0x00, 0x3C, 0x00]);
     body.extend(string(client_id.as_bytes()));
