@@ -25,12 +25,12 @@ pub enum Frame {
     /// on the connection's thread. Written by the dispatcher, each copy was
     /// freed on another thread than the one that allocated it, and the
     /// allocator's locks were a tenth of a WebSocket fan-out's CPU (issue 16).
-    Copy(Copy),
+    Copy(RecipientCopy),
 }
 
 /// See [`Frame::Copy`].
 #[derive(Debug)]
-pub struct Copy {
+pub struct RecipientCopy {
     pub prepared: Arc<Prepared>,
     /// The recipient's correlation ID, already JSON-encoded.
     pub correlation: Arc<str>,
@@ -38,7 +38,7 @@ pub struct Copy {
     pub traceparent: Option<Arc<str>>,
 }
 
-impl Copy {
+impl RecipientCopy {
     pub fn text(&self) -> String {
         self.prepared
             .with(&self.correlation, self.traceparent.as_deref())

@@ -217,7 +217,7 @@ impl<D: Decisions> Core<D> {
         traceparent: Option<Arc<str>>,
     ) {
         for (conn, correlation) in recipients {
-            let copy = Copy {
+            let copy = RecipientCopy {
                 prepared: prepared.clone(),
                 correlation,
                 traceparent: traceparent.clone(),

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::history::{self, Anchor, History, HistoryLimits, HistoryStats};
-use super::outbound::{Copy, Frame, Offer, Outbound};
+use super::outbound::{Frame, Offer, Outbound, RecipientCopy};
 use super::published::{self, Expected, LoggedOnce};
 use super::requests::{ClaimError, Consumer, Effect, Requests, RunningInvocation};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
@@ -183,7 +183,7 @@ pub trait Decisions {
     /// A message for a connection.
     fn send(&mut self, conn: ConnId, text: String);
     /// One recipient's copy of a fanned-out message (see [`Frame::Copy`]).
-    fn send_copy(&mut self, conn: ConnId, copy: Copy);
+    fn send_copy(&mut self, conn: ConnId, copy: RecipientCopy);
     /// A publication or subscription change for the bus.
     fn bus(&mut self, command: BusCommand);
 }
@@ -200,7 +200,7 @@ impl Decisions for Out {
         self.sends.push((conn, text));
     }
 
-    fn send_copy(&mut self, conn: ConnId, copy: Copy) {
+    fn send_copy(&mut self, conn: ConnId, copy: RecipientCopy) {
         self.sends.push((conn, copy.text()));
     }
 
@@ -225,7 +225,7 @@ impl Decisions for Handoff {
         self.offer(conn, text.into());
     }
 
-    fn send_copy(&mut self, conn: ConnId, copy: Copy) {
+    fn send_copy(&mut self, conn: ConnId, copy: RecipientCopy) {
         self.offer(conn, Frame::Copy(copy));
     }
 
