@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::batches::Batches;
 use super::metrics::SpanCounters;
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
@@ -67,17 +68,23 @@ pub struct MessageInfo<'a> {
     pub recipients: Option<usize>,
 }
 
-/// Where finished message spans go: the span processor (batching and
-/// exporting, or the tests' in-memory one) and the scope they are
-/// reported under.
+/// Where finished message spans go: written into the OTLP batches the
+/// sidecar exports itself (gRPC), or handed to an SDK span processor (the
+/// HTTP exporter's, the tests' in-memory one) as `SpanData`.
 #[derive(Debug, Clone)]
 pub struct SpanSink {
-    processor: Arc<dyn SpanProcessor>,
+    target: Target,
     scope: InstrumentationScope,
     /// `None`: the default, parent-based always-on, decided without a call.
     sampler: Option<Arc<dyn ShouldSample>>,
     counters: SpanCounters,
     probes: Arc<Probes>,
+}
+
+#[derive(Debug, Clone)]
+enum Target {
+    Processor(Arc<dyn SpanProcessor>),
+    Batches(Arc<Batches>),
 }
 
 /// While the collector is not answering, spans are not built at all, but
@@ -99,13 +106,20 @@ impl SpanSink {
     /// With the sampler `OTEL_TRACES_SAMPLER` (and `_ARG`) choose, as the
     /// SDK reads them.
     pub fn new(processor: Arc<dyn SpanProcessor>) -> SpanSink {
+        SpanSink::to(Target::Processor(processor))
+    }
+
+    /// Spans written straight into export batches (see [`Batches`]).
+    pub fn batches(batches: Arc<Batches>) -> SpanSink {
+        SpanSink::to(Target::Batches(batches))
+    }
+
+    fn to(target: Target) -> SpanSink {
         let chosen = std::env::var("OTEL_TRACES_SAMPLER")
             .is_ok_and(|s| !s.is_empty() && s != "parentbased_always_on");
         SpanSink {
-            processor,
-            scope: InstrumentationScope::builder("lmos-sidecar")
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .build(),
+            target,
+            scope: scope(),
             sampler: chosen.then(|| Arc::from(opentelemetry_sdk::trace::Config::default().sampler)),
             counters: SpanCounters::default(),
             probes: Arc::new(Probes {
@@ -141,9 +155,35 @@ impl SpanSink {
         probe
     }
 
-    pub fn processor(&self) -> &Arc<dyn SpanProcessor> {
-        &self.processor
+    fn record(&self, hop: &Hop<'_>) {
+        match &self.target {
+            Target::Processor(processor) => processor.on_end(hop.span_data(&self.scope)),
+            Target::Batches(batches) => batches.push(hop),
+        }
     }
+
+    /// Exports what is left, for at most `bound`.
+    pub async fn shutdown(&self, bound: Duration) -> Result<(), String> {
+        match &self.target {
+            // The SDK's shutdown blocks, and on a current-thread runtime it
+            // would wait for the very runtime it blocks.
+            Target::Processor(processor) => {
+                let processor = processor.clone();
+                tokio::task::spawn_blocking(move || processor.shutdown_with_timeout(bound))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
+            }
+            Target::Batches(batches) => batches.flush(bound).await,
+        }
+    }
+}
+
+/// The scope message spans are reported under.
+pub fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("lmos-sidecar")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
 }
 
 /// Creates message spans; cheap to clone. Off: every call returns `None` and
@@ -257,16 +297,19 @@ impl MessageTracer {
         };
         let traceparent = traceparent(parent.trace_id, span_id, flags);
         if flags.is_sampled() && sink.takes_span() {
-            let context = SpanContext::new(parent.trace_id, span_id, flags, false, state);
-            sink.processor.on_end(span(
-                sink,
+            sink.record(&Hop {
+                span_id,
+                flags,
+                state: &state,
                 parent,
-                context,
                 operation,
                 destination,
                 info,
                 error,
-            ));
+                // A hop has no duration of its own worth a second clock
+                // reading.
+                time: SystemTime::now(),
+            });
         }
         Some(TraceContext {
             traceparent,
@@ -282,55 +325,116 @@ fn ids() -> RandomIdGenerator {
     RandomIdGenerator::default()
 }
 
-/// The finished span of one hop.
-fn span(
-    sink: &SpanSink,
-    parent: &Parent,
-    context: SpanContext,
-    operation: Operation,
-    destination: &str,
-    info: &MessageInfo<'_>,
-    error: Option<&str>,
-) -> SpanData {
-    let (operation_type, kind) = operation.kind();
-    let mut attributes = Vec::with_capacity(10);
-    attributes.extend([
-        KeyValue::new("messaging.system", "lmos"),
-        KeyValue::new("messaging.destination.name", destination.to_owned()),
-        KeyValue::new("messaging.operation.type", operation_type),
-        KeyValue::new("messaging.operation.name", operation.name()),
-    ]);
-    let optional = [
-        ("messaging.message.id", info.message_id),
-        ("lmos.message_type", info.message_type),
-        ("lmos.thing_id", info.thing_id),
-        ("lmos.affordance", info.affordance),
-        ("lmos.correlation_id", info.correlation_id),
-    ];
-    for (key, value) in optional {
-        if let Some(v) = value {
-            attributes.push(KeyValue::new(key, v.to_owned()));
+/// One hop's span, as both sinks write it.
+pub(super) struct Hop<'a> {
+    pub span_id: SpanId,
+    pub flags: TraceFlags,
+    /// As sampled: the parent's, or what the sampler made of it.
+    pub state: &'a TraceState,
+    pub parent: &'a Parent,
+    pub operation: Operation,
+    pub destination: &'a str,
+    pub info: &'a MessageInfo<'a>,
+    pub error: Option<&'a str>,
+    pub time: SystemTime,
+}
+
+/// An attribute's value: the two kinds a hop has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Attr<'a> {
+    Str(&'a str),
+    Int(i64),
+}
+
+impl<'a> Hop<'a> {
+    pub fn trace_id(&self) -> TraceId {
+        self.parent.trace_id
+    }
+
+    /// `INVALID` for the root of a new trace.
+    pub fn parent_span_id(&self) -> SpanId {
+        self.parent.span_id
+    }
+
+    pub fn parent_is_remote(&self) -> bool {
+        self.parent.remote
+    }
+
+    pub fn kind(&self) -> SpanKind {
+        self.operation.kind().1
+    }
+
+    /// The two parts of `{operation} {destination}`, as the messaging
+    /// conventions name spans.
+    pub fn name_parts(&self) -> (&'static str, &'a str) {
+        (self.operation.name(), self.destination)
+    }
+
+    /// In the order both sinks write them.
+    pub fn attributes(&self) -> impl Iterator<Item = (&'static str, Attr<'a>)> + '_ {
+        let info = self.info;
+        let fixed = [
+            ("messaging.system", Some(Attr::Str("lmos"))),
+            (
+                "messaging.destination.name",
+                Some(Attr::Str(self.destination)),
+            ),
+            (
+                "messaging.operation.type",
+                Some(Attr::Str(self.operation.kind().0)),
+            ),
+            (
+                "messaging.operation.name",
+                Some(Attr::Str(self.operation.name())),
+            ),
+            ("messaging.message.id", info.message_id.map(Attr::Str)),
+            ("lmos.message_type", info.message_type.map(Attr::Str)),
+            ("lmos.thing_id", info.thing_id.map(Attr::Str)),
+            ("lmos.affordance", info.affordance.map(Attr::Str)),
+            ("lmos.correlation_id", info.correlation_id.map(Attr::Str)),
+            (
+                "lmos.recipients",
+                info.recipients.map(|n| Attr::Int(n as i64)),
+            ),
+        ];
+        fixed
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value?)))
+    }
+
+    /// The finished span as the SDK's processors take it.
+    pub(super) fn span_data(&self, scope: &InstrumentationScope) -> SpanData {
+        let context = SpanContext::new(
+            self.trace_id(),
+            self.span_id,
+            self.flags,
+            false,
+            self.state.clone(),
+        );
+        let attributes = self
+            .attributes()
+            .map(|(key, value)| match value {
+                Attr::Str(s) => KeyValue::new(key, s.to_owned()),
+                Attr::Int(n) => KeyValue::new(key, n),
+            })
+            .collect();
+        SpanData {
+            span_context: context,
+            parent_span_id: self.parent_span_id(),
+            parent_span_is_remote: self.parent_is_remote(),
+            span_kind: self.kind(),
+            name: Cow::Owned(span_name(self.operation, self.destination)),
+            start_time: self.time,
+            end_time: self.time,
+            attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: self
+                .error
+                .map_or(Status::Unset, |e| Status::error(e.to_owned())),
+            instrumentation_scope: scope.clone(),
         }
-    }
-    if let Some(n) = info.recipients {
-        attributes.push(KeyValue::new("lmos.recipients", n as i64));
-    }
-    // A hop has no duration of its own worth a second clock reading.
-    let now = SystemTime::now();
-    SpanData {
-        span_context: context,
-        parent_span_id: parent.span_id,
-        parent_span_is_remote: parent.remote,
-        span_kind: kind,
-        name: Cow::Owned(span_name(operation, destination)),
-        start_time: now,
-        end_time: now,
-        attributes,
-        dropped_attributes_count: 0,
-        events: SpanEvents::default(),
-        links: SpanLinks::default(),
-        status: error.map_or(Status::Unset, |e| Status::error(e.to_owned())),
-        instrumentation_scope: sink.scope.clone(),
     }
 }
 
@@ -387,7 +491,7 @@ impl Parent {
     /// further part after a `-`; IDs not all zeros. An unreadable
     /// `tracestate` is kept in the message but not in the span, as the
     /// SDK's propagator did.
-    fn remote(traceparent: &str, tracestate: Option<&str>) -> Option<Parent> {
+    pub(super) fn remote(traceparent: &str, tracestate: Option<&str>) -> Option<Parent> {
         let (trace_id, span_id, flags) = read_traceparent(traceparent.trim())?;
         Some(Parent {
             trace_id,
@@ -402,7 +506,7 @@ impl Parent {
     }
 
     /// The root of a new trace, for an untraced message.
-    fn root() -> Parent {
+    pub(super) fn root() -> Parent {
         Parent {
             trace_id: ids().new_trace_id(),
             span_id: SpanId::INVALID,

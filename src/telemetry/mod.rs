@@ -1,6 +1,8 @@
 //! Telemetry set-up, in one place: logs, and the OpenTelemetry tracer
 //! behind the message spans.
 
+pub mod batches;
+pub mod hop_wire;
 pub mod memory;
 pub mod messaging;
 pub mod metrics;
@@ -56,18 +58,11 @@ impl Tracing {
         let Some(export) = otlp::export_target(config)? else {
             return Ok(Tracing::off());
         };
-        let service = config.service_name.clone();
-        let target = export.clone();
         let spans = metrics::SpanCounters::default();
-        let counters = spans.clone();
-        // The HTTP exporter's client blocks; the gRPC one needs the runtime.
-        let processor =
-            tokio::task::spawn_blocking(move || otlp::processor(&target, &service, &counters))
-                .await
-                .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
+        let sink = otlp::sink(&export, &config.service_name, &spans).await?;
         tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "Exporting traces over OTLP.");
         Ok(Tracing {
-            sink: Some(SpanSink::new(Arc::new(processor)).with_counters(spans.clone())),
+            sink: Some(sink),
             spans,
             new_trace_for_untraced: config.new_trace_for_untraced,
             mqtt5_user_properties: config.mqtt5_user_properties,
@@ -109,10 +104,8 @@ impl Tracing {
         )
     }
 
-    /// Exports what is left. The SDK's shutdown blocks, and on a
-    /// current-thread runtime it would wait for the very runtime it blocks
-    /// (the gRPC exporter runs there), so it runs on a blocking thread,
-    /// bounded in time: shortly when the collector was not answering.
+    /// Exports what is left, bounded in time: shortly when the collector
+    /// was not answering.
     pub async fn shutdown(&self) {
         let Some(sink) = self.sink.clone() else {
             return;
@@ -122,16 +115,15 @@ impl Tracing {
         } else {
             FLUSH_TIMEOUT
         };
-        let flush =
-            tokio::task::spawn_blocking(move || sink.processor().shutdown_with_timeout(bound));
+        let flush = sink.shutdown(bound);
         match tokio::time::timeout(bound + Duration::from_secs(1), flush).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) if self.spans.failing() => tracing::warn!(
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if self.spans.failing() => tracing::warn!(
                 error = %e,
                 "The OTLP collector is not answering; the last spans are lost."
             ),
-            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "Could not export the last spans."),
-            _ => tracing::warn!("Gave up exporting the last spans."),
+            Ok(Err(e)) => tracing::warn!(error = %e, "Could not export the last spans."),
+            Err(_) => tracing::warn!("Gave up exporting the last spans."),
         }
     }
 }

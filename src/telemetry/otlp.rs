@@ -14,8 +14,11 @@ use opentelemetry_sdk::trace::{
 use opentelemetry_sdk::Resource;
 use tracing::{info, warn};
 
+use super::batches::{Batches, Settings, QUEUE_FULL};
+use super::hop_wire::Envelope;
+use super::messaging::{self, SpanSink};
 use super::metrics::{SpanCounters, EXPORT_FAILED};
-use super::otlp_grpc::GrpcExporter;
+use super::otlp_grpc::Grpc;
 use super::TelemetryError;
 use crate::config::{OtlpProtocol, TracingConfig};
 
@@ -63,43 +66,65 @@ fn http_traces_url(endpoint: &str) -> String {
     }
 }
 
-/// Builds the span processor: batching, bounded, exporting over OTLP. Must
-/// run where blocking is allowed (the HTTP exporter's client is a blocking
-/// one) and inside a Tokio runtime (gRPC).
-pub fn processor(
+/// Where the message spans go: over gRPC written straight into batches the
+/// sidecar sends itself; over HTTP through the SDK's batch processor and
+/// `opentelemetry-otlp`'s exporter. Must run inside a Tokio runtime.
+pub async fn sink(
     export: &Export,
     service_name: &str,
     counters: &SpanCounters,
-) -> Result<impl SpanProcessor, TelemetryError> {
+) -> Result<SpanSink, TelemetryError> {
     let timeout = Duration::from_secs(5);
-    let failure = |e: opentelemetry_otlp::ExporterBuildError| TelemetryError::Otlp(e.to_string());
     let resource = match std::env::var("OTEL_SERVICE_NAME") {
         Ok(name) if !name.is_empty() => Resource::builder().build(),
         _ => Resource::builder()
             .with_service_name(service_name.to_owned())
             .build(),
     };
-    // The processor hands the resource to its exporter when a provider
-    // builds it; the message spans need no provider, so it is set here.
-    let processor = match export.protocol {
+    let sink = match export.protocol {
         OtlpProtocol::Grpc => {
-            let mut exporter = GrpcExporter::new(&export.endpoint, timeout)?;
-            exporter.set_resource(&resource);
-            bounded(exporter, export, counters)
+            let transport = Grpc::new(&export.endpoint, timeout)?;
+            let envelope = Envelope::new(&resource, &messaging::scope());
+            SpanSink::batches(Batches::start(
+                transport,
+                &export.endpoint,
+                envelope,
+                Settings::from_env(),
+                counters.clone(),
+            ))
         }
         OtlpProtocol::HttpProtobuf => {
-            let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_endpoint(http_traces_url(&export.endpoint))
-                .with_timeout(timeout)
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .build()
-                .map_err(failure)?;
-            exporter.set_resource(&resource);
-            bounded(exporter, export, counters)
+            // The HTTP exporter's client blocks.
+            let (export, counters) = (export.clone(), counters.clone());
+            let processor =
+                tokio::task::spawn_blocking(move || http_processor(&export, resource, &counters))
+                    .await
+                    .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
+            SpanSink::new(Arc::new(processor))
         }
     };
-    Ok(processor)
+    Ok(sink.with_counters(counters.clone()))
+}
+
+/// The SDK's batch processor, bounded, in front of `opentelemetry-otlp`'s
+/// HTTP exporter.
+fn http_processor(
+    export: &Export,
+    resource: Resource,
+    counters: &SpanCounters,
+) -> Result<impl SpanProcessor, TelemetryError> {
+    let failure = |e: opentelemetry_otlp::ExporterBuildError| TelemetryError::Otlp(e.to_string());
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(http_traces_url(&export.endpoint))
+        .with_timeout(Duration::from_secs(5))
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .build()
+        .map_err(failure)?;
+    // The processor hands the resource to its exporter when a provider
+    // builds it; the message spans need no provider, so it is set here.
+    exporter.set_resource(&resource);
+    Ok(bounded(exporter, export, counters))
 }
 
 /// Spans waiting for export before new ones are dropped. The SDK's 2048 is
@@ -195,9 +220,6 @@ impl SpanProcessor for Bounded {
         self.inner.set_resource(resource);
     }
 }
-
-/// `reason` of `lmos_sidecar_spans_dropped_total`.
-const QUEUE_FULL: &str = "queue_full";
 
 /// Logs the first failed export (collector down, wrong address) and the
 /// recovery, not every batch in between. Spans of failed batches are

@@ -1,6 +1,6 @@
-//! OTLP/gRPC export of batches encoded by [`otlp_wire`](super::otlp_wire):
-//! one unary `TraceService/Export` call per batch, its body the bytes as
-//! encoded, through tonic's channel (HTTP/2, reconnecting on its own).
+//! OTLP/gRPC export of the batches [`super::batches`] makes: one unary
+//! `TraceService/Export` call per batch, its body the bytes as encoded,
+//! through tonic's channel (HTTP/2, reconnecting on its own).
 //!
 //! What `opentelemetry-otlp`'s gRPC exporter read from the environment and
 //! the sidecar relied on is read here too: `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
@@ -8,36 +8,32 @@
 //! URL-encoded). The sidecar was built without TLS and compression for OTLP
 //! before, and still is: an `https` endpoint is refused at start.
 
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes};
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{SpanData, SpanExporter};
-use opentelemetry_sdk::Resource;
+use bytes::{Buf, BufMut};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
-use super::otlp_wire::{self, EncodedResource};
+use super::batches::{Request, Transport};
 use super::TelemetryError;
 
 const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
-#[derive(Debug)]
-pub struct GrpcExporter {
+/// One unary `TraceService/Export` call per batch.
+#[derive(Debug, Clone)]
+pub struct Grpc {
     channel: Channel,
     metadata: MetadataMap,
-    resource: EncodedResource,
-    encoder: Mutex<otlp_wire::Encoder>,
 }
 
-impl GrpcExporter {
+impl Grpc {
     /// Connects lazily (at the first export), so it must be built inside a
     /// Tokio runtime; each call gives up after `timeout`.
-    pub fn new(endpoint: &str, timeout: Duration) -> Result<GrpcExporter, TelemetryError> {
+    pub fn new(endpoint: &str, timeout: Duration) -> Result<Grpc, TelemetryError> {
         let invalid = |why: String| TelemetryError::Otlp(format!("endpoint `{endpoint}`: {why}"));
         let parsed =
             Endpoint::from_shared(endpoint.to_owned()).map_err(|e| invalid(e.to_string()))?;
@@ -47,46 +43,33 @@ impl GrpcExporter {
             ));
         }
         let metadata = headers_from_env()?;
-        Ok(GrpcExporter {
+        Ok(Grpc {
             channel: parsed.timeout(timeout).connect_lazy(),
             metadata,
-            resource: EncodedResource::default(),
-            encoder: Mutex::default(),
         })
     }
 }
 
-impl SpanExporter for GrpcExporter {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let body = {
-            let mut encoder = self.encoder.lock().unwrap_or_else(|e| e.into_inner());
-            Bytes::from(encoder.request(&self.resource, &batch))
-        };
-        // Freed here, on the exporter's thread, before the call's wait.
-        drop(batch);
+impl Transport for Grpc {
+    async fn send(&self, body: Arc<Request>) -> Result<(), String> {
         let mut client = tonic::client::Grpc::new(self.channel.clone());
-        let failed = |status: Status| {
-            OTelSdkError::InternalFailure(format!(
-                "export failed with gRPC code {:?}: {}",
-                status.code(),
-                status.message()
-            ))
-        };
         client
             .ready()
             .await
-            .map_err(|e| OTelSdkError::InternalFailure(format!("transport error: {e}")))?;
+            .map_err(|e| format!("transport error: {e}"))?;
         let mut request = tonic::Request::new(body);
         *request.metadata_mut() = self.metadata.clone();
         client
-            .unary::<Bytes, (), Raw>(request, PathAndQuery::from_static(EXPORT), Raw)
+            .unary::<Arc<Request>, (), Raw>(request, PathAndQuery::from_static(EXPORT), Raw)
             .await
-            .map_err(failed)?;
+            .map_err(|status| {
+                format!(
+                    "export failed with gRPC code {:?}: {}",
+                    status.code(),
+                    status.message()
+                )
+            })?;
         Ok(())
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.resource = EncodedResource::new(resource);
     }
 }
 
@@ -134,7 +117,7 @@ fn percent_decoded(s: &str) -> Option<String> {
 struct Raw;
 
 impl Codec for Raw {
-    type Encode = Bytes;
+    type Encode = Arc<Request>;
     type Decode = ();
     type Encoder = Raw;
     type Decoder = Raw;
@@ -149,11 +132,14 @@ impl Codec for Raw {
 }
 
 impl Encoder for Raw {
-    type Item = Bytes;
+    type Item = Arc<Request>;
     type Error = Status;
 
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
+    fn encode(&mut self, item: Arc<Request>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.reserve(item.len());
+        dst.put_slice(&item.header);
+        dst.put_slice(&item.spans);
+        dst.put_slice(&item.trailer);
         Ok(())
     }
 }
