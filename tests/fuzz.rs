@@ -519,10 +519,10 @@ proptest! {
         correlation in nasty_string(),
         traceparent in prop::option::of(nasty_string()),
     ) {
-        let mut map: Map<String, Value> = object.into_iter().collect();
+        let map: Map<String, Value> = object.into_iter().collect();
         let tracestate = map.get("tracestate").and_then(Value::as_str).map(str::to_owned);
         let their_traceparent = map.get("traceparent").and_then(Value::as_str).map(str::to_owned);
-        let p = Prepared::from_map(&mut map, "urn:from-topic");
+        let p = Prepared::from_members(&map, "urn:from-topic");
         let out = p.with(&json_string(&correlation), traceparent.as_deref());
         let expected_tp = traceparent.or(their_traceparent);
         check_spliced(&out, &correlation, expected_tp.as_deref(), tracestate.as_deref())?;

@@ -62,7 +62,7 @@ pub fn check(
         Ok(_) => return Err(Refused::Unreadable("not a JSON object".into())),
         Err(e) => return Err(Refused::Unreadable(format!("not JSON: {e}"))),
     };
-    let mut map = if dialect::detect(&map) == Some(Dialect::Kotlin) {
+    let map = if dialect::detect(&map) == Some(Dialect::Kotlin) {
         match dialect::normalize(map, |_| None) {
             Ok(mut n) if n.messages.len() == 1 => n.messages.remove(0),
             _ => {
@@ -74,15 +74,15 @@ pub fn check(
     } else {
         map
     };
-    // The reader WebSocket publishers meet; it consumes its input, and the
-    // fan-out keeps the members as they came, hence the copy.
-    let message = Message::from_value(Value::Object(map.clone()))
-        .map_err(|r| Refused::Unreadable(r.to_string()))?;
+    // The fan-out keeps the members as they came; the reader WebSocket
+    // publishers meet consumes them, so it comes second.
+    let mut prepared = Prepared::from_members(&map, expected.thing());
+    let message =
+        Message::from_value(Value::Object(map)).map_err(|r| Refused::Unreadable(r.to_string()))?;
     agrees(&message, expected)?;
     if let Some(td) = td {
         affordances::check_agent_data(td, &message).map_err(|p| Refused::AgainstTd(p.detail))?;
     }
-    let mut prepared = Prepared::from_map(&mut map, expected.thing());
     if let (None, Some(t)) = (&prepared.traceparent, trace) {
         prepared.traceparent = Some(t.traceparent);
         prepared.tracestate = t.tracestate;

@@ -1,7 +1,7 @@
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::member::{self, Aliases, CORRELATION_ID, MESSAGE_ID, THING_ID};
+use super::member::{self, CORRELATION_ID, MESSAGE_ID, THING_ID};
 use super::message_type::MessageType;
 use super::rejection::{Rejection, RejectionKind};
 
@@ -416,24 +416,10 @@ fn strip_position(s: &str) -> String {
     }
 }
 
-/// Renames the envelope members of a raw message to the table spelling, in
-/// place, for messages forwarded without a full parse.
 /// Whether an `actionStatus`'s `status` ends its invocation (both spellings
 /// of cancelled are met in the wild).
 pub fn is_terminal(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled" | "canceled")
-}
-
-pub fn canonicalize_envelope(map: &mut Map<String, Value>) {
-    for aliases in [&THING_ID, &MESSAGE_ID, &CORRELATION_ID] {
-        rename_alias(map, aliases);
-    }
-}
-
-fn rename_alias(map: &mut Map<String, Value>, aliases: &Aliases) {
-    if let Some(v) = map.shift_remove(aliases.alternative) {
-        map.entry(aliases.canonical.to_owned()).or_insert(v);
-    }
 }
 
 #[cfg(test)]
@@ -577,18 +563,5 @@ mod tests {
         let m = Message::new("urn:x", Body::SubscribeAllEvents);
         let id = Uuid::parse_str(&m.message_id).unwrap();
         assert_eq!(id.get_version_num(), 4);
-    }
-
-    #[test]
-    fn canonicalize_renames_alternatives_in_place() {
-        let mut map = json!({"thingId": "t", "messageId": "m", "correlationId": "c", "x": 1})
-            .as_object()
-            .unwrap()
-            .clone();
-        canonicalize_envelope(&mut map);
-        assert_eq!(
-            Value::Object(map),
-            json!({"x": 1, "thingID": "t", "messageID": "m", "correlationID": "c"})
-        );
     }
 }

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::message::canonicalize_envelope;
+use super::member::{CORRELATION_ID, MESSAGE_ID, THING_ID};
 
 /// A message serialized once for many recipients.
 #[derive(Debug, Clone)]
@@ -32,10 +32,6 @@ pub enum PrepareError {
     NotAnObject,
 }
 
-fn take_string(map: &Map<String, Value>, key: &str) -> Option<String> {
-    map.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
 impl Prepared {
     /// Prepares a payload as published by an agent. The envelope is written in
     /// the table spelling, any correlation ID of the agent's is dropped (each
@@ -44,36 +40,60 @@ impl Prepared {
     pub fn from_payload(payload: &[u8], thing_id: &str) -> Result<Prepared, PrepareError> {
         let value: Value =
             serde_json::from_slice(payload).map_err(|e| PrepareError::NotJson(e.to_string()))?;
-        let Value::Object(mut map) = value else {
+        let Value::Object(map) = value else {
             return Err(PrepareError::NotAnObject);
         };
-        Ok(Prepared::from_map(&mut map, thing_id))
+        Ok(Prepared::from_members(&map, thing_id))
     }
 
-    pub fn from_map(map: &mut Map<String, Value>, thing_id: &str) -> Prepared {
-        canonicalize_envelope(map);
-        map.shift_remove("correlationID");
-        let traceparent = map
-            .shift_remove("traceparent")
-            .and_then(|v| v.as_str().map(str::to_owned));
-        if !map.contains_key("thingID") {
-            map.insert("thingID".into(), thing_id.into());
+    /// From a message's members, which it leaves as they are: the parsed
+    /// message is still to be read by its consumer (checking a published
+    /// event took a deep copy of every message for this, issue 16).
+    pub fn from_members(map: &Map<String, Value>, thing_id: &str) -> Prepared {
+        let skipped = |k: &str| {
+            matches!(k, "traceparent" | "tracestate")
+                || k == CORRELATION_ID.canonical
+                || k == CORRELATION_ID.alternative
+                || k == THING_ID.alternative
+                || k == MESSAGE_ID.alternative
+        };
+        let mut tail = Vec::with_capacity(256);
+        let mut member = |key: &str, value: &Value| {
+            if !tail.is_empty() {
+                tail.push(b',');
+            }
+            // Writing a string or a `Value` into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut tail, key);
+            tail.push(b':');
+            let _ = serde_json::to_writer(&mut tail, value);
+        };
+        for (key, value) in map {
+            if !skipped(key) {
+                member(key, value);
+            }
         }
-        let tracestate = map
-            .shift_remove("tracestate")
-            .and_then(|v| v.as_str().map(str::to_owned));
-        let message_type = take_string(map, "messageType");
-        let message_id = take_string(map, "messageID");
-        let timestamp = take_string(map, "timestamp");
-        let mut tail = text(&Value::Object(std::mem::take(map)));
-        tail.remove(0);
+        // An envelope member in the other spelling goes last, in the
+        // table's; unless the message has both, when that one is dropped.
+        for aliases in [&THING_ID, &MESSAGE_ID] {
+            if !map.contains_key(aliases.canonical) {
+                if let Some(value) = map.get(aliases.alternative) {
+                    member(aliases.canonical, value);
+                }
+            }
+        }
+        if !map.contains_key(THING_ID.canonical) && !map.contains_key(THING_ID.alternative) {
+            member(THING_ID.canonical, &Value::from(thing_id));
+        }
+        tail.push(b'}');
+        let string = |key: &str| map.get(key).and_then(Value::as_str).map(str::to_owned);
         Prepared {
-            tail,
-            traceparent,
-            tracestate,
-            message_type,
-            message_id,
-            timestamp,
+            // serde_json writes UTF-8.
+            tail: String::from_utf8(tail).unwrap_or_default(),
+            traceparent: string("traceparent"),
+            tracestate: string("tracestate"),
+            message_type: string("messageType"),
+            message_id: string(MESSAGE_ID.canonical).or_else(|| string(MESSAGE_ID.alternative)),
+            timestamp: string("timestamp"),
         }
     }
 
@@ -181,6 +201,38 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn envelope_spellings_end_as_the_table_writes_them() {
+        let cases = [
+            // Both spellings: the other one is dropped; the correlation
+            // ID and the trace context are not part of the text.
+            (
+                r#"{"thingID":"a","thingId":"b","messageId":"m","messageID":"n","correlationID":"c","correlationId":"d","traceparent":"tp","tracestate":"ts","é\n":"\u0001"}"#,
+                r#""thingID":"a","messageID":"n","é\n":"\u0001"}"#,
+            ),
+            // Only the other spelling: the member goes last, renamed.
+            (
+                r#"{"messageId":"m","x":1,"thingId":"t2","traceparent":7}"#,
+                r#""x":1,"thingID":"t2","messageID":"m"}"#,
+            ),
+        ];
+        for (payload, tail) in cases {
+            let p = Prepared::from_payload(payload.as_bytes(), "topic-thing").unwrap();
+            assert_eq!(p.tail, tail, "{payload}");
+        }
+        let p = Prepared::from_payload(cases[0].0.as_bytes(), "t").unwrap();
+        assert_eq!(
+            (
+                p.traceparent.as_deref(),
+                p.tracestate.as_deref(),
+                p.message_id.as_deref()
+            ),
+            (Some("tp"), Some("ts"), Some("n"))
+        );
+        let p = Prepared::from_payload(cases[1].0.as_bytes(), "t").unwrap();
+        assert_eq!((p.traceparent, p.message_id.as_deref()), (None, Some("m")));
+    }
+
+    #[test]
     fn each_recipient_gets_its_own_correlation_id_and_everything_else() {
         let payload = br#"{"thingId":"urn:t","messageId":"m","correlationId":"agent","messageType":"event","event":"e","data":{"q":"\"x\""},"timestamp":"2025-01-20T19:00:00Z","x-extra":true}"#;
         let p = Prepared::from_payload(payload, "ignored").unwrap();
@@ -201,8 +253,8 @@ mod tests {
 
     #[test]
     fn an_empty_object_still_gives_valid_json() {
-        let mut map = Map::new();
-        let p = Prepared::from_map(&mut map, "t");
+        let map = Map::new();
+        let p = Prepared::from_members(&map, "t");
         let v: Value = serde_json::from_str(&p.with_correlation("\"c\"")).unwrap();
         assert_eq!(v, json!({"correlationID": "c", "thingID": "t"}));
     }

@@ -46,7 +46,7 @@ impl Requests {
                 .or_insert_with(|| status_href(thing, action, &p.correlation).into());
         }
         let copy =
-            Prepared::from_map(&mut prepared_map, thing).with(&json_string(&p.correlation), trace);
+            Prepared::from_members(&prepared_map, thing).with(&json_string(&p.correlation), trace);
         let mut effects = p.to_all(&copy);
         match (&message.body, p.kind) {
             (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
