@@ -3,6 +3,7 @@
 //! answers handed to the router.
 
 use super::*;
+use crate::telemetry::TraceParent;
 
 impl<D: Decisions> Core<D> {
     pub(super) fn deliver(&mut self, delivery: Delivery) {
@@ -204,7 +205,8 @@ impl<D: Decisions> Core<D> {
             self.tracer
                 .hop_from(p, Operation::Process, topic, &fan_out, None)
         });
-        let traceparent = ctx.map(|c| Arc::from(c.traceparent));
+        // `hop` writes 55 characters: never `None` for a context it made.
+        let traceparent = ctx.and_then(|c| TraceParent::new(&c.traceparent));
         self.copies(prepared, recipients, traceparent);
     }
 
@@ -214,13 +216,13 @@ impl<D: Decisions> Core<D> {
         &mut self,
         prepared: &Arc<Prepared>,
         recipients: Vec<(ConnId, Arc<str>)>,
-        traceparent: Option<Arc<str>>,
+        traceparent: Option<TraceParent>,
     ) {
         for (conn, correlation) in recipients {
             let copy = RecipientCopy {
                 prepared: prepared.clone(),
                 correlation,
-                traceparent: traceparent.clone(),
+                traceparent,
             };
             if self.acks.holds(conn) {
                 self.send(conn, copy.text());
