@@ -223,6 +223,33 @@ impl Batches {
     }
 }
 
+/// Counts an export's `n` spans, and logs the first failed export
+/// (collector down, wrong address) and the recovery, not every batch in
+/// between. Spans of failed batches are dropped; messages are never held
+/// back for them. Both exporting paths account this way.
+pub(super) fn account<E: std::fmt::Display>(
+    counters: &SpanCounters,
+    target: &str,
+    n: u64,
+    result: &Result<(), E>,
+) {
+    match result {
+        Ok(()) => counters.exported(n),
+        Err(_) => counters.dropped_many(EXPORT_FAILED, n),
+    }
+    match result {
+        Err(e) if !counters.set_failing(true) => warn!(
+            endpoint = %target,
+            error = %e,
+            "Cannot export spans to the OTLP collector; dropping them until it answers again."
+        ),
+        Ok(()) if counters.set_failing(false) => {
+            info!(endpoint = %target, "Exporting spans to the OTLP collector again.")
+        }
+        _ => {}
+    }
+}
+
 /// The exporting task's state.
 struct Exporter<T> {
     /// Weak: the task ends with the sidecar's tracing.
@@ -280,34 +307,12 @@ impl<T: Transport> Exporter<T> {
         parts.spans = batch.spans;
         let request = Arc::new(parts);
         let result = self.transport.send(request.clone()).await;
-        self.account(batch.count as u64, result);
+        account(&self.counters, &self.target, batch.count as u64, &result);
         let mut parts = Arc::try_unwrap(request).unwrap_or_default();
         if let Some(batches) = self.batches.upgrade() {
             batches.recycle(std::mem::take(&mut parts.spans));
         }
         Arc::new(parts)
-    }
-
-    /// Counts the batch's spans, and logs the first failed export
-    /// (collector down, wrong address) and the recovery, not every batch in
-    /// between. Spans of failed batches are dropped; messages are never
-    /// held back for them.
-    fn account(&self, n: u64, result: Result<(), String>) {
-        match &result {
-            Ok(()) => self.counters.exported(n),
-            Err(_) => self.counters.dropped_many(EXPORT_FAILED, n),
-        }
-        match result {
-            Err(e) if !self.counters.set_failing(true) => warn!(
-                endpoint = %self.target,
-                error = %e,
-                "Cannot export spans to the OTLP collector; dropping them until it answers again."
-            ),
-            Ok(()) if self.counters.set_failing(false) => {
-                info!(endpoint = %self.target, "Exporting spans to the OTLP collector again.")
-            }
-            _ => {}
-        }
     }
 }
 

@@ -12,12 +12,11 @@ use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Span, SpanData, SpanExporter, SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
-use tracing::{info, warn};
 
-use super::batches::{Batches, Settings, QUEUE_FULL};
+use super::batches::{self, Batches, Settings, QUEUE_FULL};
 use super::hop_wire::Envelope;
 use super::messaging::{self, SpanSink};
-use super::metrics::{SpanCounters, EXPORT_FAILED};
+use super::metrics::SpanCounters;
 use super::otlp_grpc::Grpc;
 use super::TelemetryError;
 use crate::config::{OtlpProtocol, TracingConfig};
@@ -248,21 +247,7 @@ impl<E: SpanExporter> SpanExporter for ReportFailures<E> {
         let n = batch.len() as u64;
         self.in_flight.taken.fetch_add(n, Ordering::AcqRel);
         let result = self.inner.export(batch).await;
-        match &result {
-            Ok(()) => self.counters.exported(n),
-            Err(_) => self.counters.dropped_many(EXPORT_FAILED, n),
-        }
-        match &result {
-            Err(e) if !self.counters.set_failing(true) => warn!(
-                endpoint = %self.target,
-                error = %e,
-                "Cannot export spans to the OTLP collector; dropping them until it answers again."
-            ),
-            Ok(()) if self.counters.set_failing(false) => {
-                info!(endpoint = %self.target, "Exporting spans to the OTLP collector again.")
-            }
-            _ => {}
-        }
+        batches::account(&self.counters, &self.target, n, &result);
         result
     }
 
