@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::lmos::splice::Prepared;
-use crate::telemetry::TraceParent;
 
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
@@ -36,15 +35,13 @@ pub struct RecipientCopy {
     /// The recipient's correlation ID, already JSON-encoded.
     pub correlation: Arc<str>,
     /// The fan-out's own `traceparent`, when tracing gave it one.
-    pub traceparent: Option<TraceParent>,
+    pub traceparent: Option<Arc<str>>,
 }
 
 impl RecipientCopy {
     pub fn text(&self) -> String {
-        self.prepared.with(
-            &self.correlation,
-            self.traceparent.as_ref().map(TraceParent::as_str),
-        )
+        self.prepared
+            .with(&self.correlation, self.traceparent.as_deref())
     }
 }
 

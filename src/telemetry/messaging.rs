@@ -447,32 +447,6 @@ fn span_name(operation: Operation, destination: &str) -> String {
     name
 }
 
-/// A `traceparent` the sidecar wrote (version 00, 55 characters), held
-/// inline. Every copy of a fan-out carries the fan-out's; shared as an
-/// `Arc<str>` it cost an allocation per event, freed on whichever
-/// connection's thread wrote the last copy (issue 16).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct TraceParent([u8; 55]);
-
-impl TraceParent {
-    /// `None` unless `s` is 55 ASCII characters, as `hop` writes them.
-    pub fn new(s: &str) -> Option<TraceParent> {
-        let bytes: [u8; 55] = s.as_bytes().try_into().ok()?;
-        bytes.is_ascii().then_some(TraceParent(bytes))
-    }
-
-    pub fn as_str(&self) -> &str {
-        // ASCII, checked when made.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
-impl std::fmt::Debug for TraceParent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// `00-{trace-id}-{span-id}-{flags}`, in lowercase hex.
 fn traceparent(trace_id: TraceId, span_id: SpanId, flags: TraceFlags) -> String {
     let mut out = String::with_capacity(55);
@@ -742,25 +716,6 @@ mod tests {
         counters.set_failing(false);
         hop();
         assert_eq!(exporter.get_finished_spans().unwrap().len(), 3);
-    }
-
-    #[test]
-    fn a_traceparent_the_sidecar_wrote_is_held_inline_as_it_is() {
-        let (tracer, _exporter) = traced();
-        let out = tracer
-            .hop(
-                Operation::Process,
-                "t",
-                Some(&incoming("01")),
-                &MessageInfo::default(),
-                None,
-            )
-            .unwrap();
-        let held = TraceParent::new(&out.traceparent).expect("55 ASCII characters");
-        assert_eq!(held.as_str(), out.traceparent);
-        assert_eq!(TraceParent::new(&format!("{}-more", out.traceparent)), None);
-        // 55 bytes, but not ASCII.
-        assert_eq!(TraceParent::new(&format!("{}x", "é".repeat(27))), None);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat, TracingConfig};
-pub use messaging::{MessageInfo, MessageTracer, Operation, SpanSink, TraceContext, TraceParent};
+pub use messaging::{MessageInfo, MessageTracer, Operation, SpanSink, TraceContext};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {

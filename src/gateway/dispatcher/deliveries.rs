@@ -3,7 +3,6 @@
 //! answers handed to the router.
 
 use super::*;
-use crate::telemetry::TraceParent;
 
 impl<D: Decisions> Core<D> {
     pub(super) fn deliver(&mut self, delivery: Delivery) {
@@ -205,8 +204,7 @@ impl<D: Decisions> Core<D> {
             self.tracer
                 .hop_from(p, Operation::Process, topic, &fan_out, None)
         });
-        // `hop` writes 55 characters: never `None` for a context it made.
-        let traceparent = ctx.and_then(|c| TraceParent::new(&c.traceparent));
+        let traceparent = ctx.map(|c| Arc::from(c.traceparent));
         self.copies(prepared, recipients, traceparent);
     }
 
@@ -216,13 +214,13 @@ impl<D: Decisions> Core<D> {
         &mut self,
         prepared: &Arc<Prepared>,
         recipients: Vec<(ConnId, Arc<str>)>,
-        traceparent: Option<TraceParent>,
+        traceparent: Option<Arc<str>>,
     ) {
         for (conn, correlation) in recipients {
             let copy = RecipientCopy {
                 prepared: prepared.clone(),
                 correlation,
-                traceparent,
+                traceparent: traceparent.clone(),
             };
             if self.acks.holds(conn) {
                 self.send(conn, copy.text());
