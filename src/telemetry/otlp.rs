@@ -95,10 +95,11 @@ pub async fn sink(
         OtlpProtocol::HttpProtobuf => {
             // The HTTP exporter's client blocks.
             let (export, counters) = (export.clone(), counters.clone());
-            let processor =
-                tokio::task::spawn_blocking(move || http_processor(&export, resource, &counters))
-                    .await
-                    .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
+            let processor = tokio::task::spawn_blocking(move || {
+                http_processor(&export, resource, timeout, &counters)
+            })
+            .await
+            .map_err(|e| TelemetryError::Otlp(e.to_string()))??;
             SpanSink::new(Arc::new(processor))
         }
     };
@@ -110,13 +111,14 @@ pub async fn sink(
 fn http_processor(
     export: &Export,
     resource: Resource,
+    timeout: Duration,
     counters: &SpanCounters,
 ) -> Result<impl SpanProcessor, TelemetryError> {
     let failure = |e: opentelemetry_otlp::ExporterBuildError| TelemetryError::Otlp(e.to_string());
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_endpoint(http_traces_url(&export.endpoint))
-        .with_timeout(Duration::from_secs(5))
+        .with_timeout(timeout)
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .build()
         .map_err(failure)?;
@@ -125,12 +127,6 @@ fn http_processor(
     exporter.set_resource(&resource);
     Ok(bounded(exporter, export, counters))
 }
-
-/// Spans waiting for export before new ones are dropped. The SDK's 2048 is
-/// gone in a few milliseconds of fan-out; `OTEL_BSP_MAX_QUEUE_SIZE` still
-/// wins. At roughly 1 KiB a span this bounds the exporter's memory to some
-/// 32 MiB.
-const MAX_QUEUE_SIZE: usize = 32 * 1024;
 
 /// What the exporter took so far, against what was handed to the batch
 /// processor: the difference is what waits in its queue.
@@ -150,11 +146,9 @@ fn bounded<E: SpanExporter + 'static>(
     export: &Export,
     counters: &SpanCounters,
 ) -> Bounded {
-    let capacity = std::env::var("OTEL_BSP_MAX_QUEUE_SIZE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or(MAX_QUEUE_SIZE);
+    // The same bound as the gRPC path's: `OTEL_BSP_MAX_QUEUE_SIZE`, else
+    // 32 768 spans (at roughly 1 KiB a `SpanData`, some 32 MiB).
+    let capacity = Settings::from_env().max_queue;
     bounded_to(capacity, exporter, export, counters)
 }
 
