@@ -200,7 +200,11 @@ impl EmbeddedBroker {
         };
 
         let mut broker = Broker::new(rumqttd_config);
-        let engine = Engine::new(broker.intake(V5_SERVER));
+        let engine = Engine::new(
+            broker
+                .direct(V5_SERVER)
+                .ok_or_else(|| BrokerError::Link("no MQTT 5 server for the guard".to_owned()))?,
+        );
         broker.listener(V5_SERVER, internal_listener);
         let alerts = broker
             .alerts()

@@ -1,40 +1,42 @@
 //! The way into rumqttd for connections the sidecar terminates itself (the
-//! guard's, the probes'): an in-memory pipe per connection, handed to
-//! rumqttd's MQTT 5 server as if its listener had accepted it
-//! (`vendor/rumqttd/PATCHES.md`, patch 6).
+//! guard's, the probes'): a direct link to rumqttd's router per connection
+//! (`vendor/rumqttd/PATCHES.md`, patch 10), which parses what the guard
+//! writes into the router's buffer and encodes what the router sends when
+//! the guard reads, in the guard's own tasks.
 //!
-//! A loopback TCP connection per MQTT client cost the process two more file
-//! descriptors (the guard's end and rumqttd's) and each packet two more
-//! trips through the kernel. With pipes a client costs one descriptor, its
-//! own socket.
+//! It replaced an in-memory pipe to rumqttd's MQTT 5 server (issue 16), and
+//! that a loopback TCP connection per client. Through the pipe, every
+//! packet was copied into it and out, and woke a second task on the
+//! server's thread, which parsed it again and woke the router: about a
+//! sixth of the CPU an MQTT fan-out took. The bytes and the rules are the
+//! server's own (CONNECT checks, keep-alive, will delay), so the guard
+//! cannot tell the difference.
 
 use std::io;
 
-use tokio::io::DuplexStream;
-
-/// Bytes a pipe buffers in each direction before its writer waits for the
-/// reader, as a socket's buffer would. rumqttd writes a batch of
-/// notifications at a time; a few batches fit.
-const PIPE_BUFFER: usize = 64 * 1024;
-
 /// A connection to the engine: read what rumqttd sends, write what it reads.
-pub type EngineStream = DuplexStream;
+pub type EngineStream = rumqttd::DirectStream;
+/// Its reading half: what rumqttd sends.
+pub type EngineRx = rumqttd::DirectRx;
+/// Its writing half: what rumqttd reads.
+pub type EngineTx = rumqttd::DirectTx;
 
-/// Opens connections to rumqttd's MQTT 5 server; cheap to clone.
+/// Opens connections to rumqttd's router; cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
-    intake: rumqttd::Intake,
+    direct: rumqttd::Direct,
 }
 
 impl Engine {
-    pub(super) fn new(intake: rumqttd::Intake) -> Engine {
-        Engine { intake }
+    pub(super) fn new(direct: rumqttd::Direct) -> Engine {
+        Engine { direct }
     }
 
-    /// A new connection; rumqttd expects a CONNECT on it first. Fails only
-    /// once the broker's server has stopped.
-    pub fn connect(&self) -> io::Result<EngineStream> {
-        self.intake.connect(PIPE_BUFFER)
+    /// A new connection opened with `connect` (a whole MQTT 5 CONNECT);
+    /// its first read is rumqttd's CONNACK. Fails once the router has
+    /// stopped, or for a CONNECT rumqttd drops without an answer.
+    pub async fn open(&self, connect: &[u8]) -> io::Result<EngineStream> {
+        self.direct.open(connect).await
     }
 }
 
@@ -75,7 +77,7 @@ mod tests {
             v5: Some(HashMap::from([("v5".to_owned(), server)])),
             ..Default::default()
         });
-        let engine = Engine::new(broker.intake("v5"));
+        let engine = Engine::new(broker.direct("v5").unwrap());
         std::thread::spawn(move || {
             let _ = broker.start();
         });
@@ -84,9 +86,8 @@ mod tests {
 
     /// The probe's CONNECT (MQTT 5, clean start), then the CONNACK.
     async fn connected(engine: &Engine, client_id: &str) -> EngineStream {
-        let mut stream = engine.connect().unwrap();
-        stream
-            .write_all(&super::super::probe::connect_packet(client_id))
+        let mut stream = engine
+            .open(&super::super::probe::connect_packet(client_id))
             .await
             .unwrap();
         let mut ack = [0u8; 2];

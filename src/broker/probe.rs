@@ -56,6 +56,7 @@ pub(crate) async fn leave<S: AsyncRead + AsyncWrite + Unpin>(
     disconnect: &[u8],
 ) -> std::io::Result<()> {
     stream.write_all(disconnect).await?;
+    stream.flush().await?;
     let mut sink = [0u8; 256];
     let _ = tokio::time::timeout(LEAVE_TIMEOUT, async {
         while stream.read(&mut sink).await? > 0 {}
@@ -68,8 +69,7 @@ pub(crate) async fn leave<S: AsyncRead + AsyncWrite + Unpin>(
 /// One probe: the token is the payload, so a late answer to an earlier
 /// attempt cannot be mistaken for this one.
 async fn try_once(engine: &Engine, topic: &str, token: &str) -> std::io::Result<bool> {
-    let mut stream = engine.connect()?;
-    stream.write_all(&connect_packet(token)).await?;
+    let mut stream = engine.open(&connect_packet(token)).await?;
     let mut ack = [0u8; 4];
     stream.read_exact(&mut ack).await?;
     // CONNACK; byte 3 is the reason code.
@@ -88,8 +88,7 @@ async fn try_once(engine: &Engine, topic: &str, token: &str) -> std::io::Result<
 /// accepting it (which rumqttd's router sends, so the router is alive
 /// too), DISCONNECT. A broker whose CONNECTs panic fails it.
 pub async fn alive(engine: &Engine, client_id: &str) -> std::io::Result<bool> {
-    let mut stream = engine.connect()?;
-    stream.write_all(&connect_packet(client_id)).await?;
+    let mut stream = engine.open(&connect_packet(client_id)).await?;
     let mut ack = [0u8; 4];
     stream.read_exact(&mut ack).await?;
     leave(&mut stream, &[0xE0, 0x00]).await?;

@@ -31,7 +31,7 @@ use super::relay::relay;
 use super::sessions::{AfterClose, Expiry, Opened};
 use super::upstream;
 use super::{GuardEvent, GuardLimit, Shared};
-use crate::broker::engine::{Engine, EngineStream};
+use crate::broker::engine::EngineStream;
 use std::future::Future;
 use tokio_util::sync::CancellationToken;
 
@@ -132,13 +132,6 @@ pub(super) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A connection to rumqttd with the client's CONNECT on its way.
-async fn dial(engine: &Engine, connect: &[u8]) -> std::io::Result<EngineStream> {
-    let mut stream = engine.connect()?;
-    stream.write_all(connect).await?;
-    Ok(stream)
-}
-
 /// Ends a session that nobody resumed in time (see [`super::sessions`]).
 async fn expire(shared: Arc<Shared>, client_id: String, generation: u64, after: Duration) {
     tokio::select! {
@@ -224,7 +217,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             return farewell(&mut client_tx, &ack).await;
         };
         inbound.advance(header.size());
-        let (mut up_rx, mut up_tx) = tokio::io::split(upstream);
+        let (mut up_rx, mut up_tx) = upstream.into_split();
 
         let guard_pings = AtomicU32::new(0);
         let unacked = AtomicU32::new(0);
@@ -331,7 +324,7 @@ async fn open_upstream(
         }
     }
     let connect_packet = handshake::upstream_connect(connect, opened.clean_upstream, keep_alive);
-    match dial(&shared.upstream, &connect_packet).await {
+    match shared.upstream.open(&connect_packet).await {
         Ok(stream) => Some((stream, opened)),
         Err(e) => {
             warn!(error = %e, "Cannot reach the embedded MQTT broker.");

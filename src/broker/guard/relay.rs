@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tracing::debug;
@@ -16,7 +15,7 @@ use tracing::debug;
 use super::connection::{End, ToClient};
 use super::downstream::Downstream;
 use super::inspect::Inspector;
-use crate::broker::engine::EngineStream;
+use crate::broker::engine::{EngineRx, EngineTx};
 
 /// Read buffers grow by this much; whole packets larger than it grow them
 /// to their size.
@@ -48,7 +47,7 @@ impl Inspector<'_> {
         &mut self,
         client: &mut R,
         socket: RawFd,
-        upstream: &mut WriteHalf<EngineStream>,
+        upstream: &mut EngineTx,
         buf: &mut BytesMut,
         owed: &Notify,
     ) -> End {
@@ -82,7 +81,7 @@ impl Inspector<'_> {
                     p.prepare().await;
                 }
             }
-            if !chunk.is_empty() && upstream.write_all(&chunk).await.is_err() {
+            if !chunk.is_empty() && to_broker(upstream, &chunk).await.is_err() {
                 return End::BrokerClosed;
             }
             if let Some(end) = end {
@@ -96,13 +95,13 @@ impl Inspector<'_> {
                     read = client.read_buf(buf) => break read,
                     _ = async { ping.as_mut()?.tick().await; Some(()) }, if ping.is_some() => {
                         self.guard_pings.fetch_add(1, Ordering::Relaxed);
-                        if upstream.write_all(&PINGREQ).await.is_err() {
+                        if to_broker(upstream, &PINGREQ).await.is_err() {
                             return End::BrokerClosed;
                         }
                     }
                     _ = owed.notified() => {
                         if let Some(acks) = self.take_owed() {
-                            if upstream.write_all(&acks).await.is_err() {
+                            if to_broker(upstream, &acks).await.is_err() {
                                 return End::BrokerClosed;
                             }
                         }
@@ -119,6 +118,13 @@ impl Inspector<'_> {
             }
         }
     }
+}
+
+/// Hands rumqttd whole packets. The flush completes telling the router, when
+/// its queue was full as the packets went in.
+async fn to_broker(upstream: &mut EngineTx, packets: &[u8]) -> std::io::Result<()> {
+    upstream.write_all(packets).await?;
+    upstream.flush().await
 }
 
 /// Acknowledges what was just read at once instead of after the kernel's
@@ -152,7 +158,7 @@ fn quick_ack(socket: RawFd) {
 /// between the broker's.
 pub(super) async fn relay<W: AsyncWrite + Unpin>(
     mut state: Downstream<'_>,
-    upstream: &mut ReadHalf<EngineStream>,
+    upstream: &mut EngineRx,
     client: &mut W,
     mut from_guard: mpsc::Receiver<ToClient>,
     relayed: &AtomicU64,
@@ -175,7 +181,7 @@ pub(super) async fn relay<W: AsyncWrite + Unpin>(
                 }
                 None => guard_open = false,
             },
-            read = upstream.read_buf(&mut buf) => {
+            read = upstream.read_into(&mut buf) => {
                 match read {
                     Ok(0) | Err(_) => return End::BrokerClosed,
                     Ok(_) => {}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
 use crate::broker::engine::Engine;
 
@@ -29,9 +29,8 @@ pub async fn wipe(engine: &Engine, client_id: &str) -> std::io::Result<()> {
         password: None,
     };
     let talk = async {
-        let mut stream = engine.connect()?;
-        stream
-            .write_all(&packet::encode_connect(&connect, true, 60, &[]))
+        let mut stream = engine
+            .open(&packet::encode_connect(&connect, true, 60, &[]))
             .await?;
         let mut buf = BytesMut::with_capacity(64);
         loop {

@@ -19,6 +19,8 @@ use tracing_subscriber::{
 };
 
 pub use link::alerts;
+// lmos-sidecar patch
+pub use link::direct::{Direct, DirectRx, DirectStream, DirectTx};
 pub use link::local;
 pub use link::meters;
 pub use router::{Alert, Forward, IncomingMeter, Meter, Notification, OutgoingMeter, Router};

@@ -1,6 +1,8 @@
 pub mod alerts;
 pub mod bridge;
 pub mod console;
+// lmos-sidecar patch
+pub mod direct;
 pub mod local;
 pub mod meters;
 pub mod network;

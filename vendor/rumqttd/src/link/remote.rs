@@ -229,7 +229,8 @@ where
     Ok(packet)
 }
 
-async fn handle_auth(
+// lmos-sidecar patch: also the direct link's (`link::direct`).
+pub(crate) async fn handle_auth(
     config: Arc<ConnectionSettings>,
     login: Option<&Login>,
     client_id: &str,

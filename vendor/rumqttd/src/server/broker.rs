@@ -73,7 +73,13 @@ pub struct Broker {
     // lmos-sidecar patch: listeners bound by the embedding process, by
     // server name (see `Broker::listener`).
     listeners: HashMap<String, std::net::TcpListener>,
+    // lmos-sidecar patch: wills awaiting their delay, by server name, shared
+    // by a server's remote links and its direct links (`Broker::direct`).
+    wills: HashMap<String, Wills>,
 }
+
+// lmos-sidecar patch
+type Wills = Arc<Mutex<HashMap<String, Sender<AwaitingWill>>>>;
 
 // lmos-sidecar patch: an in-process way into a server.
 type IntakeReceiver = tokio::sync::mpsc::UnboundedReceiver<Box<dyn N>>;
@@ -125,6 +131,7 @@ impl Broker {
                     router_tx,
                     intakes: HashMap::new(),
                     listeners: HashMap::new(),
+                    wills: HashMap::new(),
                 }
             }
             None => {
@@ -134,6 +141,7 @@ impl Broker {
                     router_tx,
                     intakes: HashMap::new(),
                     listeners: HashMap::new(),
+                    wills: HashMap::new(),
                 }
             }
         }
@@ -207,6 +215,17 @@ impl Broker {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.intakes.insert(server.to_owned(), rx);
         Intake { tx }
+    }
+
+    /// lmos-sidecar patch: direct links to the router with the settings of
+    /// the MQTT 5 server named `server` (see `link::direct`), for
+    /// connections the embedding process terminates itself. `None` without
+    /// such a server.
+    pub fn direct(&mut self, server: &str) -> Option<crate::Direct> {
+        let settings = self.config.v5.as_ref()?.values().find(|s| s.name == server)?;
+        let connections = Arc::new(settings.connections.clone());
+        let wills = self.wills.entry(server.to_owned()).or_default().clone();
+        Some(crate::Direct::new(self.router_tx.clone(), connections, wills))
     }
 
     /// lmos-sidecar patch: the server named `server` accepts on `listener`,
@@ -292,6 +311,9 @@ impl Broker {
                 // lmos-sidecar patch
                 server.intake = self.intakes.remove(&server.config.name);
                 server.bound = self.listeners.remove(&server.config.name);
+                if let Some(wills) = self.wills.get(&server.config.name) {
+                    server.awaiting_will_handler = wills.clone();
+                }
                 let handle = server_thread.spawn(move || {
                     let mut runtime = tokio::runtime::Builder::new_current_thread();
                     let runtime = runtime.enable_all().build().unwrap();
@@ -406,8 +428,9 @@ pub enum LinkType {
     Remote,
 }
 
+// lmos-sidecar patch: crate-visible, for `link::direct`.
 #[derive(PartialEq)]
-enum AwaitingWill {
+pub(crate) enum AwaitingWill {
     Cancel,
     Fire,
 }

@@ -5,6 +5,8 @@ mod broker;
 mod tls;
 
 pub use broker::{Broker, Intake, LinkType, Server};
+// lmos-sidecar patch: for `link::direct`.
+pub(crate) use broker::AwaitingWill;
 
 // pub trait IO: AsyncRead + AsyncWrite + Send + Sync + Unpin {}
 // impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin> IO for T {}
