@@ -367,3 +367,96 @@ async fn a_message_claiming_another_thing_is_not_delivered() {
     );
     sidecar.stop().await;
 }
+
+/// A CONNECT with keep-alive `keep_alive` and a QoS 1 will `message` on
+/// `topic`.
+fn connect_with_will(
+    level: u8,
+    client_id: &str,
+    keep_alive: u16,
+    topic: &str,
+    message: &[u8],
+) -> Vec<u8> {
+    let mut body = raw::string(b"MQTT");
+    // Clean start, will, will QoS 1.
+    body.extend([level, 0x02 | 0x04 | 0x08]);
+    body.extend(keep_alive.to_be_bytes());
+    if level == 5 {
+        body.push(0);
+    }
+    body.extend(raw::string(client_id.as_bytes()));
+    if level == 5 {
+        body.push(0);
+    }
+    body.extend(raw::string(topic.as_bytes()));
+    body.extend(raw::string(message));
+    raw::packet(0x10, &body)
+}
+
+/// Paho's `test_keepalive`: a client that sends nothing for one and a half
+/// times its keep-alive is cut off and its will published; one that pings
+/// in time stays (counting from the CONNECT alone would cut it off).
+#[tokio::test]
+async fn a_client_silent_past_its_keep_alive_is_cut_off_and_its_will_fires() {
+    let sidecar = TestSidecar::start().await;
+    for level in [4u8, 5] {
+        let topic = format!("keepalive/will/{level}");
+        let mut watcher = Client::connect_clean(sidecar.mqtt, 5, &format!("w{level}")).await;
+        watcher.send(&raw::subscribe(5, 1, &[(&topic, 1)])).await;
+        watcher.recv().await.expect("SUBACK");
+
+        // Pings every half second for two seconds: twice its keep-alive.
+        let mut pinging = Client::open(sidecar.mqtt).await;
+        pinging
+            .send(&connect_with_will(
+                level,
+                &format!("p{level}"),
+                1,
+                &topic,
+                b"pinger gone",
+            ))
+            .await;
+        assert_eq!(pinging.recv().await.expect("CONNACK")[0], 0x20);
+        for _ in 0..4 {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            pinging.send(&[0xC0, 0]).await;
+            assert!(
+                pinging.until_closed_or_pong().await,
+                "v{level}: still connected"
+            );
+        }
+        // Gone without its will.
+        pinging.send(&[0xE0, 0]).await;
+        assert!(pinging.until_closed().await.is_empty());
+
+        let mut silent = Client::open(sidecar.mqtt).await;
+        silent
+            .send(&connect_with_will(
+                level,
+                &format!("s{level}"),
+                1,
+                &topic,
+                b"keepalive expiry",
+            ))
+            .await;
+        let connected = tokio::time::Instant::now();
+        assert_eq!(silent.recv().await.expect("CONNACK")[0], 0x20);
+        let last = silent.until_closed().await;
+        assert!(
+            last.iter().all(|p| p[0] == 0xE0),
+            "v{level}: nothing but a DISCONNECT: {last:?}"
+        );
+        let after = connected.elapsed();
+        assert!(
+            after >= std::time::Duration::from_millis(1400),
+            "v{level}: not cut off before 1.5 keep-alives: {after:?}"
+        );
+        let will = watcher.recv().await.expect("the will");
+        assert_eq!(
+            raw::published(5, &will),
+            (topic.clone(), b"keepalive expiry".to_vec()),
+            "v{level}"
+        );
+    }
+    sidecar.stop().await;
+}

@@ -2,7 +2,7 @@
 //!
 //! The guard binds the public MQTT addresses (a taken port fails start-up
 //! with a clear message, port 0 is resolved to a real port) and reaches
-//! rumqttd through in-memory pipes ([`super::engine`]). rumqttd also listens
+//! rumqttd's router through direct links ([`super::engine`]). rumqttd also listens
 //! on a loopback port of its own, for diagnostics and tests that must reach
 //! the engine around the guard. The sidecar binds that listener and hands
 //! it over (`vendor/rumqttd/PATCHES.md`, patch 9): rumqttd binding a port
@@ -51,7 +51,7 @@ const COMMAND_QUEUE: usize = 4096;
 /// Deliveries queued towards the gateway before the link stops reading (the
 /// broker then buffers in its per-filter rings).
 const DELIVERY_QUEUE: usize = 4096;
-/// rumqttd's MQTT 5 server, which the guard's pipes lead to.
+/// rumqttd's MQTT 5 server, whose settings the guard's direct links take.
 const V5_SERVER: &str = "mqtt-v5";
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// rumqttd refuses connections past its own limit silently (no CONNACK), so

@@ -50,7 +50,7 @@ pub fn trim() {
 
 /// Raises the soft limit on open files to the hard limit: each WebSocket
 /// consumer and each MQTT client costs one descriptor (its socket; the
-/// guard reaches the embedded broker through in-memory pipes), and
+/// guard reaches the embedded broker through direct links), and
 /// distributions start processes at a soft limit (often 1 024) far below
 /// what the sidecar's connection caps allow. Returns (soft, hard) as they
 /// are after the attempt.

@@ -303,7 +303,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     }
 }
 
-/// Opens the client's session in rumqttd: a CONNECT on a new pipe, after
+/// Opens the client's session in rumqttd: a CONNECT on a new link, after
 /// wiping the session there first where the guard's session state says so.
 /// `None` when rumqttd cannot be reached (the session is closed again).
 async fn open_upstream(
@@ -384,7 +384,7 @@ where
     W: AsyncWrite + Unpin,
 {
     match end {
-        // The client has gone: rumqttd sees its pipe close (after the
+        // The client has gone: rumqttd sees its link close (after the
         // DISCONNECT, if the client sent one, and publishes the last will
         // if not).
         End::ClientFailed | End::ClientClosed | End::ClientDisconnected => {}

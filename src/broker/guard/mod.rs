@@ -201,7 +201,7 @@ impl Limits {
 /// What every connection of one guard shares.
 struct Shared {
     /// rumqttd's MQTT 5 server: every client reaches the broker as MQTT 5
-    /// ([`v4`] translates 3.1.1 clients), through a pipe of its own.
+    /// ([`v4`] translates 3.1.1 clients), through a direct link of its own.
     upstream: Engine,
     sessions: sessions::Sessions,
     policy: Arc<dyn Policy>,

@@ -1,5 +1,5 @@
 //! The I/O of one guarded connection: the two pumps that move bytes
-//! between the client's socket and the broker's pipe, each asking its
+//! between the client's socket and the broker's link, each asking its
 //! direction's pure state ([`super::inspect`], [`super::downstream`]) what
 //! to write.
 

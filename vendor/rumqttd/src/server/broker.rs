@@ -67,9 +67,6 @@ pub enum Error {
 pub struct Broker {
     config: Arc<Config>,
     router_tx: Sender<(ConnectionId, Event)>,
-    // lmos-sidecar patch: streams handed to a server in-process, by server
-    // name (see `Broker::intake`).
-    intakes: HashMap<String, IntakeReceiver>,
     // lmos-sidecar patch: listeners bound by the embedding process, by
     // server name (see `Broker::listener`).
     listeners: HashMap<String, std::net::TcpListener>,
@@ -80,33 +77,6 @@ pub struct Broker {
 
 // lmos-sidecar patch
 type Wills = Arc<Mutex<HashMap<String, Sender<AwaitingWill>>>>;
-
-// lmos-sidecar patch: an in-process way into a server.
-type IntakeReceiver = tokio::sync::mpsc::UnboundedReceiver<Box<dyn N>>;
-
-/// lmos-sidecar patch: hands byte streams to a server as if its listener
-/// had accepted them. An embedding process that terminates client sockets
-/// itself (the sidecar's MQTT guard) reaches the broker through an
-/// in-memory pipe this way, instead of a loopback TCP connection that costs
-/// two more file descriptors and two more trips through the kernel per
-/// client.
-#[derive(Clone)]
-pub struct Intake {
-    tx: tokio::sync::mpsc::UnboundedSender<Box<dyn N>>,
-}
-
-impl Intake {
-    /// Opens a connection to the server: an in-memory pipe that buffers at
-    /// most `max_buffer` bytes in each direction (a writer waits for the
-    /// reader beyond that, as on a socket). Fails once the server is gone.
-    pub fn connect(&self, max_buffer: usize) -> io::Result<tokio::io::DuplexStream> {
-        let (ours, theirs) = tokio::io::duplex(max_buffer);
-        self.tx
-            .send(Box::new(theirs))
-            .map_err(|_| io::Error::new(io::ErrorKind::ConnectionRefused, "the broker stopped"))?;
-        Ok(ours)
-    }
-}
 
 impl Broker {
     pub fn new(config: Config) -> Broker {
@@ -129,7 +99,6 @@ impl Broker {
                 Broker {
                     config,
                     router_tx,
-                    intakes: HashMap::new(),
                     listeners: HashMap::new(),
                     wills: HashMap::new(),
                 }
@@ -139,7 +108,6 @@ impl Broker {
                 Broker {
                     config,
                     router_tx,
-                    intakes: HashMap::new(),
                     listeners: HashMap::new(),
                     wills: HashMap::new(),
                 }
@@ -206,15 +174,6 @@ impl Broker {
             .uncapped(true)
             .build()?;
         Ok((link_tx, link_rx))
-    }
-
-    /// lmos-sidecar patch: an in-process way into the server named `server`
-    /// (`ServerSettings::name`), for connections the embedding process
-    /// accepted itself. Call before [`Broker::start`]; one intake per server.
-    pub fn intake(&mut self, server: &str) -> Intake {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.intakes.insert(server.to_owned(), rx);
-        Intake { tx }
     }
 
     /// lmos-sidecar patch: direct links to the router with the settings of
@@ -288,7 +247,6 @@ impl Broker {
                 let server_thread = thread::Builder::new().name(config.name.clone());
                 let mut server = Server::new(config, self.router_tx.clone(), V4);
                 // lmos-sidecar patch
-                server.intake = self.intakes.remove(&server.config.name);
                 server.bound = self.listeners.remove(&server.config.name);
                 let handle = server_thread.spawn(move || {
                     let mut runtime = tokio::runtime::Builder::new_current_thread();
@@ -309,7 +267,6 @@ impl Broker {
                 let server_thread = thread::Builder::new().name(config.name.clone());
                 let mut server = Server::new(config, self.router_tx.clone(), V5);
                 // lmos-sidecar patch
-                server.intake = self.intakes.remove(&server.config.name);
                 server.bound = self.listeners.remove(&server.config.name);
                 if let Some(wills) = self.wills.get(&server.config.name) {
                     server.awaiting_will_handler = wills.clone();
@@ -440,8 +397,6 @@ pub struct Server<P> {
     router_tx: Sender<(ConnectionId, Event)>,
     protocol: P,
     awaiting_will_handler: Arc<Mutex<HashMap<String, Sender<AwaitingWill>>>>,
-    // lmos-sidecar patch: streams handed over in-process (`Broker::intake`).
-    intake: Option<IntakeReceiver>,
     // lmos-sidecar patch: a listener bound by the caller (`Broker::listener`).
     bound: Option<std::net::TcpListener>,
 }
@@ -457,7 +412,6 @@ impl<P: Protocol + Clone + Send + 'static> Server<P> {
             router_tx,
             protocol,
             awaiting_will_handler: Arc::new(Mutex::new(HashMap::default())),
-            intake: None,
             bound: None,
         }
     }
@@ -494,34 +448,6 @@ impl<P: Protocol + Clone + Send + 'static> Server<P> {
             listen_addr = self.config.listen.to_string(),
             "Listening for remote connections",
         );
-        // lmos-sidecar patch: an intake's streams become links as they come,
-        // beside the listener's (no TLS, no websocket, no delay: the
-        // embedding process has done all that).
-        if let Some(mut intake) = self.intake.take() {
-            let config = config.clone();
-            let router_tx = self.router_tx.clone();
-            let protocol = self.protocol.clone();
-            let wills = self.awaiting_will_handler.clone();
-            task::spawn(async move {
-                while let Some(stream) = intake.recv().await {
-                    task::spawn(
-                        remote(
-                            config.clone(),
-                            None,
-                            router_tx.clone(),
-                            stream,
-                            protocol.clone(),
-                            wills.clone(),
-                        )
-                        .instrument(tracing::error_span!(
-                            "in_process_link",
-                            client_id = field::Empty,
-                            connection_id = field::Empty,
-                        )),
-                    );
-                }
-            });
-        }
         loop {
             // Await new network connection.
             let (stream, addr) = match listener.accept().await {

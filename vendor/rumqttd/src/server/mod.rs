@@ -4,7 +4,7 @@ mod broker;
 #[cfg(any(feature = "use-rustls", feature = "use-native-tls"))]
 mod tls;
 
-pub use broker::{Broker, Intake, LinkType, Server};
+pub use broker::{Broker, LinkType, Server};
 // lmos-sidecar patch: for `link::direct`.
 pub(crate) use broker::AwaitingWill;
 
