@@ -150,4 +150,41 @@ mod tests {
             ended.len()
         );
     }
+
+    /// What rumqttd's server does with such CONNECTs, the direct link does:
+    /// keep-alive 0 is dropped without a word, an empty client ID that
+    /// wants its session kept gets CONNACK 0x85 and the end.
+    #[tokio::test]
+    async fn connects_the_server_refuses_are_refused() {
+        let engine = engine();
+        // MQTT 5, flags, keep-alive, no properties, client ID.
+        let connect = |flags: u8, keep_alive: u8, id: &[u8]| {
+            let mut p = vec![
+                0x10, 0, 0, 4, b'M', b'Q', b'T', b'T', 5, flags, 0, keep_alive, 0,
+            ];
+            p.extend([0, id.len() as u8]);
+            p.extend(id);
+            p[1] = (p.len() - 2) as u8;
+            p
+        };
+        let zero = engine.open(&connect(0x02, 0, b"z")).await.err();
+        assert_eq!(zero.map(|e| e.kind()), Some(io::ErrorKind::InvalidData));
+
+        let mut nameless = engine.open(&connect(0x00, 60, b"")).await.unwrap();
+        let mut got = Vec::new();
+        nameless.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got[..4], [0x20, 3, 0, 0x85], "{got:?}");
+
+        // The same with a clean start is accepted, under a name of rumqttd's.
+        let mut anonymous = engine.open(&connect(0x02, 60, b"")).await.unwrap();
+        let mut ack = [0u8; 64];
+        let n = anonymous.read(&mut ack).await.unwrap();
+        assert_eq!(ack[..4], [0x20, ack[1], 0, 0], "{:?}", &ack[..n]);
+        // Property 0x12: the assigned client identifier.
+        assert!(
+            ack[..n].windows(9).any(|w| w == b"\x12\x00\x27rumqtt"),
+            "{:?}",
+            &ack[..n]
+        );
+    }
 }
