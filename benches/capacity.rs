@@ -163,6 +163,7 @@ async fn burst(
         clients.spawn(mqtt_client(addr, format!("{label}-{i}")));
     }
     let (mut ok, mut failed, mut last, mut open) = (0, 0, Duration::ZERO, Vec::new());
+    let mut why = std::collections::BTreeMap::<String, usize>::new();
     while let Some(result) = clients.join_next().await {
         match result {
             Ok(Ok((took, stream))) => {
@@ -170,8 +171,18 @@ async fn burst(
                 last = last.max(took);
                 open.push(stream);
             }
-            _ => failed += 1,
+            Ok(Err(e)) => {
+                failed += 1;
+                *why.entry(format!("{e:#}")).or_default() += 1;
+            }
+            Err(e) => {
+                failed += 1;
+                *why.entry(e.to_string()).or_default() += 1;
+            }
         }
+    }
+    for (reason, count) in why {
+        eprintln!("{label}: {count} failed: {reason}");
     }
     (ok, failed, last, open)
 }

@@ -75,9 +75,8 @@ impl Application {
     /// Binds every port (port 0 picks a free one) and starts the broker.
     pub async fn build(config: Config) -> Result<Application, StartError> {
         let addr = config.http.listen;
-        let http_listener = TcpListener::bind(addr)
-            .await
-            .map_err(|error| StartError::HttpBind { addr, error })?;
+        let http_listener =
+            crate::listen::bind(addr).map_err(|error| StartError::HttpBind { addr, error })?;
         let tracing = Tracing::from_config(&config.tracing).await?;
         Application::with_parts(config, http_listener, tracing).await
     }

@@ -23,6 +23,7 @@ pub mod config;
 pub mod directory;
 pub mod gateway;
 pub mod http;
+pub mod listen;
 pub mod lmos;
 pub mod telemetry;
 pub mod tls;

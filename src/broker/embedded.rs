@@ -117,13 +117,12 @@ fn bind_for_rumqttd(
 }
 
 /// Binds a public listener for the guard.
-async fn bind(
+fn bind(
     what: &'static str,
     addr: SocketAddr,
 ) -> Result<(tokio::net::TcpListener, SocketAddr), BrokerError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|error| BrokerError::Bind { what, addr, error })?;
+    let listener =
+        crate::listen::bind(addr).map_err(|error| BrokerError::Bind { what, addr, error })?;
     let bound = listener
         .local_addr()
         .map_err(|error| BrokerError::Bind { what, addr, error })?;
@@ -166,10 +165,10 @@ impl EmbeddedBroker {
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
     ) -> Result<EmbeddedBroker, BrokerError> {
-        let public = bind("MQTT 3.1.1", config.listen).await?;
-        let public_v5 = bind("MQTT 5", config.listen_v5).await?;
+        let public = bind("MQTT 3.1.1", config.listen)?;
+        let public_v5 = bind("MQTT 5", config.listen_v5)?;
         let local = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let trusted_listener = bind("MQTT (internal, trusted)", local).await?;
+        let trusted_listener = bind("MQTT (internal, trusted)", local)?;
         let (internal_listener, internal_v5) = bind_for_rumqttd("MQTT 5 (internal)", local)?;
 
         let rumqttd_config = rumqttd::Config {
