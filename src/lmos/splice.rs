@@ -24,6 +24,16 @@ pub struct Prepared {
     pub timestamp: Option<String>,
 }
 
+/// What [`Prepared::from_raw`] keeps beside the text.
+#[derive(Debug, Clone, Default)]
+pub struct Identity {
+    pub message_type: String,
+    pub message_id: String,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+    pub timestamp: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrepareError {
     #[error("payload is not JSON: {0}")]
@@ -94,6 +104,38 @@ impl Prepared {
             message_type: string("messageType"),
             message_id: string(MESSAGE_ID.canonical).or_else(|| string(MESSAGE_ID.alternative)),
             timestamp: string("timestamp"),
+        }
+    }
+
+    /// As [`Prepared::from_members`], from members as they were written:
+    /// each key decoded and its value's JSON text, in order. For a message
+    /// already known to hold its envelope in the table's spelling and no
+    /// correlation ID (`gateway::published`'s plain path): the values go
+    /// into the text as they came instead of written anew.
+    pub fn from_raw<'a>(
+        members: impl IntoIterator<Item = (&'a str, &'a str)>,
+        identity: Identity,
+    ) -> Prepared {
+        let mut tail = String::with_capacity(256);
+        for (key, raw) in members {
+            if matches!(key, "traceparent" | "tracestate") {
+                continue;
+            }
+            if !tail.is_empty() {
+                tail.push(',');
+            }
+            push_json_string(&mut tail, key);
+            tail.push(':');
+            tail.push_str(raw);
+        }
+        tail.push('}');
+        Prepared {
+            tail,
+            traceparent: identity.traceparent,
+            tracestate: identity.tracestate,
+            message_type: Some(identity.message_type),
+            message_id: Some(identity.message_id),
+            timestamp: identity.timestamp,
         }
     }
 

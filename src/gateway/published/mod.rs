@@ -15,6 +15,8 @@ use crate::lmos::splice::Prepared;
 use crate::lmos::{Body, Message};
 use crate::telemetry::TraceContext;
 
+mod plain;
+
 /// What the topic says the payload is.
 #[derive(Debug, Clone, Copy)]
 pub enum Expected<'a> {
@@ -57,6 +59,30 @@ pub fn check(
     trace: Option<TraceContext>,
     td: Option<&Value>,
 ) -> Result<Arc<Prepared>, Refused> {
+    let plain = match td {
+        None => plain::check(payload, expected),
+        // The data is to be read against the TD: the full check reads it.
+        Some(_) => None,
+    };
+    let prepared = match plain {
+        Some(prepared) => prepared,
+        None => full(payload, expected, td)?,
+    };
+    Ok(Arc::new(with_trace(prepared, trace)))
+}
+
+/// The publication's own trace context, else the one it came with.
+fn with_trace(mut prepared: Prepared, trace: Option<TraceContext>) -> Prepared {
+    if let (None, Some(t)) = (&prepared.traceparent, trace) {
+        prepared.traceparent = Some(t.traceparent);
+        prepared.tracestate = t.tracestate;
+    }
+    prepared
+}
+
+/// Every publication the plain path leaves: read as a WebSocket publisher's
+/// message is read.
+fn full(payload: &[u8], expected: Expected<'_>, td: Option<&Value>) -> Result<Prepared, Refused> {
     let map = match serde_json::from_slice::<Value>(payload) {
         Ok(Value::Object(map)) => map,
         Ok(_) => return Err(Refused::Unreadable("not a JSON object".into())),
@@ -76,18 +102,14 @@ pub fn check(
     };
     // The fan-out keeps the members as they came; the reader WebSocket
     // publishers meet consumes them, so it comes second.
-    let mut prepared = Prepared::from_members(&map, expected.thing());
+    let prepared = Prepared::from_members(&map, expected.thing());
     let message =
         Message::from_value(Value::Object(map)).map_err(|r| Refused::Unreadable(r.to_string()))?;
     agrees(&message, expected)?;
     if let Some(td) = td {
         affordances::check_agent_data(td, &message).map_err(|p| Refused::AgainstTd(p.detail))?;
     }
-    if let (None, Some(t)) = (&prepared.traceparent, trace) {
-        prepared.traceparent = Some(t.traceparent);
-        prepared.tracestate = t.tracestate;
-    }
-    Ok(Arc::new(prepared))
+    Ok(prepared)
 }
 
 fn agrees(message: &Message, expected: Expected<'_>) -> Result<(), Refused> {
