@@ -1,7 +1,7 @@
 //! rumqttd gives no readiness signal and only logs a failed bind. The sidecar
 //! connects through the [engine](super::engine), publishes a token on a topic
 //! only it knows, and waits for its own bus link to receive it: that proves
-//! the MQTT 5 server runs and that the router routes.
+//! the router takes connections and routes.
 
 use std::time::Duration;
 

@@ -256,14 +256,9 @@ impl Shared {
         };
         let router_tx = self.router_tx.clone();
         let id = self.connection_id;
+        let mut messages = Vec::with_capacity(2);
         if tell_router {
-            let message = (id, Event::Disconnect(end.token.clone()));
-            if let Err(flume::TrySendError::Full(message)) = router_tx.try_send(message) {
-                let router_tx = router_tx.clone();
-                spawn(async move {
-                    let _ = router_tx.send_async(message).await;
-                });
-            }
+            messages.push((id, Event::Disconnect(end.token.clone())));
         }
         let End {
             client_id,
@@ -273,11 +268,7 @@ impl Shared {
             wills,
             ..
         } = end;
-        let publish = move |fire: bool, client_id: String| {
-            if fire {
-                let _ = router_tx.try_send((id, Event::PublishWill((client_id, None))));
-            }
-        };
+        let will = move |client_id: String| (id, Event::PublishWill((client_id, None)));
         if will_delay == 0 {
             let fire = match will_rx.try_recv() {
                 Ok(decision) => decision == AwaitingWill::Fire,
@@ -287,8 +278,12 @@ impl Shared {
                     true
                 }
             };
-            return publish(fire, client_id);
+            if fire {
+                messages.push(will(client_id));
+            }
+            return tell(&router_tx, messages);
         }
+        tell(&router_tx, messages);
         spawn(async move {
             let delay = Duration::from_secs(u64::from(will_delay));
             let fire = match tokio::time::timeout(delay, will_rx.recv_async()).await {
@@ -298,8 +293,35 @@ impl Shared {
                     true
                 }
             };
-            publish(fire, client_id);
+            if fire {
+                tell(&router_tx, vec![will(client_id)]);
+            }
         });
+    }
+}
+
+/// Sends the router `messages` in order without blocking the caller: when
+/// its queue is full, the rest wait for room in a task of their own. The
+/// remote link blocks its thread instead; none is ever dropped.
+fn tell(router_tx: &RouterTx, messages: Vec<(ConnectionId, Event)>) {
+    let mut messages = messages.into_iter();
+    while let Some(message) = messages.next() {
+        match router_tx.try_send(message) {
+            Ok(()) => {}
+            Err(flume::TrySendError::Full(message)) => {
+                let router_tx = router_tx.clone();
+                let rest: Vec<_> = std::iter::once(message).chain(messages).collect();
+                spawn(async move {
+                    for message in rest {
+                        if router_tx.send_async(message).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                return;
+            }
+            Err(flume::TrySendError::Disconnected(_)) => return,
+        }
     }
 }
 
