@@ -460,3 +460,120 @@ async fn a_client_silent_past_its_keep_alive_is_cut_off_and_its_will_fires() {
     }
     sidecar.stop().await;
 }
+
+/// An MQTT 5 CONNECT with Session Expiry `expiry` and a QoS 1 will on
+/// `topic` with Will Delay `delay` (seconds).
+fn connect_with_delayed_will(
+    client_id: &str,
+    clean: bool,
+    expiry: u32,
+    delay: u32,
+    topic: &str,
+) -> Vec<u8> {
+    let mut body = raw::string(b"MQTT");
+    body.extend([5, if clean { 0x02 } else { 0 } | 0x04 | 0x08, 0, 60]);
+    body.push(5);
+    body.push(0x11);
+    body.extend(expiry.to_be_bytes());
+    body.extend(raw::string(client_id.as_bytes()));
+    body.push(5);
+    body.push(0x18);
+    body.extend(delay.to_be_bytes());
+    body.extend(raw::string(topic.as_bytes()));
+    body.extend(raw::string(b"delayed will"));
+    raw::packet(0x10, &body)
+}
+
+/// The next packet within `within`, if any came.
+async fn will_within(watcher: &mut Client, within: std::time::Duration) -> Option<Vec<u8>> {
+    tokio::time::timeout(within, watcher.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Paho's `test_will_delay`: a client gone without DISCONNECT has its will
+/// published after its Will Delay, or at once when its session ends first
+/// (Session Expiry 0); a client back in time with its session kept
+/// cancels it.
+#[tokio::test]
+async fn a_will_waits_out_its_delay_and_a_return_in_time_cancels_it() {
+    use std::time::Duration;
+    let sidecar = TestSidecar::start().await;
+    let mut watcher = Client::connect_clean(sidecar.mqtt5, 5, "will-watcher").await;
+    watcher
+        .send(&raw::subscribe(5, 1, &[("willdelay/+", 1)]))
+        .await;
+    watcher.recv().await.expect("SUBACK");
+    // Delay 2 s, session kept 10 s: the will comes after 2 s.
+    let mut gone = Client::open(sidecar.mqtt5).await;
+    gone.send(&connect_with_delayed_will(
+        "delayed",
+        true,
+        10,
+        2,
+        "willdelay/a",
+    ))
+    .await;
+    assert_eq!(gone.recv().await.expect("CONNACK")[0], 0x20);
+    let left = tokio::time::Instant::now();
+    drop(gone);
+    let will = will_within(&mut watcher, Duration::from_secs(5))
+        .await
+        .expect("the will");
+    let after = left.elapsed();
+    assert_eq!(raw::published(5, &will).0, "willdelay/a");
+    assert!(
+        after >= Duration::from_millis(1500) && after < Duration::from_millis(3500),
+        "after its 2 s delay: {after:?}"
+    );
+
+    // Delay 5 s but no session to outlive the connection: at once.
+    let mut gone = Client::open(sidecar.mqtt5).await;
+    gone.send(&connect_with_delayed_will(
+        "sessionless",
+        true,
+        0,
+        5,
+        "willdelay/b",
+    ))
+    .await;
+    assert_eq!(gone.recv().await.expect("CONNACK")[0], 0x20);
+    drop(gone);
+    let will = will_within(&mut watcher, Duration::from_secs(1))
+        .await
+        .expect("the will at once");
+    assert_eq!(raw::published(5, &will).0, "willdelay/b");
+
+    // Back within the delay, session resumed: no will.
+    let mut gone = Client::open(sidecar.mqtt5).await;
+    gone.send(&connect_with_delayed_will(
+        "returning",
+        true,
+        10,
+        2,
+        "willdelay/c",
+    ))
+    .await;
+    assert_eq!(gone.recv().await.expect("CONNACK")[0], 0x20);
+    drop(gone);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut back = Client::open(sidecar.mqtt5).await;
+    back.send(&connect_with_delayed_will(
+        "returning",
+        false,
+        10,
+        2,
+        "willdelay/c",
+    ))
+    .await;
+    assert_eq!(back.recv().await.expect("CONNACK")[0], 0x20);
+    assert!(
+        will_within(&mut watcher, Duration::from_secs(3))
+            .await
+            .is_none(),
+        "a returning client's will is cancelled"
+    );
+    back.send(&[0xE0, 0]).await;
+    sidecar.stop().await;
+}
