@@ -291,8 +291,7 @@ impl History {
 /// An RFC 3339 date-time (an RFC 9557 suffix allowed) in µs since the epoch,
 /// rounded.
 pub fn micros_of_rfc3339(s: &str) -> Option<i64> {
-    let base = s.split_once('[').map_or(s, |(base, _)| base);
-    let t = chrono::DateTime::parse_from_rfc3339(base).ok()?;
+    let t = crate::lmos::parse_timestamp(s)?;
     let micros = t.timestamp().checked_mul(1_000_000)?;
     let sub = (i64::from(t.timestamp_subsec_nanos()) + 500) / 1_000;
     micros.checked_add(sub)

@@ -387,8 +387,7 @@ fn kotlin_status(status: &str) -> &str {
 
 /// RFC 3339 (with an optional RFC 9557 suffix) → decimal seconds.
 fn seconds_of_rfc3339(s: &str) -> Option<Number> {
-    let base = s.split_once('[').map_or(s, |(base, _)| base);
-    let t = DateTime::parse_from_rfc3339(base).ok()?;
+    let t = super::member::parse_timestamp(s)?;
     let seconds = t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9;
     Number::from_f64(seconds)
 }

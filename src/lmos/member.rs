@@ -124,7 +124,14 @@ pub fn object(
 }
 
 /// An RFC 3339 date-time, optionally with the RFC 9557 suffix
-/// (`...Z[Europe/Paris]`) the draft refers to. Kept as written.
+/// (`...Z[Europe/Paris]`) the draft refers to, which does not change the
+/// instant.
+pub fn parse_timestamp(s: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+    let base = s.split_once('[').map_or(s, |(base, _)| base);
+    chrono::DateTime::parse_from_rfc3339(base).ok()
+}
+
+/// A [`parse_timestamp`] date-time member. Kept as written.
 pub fn timestamp(
     map: &mut Map<String, Value>,
     member: &'static str,
@@ -136,8 +143,7 @@ pub fn timestamp(
         },
         other => other,
     })?;
-    let base = s.split_once('[').map_or(s.as_str(), |(base, _)| base);
-    chrono::DateTime::parse_from_rfc3339(base).map_err(|_| RejectionKind::InvalidMember {
+    parse_timestamp(&s).ok_or(RejectionKind::InvalidMember {
         member,
         expected: "an RFC 3339 date-time string",
     })?;

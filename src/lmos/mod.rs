@@ -13,6 +13,7 @@ mod rejection;
 pub mod splice;
 pub mod stream;
 
+pub use member::parse_timestamp;
 pub use message::{is_terminal, Body, ErrorBody, Message};
 pub use message_type::{Direction, MessageType, UnknownMessageType};
 pub use problem::{Problem, ProblemKind, ERROR_TYPE_BASE};

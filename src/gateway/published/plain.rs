@@ -76,10 +76,7 @@ pub(super) fn check(payload: &[u8], expected: Expected<'_>) -> Option<Prepared> 
     }
     let message_id = non_empty("messageID")?;
     let timestamp = string("timestamp")?;
-    let base = timestamp
-        .split_once('[')
-        .map_or(timestamp.as_str(), |(b, _)| b);
-    chrono::DateTime::parse_from_rfc3339(base).ok()?;
+    crate::lmos::parse_timestamp(&timestamp)?;
     let traceparent = optional("traceparent").ok()?;
     let tracestate = optional("tracestate").ok()?;
     let identity = Identity {
