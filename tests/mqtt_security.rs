@@ -223,6 +223,112 @@ async fn a_reply_topic_inside_the_lmos_topics_is_refused() {
     sidecar.stop().await;
 }
 
+/// Nothing within `wait` on this client.
+async fn silent(client: &mut MqttClient, wait: std::time::Duration) -> bool {
+    tokio::time::timeout(wait, client.recv()).await.is_err()
+}
+
+/// A malformed request cannot aim its error reply at another principal's
+/// Thing, neither with `replyTo` nor with an MQTT 5 Response Topic: the
+/// error goes to the requester's own reply topic. (Before, the error's
+/// `"status":"400"` published on `agent/status` read as "offline", and the
+/// victim's agent stayed unreachable.)
+#[tokio::test]
+async fn a_malformed_request_cannot_aim_its_error_at_another_things_topics() {
+    let mut c = test_config();
+    c.mqtt.authentication = true;
+    c.auth.anonymous = Grants::default();
+    c.auth.principals = vec![
+        principal("agent", &[THING], &[], &[]),
+        principal("watcher", &[], &[THING], &[]),
+        principal("mallory", &["urn:m"], &["urn:m"], &["urn:m"]),
+    ];
+    let sidecar = TestSidecar::start_with(c).await;
+    let _agent = agent(&sidecar).await;
+    let mut watcher =
+        MqttClient::connect_as(sidecar.mqtt, "watcher", "watcher", "watcher-pw", None).await;
+    for filter in [
+        "agent/status",
+        "events/+",
+        "td",
+        "properties/+",
+        "actions/#",
+        "replies/theirs",
+    ] {
+        watcher.subscribe(&format!("lmos/{THING}/{filter}")).await;
+    }
+    let (topic, status, retained) = watcher.recv_json().await;
+    assert_eq!(topic, format!("lmos/{THING}/agent/status"));
+    assert!(retained && status["status"] == "online", "{status}");
+
+    let mut mallory =
+        MqttClient::connect_as(sidecar.mqtt, "mallory", "mallory", "mallory-pw", None).await;
+    mallory.subscribe("lmos/urn:m/replies/+").await;
+    let targets = [
+        format!("lmos/{THING}/agent/status"),
+        format!("lmos/{THING}/events/alarm"),
+        format!("lmos/{THING}/td"),
+        format!("lmos/{THING}/properties/p"),
+        format!("lmos/{THING}/actions/plan/status/1"),
+        format!("lmos/{THING}/replies/theirs"),
+    ];
+    for (i, target) in targets.iter().enumerate() {
+        // An invokeAction without `action`: refused as malformed.
+        let malformed = serde_json::json!({
+            "thingID": "urn:m", "messageID": uuid::Uuid::new_v4().to_string(),
+            "messageType": "invokeAction", "correlationID": format!("c{i}"),
+            "replyTo": target,
+        });
+        mallory
+            .publish("lmos/urn:m/requests/invokeAction", &malformed, false)
+            .await;
+        let (topic, reply, _) = mallory.recv_json().await;
+        assert_eq!(topic, format!("lmos/urn:m/replies/c{i}"), "{reply}");
+        assert_eq!(reply["messageType"], "error", "{reply}");
+        assert_eq!(reply["correlationID"], format!("c{i}"), "{reply}");
+    }
+
+    // The same with an MQTT 5 Response Topic.
+    use rumqttc::v5::mqttbytes::v5::PublishProperties;
+    let mut o = rumqttc::v5::MqttOptions::new("mallory5", "127.0.0.1", sidecar.mqtt.port());
+    o.set_credentials("mallory", "mallory-pw");
+    let (client5, mut eventloop) = rumqttc::v5::AsyncClient::new(o, 10);
+    tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });
+    let malformed = serde_json::json!({
+        "thingID": "urn:m", "messageID": "m5", "messageType": "invokeAction",
+        "correlationID": "c5",
+    });
+    let properties = PublishProperties {
+        response_topic: Some(format!("lmos/{THING}/agent/status")),
+        correlation_data: Some(bytes::Bytes::from_static(b"x")),
+        ..PublishProperties::default()
+    };
+    client5
+        .publish_with_properties(
+            "lmos/urn:m/requests/invokeAction",
+            rumqttc::v5::mqttbytes::QoS::AtLeastOnce,
+            false,
+            malformed.to_string(),
+            properties,
+        )
+        .await
+        .unwrap();
+    let (topic, reply, _) = mallory.recv_json().await;
+    assert_eq!(topic, "lmos/urn:m/replies/c5", "{reply}");
+
+    assert!(
+        silent(&mut watcher, std::time::Duration::from_millis(300)).await,
+        "nothing reached the victim's topics"
+    );
+    wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
+    let metrics = http(sidecar.http, "GET", "/metrics", None, b"").await.body;
+    assert!(
+        metrics.contains(r#"lmos_sidecar_dropped_messages_total{reason="reply_topic_refused"} 7"#),
+        "{metrics}"
+    );
+    sidecar.stop().await;
+}
+
 /// MQTT limit hits are counted like the WebSocket ones.
 #[tokio::test]
 async fn mqtt_limit_hits_are_counted() {

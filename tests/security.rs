@@ -625,3 +625,61 @@ async fn an_invocation_is_visible_to_its_principal_only() {
     assert_eq!(agent.recv().await["action"], "again");
     sidecar.stop().await;
 }
+
+/// A principal without rights cannot tell a registered Thing from one that
+/// does not exist: `readAllProperties` (HTTP and the Kotlin dialect) and a
+/// property read answer alike for both, authorized before the lookup.
+#[tokio::test]
+async fn a_principal_without_rights_cannot_tell_whether_a_thing_exists() {
+    let sidecar = TestSidecar::start_with(secured_config()).await;
+    let mut td: Value =
+        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+    td["id"] = json!("urn:a");
+    let token = format!("Bearer {AGENT_TOKEN}");
+    let headers = [
+        ("Content-Type", "application/td+json"),
+        ("Authorization", token.as_str()),
+    ];
+    let body = td.to_string();
+    let put = http_with(
+        sidecar.http,
+        "PUT",
+        "/things/urn:a",
+        &headers,
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+
+    // `agent` hosts urn:a but may not consume it, nor urn:unknown.
+    let agent = basic("agent", "agent-pw");
+    let auth = [("Authorization", agent.as_str())];
+    for path in ["properties", "properties/modelConfiguration"] {
+        let get = |thing: &'static str| {
+            let url = format!("/things/{thing}/{path}");
+            async move { http_with(sidecar.http, "GET", &url, &auth, b"").await }
+        };
+        let (registered, unknown) = (get("urn:a").await, get("urn:unknown").await);
+        assert_eq!(registered.status, 403, "{path}: {}", registered.body);
+        assert_eq!(unknown.status, 403, "{path}: {}", unknown.body);
+        let detail = |r: &HttpResponse| {
+            r.json()["detail"]
+                .as_str()
+                .unwrap()
+                .replace("urn:unknown", "urn:a")
+        };
+        assert_eq!(detail(&registered), detail(&unknown), "{path}");
+    }
+
+    // The Kotlin dialect's readAllProperties over WebSocket.
+    let mut ws = connect_as(&sidecar, "agent", "agent-pw").await;
+    for (thing, id) in [("urn:a", "k1"), ("urn:unknown", "k2")] {
+        let read_all =
+            json!({"messageType": "readAllProperties", "thingId": thing, "messageId": id});
+        ws.send(read_all).await;
+        let reply = ws.recv().await;
+        assert_eq!(reply["status"], "403", "{thing}: {reply}");
+        assert_eq!(reply["correlationId"], id, "{reply}");
+    }
+    sidecar.stop().await;
+}

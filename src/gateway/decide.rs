@@ -10,11 +10,11 @@ use serde_json::{Map, Value};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tracing::{debug, info};
 
-use super::authorize;
 use super::dispatcher::Command;
 use super::inbound::{route, Outcome};
 use super::subscriptions::ConnId;
-use crate::auth::Principal;
+use super::{authorize, forbidden};
+use crate::auth::{Access, Principal};
 use crate::broker::Publication;
 use crate::directory::{affordances, DirectoryService};
 use crate::lmos::dialect::{self, Dialect, Gatherer};
@@ -127,6 +127,21 @@ pub(super) fn text(peer: &mut Peer<'_>, cx: &Context<'_>, text: Utf8Bytes) -> Ve
 /// form, so draft consumers read it.
 fn in_kotlin(peer: &mut Peer<'_>, cx: &Context<'_>, map: Map<String, Value>) -> Vec<Effect> {
     let (thing, correlation) = dialect::reply_target(&map);
+    // `readAllProperties` looks up the Thing's TD: authorized first, so
+    // that a principal without rights learns nothing of whether it exists.
+    if map.get("messageType").and_then(Value::as_str) == Some("readAllProperties") {
+        let target = thing.as_deref().unwrap_or_default();
+        if !peer.principal.may(Access::Consume, target) {
+            cx.metrics
+                .denied(metrics::WEBSOCKET, Access::Consume.as_str());
+            let problem = forbidden(peer.principal, Access::Consume, "readAllProperties", target);
+            return vec![Effect::refuse(
+                problem,
+                thing.as_deref(),
+                correlation.as_deref(),
+            )];
+        }
+    }
     let normalized = dialect::normalize(map, |t| {
         let directory = cx.directory.directory();
         dialect::readable_properties(directory.get(t)?)

@@ -351,13 +351,28 @@ pub(crate) fn authorize(principal: &Principal, message: &Message) -> Result<(), 
     if principal.may(access, &message.thing_id) {
         return Ok(());
     }
-    let detail = format!(
-        "`{}` may not send `{}` for `{}`: that needs `{access}` access to the Thing, which [auth] does not grant.",
-        principal.name(),
-        message.message_type(),
-        message.thing_id,
+    let problem = forbidden(
+        principal,
+        access,
+        message.message_type().as_str(),
+        &message.thing_id,
     );
-    Err((access, Problem::new(ProblemKind::Forbidden, detail)))
+    Err((access, problem))
+}
+
+/// The 403 for a principal without `access` to `thing`. Answered before
+/// the Thing is looked up, so it says nothing of whether the Thing exists.
+pub(crate) fn forbidden(
+    principal: &Principal,
+    access: Access,
+    message_type: &str,
+    thing: &str,
+) -> Problem {
+    let detail = format!(
+        "`{}` may not send `{message_type}` for `{thing}`: that needs `{access}` access to the Thing, which [auth] does not grant.",
+        principal.name(),
+    );
+    Problem::new(ProblemKind::Forbidden, detail)
 }
 
 /// What a span says about a parsed message.

@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use super::auth::Caller;
 use super::HttpState;
+use crate::auth::Access;
 use crate::directory::forms::status_href;
 use crate::gateway::Replies;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
@@ -206,6 +207,11 @@ pub async fn write_property(
 
 /// Every readable property of the Thing's description, read at once.
 pub async fn read_all_properties(call: Call, Path(thing): Path<String>) -> Response {
+    // Authorized before the TD is looked up: a caller without rights gets
+    // the same 403 whether the Thing is registered or not.
+    if let Err(denied) = call.caller.may(Access::Consume, &thing) {
+        return denied;
+    }
     let names: Vec<String> = {
         let directory = call.state.directory.directory();
         let Some(td) = directory.get(&thing) else {

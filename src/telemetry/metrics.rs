@@ -297,7 +297,8 @@ impl Metrics {
     }
 
     /// `reason`: `slow_consumer`, `slow_consumer_disconnected`,
-    /// `invalid_payload`, `too_large`.
+    /// `invalid_payload`, `too_large`, `reply_topic_refused`,
+    /// `unanswerable_request`.
     pub fn dropped(&self, reason: &'static str) {
         self.0.dropped.get_or_create(&[("reason", reason)]).inc();
     }

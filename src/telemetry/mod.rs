@@ -3,6 +3,7 @@
 
 pub mod batches;
 pub mod hop_wire;
+pub mod log_fields;
 pub mod memory;
 pub mod messaging;
 pub mod metrics;
@@ -20,6 +21,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat, TracingConfig};
+pub use log_fields::EscapedFields;
 pub use messaging::{MessageInfo, MessageTracer, Operation, SpanSink, TraceContext};
 
 #[derive(Debug, thiserror::Error)]
@@ -140,7 +142,15 @@ pub fn init(config: &LogConfig) -> Result<(), TelemetryError> {
     })?;
     let registry = tracing_subscriber::registry().with(env_filter);
     let result = match config.format {
-        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer()).try_init(),
+        // Client-chosen strings are escaped (log_fields); colour only on a
+        // terminal, so redirected logs hold no escape codes.
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .fmt_fields(log_fields::EscapedFields)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout())),
+            )
+            .try_init(),
         LogFormat::Json => registry
             .with(tracing_subscriber::fmt::layer().json().flatten_event(true))
             .try_init(),

@@ -581,6 +581,7 @@ impl CapturedLogs {
             .with_env_filter(filter)
             .with_writer(move || writer.clone())
             .with_ansi(false)
+            .fmt_fields(lmos_sidecar::telemetry::EscapedFields)
             .init();
         logs
     }

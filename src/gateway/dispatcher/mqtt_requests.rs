@@ -3,6 +3,19 @@
 
 use super::*;
 
+/// Where an MQTT request's replies go: see [`Core::reply_route`].
+enum ReplyRoute {
+    /// The requester's own topic (Response Topic or `replyTo`).
+    Asked {
+        topic: String,
+        correlation_data: Option<bytes::Bytes>,
+    },
+    /// `{prefix}/{thing}/replies/{correlationID}`.
+    Default,
+    /// A topic the sidecar will not publish to; replies take the default.
+    Refused(String),
+}
+
 impl<D: Decisions> Core<D> {
     /// A request an MQTT consumer published in the Kotlin dialect, as the
     /// canonical request(s) it stands for, each with the topic's message
@@ -61,30 +74,22 @@ impl<D: Decisions> Core<D> {
     /// `{prefix}/{thing}/requests/{messageType}`. Replies go to its MQTT 5
     /// Response Topic, else to the topic in its `replyTo` member, else to
     /// `{prefix}/{thing}/replies/{correlationID}`.
+    ///
+    /// Where replies may go is decided before the request is read, so that
+    /// an error reply to a malformed request obeys the same rule as the
+    /// answers to a valid one (see [`Core::reply_route`]).
     pub(super) fn mqtt_request(&mut self, thing: &str, message_type: &str, delivery: Delivery) {
-        let raw: Option<Value> = serde_json::from_slice(&delivery.payload).ok();
-        let reply_to = raw
-            .as_ref()
-            .and_then(|v| v["replyTo"].as_str())
-            .map(str::to_owned);
-        let consumer = |correlation: Option<&str>| match (&delivery.response, &reply_to) {
-            (
-                Some(ResponseInfo {
-                    topic,
-                    correlation_data,
-                }),
-                _,
-            ) => Some(Consumer::Mqtt {
+        let route = self.reply_route(thing, &delivery);
+        let consumer = |correlation: Option<&str>| match &route {
+            ReplyRoute::Asked {
+                topic,
+                correlation_data,
+            } => Some(Consumer::Mqtt {
                 topic: topic.clone(),
                 correlation_data: correlation_data.clone(),
                 principal: delivery.publisher.clone(),
             }),
-            (None, Some(topic)) => Some(Consumer::Mqtt {
-                topic: topic.clone(),
-                correlation_data: None,
-                principal: delivery.publisher.clone(),
-            }),
-            (None, None) => correlation.map(|c| Consumer::Mqtt {
+            ReplyRoute::Default | ReplyRoute::Refused(_) => correlation.map(|c| Consumer::Mqtt {
                 topic: self.topics.reply(thing, c),
                 correlation_data: None,
                 principal: delivery.publisher.clone(),
@@ -94,6 +99,7 @@ impl<D: Decisions> Core<D> {
             Ok(m) => m,
             Err(rejection) => {
                 let Some(consumer) = consumer(rejection.reply_correlation_id()) else {
+                    self.metrics.dropped("unanswerable_request");
                     warn!(
                         kind = "invalid-request",
                         "Dropped an MQTT request that names no one to answer."
@@ -113,31 +119,14 @@ impl<D: Decisions> Core<D> {
         };
         let consumer =
             consumer(Some(message.reply_correlation_id())).expect("a correlation is given");
-        // The sidecar publishes replies with its own rights; a reply topic
-        // inside a Thing's subtree would let any consumer publish there
-        // (fake events, fake agent replies) past the MQTT guard.
-        if let Consumer::Mqtt { topic, .. } = &consumer {
-            let inside = topic
-                .strip_prefix(self.topics.prefix())
-                .is_some_and(|rest| rest.starts_with('/'));
-            let reply_route = matches!(
-                self.topics.parse(topic),
-                Some(Route::Reply { thing: of, .. }) if of == thing
+        if let ReplyRoute::Refused(topic) = &route {
+            let detail = format!(
+                "The reply topic `{topic}` lies inside the LMOS topics; use a topic of your own, or none to get replies on `{}`.",
+                self.topics.reply(thing, message.reply_correlation_id())
             );
-            if inside && !reply_route {
-                let detail = format!(
-                    "The reply topic `{topic}` lies inside the LMOS topics; use a topic of your own, or none to get replies on `{}`.",
-                    self.topics.reply(thing, message.reply_correlation_id())
-                );
-                let problem = Problem::new(crate::lmos::ProblemKind::InvalidMember, detail);
-                let fallback = Consumer::Mqtt {
-                    topic: self.topics.reply(thing, message.reply_correlation_id()),
-                    correlation_data: None,
-                    principal: None,
-                };
-                self.refuse(fallback, &message, problem);
-                return;
-            }
+            let problem = Problem::new(crate::lmos::ProblemKind::InvalidMember, detail);
+            self.refuse(consumer, &message, problem);
+            return;
         }
         if message.thing_id != thing || message.message_type().as_str() != message_type {
             let detail = format!(
@@ -211,6 +200,52 @@ impl<D: Decisions> Core<D> {
         let text = message.to_json();
         self.count_sent(metrics::WEBSOCKET, &text);
         self.send(agent, text);
+    }
+
+    /// Where the replies to an MQTT request on `thing`'s request topic may
+    /// go. The sidecar publishes replies with its own rights, so a reply
+    /// topic inside the LMOS topics other than this Thing's reply topics
+    /// would let any consumer publish there past the MQTT guard (a fake
+    /// `agent/status` would take another principal's agent offline). Such
+    /// a topic is refused: every reply, an error to a malformed request
+    /// included, then goes to `{prefix}/{thing}/replies/{correlationID}`,
+    /// or nowhere without a correlation. Counted, logged once per topic.
+    fn reply_route(&mut self, thing: &str, delivery: &Delivery) -> ReplyRoute {
+        let asked = match &delivery.response {
+            Some(ResponseInfo {
+                topic,
+                correlation_data,
+            }) => Some((topic.clone(), correlation_data.clone())),
+            None => serde_json::from_slice::<Value>(&delivery.payload)
+                .ok()
+                .and_then(|v| v["replyTo"].as_str().map(|t| (t.to_owned(), None))),
+        };
+        let Some((topic, correlation_data)) = asked else {
+            return ReplyRoute::Default;
+        };
+        let inside = topic
+            .strip_prefix(self.topics.prefix())
+            .is_some_and(|rest| rest.starts_with('/'));
+        let reply_route = matches!(
+            self.topics.parse(&topic),
+            Some(Route::Reply { thing: of, .. }) if of == thing
+        );
+        if !inside || reply_route {
+            return ReplyRoute::Asked {
+                topic,
+                correlation_data,
+            };
+        }
+        self.metrics.dropped("reply_topic_refused");
+        if self.refusals_logged.first(&topic) {
+            warn!(
+                thing,
+                reply_topic = %topic,
+                kind = "reply-topic-refused",
+                "Refused an MQTT request's reply topic inside the LMOS topics; its replies go to the Thing's reply topic instead (further ones are only counted: lmos_sidecar_dropped_messages_total, reason reply_topic_refused)."
+            );
+        }
+        ReplyRoute::Refused(topic)
     }
 
     /// What the Thing's registered TD has against a request; nothing when
