@@ -15,7 +15,11 @@
 //! from the medians), FANOUT_PUBLISHER_WS=1 to have the sidecar's rows
 //! published by an agent on its WebSocket gateway instead of over MQTT
 //! (the peers' rows keep the MQTT publisher), FANOUT_WS_READ_BUFFER the
-//! gateway's `read_buffer_size` in bytes. Tracing modes:
+//! gateway's `read_buffer_size` in bytes, FANOUT_AUTH=1 to require
+//! authentication on the sidecar (HTTP Basic on the WebSocket handshake,
+//! username and password on MQTT; one principal granted everything; every
+//! client of every row sends the credentials, which Mosquitto and the bare
+//! rumqttd ignore). Tracing modes:
 //! - off: no OTLP endpoint;
 //! - collector: OTLP/gRPC to a receiver in this process (its own thread and
 //!   runtime) that counts the spans it gets, reading each request in place;
@@ -109,6 +113,9 @@ async fn mqtt_client(addr: SocketAddr, id: &str, filter: Option<&str>, qos: QoS)
     let mut options = MqttOptions::new(id, addr.ip().to_string(), addr.port());
     options.set_max_packet_size(4 << 20, 4 << 20);
     options.set_inflight(INFLIGHT);
+    if *AUTH {
+        options.set_credentials(AUTH_USER, AUTH_PASSWORD);
+    }
     let (client, mut eventloop) = AsyncClient::new(options, 64);
     if let Some(f) = filter {
         client.subscribe(f, qos).await?;
@@ -154,8 +161,22 @@ fn lmos_request(url: &str) -> Result<tokio_tungstenite::tungstenite::handshake::
     request
         .headers_mut()
         .insert("Sec-WebSocket-Protocol", protocol);
+    if *AUTH {
+        use base64::Engine;
+        let credentials = format!("{AUTH_USER}:{AUTH_PASSWORD}");
+        let basic = base64::engine::general_purpose::STANDARD.encode(credentials);
+        request.headers_mut().insert(
+            "Authorization",
+            HeaderValue::from_str(&format!("Basic {basic}"))?,
+        );
+    }
     Ok(request)
 }
+
+/// FANOUT_AUTH: the sidecar requires credentials, these.
+static AUTH: LazyLock<bool> = LazyLock::new(|| env_or("FANOUT_AUTH", 0) != 0);
+const AUTH_USER: &str = "bench";
+const AUTH_PASSWORD: &str = "bench-password";
 
 /// What to send: to how many consumers, how many messages, what padding.
 struct Load {
@@ -711,6 +732,20 @@ async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
     config.topics.value_topics = env_or("FANOUT_VALUE_TOPICS", 1) != 0;
     config.gateway.read_buffer_size =
         env_or("FANOUT_WS_READ_BUFFER", config.gateway.read_buffer_size);
+    if *AUTH {
+        use lmos_sidecar::config::{Grants, HttpScheme, PrincipalConfig};
+        config.http.authentication = vec![HttpScheme::Basic];
+        config.mqtt.authentication = true;
+        let everything = Grants::everything();
+        config.auth.principals = vec![PrincipalConfig {
+            name: AUTH_USER.into(),
+            password_hash: lmos_sidecar::auth::credentials::hash_password(AUTH_PASSWORD),
+            host: everything.host,
+            consume: everything.consume,
+            operate: everything.operate,
+            ..PrincipalConfig::default()
+        }];
+    }
     Ok((Application::build(config).await?, collector))
 }
 
