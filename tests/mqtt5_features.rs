@@ -295,6 +295,36 @@ async fn message_expiry(addr: SocketAddr) {
 
 // 4. Session expiry ---------------------------------------------------------
 
+#[tokio::test]
+async fn clean_start_over_a_kept_session_is_answered_at_once() {
+    on_sidecar(clean_start_over_kept).await;
+}
+
+/// Paho's `test_session_expiry`, its last steps: a session kept after its
+/// connection (expiry 5 s, not yet expired), then the same client ID with
+/// Clean Start and another expiry. The kept session is ended and the new
+/// one answered at once, not present; and that again with the new one.
+async fn clean_start_over_kept(addr: SocketAddr) {
+    let (id, topic) = (unique("clean-over-kept"), unique("clean-over-kept"));
+    let keep = |secs| Props::new().int(SESSION_EXPIRY, secs);
+    // A session that expired first, as in Paho's test.
+    let (mut s, _) = connect5(addr, &id, false, &keep(1)).await;
+    assert_eq!(s.subscribe_ok(1, &[(&topic, 2)]).await, [2]);
+    s.bye(&Props::new()).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (mut s, ack) = connect5(addr, &id, false, &keep(5)).await;
+    assert!(!ack.session_present, "expired: {ack:?}");
+    s.bye(&Props::new()).await;
+    for round in 0..2 {
+        let (mut s, ack) = connect5(addr, &id, true, &keep(1)).await;
+        assert!(!ack.session_present, "round {round}: {ack:?}");
+        assert_eq!(s.subscribe_ok(1, &[(&topic, 2)]).await, [2]);
+        s.bye(&keep(5)).await;
+    }
+    let (_s, ack) = connect5(addr, &id, false, &keep(5)).await;
+    assert!(ack.session_present, "{ack:?}");
+}
+
 /// Reconnects `id` without Clean Start; whether its session was there.
 async fn resume(addr: SocketAddr, id: &str, props: &Props) -> (Client, bool) {
     let (c, ack) = connect5(addr, id, false, props).await;

@@ -187,4 +187,22 @@ mod tests {
             &ack[..n]
         );
     }
+    /// A DISCONNECT with a reason code and no property length (`E0 01 00`,
+    /// as the guard's own wipe of a session writes it, and as MQTT 5
+    /// allows) ends the connection at once. rumqttd read it as incomplete
+    /// and waited for more (`vendor/rumqttd/PATCHES.md`, patch 11): every
+    /// wipe took a second, and a client starting clean over a kept session
+    /// timed out waiting for its CONNACK (Paho's `test_session_expiry`).
+    #[tokio::test]
+    async fn a_disconnect_with_only_a_reason_code_ends_the_link_at_once() {
+        let engine = engine();
+        for disconnect in [&[0xE0, 0][..], &[0xE0, 1, 0], &[0xE0, 2, 0, 0]] {
+            let mut link = connected(&engine, "leaving").await;
+            link.write_all(disconnect).await.unwrap();
+            let mut rest = Vec::new();
+            let ended =
+                tokio::time::timeout(Duration::from_millis(500), link.read_to_end(&mut rest));
+            assert!(ended.await.is_ok(), "{disconnect:?} ended the link");
+        }
+    }
 }

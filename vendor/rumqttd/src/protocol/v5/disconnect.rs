@@ -55,7 +55,14 @@ pub fn read(
     let disconnect = Disconnect {
         reason_code: reason(reason_code)?,
     };
-    let properties = properties::read(&mut bytes)?;
+    // lmos-sidecar patch 11. MQTT 5 §3.14.2.2.1: with a Remaining Length under 2 the property
+    // length is 0. `E0 01 00` (a reason code alone) was "insufficient
+    // bytes", so a link waited for a rest that never comes.
+    let properties = if bytes.is_empty() {
+        None
+    } else {
+        properties::read(&mut bytes)?
+    };
 
     Ok((disconnect, properties))
 }
