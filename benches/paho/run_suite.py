@@ -13,11 +13,14 @@ usage: run_suite.py HOST PORT VERSION(3|5) [test_name ...]
 env:   SKIP="test_a test_b"      tests to leave out
        PER_TEST_TIMEOUT=45       seconds before a single test is aborted
        NOSUBSCRIBE_TOPIC=...     topic filter the broker refuses (default test/nosubscribe)
+       PAHO_SUITE=DIR            the suite (default: ../shared/conformance/paho-interoperability
+                                 beside the repository, where it is kept unmodified)
 """
 import io, os, re, signal, sys, time, traceback, unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SUITE_DIR = os.path.join(HERE, "interoperability")
+SUITE_DIR = os.environ.get("PAHO_SUITE") or os.path.normpath(
+    os.path.join(HERE, "..", "..", "..", "shared", "conformance", "paho-interoperability"))
 
 
 class TestTimeout(Exception):
