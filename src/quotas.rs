@@ -225,7 +225,8 @@ impl Tally {
         *usage += n;
         if *usage > self.largest {
             self.largest = *usage;
-            self.gauge.set(i64::try_from(self.largest).unwrap_or(i64::MAX));
+            self.gauge
+                .set(i64::try_from(self.largest).unwrap_or(i64::MAX));
         }
     }
 
@@ -240,7 +241,8 @@ impl Tally {
         }
         if was_largest && n > 0 {
             self.largest = self.by.values().copied().max().unwrap_or(0);
-            self.gauge.set(i64::try_from(self.largest).unwrap_or(i64::MAX));
+            self.gauge
+                .set(i64::try_from(self.largest).unwrap_or(i64::MAX));
         }
     }
 
@@ -274,9 +276,7 @@ mod tests {
     fn a_full_quota_names_whose_and_which_key() {
         let q = Quotas::new(&config(), true);
         assert!(q.check("bob", Quota::RunningInvocations, 1, 1).is_ok());
-        let e = q
-            .check("bob", Quota::RunningInvocations, 2, 1)
-            .unwrap_err();
+        let e = q.check("bob", Quota::RunningInvocations, 2, 1).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("`bob` has 2 invocations running (quotas.running_invocations)"),
@@ -321,7 +321,10 @@ mod tests {
             },
         );
         let chosen = Quotas::new(&c, false);
-        assert_eq!(chosen.limit(ANONYMOUS, Quota::Subscriptions), Some((3, true)));
+        assert_eq!(
+            chosen.limit(ANONYMOUS, Quota::Subscriptions),
+            Some((3, true))
+        );
         assert!(chosen.limit(ANONYMOUS, Quota::Things).is_some());
     }
 

@@ -114,28 +114,53 @@ async fn bob_filling_his_invocations_and_requests_leaves_alice_hers() {
     // Bob's agent never answers; Alice's does.
     let mut bob_agent = ws_as(&sidecar, BOB, Some("urn:bob:silent")).await;
     let mut alice_agent = ws_as(&sidecar, ALICE, Some("urn:alice:agent")).await;
-    let mut bob = [ws_as(&sidecar, BOB, None).await, ws_as(&sidecar, BOB, None).await];
+    let mut bob = [
+        ws_as(&sidecar, BOB, None).await,
+        ws_as(&sidecar, BOB, None).await,
+    ];
 
     // Three invocations over two connections fill Bob's quota.
     for (i, conn) in [0, 1, 0].into_iter().enumerate() {
-        bob[conn].send(invoke("urn:bob:silent", &format!("i{i}"))).await;
+        bob[conn]
+            .send(invoke("urn:bob:silent", &format!("i{i}")))
+            .await;
         assert_eq!(bob_agent.recv().await["messageType"], "invokeAction");
     }
     bob[1].send(invoke("urn:bob:silent", "i3")).await;
     let refused = bob[1].recv().await;
     assert_bobs_quota(&refused, "quotas.running_invocations");
-    assert!(refused["detail"].as_str().unwrap().contains("has 3 invocations running"));
+    assert!(refused["detail"]
+        .as_str()
+        .unwrap()
+        .contains("has 3 invocations running"));
     // Over HTTP, Bob's quota is the same.
     let bearer = format!("Bearer {BOB}");
-    let headers = [("Authorization", bearer.as_str()), ("Content-Type", "application/json")];
-    let over_http = http_with(sidecar.http, "POST", "/things/urn:bob:silent/actions/work", &headers, b"{}").await;
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let over_http = http_with(
+        sidecar.http,
+        "POST",
+        "/things/urn:bob:silent/actions/work",
+        &headers,
+        b"{}",
+    )
+    .await;
     assert_eq!(over_http.status, 429, "{}", over_http.body);
-    assert_eq!(over_http.header("content-type"), Some("application/problem+json"));
-    assert!(over_http.body.contains("quotas.running_invocations"), "{}", over_http.body);
+    assert_eq!(
+        over_http.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        over_http.body.contains("quotas.running_invocations"),
+        "{}",
+        over_http.body
+    );
 
     // His property requests waiting for the silent agent have their own.
-    for i in 0..2 {
-        bob[i].send(read("urn:bob:silent", &format!("r{i}"))).await;
+    for (i, conn) in bob.iter_mut().enumerate() {
+        conn.send(read("urn:bob:silent", &format!("r{i}"))).await;
         assert_eq!(bob_agent.recv().await["messageType"], "readProperty");
     }
     bob[0].send(read("urn:bob:silent", "r2")).await;
@@ -153,7 +178,11 @@ async fn bob_filling_his_invocations_and_requests_leaves_alice_hers() {
     );
     alice_agent.send(status).await;
     let done = alice.recv().await;
-    assert_eq!((done["status"].as_str(), done["correlationID"].as_str()), (Some("completed"), Some("mine")), "{done}");
+    assert_eq!(
+        (done["status"].as_str(), done["correlationID"].as_str()),
+        (Some("completed"), Some("mine")),
+        "{done}"
+    );
 
     let text = metrics(&sidecar).await;
     for key in ["quotas.running_invocations", "quotas.pending_requests"] {
@@ -169,7 +198,10 @@ async fn bob_filling_his_invocations_and_requests_leaves_alice_hers() {
 #[tokio::test]
 async fn bob_s_subscriptions_are_counted_over_all_his_connections() {
     let sidecar = TestSidecar::start_with(two_principals()).await;
-    let mut bob = [ws_as(&sidecar, BOB, None).await, ws_as(&sidecar, BOB, None).await];
+    let mut bob = [
+        ws_as(&sidecar, BOB, None).await,
+        ws_as(&sidecar, BOB, None).await,
+    ];
     let subscribe = |event: &str| {
         lmos(
             "urn:alice:agent",
@@ -198,7 +230,9 @@ async fn bob_s_subscriptions_are_counted_over_all_his_connections() {
         bob.send(subscribe(&format!("again{i}"))).await;
     }
     wait_for_stats(&sidecar, |s| s.subscriptions == 5).await;
-    assert!(metrics(&sidecar).await.contains(r#"limit="quotas.subscriptions""#));
+    assert!(metrics(&sidecar)
+        .await
+        .contains(r#"limit="quotas.subscriptions""#));
     sidecar.stop().await;
 }
 
@@ -216,33 +250,92 @@ async fn bob_s_thing_descriptions_are_counted_and_alice_registers_hers() {
     let sidecar = TestSidecar::start_with(two_principals()).await;
     for i in 1..=2 {
         let path = format!("/things/urn:bob:td:{i}");
-        assert_eq!(http_as(&sidecar, BOB, "PUT", &path, &td(&path[8..], 0)).await.status, 201);
+        assert_eq!(
+            http_as(&sidecar, BOB, "PUT", &path, &td(&path[8..], 0))
+                .await
+                .status,
+            201
+        );
     }
     // Replacing one of his own is no new registration.
-    let again = http_as(&sidecar, BOB, "PUT", "/things/urn:bob:td:1", &td("urn:bob:td:1", 10)).await;
+    let again = http_as(
+        &sidecar,
+        BOB,
+        "PUT",
+        "/things/urn:bob:td:1",
+        &td("urn:bob:td:1", 10),
+    )
+    .await;
     assert_eq!(again.status, 204);
-    let third = http_as(&sidecar, BOB, "PUT", "/things/urn:bob:td:3", &td("urn:bob:td:3", 0)).await;
+    let third = http_as(
+        &sidecar,
+        BOB,
+        "PUT",
+        "/things/urn:bob:td:3",
+        &td("urn:bob:td:3", 0),
+    )
+    .await;
     assert_eq!(third.status, 429, "{}", third.body);
-    assert_eq!(third.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        third.header("content-type"),
+        Some("application/problem+json")
+    );
     let problem = third.json();
     assert_eq!(problem["title"], "Quota exceeded");
     assert!(
-        problem["detail"].as_str().unwrap().starts_with("`bob` has 2 Thing Descriptions registered (quotas.things)"),
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("`bob` has 2 Thing Descriptions registered (quotas.things)"),
         "{problem}"
     );
 
     // Alice has her own share, and her own byte quota: one large TD fits,
     // a second does not.
     let large = |id: &str| td(id, 60_000);
-    let first = http_as(&sidecar, ALICE, "PUT", "/things/urn:alice:big:1", &large("urn:alice:big:1")).await;
+    let first = http_as(
+        &sidecar,
+        ALICE,
+        "PUT",
+        "/things/urn:alice:big:1",
+        &large("urn:alice:big:1"),
+    )
+    .await;
     assert_eq!(first.status, 201, "{}", first.body);
-    let second = http_as(&sidecar, ALICE, "PUT", "/things/urn:alice:big:2", &large("urn:alice:big:2")).await;
+    let second = http_as(
+        &sidecar,
+        ALICE,
+        "PUT",
+        "/things/urn:alice:big:2",
+        &large("urn:alice:big:2"),
+    )
+    .await;
     assert_eq!(second.status, 429, "{}", second.body);
-    assert!(second.body.contains("quotas.principals.alice.td_bytes"), "{}", second.body);
+    assert!(
+        second.body.contains("quotas.principals.alice.td_bytes"),
+        "{}",
+        second.body
+    );
 
     // Deleting makes room.
-    assert_eq!(http_as(&sidecar, BOB, "DELETE", "/things/urn:bob:td:2", b"").await.status, 204);
-    assert_eq!(http_as(&sidecar, BOB, "PUT", "/things/urn:bob:td:3", &td("urn:bob:td:3", 0)).await.status, 201);
+    assert_eq!(
+        http_as(&sidecar, BOB, "DELETE", "/things/urn:bob:td:2", b"")
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        http_as(
+            &sidecar,
+            BOB,
+            "PUT",
+            "/things/urn:bob:td:3",
+            &td("urn:bob:td:3", 0)
+        )
+        .await
+        .status,
+        201
+    );
     let text = metrics(&sidecar).await;
     for key in ["quotas.things", "quotas.td_bytes"] {
         assert!(text.contains(&format!("limit=\"{key}\"")), "{text}");
@@ -262,17 +355,30 @@ async fn the_directory_has_a_largest_td_and_a_total() {
         let addr = sidecar.http;
         async move {
             let path = format!("/things/{id}");
-            http(addr, "PUT", &path, Some("application/td+json"), &td(id, padding)).await
+            http(
+                addr,
+                "PUT",
+                &path,
+                Some("application/td+json"),
+                &td(id, padding),
+            )
+            .await
         }
     };
     let too_large = put("urn:big", 120_000).await;
     assert_eq!(too_large.status, 413, "{}", too_large.body);
-    assert!(too_large.json()["detail"].as_str().unwrap().contains("discovery.max_td_size"));
+    assert!(too_large.json()["detail"]
+        .as_str()
+        .unwrap()
+        .contains("discovery.max_td_size"));
     assert_eq!(put("urn:a", 60_000).await.status, 201);
     assert_eq!(put("urn:b", 60_000).await.status, 201);
     let full = put("urn:c", 60_000).await;
     assert_eq!(full.status, 507, "{}", full.body);
-    assert!(full.json()["detail"].as_str().unwrap().contains("discovery.max_total_td_bytes"));
+    assert!(full.json()["detail"]
+        .as_str()
+        .unwrap()
+        .contains("discovery.max_total_td_bytes"));
     // Shrinking one is allowed, and then there is room.
     assert_eq!(put("urn:a", 0).await.status, 204);
     assert_eq!(put("urn:c", 60_000).await.status, 201);
@@ -280,6 +386,8 @@ async fn the_directory_has_a_largest_td_and_a_total() {
     assert_eq!(listed.as_array().unwrap().len(), 3);
     // With no principals, `anonymous` is everyone: `quotas.things` (1)
     // does not apply to it.
-    assert!(metrics(&sidecar).await.contains(r#"limit="max_total_td_bytes""#));
+    assert!(metrics(&sidecar)
+        .await
+        .contains(r#"limit="max_total_td_bytes""#));
     sidecar.stop().await;
 }

@@ -75,7 +75,10 @@ mod tests {
             ..PrincipalConfig::default()
         }];
         let e = typo.validate().unwrap_err().to_string();
-        assert!(e.contains("quotas.principals") && e.contains("`bob`"), "{e}");
+        assert!(
+            e.contains("quotas.principals") && e.contains("`bob`"),
+            "{e}"
+        );
         let unknown = toml::from_str::<Config>("[quotas.principals.bob]\nthing = 5\n");
         assert!(unknown.unwrap_err().to_string().contains("thing"));
     }

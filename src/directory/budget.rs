@@ -205,14 +205,18 @@ mod tests {
 
     /// The size of `td(id, 0)` as served.
     fn served(id: &str) -> u64 {
-        let mut d = Directory::new(crate::directory::test_endpoints(Topics::new("lmos").unwrap()));
+        let mut d = Directory::new(crate::directory::test_endpoints(
+            Topics::new("lmos").unwrap(),
+        ));
         let (_, v) = d.put(None, &td(id, 0)).unwrap();
         json_len(&v)
     }
 
     fn directory(limits: TdLimits, quotas: QuotasConfig) -> Directory {
-        Directory::new(crate::directory::test_endpoints(Topics::new("lmos").unwrap()))
-            .with_limits(limits, Quotas::new(&quotas, true), Metrics::default())
+        Directory::new(crate::directory::test_endpoints(
+            Topics::new("lmos").unwrap(),
+        ))
+        .with_limits(limits, Quotas::new(&quotas, true), Metrics::default())
     }
 
     fn quota(e: DirectoryError) -> Exceeded {
@@ -229,7 +233,9 @@ mod tests {
             max_total_bytes: 0,
         };
         let mut d = directory(limits, QuotasConfig::default());
-        let e = d.put_as(Some("bob"), None, b"{ not even JSON }").unwrap_err();
+        let e = d
+            .put_as(Some("bob"), None, b"{ not even JSON }")
+            .unwrap_err();
         assert_eq!(e, DirectoryError::TooLarge { size: 17, max: 10 });
         assert!(e.to_string().contains("discovery.max_td_size"));
         assert!(d.learn("urn:x", &td("urn:x", 0)).is_err());
@@ -251,7 +257,10 @@ mod tests {
         assert!(matches!(e, DirectoryError::Full { .. }), "{e:?}");
         assert!(d.bytes().1, "full");
         // Replacing one with no more bytes is no growth.
-        assert_eq!(d.put_as(Some("bob"), None, &td("urn:a", 0)).unwrap().0, Registered::Updated);
+        assert_eq!(
+            d.put_as(Some("bob"), None, &td("urn:a", 0)).unwrap().0,
+            Registered::Updated
+        );
         d.learn("urn:b", b"").unwrap();
         assert_eq!(d.bytes(), (one, false));
         d.put_as(Some("alice"), None, &td("urn:c", 0)).unwrap();

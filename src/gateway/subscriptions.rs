@@ -368,7 +368,11 @@ mod tests {
         t.add(2, "T", Selector::Property("p".into()), c("y"));
         t.add(3, "T", Selector::AllEvents, c("z"));
         let usage = |t: &Table, conn| t.principal_usage(conn).map(|(p, n)| (p.to_string(), n));
-        assert_eq!(usage(&t, 2), Some(("bob".into(), 2)), "a renewal is no new one");
+        assert_eq!(
+            usage(&t, 2),
+            Some(("bob".into(), 2)),
+            "a renewal is no new one"
+        );
         assert_eq!(usage(&t, 3), Some(("alice".into(), 1)));
         t.remove(2, "T", &Selector::Property("p".into()));
         t.remove(2, "T", &Selector::Property("p".into()));

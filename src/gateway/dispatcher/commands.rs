@@ -291,7 +291,11 @@ impl<D: Decisions> Core<D> {
         // The principal's, over all its connections.
         let (principal, used) = self.table.principal_usage(conn)?;
         let quota = crate::quotas::Quota::Subscriptions;
-        let full = self.requests.quotas().check(principal, quota, used, 1).err()?;
+        let full = self
+            .requests
+            .quotas()
+            .check(principal, quota, used, 1)
+            .err()?;
         self.metrics.limit_hit(metrics::WEBSOCKET, quota.label());
         Some(Problem::new(ProblemKind::TooManyRequests, full.to_string()))
     }

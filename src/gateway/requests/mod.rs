@@ -304,7 +304,10 @@ impl Requests {
 
     /// Invocations running / property requests waiting of one principal.
     pub fn usage(&self, principal: &str) -> (u64, u64) {
-        (self.running_by.get(principal), self.pending_by.get(principal))
+        (
+            self.running_by.get(principal),
+            self.pending_by.get(principal),
+        )
     }
 
     fn owner_key(&self, consumer: &Consumer) -> Option<String> {

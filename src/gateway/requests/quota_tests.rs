@@ -68,7 +68,10 @@ fn outcome(effects: &[Effect]) -> Result<String, (String, String)> {
         }
         [Effect::ToConsumer(_, text)] => {
             let v: Value = serde_json::from_str(text).unwrap();
-            Err((v["status"].as_str().unwrap().into(), v["detail"].as_str().unwrap().into()))
+            Err((
+                v["status"].as_str().unwrap().into(),
+                v["detail"].as_str().unwrap().into(),
+            ))
         }
         other => panic!("{other:?}"),
     }
