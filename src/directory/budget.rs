@@ -238,6 +238,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(e, DirectoryError::TooLarge { size: 17, max: 10 });
         assert!(e.to_string().contains("discovery.max_td_size"));
+        assert_eq!(e.problem_kind(), crate::lmos::ProblemKind::MessageTooLarge);
         assert!(d.learn("urn:x", &td("urn:x", 0)).is_err());
         assert!(d.is_empty());
     }
@@ -255,6 +256,7 @@ mod tests {
         assert_eq!(d.bytes(), (2 * one, false));
         let e = d.put_as(Some("alice"), None, &td("urn:c", 0)).unwrap_err();
         assert!(matches!(e, DirectoryError::Full { .. }), "{e:?}");
+        assert_eq!(e.problem_kind().status(), 429);
         assert!(d.bytes().1, "full");
         // Replacing one with no more bytes is no growth.
         assert_eq!(

@@ -51,6 +51,20 @@ pub enum DirectoryError {
     Quota(#[from] crate::quotas::Exceeded),
 }
 
+impl DirectoryError {
+    /// The LMOS error kind for a TD refused over WebSocket or MQTT (LMOS
+    /// has no 507: a full directory is a limit reached, 429).
+    pub fn problem_kind(&self) -> crate::lmos::ProblemKind {
+        use crate::lmos::ProblemKind;
+        match self {
+            DirectoryError::TooLarge { .. } => ProblemKind::MessageTooLarge,
+            DirectoryError::Full { .. } | DirectoryError::Quota(_) => ProblemKind::TooManyRequests,
+            DirectoryError::NotFound(_) => ProblemKind::NotFound,
+            _ => ProblemKind::InvalidData,
+        }
+    }
+}
+
 /// What a registration did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Registered {
