@@ -274,11 +274,6 @@ impl Requests {
         &self.quotas
     }
 
-    /// The principal of a registered consumer connection.
-    pub fn principal(&self, conn: ConnId) -> Option<&Arc<str>> {
-        self.owners.get(&conn)
-    }
-
     /// Whose quotas a consumer's requests count against.
     fn principal_of(&self, consumer: &Consumer) -> Arc<str> {
         let named = match consumer {
