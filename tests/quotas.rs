@@ -31,6 +31,7 @@ fn principal(name: &str, token: &str, host: &str, use_: &str) -> PrincipalConfig
 fn two_principals() -> Config {
     let mut c = test_config();
     c.http.authentication = vec![HttpScheme::Bearer];
+    c.mqtt.authentication = true;
     c.auth.anonymous = Default::default();
     c.auth.principals = vec![
         principal("bob", BOB, "urn:bob:*", "*"),
@@ -119,13 +120,26 @@ async fn bob_filling_his_invocations_and_requests_leaves_alice_hers() {
         ws_as(&sidecar, BOB, None).await,
     ];
 
-    // Three invocations over two connections fill Bob's quota.
-    for (i, conn) in [0, 1, 0].into_iter().enumerate() {
+    // Three invocations over two connections and MQTT fill Bob's quota.
+    let mut bob_mqtt = MqttClient::connect_as(sidecar.mqtt, "bob-mqtt", "bob", BOB, None).await;
+    bob_mqtt.subscribe("lmos/urn:bob:silent/replies/+").await;
+    let by_mqtt = "lmos/urn:bob:silent/requests/invokeAction";
+    for (i, conn) in [0, 1].into_iter().enumerate() {
         bob[conn]
             .send(invoke("urn:bob:silent", &format!("i{i}")))
             .await;
         assert_eq!(bob_agent.recv().await["messageType"], "invokeAction");
     }
+    bob_mqtt
+        .publish(by_mqtt, &invoke("urn:bob:silent", "m2"), false)
+        .await;
+    assert_eq!(bob_agent.recv().await["messageType"], "invokeAction");
+    bob_mqtt
+        .publish(by_mqtt, &invoke("urn:bob:silent", "m3"), false)
+        .await;
+    let (topic, refused, _) = bob_mqtt.recv_json().await;
+    assert_eq!(topic, "lmos/urn:bob:silent/replies/m3");
+    assert_bobs_quota(&refused, "quotas.running_invocations");
     bob[1].send(invoke("urn:bob:silent", "i3")).await;
     let refused = bob[1].recv().await;
     assert_bobs_quota(&refused, "quotas.running_invocations");
