@@ -400,8 +400,13 @@ async fn the_directory_has_a_largest_td_and_a_total() {
     assert_eq!(listed.as_array().unwrap().len(), 3);
     // With no principals, `anonymous` is everyone: `quotas.things` (1)
     // does not apply to it.
-    assert!(metrics(&sidecar)
-        .await
-        .contains(r#"limit="max_total_td_bytes""#));
+    let text = metrics(&sidecar).await;
+    assert!(text.contains(r#"limit="max_total_td_bytes""#), "{text}");
+    let bytes = text
+        .lines()
+        .find_map(|l| l.strip_prefix("lmos_sidecar_directory_bytes "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("the directory's bytes");
+    assert!(bytes > 120_000 && bytes <= 150_000, "{bytes}");
     sidecar.stop().await;
 }

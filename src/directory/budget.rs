@@ -49,6 +49,8 @@ pub(super) struct Budget {
     things_by: Tally,
     bytes_by: Tally,
     metrics: Metrics,
+    /// `lmos_sidecar_directory_bytes`: the total.
+    gauge: prometheus_client::metrics::gauge::Gauge,
     /// Logged that the total is reached, until it is not any more.
     full_logged: bool,
 }
@@ -60,6 +62,7 @@ impl Budget {
             quotas,
             things_by: Tally::new(metrics.quota_largest(Quota::Things.label())),
             bytes_by: Tally::new(metrics.quota_largest(Quota::TdBytes.label())),
+            gauge: metrics.directory_bytes(),
             metrics,
             ..Budget::default()
         }
@@ -133,6 +136,8 @@ impl Budget {
             self.bytes_by.add(o, bytes);
         }
         self.total += bytes;
+        self.gauge
+            .set(i64::try_from(self.total).unwrap_or(i64::MAX));
         self.entries.insert(id.to_owned(), Entry { owner, bytes });
     }
 
@@ -146,6 +151,8 @@ impl Budget {
             self.bytes_by.sub(o, e.bytes);
         }
         self.total -= e.bytes;
+        self.gauge
+            .set(i64::try_from(self.total).unwrap_or(i64::MAX));
         let max = self.limits.max_total_bytes;
         if self.full_logged && self.total < max {
             self.full_logged = false;

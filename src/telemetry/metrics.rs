@@ -108,6 +108,7 @@ struct Inner {
     denied: Family<Labels2, Counter>,
     limits: Family<Labels2, Counter>,
     quota_largest: Family<Labels1, Gauge>,
+    directory_bytes: Gauge,
     cluster: Cluster,
 }
 
@@ -171,6 +172,12 @@ impl Metrics {
             "quota_largest_usage",
             "The largest usage of any one principal, by quota (the `[quotas]` key): how close the greediest principal is to its quota",
             quota_largest.clone(),
+        );
+        let directory_bytes = Gauge::default();
+        registry.register(
+            "directory_bytes",
+            "Bytes of the registered Thing Descriptions as served (discovery.max_total_td_bytes bounds them)",
+            directory_bytes.clone(),
         );
         let cluster_connected = Gauge::default();
         let cluster_reconnects = Gauge::default();
@@ -271,6 +278,7 @@ impl Metrics {
             denied,
             limits,
             quota_largest,
+            directory_bytes,
             cluster: Cluster {
                 connected: cluster_connected,
                 reconnects: cluster_reconnects,
@@ -373,6 +381,11 @@ impl Metrics {
             .quota_largest
             .get_or_create(&[("quota", quota)])
             .clone()
+    }
+
+    /// The gauge of the directory's bytes, for its budget to keep.
+    pub fn directory_bytes(&self) -> Gauge {
+        self.0.directory_bytes.clone()
     }
 
     pub fn set_cluster(&self, connected: bool, reconnects: u64) {
