@@ -22,6 +22,7 @@ use crate::gateway::{Dispatcher, Gateway, GatewaySetup};
 use crate::http::auth::HttpAuth;
 use crate::http::server::ServeOptions;
 use crate::http::{self, HttpState, LMOS_PATH};
+use crate::quotas::Quotas;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::{TelemetryError, Tracing};
 use crate::tls::TlsError;
@@ -173,8 +174,10 @@ impl Application {
                 )?))
             }
         };
+        let quotas = Quotas::new(&config.quotas, !config.auth.principals.is_empty());
         let directory = directory_service(
             &config,
+            (&quotas, &metrics),
             broker.bus.clone(),
             http_addr,
             broker.mqtt_addr,
@@ -199,6 +202,7 @@ impl Application {
             directory: directory.clone(),
             validate_agent_data: config.discovery.validate_agent_data,
             metrics: metrics.clone(),
+            quotas: quotas.clone(),
         });
         Ok(Application {
             http_listener,
@@ -367,6 +371,7 @@ fn public_host(config: &Config, bound: SocketAddr) -> String {
 
 fn directory_service(
     config: &Config,
+    (quotas, metrics): (&Arc<Quotas>, &Metrics),
     bus: crate::broker::Bus,
     http: SocketAddr,
     mqtt: SocketAddr,
@@ -401,8 +406,12 @@ fn directory_service(
         http_schemes: config.http.authentication.clone(),
         mqtt_password: config.mqtt.authentication,
     };
+    let limits = crate::directory::TdLimits {
+        max_td_size: config.discovery.max_td_size,
+        max_total_bytes: config.discovery.max_total_td_bytes,
+    };
     DirectoryService::new(
-        Directory::new(endpoints),
+        Directory::new(endpoints).with_limits(limits, quotas.clone(), metrics.clone()),
         bus,
         config.topics(),
         thing_id.to_owned(),

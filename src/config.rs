@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::topics::Topics;
 
+mod quotas;
+pub use quotas::{QuotaOverrides, QuotasConfig};
+
 /// Environment variables override file settings: `LMOS_SIDECAR_` + section +
 /// `__` + key, e.g. `LMOS_SIDECAR_MQTT__LISTEN=0.0.0.0:1883`.
 pub const ENV_PREFIX: &str = "LMOS_SIDECAR_";
@@ -33,6 +36,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub cluster: ClusterConfig,
     pub console: ConsoleConfig,
+    pub quotas: QuotasConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -321,7 +325,7 @@ impl Default for LogConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiscoveryConfig {
     /// Host name consumers use to reach this sidecar, written into the
@@ -333,6 +337,24 @@ pub struct DiscoveryConfig {
     /// Also check what agents publish over WebSocket (event data, property
     /// values) against their TD; requests are always checked.
     pub validate_agent_data: bool,
+    /// Largest Thing Description accepted, in bytes, as sent (HTTP body,
+    /// WebSocket message, retained MQTT publication); beyond it, 413.
+    pub max_td_size: usize,
+    /// Bytes all registered Thing Descriptions may take together, as
+    /// served (forms included); beyond it a registration gets 507.
+    pub max_total_td_bytes: u64,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        DiscoveryConfig {
+            public_host: String::new(),
+            things: Vec::new(),
+            validate_agent_data: false,
+            max_td_size: 1024 * 1024,
+            max_total_td_bytes: 64 * 1024 * 1024,
+        }
+    }
 }
 
 /// The live console in the browser (`GET /console` on the HTTP port).
@@ -701,6 +723,7 @@ impl Config {
             ),
             ("mqtt.max_subscriptions", self.mqtt.max_subscriptions),
             ("http.max_connections", self.http.max_connections),
+            ("discovery.max_td_size", self.discovery.max_td_size),
             (
                 "http.handshake_timeout_ms",
                 self.http.handshake_timeout_ms as usize,
@@ -727,6 +750,7 @@ impl Config {
                 reason: "must be at most 65535 (MQTT packet identifiers are 16-bit)".into(),
             });
         }
+        self.validate_quotas()?;
         if self.mqtt.segment_size < self.mqtt.max_payload_size {
             return Err(ConfigError::Invalid {
                 key: "mqtt.segment_size",
@@ -734,6 +758,21 @@ impl Config {
             });
         }
         Ok(())
+    }
+
+    /// `[quotas.principals.<name>]` must name a principal: a typo would
+    /// otherwise leave the principal on the default without a word.
+    fn validate_quotas(&self) -> Result<(), ConfigError> {
+        let known = |name: &str| {
+            name == crate::auth::ANONYMOUS || self.auth.principals.iter().any(|p| p.name == name)
+        };
+        match self.quotas.principals.keys().find(|n| !known(n)) {
+            Some(name) => Err(ConfigError::Invalid {
+                key: "quotas.principals",
+                reason: format!("`{name}` is not the name of a principal in [[auth.principals]] (nor `anonymous`)"),
+            }),
+            None => Ok(()),
+        }
     }
 
     pub fn topics(&self) -> Topics {

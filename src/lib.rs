@@ -8,6 +8,7 @@
 //! - [`wot`]: value-only topics for W3C WoT consumers;
 //! - [`directory`]: the Thing Description directory;
 //! - [`auth`]: principals, secrets and per-Thing rights; [`tls`]: PEM files;
+//! - [`quotas`]: per-principal shares of what the sidecar holds;
 //! - [`cluster`]: links to other sidecars (MQTT bridge, NATS, JetStream);
 //! - [`client`]: the command-line client and its `check`;
 //! - [`telemetry`]: logs, spans, metrics; [`config`], [`app`]: wiring.
@@ -25,6 +26,7 @@ pub mod gateway;
 pub mod http;
 pub mod listen;
 pub mod lmos;
+pub mod quotas;
 pub mod telemetry;
 pub mod tls;
 pub mod topics;

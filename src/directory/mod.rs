@@ -4,6 +4,7 @@
 //! WoT Discovery way. No I/O here; `http/directory.rs` serves it.
 
 pub mod affordances;
+mod budget;
 pub mod forms;
 mod service;
 pub mod validate;
@@ -12,6 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
 
+pub use budget::TdLimits;
 pub use forms::Endpoints;
 
 /// For tests: endpoints on host `h` (WebSocket and HTTP on 8080, MQTT on
@@ -41,6 +43,26 @@ pub enum DirectoryError {
     HasId(String),
     #[error("no Thing Description with id `{0}`")]
     NotFound(String),
+    #[error("the Thing Description has {size} bytes; this directory accepts at most {max} (discovery.max_td_size)")]
+    TooLarge { size: usize, max: usize },
+    #[error("the directory holds {total} bytes of Thing Descriptions, as many as it may (discovery.max_total_td_bytes = {max}); delete some first")]
+    Full { total: u64, max: u64 },
+    #[error(transparent)]
+    Quota(#[from] crate::quotas::Exceeded),
+}
+
+impl DirectoryError {
+    /// The LMOS error kind for a TD refused over WebSocket or MQTT (LMOS
+    /// has no 507: a full directory is a limit reached, 429).
+    pub fn problem_kind(&self) -> crate::lmos::ProblemKind {
+        use crate::lmos::ProblemKind;
+        match self {
+            DirectoryError::TooLarge { .. } => ProblemKind::MessageTooLarge,
+            DirectoryError::Full { .. } | DirectoryError::Quota(_) => ProblemKind::TooManyRequests,
+            DirectoryError::NotFound(_) => ProblemKind::NotFound,
+            _ => ProblemKind::InvalidData,
+        }
+    }
 }
 
 /// What a registration did.
@@ -60,6 +82,7 @@ pub struct Directory {
     remote: HashSet<String>,
     validator: TdValidator,
     endpoints: Endpoints,
+    budget: budget::Budget,
 }
 
 impl Directory {
@@ -69,7 +92,19 @@ impl Directory {
             remote: HashSet::new(),
             validator: TdValidator::new(),
             endpoints,
+            budget: budget::Budget::default(),
         }
+    }
+
+    /// Byte limits on what is registered, and per-principal quotas.
+    pub fn with_limits(
+        mut self,
+        limits: TdLimits,
+        quotas: std::sync::Arc<crate::quotas::Quotas>,
+        metrics: crate::telemetry::metrics::Metrics,
+    ) -> Directory {
+        self.budget = budget::Budget::new(limits, quotas, metrics);
+        self
     }
 
     /// Where consumers reach this sidecar, as its forms say.
@@ -82,12 +117,24 @@ impl Directory {
     }
 
     /// Registers (or replaces) a TD under its own `id`, or under `id` when
-    /// given, which must then match it. Returns the TD as served.
+    /// given, which must then match it, on no principal's quota (start-up
+    /// files). Returns the TD as served.
     pub fn put(
         &mut self,
         id: Option<&str>,
         text: &[u8],
     ) -> Result<(Registered, Value), DirectoryError> {
+        self.put_as(None, id, text)
+    }
+
+    /// [`Directory::put`] by a principal, on its quota.
+    pub fn put_as(
+        &mut self,
+        owner: Option<&str>,
+        id: Option<&str>,
+        text: &[u8],
+    ) -> Result<(Registered, Value), DirectoryError> {
+        self.budget.check_size(text.len())?;
         let mut td = self.validator.parse(text)?;
         let own = td["id"].as_str().map(str::to_owned);
         let id = match (id, own) {
@@ -107,23 +154,36 @@ impl Directory {
             }
         };
         td["id"] = Value::String(id.clone());
-        Ok(self.store(id, td))
+        self.store(id, td, owner)
     }
 
-    /// Registers an anonymous TD under a fresh `urn:uuid:` id.
-    pub fn post(&mut self, text: &[u8]) -> Result<(String, Value), DirectoryError> {
+    /// Registers an anonymous TD under a fresh `urn:uuid:` id, on `owner`'s
+    /// quota.
+    pub fn post(
+        &mut self,
+        owner: Option<&str>,
+        text: &[u8],
+    ) -> Result<(String, Value), DirectoryError> {
+        self.budget.check_size(text.len())?;
         let mut td = self.validator.parse(text)?;
         if let Some(id) = td["id"].as_str() {
             return Err(DirectoryError::HasId(id.to_owned()));
         }
         let id = format!("urn:uuid:{}", uuid::Uuid::new_v4());
         td["id"] = Value::String(id.clone());
-        let (_, served) = self.store(id.clone(), td);
+        let (_, served) = self.store(id.clone(), td, owner)?;
         Ok((id, served))
     }
 
-    /// Applies a JSON merge patch (RFC 7396) and checks the result.
-    pub fn patch(&mut self, id: &str, patch: &[u8]) -> Result<Value, DirectoryError> {
+    /// Applies a JSON merge patch (RFC 7396) and checks the result; the TD
+    /// is then on `owner`'s quota.
+    pub fn patch(
+        &mut self,
+        owner: Option<&str>,
+        id: &str,
+        patch: &[u8],
+    ) -> Result<Value, DirectoryError> {
+        self.budget.check_size(patch.len())?;
         let current = self
             .things
             .get(id)
@@ -139,17 +199,38 @@ impl Directory {
         validate::merge_patch(&mut td, &patch);
         td["id"] = Value::String(id.to_owned());
         self.validator.check(&td)?;
-        Ok(self.store(id.to_owned(), td).1)
+        Ok(self.store(id.to_owned(), td, owner)?.1)
     }
 
-    fn store(&mut self, id: String, mut td: Value) -> (Registered, Value) {
-        self.remote.remove(&id);
+    /// Keeps a checked TD, as served, if the budgets have room for it.
+    fn store(
+        &mut self,
+        id: String,
+        mut td: Value,
+        owner: Option<&str>,
+    ) -> Result<(Registered, Value), DirectoryError> {
         forms::rewrite(&mut td, &self.endpoints);
+        let bytes = budget::json_len(&td);
+        self.budget.admit(&id, owner, bytes)?;
+        self.budget.record(&id, owner, bytes);
+        self.remote.remove(&id);
         let registered = match self.things.insert(id, td.clone()) {
             Some(_) => Registered::Updated,
             None => Registered::Created,
         };
-        (registered, td)
+        Ok((registered, td))
+    }
+
+    /// Bytes of all registered TDs as served, and whether
+    /// `discovery.max_total_td_bytes` turned a registration away since the
+    /// total was last below it.
+    pub fn bytes(&self) -> (u64, bool) {
+        (self.budget.total(), self.budget.is_full())
+    }
+
+    /// TDs and their bytes registered by one principal.
+    pub fn usage(&self, principal: &str) -> (u64, u64) {
+        self.budget.usage(principal)
     }
 
     pub fn get(&self, id: &str) -> Option<&Value> {
@@ -168,9 +249,11 @@ impl Directory {
             let known = self.remote.remove(id);
             if known {
                 self.things.remove(id);
+                self.budget.release(id);
             }
             return Ok(known);
         }
+        self.budget.check_size(text.len())?;
         let td = self.validator.parse(text)?;
         match td["id"].as_str() {
             Some(found) if found == id => {}
@@ -181,7 +264,7 @@ impl Directory {
                 })
             }
         }
-        self.store(id.to_owned(), td);
+        self.store(id.to_owned(), td, None)?;
         self.remote.insert(id.to_owned());
         Ok(true)
     }
@@ -194,6 +277,7 @@ impl Directory {
 
     pub fn delete(&mut self, id: &str) -> Result<(), DirectoryError> {
         self.remote.remove(id);
+        self.budget.release(id);
         self.things
             .remove(id)
             .map(|_| ())
@@ -302,11 +386,11 @@ mod tests {
         let mut d = directory();
         let mut td: Value = serde_json::from_str(WEATHER).unwrap();
         td.as_object_mut().unwrap().remove("id");
-        let (id, served) = d.post(td.to_string().as_bytes()).unwrap();
+        let (id, served) = d.post(None, td.to_string().as_bytes()).unwrap();
         assert!(id.starts_with("urn:uuid:"));
         assert_eq!(served["id"], id.as_str());
         assert!(matches!(
-            d.post(WEATHER.as_bytes()),
+            d.post(None, WEATHER.as_bytes()),
             Err(DirectoryError::HasId(_))
         ));
     }
@@ -317,12 +401,12 @@ mod tests {
         d.put(None, WEATHER.as_bytes()).unwrap();
         let id = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
         let served = d
-            .patch(id, br#"{"title": "Weather 2", "links": null}"#)
+            .patch(None, id, br#"{"title": "Weather 2", "links": null}"#)
             .unwrap();
         assert_eq!(served["title"], "Weather 2");
         assert!(served.get("links").is_none());
         assert!(matches!(
-            d.patch(id, br#"{"@type": "Thing"}"#),
+            d.patch(None, id, br#"{"@type": "Thing"}"#),
             Err(DirectoryError::Td(TdError::Invalid(_)))
         ));
         assert_eq!(
@@ -331,7 +415,7 @@ mod tests {
             "a refused patch changes nothing"
         );
         assert!(matches!(
-            d.patch("urn:none", b"{}"),
+            d.patch(None, "urn:none", b"{}"),
             Err(DirectoryError::NotFound(_))
         ));
     }

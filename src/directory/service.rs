@@ -107,6 +107,8 @@ impl DirectoryService {
             }
             Ok(true) => info!(thing = %id, change = "learnt", "Directory changed."),
             Ok(false) => {}
+            // Logged once by the directory until there is room again.
+            Err(super::DirectoryError::Full { .. }) => {}
             Err(e) => {
                 warn!(thing = %id, error = %e, "Ignored a Thing Description published on the bus.")
             }

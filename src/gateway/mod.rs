@@ -118,6 +118,9 @@ pub struct GatewaySetup {
     pub directory: DirectoryService,
     pub validate_agent_data: bool,
     pub metrics: Metrics,
+    /// Per-principal quotas (running invocations, waiting requests,
+    /// subscriptions).
+    pub quotas: Arc<crate::quotas::Quotas>,
 }
 
 impl Gateway {
@@ -135,6 +138,7 @@ impl Gateway {
             directory,
             validate_agent_data,
             metrics,
+            quotas,
         } = setup;
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let router = requests::Requests::new(
@@ -154,7 +158,8 @@ impl Gateway {
             requests.invocation_retention(),
             requests.max_running_invocations,
         )
-        .with_metrics(metrics.clone());
+        .with_metrics(metrics.clone())
+        .with_quotas(quotas);
         let services = dispatcher::Services {
             tracer: tracer.clone(),
             directory: directory.clone(),

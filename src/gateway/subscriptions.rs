@@ -8,6 +8,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::quotas::Tally;
+
 pub type ConnId = u64;
 
 /// What a consumer subscribed to on one Thing.
@@ -98,9 +100,33 @@ fn remove_nested(map: &mut HashMap<String, Recipients>, key: &str, conn: ConnId)
 pub struct Table {
     things: HashMap<String, ThingSubscriptions>,
     by_conn: HashMap<ConnId, HashSet<(String, Selector)>>,
+    /// Each registered connection's principal, and the subscriptions each
+    /// principal holds over all its connections (`quotas.subscriptions`).
+    principals: HashMap<ConnId, Arc<str>>,
+    by_principal: Tally,
 }
 
 impl Table {
+    /// Reports the largest principal's subscriptions on `gauge`.
+    pub fn with_gauge(gauge: prometheus_client::metrics::gauge::Gauge) -> Table {
+        Table {
+            by_principal: Tally::new(gauge),
+            ..Table::default()
+        }
+    }
+
+    /// A connection's principal, whose quota its subscriptions count in.
+    pub fn register(&mut self, conn: ConnId, principal: &str) {
+        self.principals.insert(conn, principal.into());
+    }
+
+    /// The connection's principal and the subscriptions it holds over all
+    /// its connections.
+    pub fn principal_usage(&self, conn: ConnId) -> Option<(&Arc<str>, u64)> {
+        let principal = self.principals.get(&conn)?;
+        Some((principal, self.by_principal.get(principal)))
+    }
+
     /// Adds (or, for the same connection and selector, replaces the
     /// correlation of) a subscription. Returns the bus subscription to make
     /// when this is the Thing's first of its stream.
@@ -115,10 +141,14 @@ impl Table {
         let subs = self.things.entry(thing.to_owned()).or_default();
         let had = subs.has(stream);
         subs.recipients_mut(&selector).insert(conn, correlation);
-        self.by_conn
+        let new = self
+            .by_conn
             .entry(conn)
             .or_default()
             .insert((thing.to_owned(), selector));
+        if let (true, Some(p)) = (new, self.principals.get(&conn)) {
+            self.by_principal.add(p, 1);
+        }
         (!had).then(|| StreamChange {
             thing: thing.to_owned(),
             stream,
@@ -135,7 +165,10 @@ impl Table {
         selector: &Selector,
     ) -> Option<StreamChange> {
         if let Some(set) = self.by_conn.get_mut(&conn) {
-            set.remove(&(thing.to_owned(), selector.clone()));
+            let held = set.remove(&(thing.to_owned(), selector.clone()));
+            if let (true, Some(p)) = (held, self.principals.get(&conn)) {
+                self.by_principal.sub(p, 1);
+            }
             if set.is_empty() {
                 self.by_conn.remove(&conn);
             }
@@ -157,9 +190,13 @@ impl Table {
 
     /// Removes everything of a connection that went away.
     pub fn remove_connection(&mut self, conn: ConnId) -> Vec<StreamChange> {
+        let principal = self.principals.remove(&conn);
         let Some(set) = self.by_conn.remove(&conn) else {
             return Vec::new();
         };
+        if let Some(p) = principal {
+            self.by_principal.sub(&p, set.len() as u64);
+        }
         set.into_iter()
             .filter_map(|(thing, selector)| self.remove(conn, &thing, &selector))
             .collect()
@@ -239,7 +276,7 @@ impl Table {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.things.is_empty() && self.by_conn.is_empty()
+        self.things.is_empty() && self.by_conn.is_empty() && self.principals.is_empty()
     }
 }
 
@@ -318,6 +355,31 @@ mod tests {
         let counts = t.counts();
         assert_eq!(counts["a"], (3, 2));
         assert_eq!(counts["b"], (1, 1));
+    }
+
+    #[test]
+    fn a_principal_s_subscriptions_are_counted_over_its_connections() {
+        let mut t = Table::default();
+        t.register(1, "bob");
+        t.register(2, "bob");
+        t.register(3, "alice");
+        t.add(1, "T", Selector::AllEvents, c("x"));
+        t.add(1, "T", Selector::AllEvents, c("again"));
+        t.add(2, "T", Selector::Property("p".into()), c("y"));
+        t.add(3, "T", Selector::AllEvents, c("z"));
+        let usage = |t: &Table, conn| t.principal_usage(conn).map(|(p, n)| (p.to_string(), n));
+        assert_eq!(
+            usage(&t, 2),
+            Some(("bob".into(), 2)),
+            "a renewal is no new one"
+        );
+        assert_eq!(usage(&t, 3), Some(("alice".into(), 1)));
+        t.remove(2, "T", &Selector::Property("p".into()));
+        t.remove(2, "T", &Selector::Property("p".into()));
+        assert_eq!(usage(&t, 1), Some(("bob".into(), 1)));
+        t.remove_connection(1);
+        assert_eq!(usage(&t, 2), Some(("bob".into(), 0)));
+        assert_eq!(usage(&t, 1), None, "a connection gone has no principal");
     }
 
     #[test]

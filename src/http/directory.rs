@@ -70,6 +70,26 @@ fn refused(e: DirectoryError) -> Response {
             e.to_string(),
             Vec::new(),
         ),
+        e @ DirectoryError::TooLarge { .. } => problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Thing Description too large",
+            e.to_string(),
+            Vec::new(),
+        ),
+        // The directory as a whole is full: no retry helps until someone
+        // deletes, which is what 507 says (RFC 4918), not 429's "later".
+        e @ DirectoryError::Full { .. } => problem(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "Directory full",
+            e.to_string(),
+            Vec::new(),
+        ),
+        e @ DirectoryError::Quota(_) => problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Quota exceeded",
+            e.to_string(),
+            Vec::new(),
+        ),
     }
 }
 
@@ -161,7 +181,8 @@ pub async fn put(
     if let Err(denied) = caller.may(Access::Host, &id) {
         return denied;
     }
-    let result = service.directory().put(Some(&id), &body);
+    let owner = Some(caller.principal.name());
+    let result = service.directory().put_as(owner, Some(&id), &body);
     match result {
         Ok((registered, td)) => {
             service.announce(&id, Some(&td), registered).await;
@@ -184,7 +205,9 @@ pub async fn post(
     if let Err(denied) = caller.may(Access::Host, "urn:uuid:") {
         return denied;
     }
-    let result = service.directory().post(&body);
+    let result = service
+        .directory()
+        .post(Some(caller.principal.name()), &body);
     match result {
         Ok((id, td)) => {
             service.announce(&id, Some(&td), Registered::Created).await;
@@ -219,7 +242,9 @@ pub async fn patch(
             Vec::new(),
         );
     }
-    let result = service.directory().patch(&id, &body);
+    let result = service
+        .directory()
+        .patch(Some(caller.principal.name()), &id, &body);
     match result {
         Ok(td) => {
             service.announce(&id, Some(&td), Registered::Updated).await;

@@ -107,6 +107,8 @@ struct Inner {
     auth_failures: Family<Labels2, Counter>,
     denied: Family<Labels2, Counter>,
     limits: Family<Labels2, Counter>,
+    quota_largest: Family<Labels1, Gauge>,
+    directory_bytes: Gauge,
     cluster: Cluster,
 }
 
@@ -165,6 +167,18 @@ impl Metrics {
         let auth_failures = Family::<Labels2, Counter>::default();
         let denied = Family::<Labels2, Counter>::default();
         let limits = Family::<Labels2, Counter>::default();
+        let quota_largest = Family::<Labels1, Gauge>::default();
+        registry.register(
+            "quota_largest_usage",
+            "The largest usage of any one principal, by quota (the `[quotas]` key): how close the greediest principal is to its quota",
+            quota_largest.clone(),
+        );
+        let directory_bytes = Gauge::default();
+        registry.register(
+            "directory_bytes",
+            "Bytes of the registered Thing Descriptions as served (discovery.max_total_td_bytes bounds them)",
+            directory_bytes.clone(),
+        );
         let cluster_connected = Gauge::default();
         let cluster_reconnects = Gauge::default();
         let cluster_jetstream = Family::<Labels1, Gauge>::default();
@@ -263,6 +277,8 @@ impl Metrics {
             auth_failures,
             denied,
             limits,
+            quota_largest,
+            directory_bytes,
             cluster: Cluster {
                 connected: cluster_connected,
                 reconnects: cluster_reconnects,
@@ -352,10 +368,25 @@ impl Metrics {
         self.0.denied.get_or_create(&labels).inc();
     }
 
-    /// `limit`: the configuration key's last part, e.g. `max_subscriptions`.
+    /// `limit`: the configuration key's last part, e.g. `max_subscriptions`;
+    /// a per-principal quota's whole key, e.g. `quotas.subscriptions`.
     pub fn limit_hit(&self, transport: &'static str, limit: &'static str) {
         let labels = [("limit", limit), ("transport", transport)];
         self.0.limits.get_or_create(&labels).inc();
+    }
+
+    /// The gauge of the largest usage of one quota (`quotas.*` key), for
+    /// its [`crate::quotas::Tally`].
+    pub fn quota_largest(&self, quota: &'static str) -> Gauge {
+        self.0
+            .quota_largest
+            .get_or_create(&[("quota", quota)])
+            .clone()
+    }
+
+    /// The gauge of the directory's bytes, for its budget to keep.
+    pub fn directory_bytes(&self) -> Gauge {
+        self.0.directory_bytes.clone()
     }
 
     pub fn set_cluster(&self, connected: bool, reconnects: u64) {

@@ -278,21 +278,31 @@ impl<D: Decisions> Core<D> {
         thing: &str,
         selector: &Selector,
     ) -> Option<Problem> {
-        let max = self.limits.max_subscriptions;
-        if self.table.subscription_count(conn) < max || self.table.holds(conn, thing, selector) {
+        if self.table.holds(conn, thing, selector) {
             return None;
         }
-        self.metrics
-            .limit_hit(metrics::WEBSOCKET, "max_subscriptions");
-        let detail = format!("This connection already holds {max} subscriptions (gateway.max_subscriptions); unsubscribe from some first.");
-        Some(Problem::new(
-            crate::lmos::ProblemKind::TooManyRequests,
-            detail,
-        ))
+        let max = self.limits.max_subscriptions;
+        if self.table.subscription_count(conn) >= max {
+            self.metrics
+                .limit_hit(metrics::WEBSOCKET, "max_subscriptions");
+            let detail = format!("This connection already holds {max} subscriptions (gateway.max_subscriptions); unsubscribe from some first.");
+            return Some(Problem::new(ProblemKind::TooManyRequests, detail));
+        }
+        // The principal's, over all its connections.
+        let (principal, used) = self.table.principal_usage(conn)?;
+        let quota = crate::quotas::Quota::Subscriptions;
+        let full = self
+            .requests
+            .quotas()
+            .check(principal, quota, used, 1)
+            .err()?;
+        self.metrics.limit_hit(metrics::WEBSOCKET, quota.label());
+        Some(Problem::new(ProblemKind::TooManyRequests, full.to_string()))
     }
 
     pub(super) fn register(&mut self, conn: ConnId, principal: &str) {
         self.registered.insert(conn);
+        self.table.register(conn, principal);
         self.requests.register(conn, principal);
     }
 

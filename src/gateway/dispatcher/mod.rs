@@ -280,7 +280,9 @@ impl<D: Decisions> Core<D> {
             history,
         } = services;
         Core {
-            table: Table::default(),
+            table: Table::with_gauge(
+                metrics.quota_largest(crate::quotas::Quota::Subscriptions.label()),
+            ),
             registered: HashSet::new(),
             latest: HashMap::new(),
             history: History::new(history),

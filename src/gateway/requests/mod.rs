@@ -9,6 +9,7 @@
 //! No I/O here: each call returns the [`Effect`]s the dispatcher carries out.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -29,6 +30,7 @@ use crate::broker::Publication;
 use crate::directory::forms::status_href;
 use crate::lmos::splice::{json_string, peek_member, text, Prepared};
 use crate::lmos::{is_terminal, Body, Message, MessageType, Problem, ProblemKind};
+use crate::quotas::{Quota, Quotas, Tally};
 use crate::telemetry::metrics::{self, Metrics};
 use crate::topics::Topics;
 
@@ -105,6 +107,9 @@ struct Pending {
     /// For invocations: the principal that owns it (WebSocket and HTTP
     /// consumers), so any of its connections can name it.
     owner: Option<String>,
+    /// Whose quota it counts against while it waits (`anonymous` for an
+    /// MQTT consumer the guard did not name).
+    principal: Arc<str>,
     /// Other consumers of the owner following the invocation's statuses:
     /// those that queried it while it ran (a consumer back after a
     /// reconnect, say).
@@ -166,7 +171,11 @@ pub struct Requests {
     /// Invocations running at once, at most.
     max_running: usize,
     /// The principal of each WebSocket / HTTP consumer connection.
-    owners: HashMap<ConnId, String>,
+    owners: HashMap<ConnId, Arc<str>>,
+    quotas: Arc<Quotas>,
+    /// Per principal: invocations running, other requests waiting.
+    running_by: Tally,
+    pending_by: Tally,
     hosts: HashMap<String, Host>,
     routes: HashMap<String, Pending>,
     /// (consumer key or owner key, correlation) → route, for naming
@@ -210,6 +219,9 @@ impl Requests {
             retention: Duration::from_secs(3600),
             max_running: usize::MAX,
             owners: HashMap::new(),
+            quotas: Quotas::none(),
+            running_by: Tally::default(),
+            pending_by: Tally::default(),
             hosts: HashMap::new(),
             routes: HashMap::new(),
             invocations: HashMap::new(),
@@ -248,7 +260,49 @@ impl Requests {
     /// the principal, so another of its connections can query or cancel
     /// them.
     pub fn register(&mut self, conn: ConnId, principal: &str) {
-        self.owners.insert(conn, principal.to_owned());
+        self.owners.insert(conn, principal.into());
+    }
+
+    /// Per-principal quotas on running invocations and waiting requests.
+    pub fn with_quotas(mut self, quotas: Arc<Quotas>) -> Requests {
+        self.quotas = quotas;
+        self
+    }
+
+    /// The quotas, for the dispatcher's own (subscriptions).
+    pub fn quotas(&self) -> &Arc<Quotas> {
+        &self.quotas
+    }
+
+    /// Whose quotas a consumer's requests count against.
+    fn principal_of(&self, consumer: &Consumer) -> Arc<str> {
+        let named = match consumer {
+            Consumer::WebSocket(conn) => self.owners.get(conn).cloned(),
+            Consumer::Mqtt { principal, .. } => principal.as_deref().map(Arc::from),
+        };
+        named.unwrap_or_else(|| Arc::from(crate::auth::ANONYMOUS))
+    }
+
+    /// The tally a waiting request of this kind counts in.
+    fn tally(&mut self, kind: Kind) -> &mut Tally {
+        match kind {
+            Kind::Invocation => &mut self.running_by,
+            Kind::ReadProperty | Kind::WriteProperty => &mut self.pending_by,
+        }
+    }
+
+    /// A request stops waiting (answered, remembered, forgotten): its
+    /// principal's quota has room again.
+    fn stops_waiting(&mut self, kind: Kind, principal: &str) {
+        self.tally(kind).sub(principal, 1);
+    }
+
+    /// Invocations running / property requests waiting of one principal.
+    pub fn usage(&self, principal: &str) -> (u64, u64) {
+        (
+            self.running_by.get(principal),
+            self.pending_by.get(principal),
+        )
     }
 
     fn owner_key(&self, consumer: &Consumer) -> Option<String> {
@@ -262,6 +316,8 @@ impl Requests {
 
     /// Reports request latencies here.
     pub fn with_metrics(mut self, metrics: Metrics) -> Requests {
+        self.running_by = Tally::new(metrics.quota_largest(Quota::RunningInvocations.label()));
+        self.pending_by = Tally::new(metrics.quota_largest(Quota::PendingRequests.label()));
         self.metrics = metrics;
         self
     }
@@ -330,3 +386,6 @@ pub struct RunningInvocation {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod quota_tests;

@@ -49,6 +49,16 @@ impl Requests {
                 format!("No agent hosting the Thing `{thing}` is connected to this sidecar."),
             );
         };
+        let principal = self.principal_of(&consumer);
+        let (quota, usage) = match kind {
+            Kind::Invocation => (Quota::RunningInvocations, &self.running_by),
+            _ => (Quota::PendingRequests, &self.pending_by),
+        };
+        let used = usage.get(&principal);
+        if let Err(full) = self.quotas.check(&principal, quota, used, 1) {
+            self.metrics.limit_hit("any", quota.label());
+            return error(ProblemKind::TooManyRequests, full.to_string());
+        }
         if kind == Kind::Invocation && self.running_count() >= self.max_running {
             self.metrics.limit_hit("any", "max_running_invocations");
             return error(
@@ -87,6 +97,7 @@ impl Requests {
             _ => self.timeout,
         };
         let now = Instant::now();
+        self.tally(kind).add(&principal, 1);
         self.routes.insert(
             route.clone(),
             Pending {
@@ -100,6 +111,7 @@ impl Requests {
                 remembered: false,
                 cancel_waiters: Vec::new(),
                 owner,
+                principal,
                 watchers: Vec::new(),
                 cancel_on_disconnect,
                 liveness: wait,

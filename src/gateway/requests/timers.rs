@@ -107,10 +107,14 @@ impl Requests {
     /// Puts a request among the remembered ones (once), forgetting the
     /// oldest past the limit.
     pub(super) fn remember(&mut self, route: &str) {
-        match self.routes.get_mut(route) {
-            Some(p) if !p.remembered => p.remembered = true,
+        let stopped = match self.routes.get_mut(route) {
+            Some(p) if !p.remembered => {
+                p.remembered = true;
+                (p.kind, p.principal.clone())
+            }
             _ => return,
-        }
+        };
+        self.stops_waiting(stopped.0, &stopped.1);
         self.arm(Timer::Retain(route.to_owned()), self.retention);
         self.finished.push_back(route.to_owned());
         while self.finished.len() > self.finished_limit {
@@ -128,6 +132,9 @@ impl Requests {
         let Some(p) = self.routes.remove(route) else {
             return;
         };
+        if !p.remembered {
+            self.stops_waiting(p.kind, &p.principal);
+        }
         for key in std::iter::once(p.consumer.key()).chain(p.owner) {
             let named = (key, p.correlation.clone());
             if self.invocations.get(&named).map(String::as_str) == Some(route) {
