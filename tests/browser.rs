@@ -98,7 +98,9 @@ window.attack = async (base, thing) => {
 async fn serve_other_origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let page = format!("<!doctype html><html><body><p>another site</p><script>{SCRIPT}</script></body></html>");
+    let page = format!(
+        "<!doctype html><html><body><p>another site</p><script>{SCRIPT}</script></body></html>"
+    );
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             let page = page.clone();

@@ -37,7 +37,6 @@ async fn open_thing(browser: &Browser, form: &str, what: &str) {
         .await;
 }
 
-
 fn secret_file(dir: &Path, name: &str, secret: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, secret).unwrap();

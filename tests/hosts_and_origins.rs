@@ -71,7 +71,13 @@ impl Answer {
 
 /// One request with exactly these headers (`Host` included); the answer's
 /// head, and its body by `Content-Length` (a 101 has none).
-async fn raw(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+async fn raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
     let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
@@ -93,7 +99,11 @@ async fn raw(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)
             if let Some((head, body)) = text.split_once("\r\n\r\n") {
                 let length: usize = head
                     .lines()
-                    .find_map(|l| l.to_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                    .find_map(|l| {
+                        l.to_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
                     .unwrap_or(0);
                 if body.len() >= length {
                     return (head.to_owned(), body.to_owned());
@@ -102,7 +112,9 @@ async fn raw(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)
             assert!(n > 0, "closed without an answer: {text}");
         }
     };
-    let (head, body) = tokio::time::timeout(common::WAIT, read).await.expect("an answer in time");
+    let (head, body) = tokio::time::timeout(common::WAIT, read)
+        .await
+        .expect("an answer in time");
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
     Answer { status, head, body }
 }
@@ -144,12 +156,19 @@ async fn host_names_a_rebinding_page_would_use_are_misdirected() {
     let (sidecar, mut agent) = start(test_config()).await;
     let a = sidecar.http;
     let port = a.port().to_string();
-    for host in ["evil.example", &format!("evil.example:{port}"), "localhost.evil.example"] {
+    for host in [
+        "evil.example",
+        &format!("evil.example:{port}"),
+        "localhost.evil.example",
+    ] {
         let h = [("Host", host)];
         let r = raw(a, "GET", "/readyz", &h, "").await;
         assert_eq!(r.status, 421, "{host}: {}", r.head);
         let detail = r.detail();
-        assert!(detail.contains(host) && detail.contains("http.allowed_hosts"), "{detail}");
+        assert!(
+            detail.contains(host) && detail.contains("http.allowed_hosts"),
+            "{detail}"
+        );
         let json = [("Host", host), ("Content-Type", "application/json")];
         assert_eq!(raw(a, "POST", &action(), &json, "{}").await.status, 421);
         assert_eq!(raw(a, "GET", "/no/such/page", &h, "").await.status, 421);
@@ -290,21 +309,61 @@ async fn state_changing_bodies_must_be_json() {
     let thing = format!("/things/{THING}");
     let td = td().to_string();
     let cases: Vec<(&str, String, Option<&str>, &str, &str)> = vec![
-        ("POST", action(), Some("text/plain"), r#"{"n": 1}"#, "application/json"),
-        ("POST", action(), Some("application/x-www-form-urlencoded"), "n=1", "application/json"),
-        ("POST", action(), Some("multipart/form-data; boundary=x"), "--x--", "application/json"),
+        (
+            "POST",
+            action(),
+            Some("text/plain"),
+            r#"{"n": 1}"#,
+            "application/json",
+        ),
+        (
+            "POST",
+            action(),
+            Some("application/x-www-form-urlencoded"),
+            "n=1",
+            "application/json",
+        ),
+        (
+            "POST",
+            action(),
+            Some("multipart/form-data; boundary=x"),
+            "--x--",
+            "application/json",
+        ),
         ("POST", action(), None, r#"{"n": 1}"#, "application/json"),
-        ("PUT", property(), Some("text/plain"), r#""on""#, "application/json"),
+        (
+            "PUT",
+            property(),
+            Some("text/plain"),
+            r#""on""#,
+            "application/json",
+        ),
         ("PUT", property(), None, r#""on""#, "application/json"),
-        ("POST", "/things".into(), Some("text/plain"), &td, "application/td+json"),
+        (
+            "POST",
+            "/things".into(),
+            Some("text/plain"),
+            &td,
+            "application/td+json",
+        ),
         ("PUT", thing.clone(), None, &td, "application/td+json"),
-        ("PATCH", thing.clone(), Some("application/json"), r#"{"title": "x"}"#, "application/merge-patch+json"),
+        (
+            "PATCH",
+            thing.clone(),
+            Some("application/json"),
+            r#"{"title": "x"}"#,
+            "application/merge-patch+json",
+        ),
     ];
     for (method, path, content_type, body, accepted) in &cases {
         let mut headers = vec![("Host", host.as_str())];
         headers.extend(content_type.map(|c| ("Content-Type", c)));
         let r = raw(a, method, path, &headers, body).await;
-        assert_eq!(r.status, 415, "{method} {path} {content_type:?}: {}", r.head);
+        assert_eq!(
+            r.status, 415,
+            "{method} {path} {content_type:?}: {}",
+            r.head
+        );
         let detail = r.detail();
         assert!(detail.contains(accepted), "{detail}");
         match content_type {
@@ -312,7 +371,10 @@ async fn state_changing_bodies_must_be_json() {
             None => assert!(detail.contains("no Content-Type"), "{detail}"),
         }
         if *method == "PATCH" {
-            assert_eq!(r.header("accept-patch"), Some("application/merge-patch+json"));
+            assert_eq!(
+                r.header("accept-patch"),
+                Some("application/merge-patch+json")
+            );
         }
     }
     agent.assert_nothing_pending().await;
@@ -320,7 +382,10 @@ async fn state_changing_bodies_must_be_json() {
 
     // JSON with a charset, and no body at all (node-wot's invokeAction
     // without input sends neither body nor Content-Type), reach the agent.
-    for (content_type, body) in [(Some("application/json; charset=utf-8"), r#"{"n": 2}"#), (None, "")] {
+    for (content_type, body) in [
+        (Some("application/json; charset=utf-8"), r#"{"n": 2}"#),
+        (None, ""),
+    ] {
         let host = host.clone();
         let call = tokio::spawn(async move {
             let mut headers = vec![("Host", host.as_str())];
@@ -329,7 +394,10 @@ async fn state_changing_bodies_must_be_json() {
         });
         let request = agent.recv().await;
         assert_eq!(request["messageType"], "invokeAction");
-        assert_eq!(request.get("input"), (!body.is_empty()).then(|| json!({"n": 2})).as_ref());
+        assert_eq!(
+            request.get("input"),
+            (!body.is_empty()).then(|| json!({"n": 2})).as_ref()
+        );
         agent.send(completed(&request)).await;
         assert_eq!(call.await.unwrap().status, 204);
     }
@@ -343,12 +411,20 @@ async fn cors_stays_closed() {
     let host = a.to_string();
     let own = format!("http://{host}");
     for origin in ["http://evil.example", own.as_str()] {
-        for (path, method) in [(action(), "POST"), (property(), "PUT"), ("/lmos".to_owned(), "GET"), ("/things".to_owned(), "GET")] {
+        for (path, method) in [
+            (action(), "POST"),
+            (property(), "PUT"),
+            ("/lmos".to_owned(), "GET"),
+            ("/things".to_owned(), "GET"),
+        ] {
             let headers = [
                 ("Host", host.as_str()),
                 ("Origin", origin),
                 ("Access-Control-Request-Method", method),
-                ("Access-Control-Request-Headers", "content-type, authorization"),
+                (
+                    "Access-Control-Request-Headers",
+                    "content-type, authorization",
+                ),
             ];
             let r = raw(a, "OPTIONS", &path, &headers, "").await;
             let allows: Vec<&str> = r

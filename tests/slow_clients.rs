@@ -65,11 +65,18 @@ async fn a_body_trickled_a_byte_a_second_is_cut_off_with_408() {
     let (mut stream, sent) = trickler.await.unwrap();
     let answer = read_answer(&mut stream, common::WAIT).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
-    assert!(answer.to_lowercase().contains("connection: close"), "{answer}");
+    assert!(
+        answer.to_lowercase().contains("connection: close"),
+        "{answer}"
+    );
     let detail = problem(&answer)["detail"].as_str().unwrap().to_owned();
     assert!(detail.contains("http.body_min_rate"), "{detail}");
     // A second of grace: cut long before the 1000 bytes could come.
-    assert!(sent <= 5, "{sent} bytes trickled in {:?}", started.elapsed());
+    assert!(
+        sent <= 5,
+        "{sent} bytes trickled in {:?}",
+        started.elapsed()
+    );
     sidecar.stop().await;
 
     // Without a minimum rate, the deadline still holds.
@@ -86,9 +93,9 @@ async fn a_body_trickled_a_byte_a_second_is_cut_off_with_408() {
     assert!(detail.contains("http.body_timeout_ms"), "{detail}");
     let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"").await;
     assert!(
-        metrics
-            .body
-            .contains(r#"lmos_sidecar_limit_hits_total{limit="body_timeout_ms",transport="http"} 1"#),
+        metrics.body.contains(
+            r#"lmos_sidecar_limit_hits_total{limit="body_timeout_ms",transport="http"} 1"#
+        ),
         "{}",
         metrics.body
     );
@@ -107,7 +114,10 @@ async fn a_body_trickled_a_byte_a_second_is_cut_off_with_408() {
 }
 
 /// Opens a connection that sends part of a request and then trickles.
-async fn slow_client(addr: SocketAddr, only_headers: bool) -> tokio::task::JoinHandle<(TcpStream, u32)> {
+async fn slow_client(
+    addr: SocketAddr,
+    only_headers: bool,
+) -> tokio::task::JoinHandle<(TcpStream, u32)> {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let head = if only_headers {
         "POST /things HTTP/1.1\r\nHost: localhost\r\nX-Slow: a".to_owned()

@@ -201,11 +201,15 @@ impl Exchange {
             let (mut parts, body) = request.into_parts();
             parts.extensions.insert(ConnectInfo(peer));
             parts.extensions.insert(slot.clone());
-            if hyper::body::Body::is_end_stream(&body) {
+            // A request without a body is in once its head is.
+            let (body, outcome) = if hyper::body::Body::is_end_stream(&body) {
                 progress.busy();
-            }
-            let (body, outcome) = Timed::new(body, progress.clone(), limits);
-            let request = Request::from_parts(parts, Body::new(body));
+                (Body::new(body), None)
+            } else {
+                let (body, outcome) = Timed::new(body, progress.clone(), limits);
+                (Body::new(body), Some(outcome))
+            };
+            let request = Request::from_parts(parts, body);
             let mut router = router.clone();
             let progress = progress.clone();
             let metrics = metrics.clone();
@@ -213,9 +217,9 @@ impl Exchange {
             async move {
                 let response = router.call(request).await;
                 progress.waiting();
-                match outcome.cut.get() {
+                match outcome.as_ref().and_then(|o| o.cut.get().map(|&c| (o, c))) {
                     None => response,
-                    Some(&cut) => {
+                    Some((outcome, cut)) => {
                         metrics.limit_hit(metrics::HTTP, cut.key());
                         if cut_log.due() {
                             warn!(%peer, %cut, "Cut off a slow request with 408. Logged at most once a minute.");

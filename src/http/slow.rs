@@ -255,7 +255,9 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.received += data.len() as u64;
-                    this.outcome.received.store(this.received, Ordering::Relaxed);
+                    this.outcome
+                        .received
+                        .store(this.received, Ordering::Relaxed);
                     let deadline = this.deadline();
                     this.sleep.as_mut().reset(deadline);
                 }

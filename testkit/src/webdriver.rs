@@ -118,7 +118,13 @@ impl Browser {
     /// Chromium never proxies) goes to a port nobody listens on: the page
     /// must work with the sidecar alone.
     pub async fn open(driver: &Driver, width: u32, height: u32) -> Browser {
-        Browser::open_with(driver, width, height, &["--proxy-server=http://127.0.0.1:9"]).await
+        Browser::open_with(
+            driver,
+            width,
+            height,
+            &["--proxy-server=http://127.0.0.1:9"],
+        )
+        .await
     }
 
     /// A window with more Chromium switches (e.g. `--host-resolver-rules`).

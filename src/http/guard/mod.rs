@@ -87,12 +87,16 @@ impl Guard {
             .chain(listed.iter().map(String::as_str))
             .filter_map(|h| Pattern::parse(h).ok())
             .collect();
-        let any = listed.iter().any(|h| h == "*") || (listed.is_empty() && !bound.ip().is_loopback());
+        let any =
+            listed.iter().any(|h| h == "*") || (listed.is_empty() && !bound.ip().is_loopback());
         let origins = &config.allowed_origins;
         Guard(Arc::new(Rules {
             names: (!any).then(|| own.clone()),
             own,
-            origins: origins.iter().filter_map(|o| Origin::parse(o).ok()).collect(),
+            origins: origins
+                .iter()
+                .filter_map(|o| Origin::parse(o).ok())
+                .collect(),
             any_origin: origins.iter().any(|o| o == "*"),
             null_origin: origins.iter().any(|o| o == "null"),
             port: bound.port(),
@@ -136,14 +140,10 @@ impl Guard {
     /// The refusal for a request the rules do not admit, if any.
     fn check(&self, request: &Request) -> Option<Response> {
         let headers = request.headers();
-        let host = request
-            .uri()
-            .authority()
-            .map(|a| a.as_str())
-            .or_else(|| {
-                let value = headers.get(header::HOST)?;
-                Some(value.to_str().unwrap_or("(not text)"))
-            });
+        let host = request.uri().authority().map(|a| a.as_str()).or_else(|| {
+            let value = headers.get(header::HOST)?;
+            Some(value.to_str().unwrap_or("(not text)"))
+        });
         // No Host at all (HTTP/1.0) is no browser's.
         let authority = match host {
             None => None,

@@ -57,7 +57,12 @@ fn a_loopback_listener_serves_loopback_names_and_addresses_only() {
             "{host}"
         );
         assert_eq!(
-            status(&g, "GET", "/lmos", &[("host", host), ("upgrade", "websocket")]),
+            status(
+                &g,
+                "GET",
+                "/lmos",
+                &[("host", host), ("upgrade", "websocket")]
+            ),
             421
         );
     }
@@ -74,7 +79,10 @@ fn configured_and_public_names_are_served_and_any_name_off_loopback() {
     let open = guard("0.0.0.0:8080", &[], &[], "");
     assert_eq!(status(&open, "GET", "/", &[("host", "evil.example")]), 0);
     let listed = guard("0.0.0.0:8080", &["sidecar.internal"], &[], "");
-    assert_eq!(status(&listed, "GET", "/", &[("host", "evil.example")]), 421);
+    assert_eq!(
+        status(&listed, "GET", "/", &[("host", "evil.example")]),
+        421
+    );
     assert_eq!(status(&listed, "GET", "/", &[("host", "10.0.0.7:8080")]), 0);
     let star = guard("127.0.0.1:8080", &["*"], &[], "");
     assert_eq!(status(&star, "GET", "/", &[("host", "evil.example")]), 0);
@@ -123,9 +131,15 @@ fn only_own_and_listed_origins_may_upgrade_or_change_state() {
 fn null_and_star_are_explicit_choices() {
     let g = guard("127.0.0.1:8080", &[], &["null"], "");
     assert_eq!(status(&g, "POST", ACTION, &[("origin", "null")]), 0);
-    assert_eq!(status(&g, "POST", ACTION, &[("origin", "http://a.example")]), 403);
+    assert_eq!(
+        status(&g, "POST", ACTION, &[("origin", "http://a.example")]),
+        403
+    );
     let star = guard("127.0.0.1:8080", &[], &["*"], "");
-    assert_eq!(status(&star, "POST", ACTION, &[("origin", "http://a.example")]), 0);
+    assert_eq!(
+        status(&star, "POST", ACTION, &[("origin", "http://a.example")]),
+        0
+    );
     assert_eq!(status(&star, "POST", ACTION, &[("origin", "null")]), 403);
 }
 
@@ -146,7 +160,10 @@ fn state_changing_bodies_must_be_json() {
     let json = ["application/json", "Application/JSON; charset=utf-8"];
     for ct in json {
         assert_eq!(status(&g, "POST", ACTION, &with(ct)), 0, "{ct}");
-        assert_eq!(status(&g, "PUT", "/things/urn:x/properties/p", &with(ct)), 0);
+        assert_eq!(
+            status(&g, "PUT", "/things/urn:x/properties/p", &with(ct)),
+            0
+        );
         assert_eq!(status(&g, "PUT", "/things/urn:x", &with(ct)), 0);
     }
     for ct in [
@@ -157,7 +174,10 @@ fn state_changing_bodies_must_be_json() {
     ] {
         assert_eq!(status(&g, "POST", ACTION, &with(ct)), 415, "{ct}");
     }
-    assert_eq!(status(&g, "POST", "/things", &with("application/td+json")), 0);
+    assert_eq!(
+        status(&g, "POST", "/things", &with("application/td+json")),
+        0
+    );
     assert_eq!(status(&g, "POST", "/things", &with("text/plain")), 415);
     let patch = "/things/urn:x";
     assert_eq!(
@@ -168,7 +188,10 @@ fn state_changing_bodies_must_be_json() {
     // A body without Content-Type is not JSON; chunked is a body.
     assert_eq!(status(&g, "POST", ACTION, &[("content-length", "2")]), 415);
     let chunked = [("transfer-encoding", "chunked")];
-    assert_eq!(status(&g, "PUT", "/things/urn:x/properties/p", &chunked), 415);
+    assert_eq!(
+        status(&g, "PUT", "/things/urn:x/properties/p", &chunked),
+        415
+    );
     // No body (node-wot's invokeAction without input): nothing to misread.
     assert_eq!(status(&g, "POST", ACTION, &[("content-length", "0")]), 0);
     assert_eq!(status(&g, "POST", ACTION, &[]), 0);

@@ -27,7 +27,9 @@ impl Body for Trickle {
     }
 }
 
-fn trickle(limits: BodyLimits) -> (
+fn trickle(
+    limits: BodyLimits,
+) -> (
     mpsc::UnboundedSender<Bytes>,
     Timed<Trickle>,
     Arc<Outcome>,
@@ -76,7 +78,11 @@ async fn a_body_trickled_below_the_minimum_rate_is_cut_off() {
     };
     assert_eq!(cut, Cut::TooSlow);
     // One second of grace, and a hundredth of a second per byte.
-    assert!(started.elapsed() < Duration::from_millis(1100), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(1100),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(outcome.cut.get(), Some(&Cut::TooSlow));
     assert_eq!(outcome.received.load(Ordering::Relaxed), got);
     assert_eq!(next(&mut body).await, Some(Err(Cut::TooSlow)));
@@ -135,11 +141,17 @@ async fn the_longest_waiting_connection_makes_room_but_not_a_fresh_one() {
     assert!(waiting.evict_oldest(EVICT_AFTER));
     assert!(old.evicted().is_cancelled());
     assert!(!young.evicted().is_cancelled());
-    assert!(!waiting.evict_oldest(EVICT_AFTER), "the young one waited 0.5 s");
+    assert!(
+        !waiting.evict_oldest(EVICT_AFTER),
+        "the young one waited 0.5 s"
+    );
     tokio::time::advance(Duration::from_millis(500)).await;
     assert!(waiting.evict_oldest(EVICT_AFTER));
     assert!(young.evicted().is_cancelled());
-    assert!(!busy.evicted().is_cancelled(), "a busy connection is never chosen");
+    assert!(
+        !busy.evicted().is_cancelled(),
+        "a busy connection is never chosen"
+    );
     assert!(!waiting.evict_oldest(Duration::ZERO));
     // An evicted connection does not queue again.
     old.waiting();
