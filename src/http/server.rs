@@ -37,9 +37,13 @@ pub struct ServeOptions {
     pub body: BodyLimits,
 }
 
-/// How long a newcomer waits for the place of a connection closed to make
-/// room for it, and how long that connection gets to say why it closes.
-const MAKING_ROOM: Duration = Duration::from_secs(1);
+/// How long a connection closed to make room gets to say why (a body
+/// being read is answered 408) before it is dropped.
+const MAKING_ROOM: Duration = Duration::from_millis(500);
+
+/// How long a newcomer waits for the place being made for it: longer than
+/// [`MAKING_ROOM`], so the place is free by then.
+const WAITING_FOR_ROOM: Duration = Duration::from_secs(2);
 
 /// How a new connection gets its place.
 enum Admission {
@@ -145,7 +149,7 @@ impl Exchange {
         let slot = match admission {
             Admission::Placed(slot) => Some(slot),
             Admission::AfterEviction(places) => {
-                match tokio::time::timeout(MAKING_ROOM, places.acquire_owned()).await {
+                match tokio::time::timeout(WAITING_FOR_ROOM, places.acquire_owned()).await {
                     Ok(Ok(permit)) => Some(Slot(Arc::new(permit))),
                     _ => None,
                 }
