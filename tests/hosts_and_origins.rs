@@ -438,3 +438,45 @@ async fn cors_stays_closed() {
     }
     sidecar.stop().await;
 }
+
+/// With HTTP Basic on, a page of another origin cannot ride on the
+/// credentials the browser has cached for the sidecar: it is refused before
+/// they are even checked.
+#[tokio::test]
+async fn cached_credentials_do_not_let_another_origin_in() {
+    use base64::Engine;
+    let mut config = test_config();
+    config.http.authentication = vec![lmos_sidecar::config::HttpScheme::Basic];
+    config.auth.principals = vec![lmos_sidecar::config::PrincipalConfig {
+        name: "dev".into(),
+        password_hash: lmos_sidecar::auth::credentials::hash_password("pw"),
+        host: vec!["*".into()],
+        consume: vec!["*".into()],
+        operate: vec!["*".into()],
+        ..Default::default()
+    }];
+    let sidecar = TestSidecar::start_with(config).await;
+    let a = sidecar.http;
+    let host = a.to_string();
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("dev:pw")
+    );
+    let mut headers = vec![("Host", host.as_str()), ("Authorization", basic.as_str())];
+    headers.extend(UPGRADE);
+    let r = raw(a, "GET", "/lmos", &headers, "").await;
+    assert_eq!(r.status, 101, "{}", r.head);
+    headers.push(("Origin", "http://localhost:3000"));
+    let r = raw(a, "GET", "/lmos", &headers, "").await;
+    assert_eq!(r.status, 403, "{}", r.head);
+    let post = [
+        ("Host", host.as_str()),
+        ("Authorization", basic.as_str()),
+        ("Origin", "http://localhost:3000"),
+        ("Content-Type", "text/plain"),
+    ];
+    let r = raw(a, "POST", &action(), &post, "{}").await;
+    assert_eq!(r.status, 403, "{}", r.head);
+    assert_eq!(limit_hits(a, "allowed_origins").await, 2);
+    sidecar.stop().await;
+}
