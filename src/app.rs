@@ -301,6 +301,12 @@ impl Application {
                     .trim_end_matches('/')
                     .to_owned(),
             },
+            guard: http::guard::Guard::new(
+                &self.config.http,
+                &self.config.discovery.public_host,
+                self.http_addr,
+                self.metrics.clone(),
+            ),
             auth: HttpAuth {
                 authority: self.authority,
                 schemes: self.config.http.authentication.clone(),
@@ -311,6 +317,10 @@ impl Application {
             tls: self.http_tls,
             max_connections: self.config.http.max_connections,
             handshake_timeout: Duration::from_millis(self.config.http.handshake_timeout_ms),
+            body: http::slow::BodyLimits {
+                timeout: Duration::from_millis(self.config.http.body_timeout_ms),
+                min_rate: self.config.http.body_min_rate,
+            },
         };
         let server = tokio::spawn(http::serve(self.http_listener, state, options));
 

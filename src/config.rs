@@ -131,6 +131,20 @@ pub struct HttpConfig {
     /// Time a new connection has to complete its TLS and HTTP handshake
     /// (request headers received), in milliseconds.
     pub handshake_timeout_ms: u64,
+    /// Web origins (`https://console.example.com`, `null`, or `*` for any)
+    /// whose pages may open WebSockets and send state-changing requests,
+    /// besides the sidecar's own. Requests without `Origin` always may.
+    pub allowed_origins: Vec<String>,
+    /// Host names served (`sidecar.example.com`, `*.example.com`, `*` for
+    /// any), besides IP addresses, `localhost` and
+    /// `discovery.public_host`. Empty: on a loopback listener just those;
+    /// on any other, every name.
+    pub allowed_hosts: Vec<String>,
+    /// Time a request body has to arrive, from its request head, in ms.
+    pub body_timeout_ms: u64,
+    /// Bytes per second a request body must average after its first
+    /// second; 0: no minimum.
+    pub body_min_rate: u64,
 }
 
 impl Default for HttpConfig {
@@ -142,6 +156,10 @@ impl Default for HttpConfig {
             tls_key: String::new(),
             max_connections: 10_000,
             handshake_timeout_ms: 10_000,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            body_timeout_ms: 30_000,
+            body_min_rate: 500,
         }
     }
 }
@@ -728,6 +746,7 @@ impl Config {
                 "http.handshake_timeout_ms",
                 self.http.handshake_timeout_ms as usize,
             ),
+            ("http.body_timeout_ms", self.http.body_timeout_ms as usize),
         ];
         for (key, v) in positive {
             if v == 0 {
@@ -737,6 +756,8 @@ impl Config {
                 });
             }
         }
+        crate::http::guard::validate(&self.http)
+            .map_err(|(key, reason)| ConfigError::Invalid { key, reason })?;
         let jaeger = &self.tracing.jaeger_ui_url;
         if !(jaeger.is_empty() || jaeger.starts_with("http://") || jaeger.starts_with("https://")) {
             return Err(ConfigError::Invalid {

@@ -14,250 +14,27 @@ use lmos_testkit as common;
 
 use lmos_testkit::weather_agent;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use lmos_sidecar::config::{HttpScheme, PrincipalConfig};
+use lmos_testkit::webdriver::{browser_available, start_driver, Browser};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use weather_agent::THING_ID;
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-/// chromedriver, stopped when the test ends however it ends.
-struct Driver {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A plain HTTP/1.1 exchange with chromedriver: JSON in, JSON out.
-async fn wd(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> Value {
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .expect("chromedriver listens");
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    // chromedriver keeps the connection open after answering: read the
-    // head, then exactly Content-Length bytes.
-    let read = async {
-        let mut raw = Vec::new();
-        let mut chunk = [0u8; 8192];
-        loop {
-            let n = stream.read(&mut chunk).await.unwrap();
-            raw.extend_from_slice(&chunk[..n]);
-            let text = String::from_utf8_lossy(&raw).into_owned();
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let length = head
-                    .lines()
-                    .find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case("content-length")
-                            .then(|| v.trim().parse::<usize>().ok())?
-                    })
-                    .unwrap_or(0);
-                if body.len() >= length || n == 0 {
-                    return text;
-                }
-            }
-            if n == 0 {
-                return text;
-            }
-        }
-    };
-    let text = tokio::time::timeout(Duration::from_secs(30), read)
-        .await
-        .expect("chromedriver answers in time");
-    let (_, body) = text.split_once("\r\n\r\n").unwrap_or(("", ""));
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start_driver() -> Driver {
-    let port = free_port();
-    let child = Command::new(CHROMEDRIVER)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver starts");
-    let driver = Driver {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if TcpStream::connect(driver.addr).await.is_ok() {
-            let status = wd(driver.addr, "GET", "/status", None).await;
-            if status["value"]["ready"] == true {
-                return driver;
-            }
-        }
-        assert!(Instant::now() < deadline, "chromedriver never got ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// One browser window.
-struct Browser {
-    driver: SocketAddr,
-    session: String,
-}
-
-impl Browser {
-    async fn open(driver: &Driver, width: u32, height: u32) -> Browser {
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": CHROMIUM,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu",
-                    "--disable-dev-shm-usage", "--no-first-run",
-                    "--disable-background-networking", "--disable-extensions",
-                    format!("--window-size={width},{height}"),
-                    // Every request that is not to loopback (which Chromium
-                    // never proxies) goes to a port nobody listens on: the
-                    // page must work with the sidecar alone.
-                    "--proxy-server=http://127.0.0.1:9",
-                ],
-            },
-        }}});
-        let answer = wd(driver.addr, "POST", "/session", Some(caps)).await;
-        let session = answer["value"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {answer}"))
-            .to_owned();
-        Browser {
-            driver: driver.addr,
-            session,
-        }
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let path = format!("/session/{}{path}", self.session);
-        let answer = wd(self.driver, method, &path, body).await;
-        if answer["value"]["error"].is_string() {
-            panic!("WebDriver {method} {path}: {answer}");
-        }
-        answer["value"].clone()
-    }
-
-    async fn goto(&self, url: &str) {
-        self.call("POST", "/url", Some(json!({"url": url}))).await;
-    }
-
-    async fn js(&self, script: &str) -> Value {
-        self.call(
-            "POST",
-            "/execute/sync",
-            Some(json!({"script": script, "args": []})),
-        )
-        .await
-    }
-
-    async fn find(&self, css: &str) -> String {
-        let v = self
-            .call(
-                "POST",
-                "/element",
-                Some(json!({"using": "css selector", "value": css})),
-            )
-            .await;
-        v[ELEMENT].as_str().unwrap().to_owned()
-    }
-
-    async fn click(&self, css: &str) {
-        let e = self.find(css).await;
-        self.call("POST", &format!("/element/{e}/click"), Some(json!({})))
-            .await;
-    }
-
-    async fn type_into(&self, css: &str, text: &str) {
-        let e = self.find(css).await;
-        self.call(
-            "POST",
-            &format!("/element/{e}/value"),
-            Some(json!({"text": text})),
-        )
+/// Opens the WeatherAgent's card and waits for its `form` to show.
+async fn open_thing(browser: &Browser, form: &str, what: &str) {
+    browser
+        .click(&format!(r#"button[data-open="{THING_ID}"]"#))
         .await;
-    }
-
-    /// Polls `script` until it returns something other than null/false.
-    /// Opens the WeatherAgent's card and waits for its `form` to show.
-    async fn open_thing(&self, form: &str, what: &str) {
-        self.click(&format!(r#"button[data-open="{THING_ID}"]"#))
-            .await;
-        self.wait_for(
+    browser
+        .wait_for(
             what,
             Duration::from_secs(5),
             &format!("return document.querySelector('{form}') !== null;"),
         )
         .await;
-    }
-
-    async fn wait_for(&self, what: &str, within: Duration, script: &str) -> Value {
-        let deadline = Instant::now() + within;
-        loop {
-            let v = self.js(script).await;
-            if !v.is_null() && v != false {
-                return v;
-            }
-            if Instant::now() >= deadline {
-                let page = self
-                    .js("return location.href + '\\n' + document.body.innerText.slice(0, 1500);")
-                    .await;
-                panic!(
-                    "{what}: not within {within:?}; the page:\n{}",
-                    page.as_str().unwrap_or_default()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-
-    async fn close(self) {
-        let path = format!("/session/{}", self.session);
-        wd(self.driver, "DELETE", &path, None).await;
-    }
-}
-
-fn browser_available() -> bool {
-    let present = Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists();
-    if present {
-        return true;
-    }
-    if std::env::var("LMOS_SKIP_BROWSER_TESTS").is_ok_and(|v| v == "1") {
-        println!(
-            "SKIPPED: the console test needs {CHROMIUM} and {CHROMEDRIVER} (Debian: apt-get install chromium chromium-driver); LMOS_SKIP_BROWSER_TESTS=1 allows skipping."
-        );
-        return false;
-    }
-    panic!(
-        "the console test needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver (or set LMOS_SKIP_BROWSER_TESTS=1 to skip it)"
-    );
 }
 
 fn secret_file(dir: &Path, name: &str, secret: &str) -> String {
@@ -348,7 +125,7 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
         )
         .await;
     let form = r#"form[data-invoke="getWeather"]"#;
-    browser.open_thing(form, "the action's form").await;
+    open_thing(&browser, form, "the action's form").await;
     browser
         .type_into(
             &format!(r#"{form} input[name="question"]"#),
@@ -502,7 +279,7 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
         )
         .await;
     let write = r#"form[data-write="modelConfiguration"]"#;
-    browser.open_thing(write, "the property's form").await;
+    open_thing(&browser, write, "the property's form").await;
     browser
         .type_into(&format!(r#"{write} input[name="modelName"]"#), "o3")
         .await;

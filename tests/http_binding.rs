@@ -380,7 +380,10 @@ async fn http_requests_take_the_rights_a_websocket_message_would() {
         a,
         "POST",
         &path,
-        &[("Authorization", &reader)],
+        &[
+            ("Authorization", &reader),
+            ("Content-Type", "application/json"),
+        ],
         b"\"reader\"",
     )
     .await;
@@ -395,7 +398,10 @@ async fn http_requests_take_the_rights_a_websocket_message_would() {
             a,
             "POST",
             &path,
-            &[("Authorization", &operator)],
+            &[
+                ("Authorization", &operator),
+                ("Content-Type", "application/json"),
+            ],
             b"\"operator\"",
         )
         .await

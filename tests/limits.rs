@@ -129,7 +129,7 @@ async fn a_peer_that_answers_no_ping_is_closed_and_a_live_one_is_not() {
     let mut silent = tokio::net::TcpStream::connect(sidecar.http).await.unwrap();
     silent
         .write_all(
-            b"GET /lmos HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+            b"GET /lmos HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
               Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
               Sec-WebSocket-Protocol: lmosprotocol\r\n\r\n",
         )
@@ -228,7 +228,7 @@ async fn a_connection_that_never_sends_its_request_is_closed() {
     let mut partial = tokio::net::TcpStream::connect(sidecar.http).await.unwrap();
     use tokio::io::AsyncWriteExt;
     partial
-        .write_all(b"GET /lmos HTTP/1.1\r\nHost: x\r\n")
+        .write_all(b"GET /lmos HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .unwrap();
     for socket in [&mut silent, &mut partial] {

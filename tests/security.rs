@@ -340,7 +340,10 @@ async fn the_directory_needs_host_access_to_write_and_consume_access_to_read() {
         other.http,
         "PUT",
         "/things/urn:a",
-        &[("Authorization", &agent)],
+        &[
+            ("Authorization", &agent),
+            ("Content-Type", "application/td+json"),
+        ],
         body.as_bytes(),
     )
     .await;

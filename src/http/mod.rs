@@ -7,7 +7,9 @@
 pub mod auth;
 pub mod console;
 pub mod directory;
+pub mod guard;
 pub mod server;
+pub mod slow;
 mod things;
 mod upgrade;
 
@@ -55,6 +57,8 @@ pub struct HttpState {
     pub request_timeout: Duration,
     /// `/console`: whether it is served, and what it links to.
     pub console: console::ConsoleSettings,
+    /// Host, Origin and Content-Type rules for every request.
+    pub guard: guard::Guard,
 }
 
 pub fn router(state: HttpState) -> Router {
@@ -70,6 +74,7 @@ pub fn router(state: HttpState) -> Router {
         )
         .with_state(state.directory.clone());
     let auth = state.auth.clone();
+    let guard = state.guard.clone();
     let console = console::routes(state.console.enabled);
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))
@@ -95,6 +100,9 @@ pub fn router(state: HttpState) -> Router {
         .with_state(state)
         .merge(things)
         .layer(Extension(auth))
+        // Outermost: a refused request reaches no handler and no
+        // credential check.
+        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
 }
 
 /// Alive unless the embedded broker has failed (the process then stops by

@@ -1,5 +1,6 @@
-//! The HTTP port's accept loop: the connection cap, TLS, the handshake
-//! timeout and graceful shutdown, around the router.
+//! The HTTP port's accept loop: the connection cap (where slow clients
+//! make room, see [`super::slow`]), TLS, the handshake and body timeouts and
+//! graceful shutdown, around the router.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,6 +24,8 @@ use tokio_util::task::TaskTracker;
 use tower_service::Service;
 use tracing::{debug, info, warn};
 
+use super::guard::Throttle;
+use super::slow::{BodyLimits, Progress, Timed, Waiting, EVICT_AFTER};
 use crate::telemetry::metrics::{self, Metrics};
 
 /// How the port accepts connections.
@@ -31,6 +34,23 @@ pub struct ServeOptions {
     pub tls: Option<TlsAcceptor>,
     pub max_connections: usize,
     pub handshake_timeout: Duration,
+    pub body: BodyLimits,
+}
+
+/// How long a connection closed to make room gets to say why (a body
+/// being read is answered 408) before it is dropped.
+const MAKING_ROOM: Duration = Duration::from_millis(500);
+
+/// How long a newcomer waits for the place being made for it: longer than
+/// [`MAKING_ROOM`], so the place is free by then.
+const WAITING_FOR_ROOM: Duration = Duration::from_secs(2);
+
+/// How a new connection gets its place.
+enum Admission {
+    Placed(Slot),
+    /// The port was full; a slow connection is closing for this one.
+    AfterEviction(Arc<Semaphore>),
+    Refused,
 }
 
 /// A place under `http.max_connections`. An upgraded WebSocket keeps a
@@ -49,6 +69,8 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let places = Arc::new(Semaphore::new(options.max_connections));
+    let waiting = Waiting::default();
+    let cut_log = Arc::new(Throttle::default());
     let exchanges = TaskTracker::new();
     let mut cap_logged = false;
     loop {
@@ -67,10 +89,21 @@ pub async fn serve(
         // Without TCP_NODELAY the last frames of a burst wait ~40 ms for the
         // peer's delayed ACK (Nagle); WebSocket consumers want them now.
         let _ = tcp.set_nodelay(true);
-        let slot = match places.clone().try_acquire_owned() {
+        let admission = match places.clone().try_acquire_owned() {
             Ok(permit) => {
                 cap_logged = false;
-                Some(Slot(Arc::new(permit)))
+                Admission::Placed(Slot(Arc::new(permit)))
+            }
+            Err(_) if waiting.evict_oldest(EVICT_AFTER) => {
+                metrics.limit_hit(metrics::HTTP, "slow_client_evicted");
+                if !cap_logged {
+                    warn!(
+                        max = options.max_connections,
+                        "HTTP connection limit reached; closing the connections that keep it waiting longest to make room."
+                    );
+                    cap_logged = true;
+                }
+                Admission::AfterEviction(places.clone())
             }
             Err(_) => {
                 metrics.limit_hit(metrics::HTTP, "max_connections");
@@ -81,7 +114,7 @@ pub async fn serve(
                     );
                     cap_logged = true;
                 }
-                None
+                Admission::Refused
             }
         };
         let connection = Exchange {
@@ -90,8 +123,10 @@ pub async fn serve(
             options: options.clone(),
             metrics: metrics.clone(),
             shutdown: shutdown.clone(),
+            waiting: waiting.clone(),
+            cut_log: cut_log.clone(),
         };
-        exchanges.spawn(connection.run(tcp, slot));
+        exchanges.spawn(connection.run(tcp, admission));
     }
     exchanges.close();
     exchanges.wait().await;
@@ -105,16 +140,37 @@ struct Exchange {
     options: ServeOptions,
     metrics: Metrics,
     shutdown: CancellationToken,
+    waiting: Waiting,
+    cut_log: Arc<Throttle>,
 }
 
 impl Exchange {
-    async fn run(self, tcp: TcpStream, slot: Option<Slot>) {
+    async fn run(self, tcp: TcpStream, admission: Admission) {
+        let slot = match admission {
+            Admission::Placed(slot) => Some(slot),
+            Admission::AfterEviction(places) => {
+                match tokio::time::timeout(WAITING_FOR_ROOM, places.acquire_owned()).await {
+                    Ok(Ok(permit)) => Some(Slot(Arc::new(permit))),
+                    _ => None,
+                }
+            }
+            Admission::Refused => None,
+        };
+        let progress = slot.as_ref().map(|_| self.waiting.track());
+        let evicted = progress
+            .as_ref()
+            .map(|p| p.evicted().clone())
+            .unwrap_or_default();
         let io = match &self.options.tls {
             None => Either::Left(tcp),
             Some(acceptor) => {
                 let handshake =
                     tokio::time::timeout(self.options.handshake_timeout, acceptor.accept(tcp));
-                match handshake.await {
+                let handshake = tokio::select! {
+                    done = handshake => done,
+                    _ = evicted.cancelled() => return,
+                };
+                match handshake {
                     Ok(Ok(tls)) => Either::Right(tls),
                     Ok(Err(e)) => {
                         debug!(peer = %self.peer, error = %e, "TLS handshake failed.");
@@ -129,23 +185,54 @@ impl Exchange {
                 }
             }
         };
-        match slot {
-            Some(slot) => self.serve(io, slot).await,
-            None => self.refuse(io).await,
+        match (slot, progress) {
+            (Some(slot), Some(progress)) => self.serve(io, slot, progress).await,
+            _ => self.refuse(io).await,
         }
     }
 
-    async fn serve<I>(self, io: I, slot: Slot)
+    async fn serve<I>(self, io: I, slot: Slot, progress: Arc<Progress>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let peer = self.peer;
         let router = self.router;
-        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            request.extensions_mut().insert(slot.clone());
+        let limits = self.options.body;
+        let metrics = self.metrics.clone();
+        let cut_log = self.cut_log.clone();
+        let evicted = progress.evicted().clone();
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let (mut parts, body) = request.into_parts();
+            parts.extensions.insert(ConnectInfo(peer));
+            parts.extensions.insert(slot.clone());
+            // A request without a body is in once its head is.
+            let (body, outcome) = if hyper::body::Body::is_end_stream(&body) {
+                progress.busy();
+                (Body::new(body), None)
+            } else {
+                let (body, outcome) = Timed::new(body, progress.clone(), limits);
+                (Body::new(body), Some(outcome))
+            };
+            let request = Request::from_parts(parts, body);
             let mut router = router.clone();
-            async move { router.call(request.map(Body::new)).await }
+            let progress = progress.clone();
+            let metrics = metrics.clone();
+            let cut_log = cut_log.clone();
+            async move {
+                let response = router.call(request).await;
+                progress.waiting();
+                match outcome.as_ref().and_then(|o| o.cut.get().map(|&c| (o, c))) {
+                    None => response,
+                    Some((outcome, cut)) => {
+                        metrics.limit_hit(metrics::HTTP, cut.key());
+                        if cut_log.due() {
+                            warn!(%peer, %cut, "Cut off a slow request with 408. Logged at most once a minute.");
+                        }
+                        let received = outcome.received.load(std::sync::atomic::Ordering::Relaxed);
+                        Ok(cut.response(limits, received))
+                    }
+                }
+            }
         });
         let mut builder = http1::Builder::new();
         builder
@@ -160,6 +247,12 @@ impl Exchange {
             _ = self.shutdown.cancelled() => {
                 connection.as_mut().graceful_shutdown();
                 connection.await
+            }
+            // Chosen to make room: a body being read is answered 408 (see
+            // `Timed`), anything else just closes.
+            _ = evicted.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                tokio::time::timeout(MAKING_ROOM, connection).await.unwrap_or(Ok(()))
             }
         };
         if let Err(e) = result {

@@ -16,6 +16,7 @@ pub mod otlp;
 pub mod process;
 pub mod raw_mqtt;
 pub mod weather_agent;
+pub mod webdriver;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -748,7 +749,7 @@ async fn http_raw(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n{extra_headers}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n{extra_headers}\r\n",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
