@@ -100,6 +100,45 @@ pub fn hash_password(password: &str) -> String {
         .to_string()
 }
 
+/// A PHC string taken apart for [`super::pool`]'s threads, which bring
+/// Argon2's working memory themselves ([`super::scratch`]).
+pub(crate) struct Argon2Hash {
+    argon2: Argon2<'static>,
+    salt: Vec<u8>,
+    expected: Vec<u8>,
+}
+
+impl Argon2Hash {
+    pub(crate) fn parse(phc: &str) -> Option<Argon2Hash> {
+        let hash = PasswordHash::new(phc).ok()?;
+        let algorithm = Algorithm::try_from(hash.algorithm).ok()?;
+        let version = Version::try_from(hash.version.unwrap_or(0x13)).ok()?;
+        let params = Params::try_from(&hash).ok()?;
+        let mut salt = [0u8; 64];
+        let salt = hash.salt?.decode_b64(&mut salt).ok()?.to_vec();
+        let expected = hash.hash?.as_bytes().to_vec();
+        Some(Argon2Hash {
+            argon2: Argon2::new(algorithm, version, params),
+            salt,
+            expected,
+        })
+    }
+
+    /// The working memory a verification takes, in 1 KiB blocks.
+    pub(crate) fn block_count(&self) -> usize {
+        self.argon2.params().block_count()
+    }
+
+    /// `blocks`: at least [`Argon2Hash::block_count`].
+    pub(crate) fn verify(&self, password: &[u8], blocks: &mut [argon2::Block]) -> bool {
+        let mut out = vec![0u8; self.expected.len()];
+        self.argon2
+            .hash_password_into_with_memory(password, &self.salt, &mut out, blocks)
+            .is_ok()
+            && bool::from(out.ct_eq(&self.expected))
+    }
+}
+
 /// An Argon2 hash of a random password nobody knows, with the parameters
 /// of `like` (an Argon2 secret; else the defaults): checking a password
 /// against it costs what checking one against `like` does, so a name that
@@ -153,6 +192,18 @@ mod tests {
             panic!("an Argon2 secret");
         };
         assert!(phc.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{phc}");
+    }
+
+    #[test]
+    fn a_parsed_hash_verifies_in_the_memory_it_is_given() {
+        let phc = hash_password("pw");
+        let hash = Argon2Hash::parse(&phc).unwrap();
+        assert_eq!(hash.block_count(), 19456);
+        let mut blocks = vec![argon2::Block::default(); hash.block_count()];
+        assert!(hash.verify(b"pw", &mut blocks));
+        assert!(!hash.verify(b"pw ", &mut blocks));
+        assert!(!hash.verify(b"pw", &mut blocks[..100]), "too little memory");
+        assert!(Argon2Hash::parse("$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ").is_none());
     }
 
     #[test]

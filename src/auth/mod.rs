@@ -10,6 +10,7 @@ mod cache;
 pub mod credentials;
 pub mod mqtt;
 mod pool;
+mod scratch;
 mod throttle;
 pub mod verifier;
 

@@ -9,15 +9,17 @@
 //! every arena kept the 19 MiB each verification had freed (issue 30: 300
 //! attempts took the process to 13 GiB, for good).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
 use super::cache::lock;
+use super::scratch::Scratch;
 
-type Work = Box<dyn FnOnce() -> bool + Send>;
+/// A verification, given the thread's working memory.
+type Work = Box<dyn FnOnce(&mut Scratch) -> bool + Send>;
 
 struct Job {
     work: Work,
@@ -29,7 +31,11 @@ struct Job {
 pub(crate) struct Full;
 
 pub(crate) struct Pool {
-    jobs: SyncSender<Job>,
+    jobs: Sender<Job>,
+    /// Jobs queued or running, at most `limit`; and queued only.
+    pending: Arc<Counts>,
+    /// Threads + queue.
+    limit: usize,
     /// Verifications run, for tests and measurements.
     runs: Arc<AtomicU64>,
 }
@@ -37,18 +43,27 @@ pub(crate) struct Pool {
 impl Pool {
     /// `threads` (at least one) that stop once the pool is dropped.
     pub(crate) fn new(threads: usize, queue: usize) -> Pool {
-        let (jobs, rx) = mpsc::sync_channel::<Job>(queue);
+        let (jobs, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let runs = Arc::new(AtomicU64::new(0));
-        for i in 0..threads.max(1) {
-            let (rx, runs) = (rx.clone(), runs.clone());
-            // A thread that cannot start leaves the others to do the work;
-            // with none, every check is refused as busy, never hangs.
-            let _ = std::thread::Builder::new()
+        let pending = Arc::new(Counts::default());
+        let threads = threads.max(1);
+        let mut started = 0;
+        for i in 0..threads {
+            let (rx, runs, pending) = (rx.clone(), runs.clone(), pending.clone());
+            let spawned = std::thread::Builder::new()
                 .name(format!("lmos-auth-{i}"))
-                .spawn(move || work(&rx, &runs));
+                .spawn(move || work(&rx, &runs, &pending));
+            started += usize::from(spawned.is_ok());
         }
-        Pool { jobs, runs }
+        // Without a thread every check is refused as busy; none hangs.
+        let limit = if started == 0 { 0 } else { threads + queue };
+        Pool {
+            jobs,
+            pending,
+            limit,
+            runs,
+        }
     }
 
     /// Runs `work` on a pool thread; `Err(Full)` at once when every thread
@@ -56,10 +71,9 @@ impl Pool {
     #[cfg(test)]
     pub(crate) async fn run(
         &self,
-        work: impl FnOnce() -> bool + Send + 'static,
+        work: impl FnOnce(&mut Scratch) -> bool + Send + 'static,
     ) -> Result<bool, Full> {
         let answer = self.submit(work)?;
-        // A thread that panicked dropped the reply: the check did not pass.
         Ok(answer.await.unwrap_or(false))
     }
 
@@ -67,16 +81,30 @@ impl Pool {
     /// thread is busy and the queue full. The answer comes on the receiver.
     pub(crate) fn submit(
         &self,
-        work: impl FnOnce() -> bool + Send + 'static,
+        work: impl FnOnce(&mut Scratch) -> bool + Send + 'static,
     ) -> Result<oneshot::Receiver<bool>, Full> {
+        let admitted =
+            self.pending
+                .pending
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < self.limit).then_some(n + 1)
+                });
+        if admitted.is_err() {
+            return Err(Full);
+        }
         let (reply, answer) = oneshot::channel();
         let job = Job {
             work: Box::new(work),
             reply,
         };
-        match self.jobs.try_send(job) {
+        self.pending.queued.fetch_add(1, Ordering::AcqRel);
+        match self.jobs.send(job) {
             Ok(()) => Ok(answer),
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => Err(Full),
+            Err(_) => {
+                self.pending.queued.fetch_sub(1, Ordering::AcqRel);
+                self.pending.pending.fetch_sub(1, Ordering::AcqRel);
+                Err(Full)
+            }
         }
     }
 
@@ -85,19 +113,37 @@ impl Pool {
     }
 }
 
-fn work(rx: &Mutex<Receiver<Job>>, runs: &AtomicU64) {
+#[derive(Default)]
+struct Counts {
+    pending: AtomicUsize,
+    queued: AtomicUsize,
+}
+
+fn work(rx: &Mutex<Receiver<Job>>, runs: &AtomicU64, counts: &Counts) {
+    let mut scratch = Scratch::default();
     loop {
         let next = lock(rx).recv();
         let Ok(job) = next else {
             return;
         };
+        counts.queued.fetch_sub(1, Ordering::AcqRel);
         // The client left while its check waited (its connection closed):
         // nobody would read the answer.
-        if job.reply.is_closed() {
-            continue;
+        let passed = (!job.reply.is_closed()).then(|| {
+            runs.fetch_add(1, Ordering::Relaxed);
+            // A panic must not take the thread, and its place, with it.
+            let work = std::panic::AssertUnwindSafe(|| (job.work)(&mut scratch));
+            std::panic::catch_unwind(work).unwrap_or(false)
+        });
+        // Room for the next before the answer wakes anyone.
+        counts.pending.fetch_sub(1, Ordering::AcqRel);
+        if let Some(passed) = passed {
+            let _ = job.reply.send(passed);
         }
-        runs.fetch_add(1, Ordering::Relaxed);
-        let _ = job.reply.send((job.work)());
+        // Nothing waiting: give the working memory back.
+        if counts.queued.load(Ordering::Acquire) == 0 {
+            scratch.release();
+        }
     }
 }
 
@@ -112,7 +158,7 @@ mod tests {
         let gate = Arc::new(Barrier::new(2));
         let g = gate.clone();
         let running = pool
-            .submit(move || {
+            .submit(move |_| {
                 g.wait();
                 true
             })
@@ -121,8 +167,8 @@ mod tests {
         while pool.runs() == 0 {
             std::thread::yield_now();
         }
-        let queued = pool.submit(|| false).unwrap();
-        assert_eq!(pool.submit(|| true).err(), Some(Full));
+        let queued = pool.submit(|_| false).unwrap();
+        assert_eq!(pool.submit(|_| true).err(), Some(Full));
         gate.wait();
         assert_eq!(running.await, Ok(true));
         assert_eq!(queued.await, Ok(false));
@@ -135,7 +181,7 @@ mod tests {
         let gate = Arc::new(Barrier::new(2));
         let g = gate.clone();
         let running = pool
-            .submit(move || {
+            .submit(move |_| {
                 g.wait();
                 true
             })
@@ -143,10 +189,10 @@ mod tests {
         while pool.runs() == 0 {
             std::thread::yield_now();
         }
-        drop(pool.submit(|| true).unwrap());
+        drop(pool.submit(|_| true).unwrap());
         gate.wait();
         assert_eq!(running.await, Ok(true));
-        assert_eq!(pool.run(|| true).await, Ok(true));
+        assert_eq!(pool.run(|_| true).await, Ok(true));
         assert_eq!(pool.runs(), 2, "the abandoned one was not run");
     }
 }

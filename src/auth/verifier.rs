@@ -23,8 +23,9 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::cache::{Cache, Keyed};
-use super::credentials::Secret;
+use super::credentials::{Argon2Hash, Secret};
 use super::pool::Pool;
+use super::scratch::Scratch;
 use super::throttle::{Gate, Rules, Source, Throttle};
 use super::Principal;
 use crate::config::AuthConfig;
@@ -214,10 +215,10 @@ impl Verifier {
             return Err(Refused::Invalid);
         };
         let answer = pool
-            .submit(move || hash.verify(&password))
+            .submit(move |scratch| verify_argon2(&hash, &password, scratch))
             .map_err(|_| Refused::Busy)?;
         self.metrics.auth_verification("queued");
-        // A thread that panicked dropped the reply: the check did not pass.
+        // No answer (the pool is gone): the check did not pass.
         let passed = answer.await.unwrap_or(false);
         principal.filter(|_| passed).ok_or(Refused::Invalid)
     }
@@ -251,6 +252,21 @@ impl Verifier {
             }
         }
         why
+    }
+}
+
+/// On a verifier thread, in its working memory.
+fn verify_argon2(hash: &Secret, password: &[u8], scratch: &mut Scratch) -> bool {
+    let Secret::Argon2(phc) = hash else {
+        return hash.verify(password);
+    };
+    let Some(parsed) = Argon2Hash::parse(phc) else {
+        return false;
+    };
+    match scratch.blocks(parsed.block_count()) {
+        Some(blocks) => parsed.verify(password, blocks),
+        // No memory to map: the allocator's, as a last resort.
+        None => hash.verify(password),
     }
 }
 
