@@ -32,7 +32,7 @@ use crate::config::AuthConfig;
 use crate::telemetry::metrics::Metrics;
 
 /// What a client presents.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub enum Credentials<'a> {
     /// HTTP Basic: a principal's name and password.
     Password { name: &'a str, password: &'a [u8] },
@@ -41,6 +41,17 @@ pub enum Credentials<'a> {
     /// MQTT CONNECT: a principal's name, and its password or one of its
     /// tokens (MQTT has no other field for one).
     NameAndSecret { name: &'a str, secret: &'a [u8] },
+}
+
+/// Names, never secrets.
+impl std::fmt::Debug for Credentials<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::Password { name, .. } => write!(f, "Password({name:?}, ..)"),
+            Credentials::Token(_) => f.write_str("Token(..)"),
+            Credentials::NameAndSecret { name, .. } => write!(f, "NameAndSecret({name:?}, ..)"),
+        }
+    }
 }
 
 impl Credentials<'_> {
@@ -226,7 +237,7 @@ impl Verifier {
     /// Counts the failure, and says so in the log once per flood.
     fn refused(&self, source: Source, addr: Option<IpAddr>, why: Refused, now: Instant) -> Refused {
         let blocked = self.throttle.failed(source, now);
-        let addr = addr.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+        let addr = Shown(addr);
         match why {
             Refused::Invalid => {
                 if let Some(more) = self.floods.invalid.due(now) {
@@ -252,6 +263,18 @@ impl Verifier {
             }
         }
         why
+    }
+}
+
+/// An address in a log line, without a string made per refusal.
+struct Shown(Option<IpAddr>);
+
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(addr) => addr.fmt(f),
+            None => f.write_str("unknown"),
+        }
     }
 }
 
