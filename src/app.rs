@@ -95,7 +95,8 @@ impl Application {
                 addr: config.http.listen,
                 error,
             })?;
-        let authority = authority(&config)?;
+        let metrics = Metrics::with_spans(tracing.span_counters());
+        let authority = authority(&config, &metrics)?;
         let http_tls = crate::tls::acceptor(
             &config.http.tls_cert,
             &config.http.tls_key,
@@ -109,7 +110,6 @@ impl Application {
         )
         .map_err(BrokerError::Tls)?;
         let mqtt_stop = CancellationToken::new();
-        let metrics = Metrics::with_spans(tracing.span_counters());
         let policy = MqttPolicy::new(
             authority.clone(),
             topics.clone(),
@@ -431,8 +431,8 @@ fn directory_service(
 
 /// The principals, checked once; a listener that requires authentication
 /// with no one able to pass it is a configuration mistake, not a lock-out.
-fn authority(config: &Config) -> Result<Authority, AuthError> {
-    let authority = Authority::from_config(&config.auth)?;
+fn authority(config: &Config, metrics: &Metrics) -> Result<Authority, AuthError> {
+    let authority = Authority::with_metrics(&config.auth, metrics.clone())?;
     if authority.is_empty() {
         if !config.http.authentication.is_empty() {
             return Err(AuthError::NoOne("http.authentication"));

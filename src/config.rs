@@ -505,6 +505,28 @@ pub struct AuthConfig {
     /// What clients may do on listeners without authentication.
     pub anonymous: Grants,
     pub principals: Vec<PrincipalConfig>,
+    /// How long credentials that passed are taken without checking them
+    /// again, in milliseconds; 0: every attempt is checked.
+    pub cache_ttl_ms: u64,
+    /// Credentials the cache holds at most.
+    pub cache_entries: usize,
+    /// Password hashes (Argon2, 19 MiB each by default) checked at once;
+    /// 0: the number of CPUs, at most 4.
+    pub max_concurrent_verifications: usize,
+    /// Checks waiting for one of those; more are refused at once.
+    pub verification_queue: usize,
+    /// Failed attempts from one address for one name before further ones
+    /// are refused without a check; 0: never.
+    pub max_failures: u32,
+    /// The first refusal period after `max_failures`, in milliseconds; it
+    /// doubles with every further failure.
+    pub failure_backoff_ms: u64,
+    /// The longest refusal period, in milliseconds; an address quiet this
+    /// long is forgotten.
+    pub max_failure_backoff_ms: u64,
+    /// Failures after which even cached credentials are refused from that
+    /// address for that name while a refusal period lasts; 0: never.
+    pub lockout_failures: u32,
 }
 
 impl Default for AuthConfig {
@@ -512,6 +534,14 @@ impl Default for AuthConfig {
         AuthConfig {
             anonymous: Grants::everything(),
             principals: Vec::new(),
+            cache_ttl_ms: 300_000,
+            cache_entries: 10_000,
+            max_concurrent_verifications: 0,
+            verification_queue: 32,
+            max_failures: 5,
+            failure_backoff_ms: 1_000,
+            max_failure_backoff_ms: 60_000,
+            lockout_failures: 1_000,
         }
     }
 }
@@ -747,6 +777,7 @@ impl Config {
                 self.http.handshake_timeout_ms as usize,
             ),
             ("http.body_timeout_ms", self.http.body_timeout_ms as usize),
+            ("auth.cache_entries", self.auth.cache_entries),
         ];
         for (key, v) in positive {
             if v == 0 {
@@ -772,6 +803,12 @@ impl Config {
             });
         }
         self.validate_quotas()?;
+        if self.auth.max_failure_backoff_ms < self.auth.failure_backoff_ms {
+            return Err(ConfigError::Invalid {
+                key: "auth.max_failure_backoff_ms",
+                reason: "must be at least auth.failure_backoff_ms".into(),
+            });
+        }
         if self.mqtt.segment_size < self.mqtt.max_payload_size {
             return Err(ConfigError::Invalid {
                 key: "mqtt.segment_size",

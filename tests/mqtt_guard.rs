@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lmos_sidecar::broker::embedded::EmbeddedBroker;
-use lmos_sidecar::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session};
+use lmos_sidecar::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session, Verdict};
 use lmos_sidecar::config::MqttConfig;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -47,9 +47,24 @@ impl Session for Grant {
 }
 
 impl Policy for Rules {
-    fn connect(
+    fn connect<'a>(
+        &'a self,
+        _peer: SocketAddr,
+        _client_id: &'a str,
+        username: Option<&'a str>,
+        password: Option<&'a [u8]>,
+    ) -> Verdict<'a> {
+        Box::pin(std::future::ready(self.decide(username, password)))
+    }
+
+    fn observe(&self, event: GuardEvent) {
+        self.events.lock().unwrap().push(event);
+    }
+}
+
+impl Rules {
+    fn decide(
         &self,
-        _client_id: &str,
         username: Option<&str>,
         password: Option<&[u8]>,
     ) -> Result<Box<dyn Session>, Refusal> {
@@ -68,10 +83,6 @@ impl Policy for Rules {
             Some("mallory") => Err(Refusal::NotAuthorized),
             _ => Err(Refusal::BadCredentials),
         }
-    }
-
-    fn observe(&self, event: GuardEvent) {
-        self.events.lock().unwrap().push(event);
     }
 }
 

@@ -6,14 +6,23 @@
 //! - `consume`: subscribe, observe, read;
 //! - `operate`: write, invoke, query, cancel.
 
+mod cache;
 pub mod credentials;
 pub mod mqtt;
+mod pool;
+mod scratch;
+mod throttle;
+pub mod verifier;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::config::{AuthConfig, Grants, PrincipalConfig};
 use crate::lmos::MessageType;
+use crate::telemetry::metrics::Metrics;
 use credentials::{Secret, SecretError};
+pub use verifier::{Credentials, Refused};
+use verifier::{Plan, Verifier};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Access {
@@ -181,13 +190,15 @@ pub enum AuthError {
 }
 
 /// The principals of the configuration, their secrets loaded once at
-/// start-up. Cheap to clone.
+/// start-up, and the checks of credentials against them (with their cache,
+/// which a new configuration therefore starts without). Cheap to clone.
 #[derive(Clone)]
 pub struct Authority(Arc<Inner>);
 
 struct Inner {
     known: Vec<Known>,
     anonymous: Principal,
+    verifier: Verifier,
 }
 
 impl std::fmt::Debug for Authority {
@@ -206,7 +217,13 @@ impl Default for Authority {
 }
 
 impl Authority {
+    /// With metrics of its own (tests and tools).
     pub fn from_config(config: &AuthConfig) -> Result<Authority, AuthError> {
+        Authority::with_metrics(config, Metrics::default())
+    }
+
+    /// Counting cache hits, verifications and refusals in `metrics`.
+    pub fn with_metrics(config: &AuthConfig, metrics: Metrics) -> Result<Authority, AuthError> {
         let mut known: Vec<Known> = Vec::new();
         for entry in &config.principals {
             if entry.name.is_empty() {
@@ -235,7 +252,13 @@ impl Authority {
         check_patterns(ANONYMOUS, "host", &a.host)?;
         check_patterns(ANONYMOUS, "consume", &a.consume)?;
         check_patterns(ANONYMOUS, "operate", &a.operate)?;
+        let argon2_like = known
+            .iter()
+            .flat_map(|k| &k.passwords)
+            .find(|s| s.is_argon2());
+        let verifier = Verifier::new(config, argon2_like, metrics);
         Ok(Authority(Arc::new(Inner {
+            verifier,
             known,
             anonymous: Principal {
                 name: ANONYMOUS.into(),
@@ -253,32 +276,63 @@ impl Authority {
         self.0.anonymous.clone()
     }
 
-    /// A name and password (HTTP Basic). Slow on purpose (Argon2): call it
-    /// off the async threads.
-    pub fn password(&self, name: &str, password: &[u8]) -> Option<Principal> {
-        let known = self.0.known.iter().find(|k| *k.principal.name == *name)?;
-        known
-            .passwords
-            .iter()
-            .any(|s| s.verify(password))
-            .then(|| known.principal.clone())
+    /// Checks credentials from `addr` (the client's address; `None` when
+    /// unknown, then all such clients count as one). See [`verifier`].
+    pub async fn verify(
+        &self,
+        addr: Option<IpAddr>,
+        credentials: Credentials<'_>,
+    ) -> Result<Principal, Refused> {
+        let inner = &self.0;
+        inner
+            .verifier
+            .verify(addr, credentials, || self.plan(credentials))
+            .await
+    }
+
+    /// Argon2 verifications run so far (stand-ins included).
+    pub fn argon2_runs(&self) -> u64 {
+        self.0.verifier.argon2_runs()
+    }
+
+    /// The cheap checks (tokens, secrets from files), then the one Argon2
+    /// verification left: the principal's hash, or a stand-in for a name
+    /// that is no principal's or has no Argon2 password, so that refusing
+    /// any name takes alike.
+    fn plan(&self, credentials: Credentials<'_>) -> Plan {
+        let (name, secret, tokens_too) = match credentials {
+            Credentials::Token(token) => {
+                return self.token(token).map_or(Plan::Refuse, Plan::Accept);
+            }
+            Credentials::Password { name, password } => (name, password, false),
+            Credentials::NameAndSecret { name, secret } => (name, secret, true),
+        };
+        let known = self.0.known.iter().find(|k| *k.principal.name == *name);
+        if let Some(k) = known {
+            let tokens = k.tokens.iter().filter(|_| tokens_too);
+            let mut cheap = k.passwords.iter().filter(|s| !s.is_argon2()).chain(tokens);
+            if cheap.any(|s| s.verify(secret)) {
+                return Plan::Accept(k.principal.clone());
+            }
+        }
+        let real = known.and_then(|k| Some((k.passwords.iter().find(|s| s.is_argon2())?, k)));
+        let Some(hash) = real.map(|(s, _)| s).or(self.0.verifier.stand_in()) else {
+            return Plan::Refuse;
+        };
+        Plan::Argon2 {
+            hash: hash.clone(),
+            principal: real.map(|(_, k)| k.principal.clone()),
+            password: secret.to_vec(),
+        }
     }
 
     /// A bearer token: whoever it belongs to.
-    pub fn token(&self, token: &[u8]) -> Option<Principal> {
+    fn token(&self, token: &[u8]) -> Option<Principal> {
         self.0
             .known
             .iter()
             .find(|k| k.tokens.iter().any(|s| s.verify(token)))
             .map(|k| k.principal.clone())
-    }
-
-    /// MQTT's username and password: the password may also be one of the
-    /// principal's tokens, since MQTT has no other field for one.
-    pub fn username_password(&self, name: &str, secret: &[u8]) -> Option<Principal> {
-        let known = self.0.known.iter().find(|k| *k.principal.name == *name)?;
-        let token = known.tokens.iter().any(|s| s.verify(secret));
-        (token || known.passwords.iter().any(|s| s.verify(secret))).then(|| known.principal.clone())
     }
 }
 
@@ -368,7 +422,7 @@ pub(crate) fn granted(host: &[&str], consume: &[&str], operate: &[&str]) -> Prin
             consume: v(consume),
             operate: v(operate),
         },
-        principals: Vec::new(),
+        ..AuthConfig::default()
     };
     Authority::from_config(&config).unwrap().anonymous()
 }
@@ -391,27 +445,39 @@ mod tests {
                 consume: vec!["*".into()],
                 ..PrincipalConfig::default()
             }],
+            ..AuthConfig::default()
         };
         Authority::from_config(&config).unwrap()
     }
 
-    #[test]
-    fn credentials_identify_their_principal() {
-        let a = authority();
-        assert_eq!(a.password("agent", b"pw").unwrap().name(), "agent");
-        assert!(a.password("agent", b"tok").is_none());
-        assert!(a.password("nobody", b"pw").is_none());
-        assert_eq!(a.token(b"tok").unwrap().name(), "agent");
-        assert!(a.token(b"pw").is_none());
-        assert!(a.username_password("agent", b"tok").is_some());
-        assert!(a.username_password("agent", b"pw").is_some());
-        assert!(a.username_password("agent", b"x").is_none());
+    async fn name(a: &Authority, c: Credentials<'_>) -> Result<String, Refused> {
+        a.verify(None, c).await.map(|p| p.name().to_owned())
     }
 
-    #[test]
-    fn grants_apply_per_thing_and_access() {
+    #[tokio::test]
+    async fn credentials_identify_their_principal() {
         let a = authority();
-        let agent = a.password("agent", b"pw").unwrap();
+        let basic = |name, password| Credentials::Password { name, password };
+        let mqtt = |name, secret| Credentials::NameAndSecret { name, secret };
+        let invalid = Err(Refused::Invalid);
+        assert_eq!(name(&a, basic("agent", b"pw")).await.unwrap(), "agent");
+        assert_eq!(name(&a, basic("agent", b"tok")).await, invalid);
+        assert_eq!(name(&a, basic("nobody", b"pw")).await, invalid);
+        assert_eq!(name(&a, Credentials::Token(b"tok")).await.unwrap(), "agent");
+        assert_eq!(name(&a, Credentials::Token(b"pw")).await, invalid);
+        assert!(name(&a, mqtt("agent", b"tok")).await.is_ok());
+        assert!(name(&a, mqtt("agent", b"pw")).await.is_ok());
+        assert_eq!(name(&a, mqtt("agent", b"x")).await, invalid);
+    }
+
+    #[tokio::test]
+    async fn grants_apply_per_thing_and_access() {
+        let a = authority();
+        let basic = Credentials::Password {
+            name: "agent",
+            password: b"pw",
+        };
+        let agent = a.verify(None, basic).await.unwrap();
         assert!(agent.may(Access::Host, "urn:weather"));
         assert!(!agent.may(Access::Host, "urn:weather2"));
         assert!(agent.may(Access::Consume, "urn:anything"));

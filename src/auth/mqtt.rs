@@ -15,8 +15,13 @@
 //! A wildcard in the Thing's level needs the access for every Thing (`*`).
 //! Topics outside the prefix are not LMOS's business and are left alone.
 
-use super::{Access, Authority, Principal};
-use crate::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session};
+use std::net::SocketAddr;
+
+use tracing::info;
+
+use super::verifier::Quiet;
+use super::{Access, Authority, Credentials, Principal, Refused};
+use crate::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session, Verdict};
 use crate::telemetry::metrics::{Metrics, MQTT};
 use crate::topics::{
     unescape, Topics, ACTIONS, AGENT, EVENTS, PROPERTIES, REPLIES, REQUESTS, STATUS, TD, VALUES,
@@ -187,6 +192,8 @@ pub struct MqttPolicy {
     /// `mqtt.authentication`: every CONNECT must name a principal.
     required: bool,
     metrics: Metrics,
+    /// CONNECTs without credentials, logged once a minute.
+    anonymous_refused: Quiet,
 }
 
 impl MqttPolicy {
@@ -196,6 +203,35 @@ impl MqttPolicy {
             topics,
             required,
             metrics,
+            anonymous_refused: Quiet::default(),
+        }
+    }
+
+    async fn principal(
+        &self,
+        peer: SocketAddr,
+        username: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> Result<Principal, Refusal> {
+        match (username, password) {
+            // With no principals configured there is no one to be: clients
+            // that send credentials out of habit stay anonymous.
+            (Some(name), Some(secret)) if !name.is_empty() && !self.authority.is_empty() => {
+                let credentials = Credentials::NameAndSecret { name, secret };
+                let verified = self.authority.verify(Some(peer.ip()), credentials).await;
+                verified.map_err(|refused| match refused {
+                    Refused::Invalid => Refusal::BadCredentials,
+                    Refused::Busy => Refusal::Busy,
+                    Refused::Throttled(_) => Refusal::Throttled,
+                })
+            }
+            _ if self.required => {
+                if let Some(more) = self.anonymous_refused.due(tokio::time::Instant::now()) {
+                    info!(%peer, more, "Refused an MQTT connection without credentials (mqtt.authentication); more within a minute are counted, not logged.");
+                }
+                Err(Refusal::NotAuthorized)
+            }
+            _ => Ok(self.authority.anonymous()),
         }
     }
 }
@@ -252,27 +288,21 @@ impl Policy for MqttPolicy {
     /// Credentials sent are checked even where none are required: a client
     /// that names itself and gives the wrong password is refused, not
     /// quietly made anonymous.
-    fn connect(
-        &self,
-        _client_id: &str,
-        username: Option<&str>,
-        password: Option<&[u8]>,
-    ) -> Result<Box<dyn Session>, Refusal> {
-        let principal = match (username, password) {
-            // With no principals configured there is no one to be: clients
-            // that send credentials out of habit stay anonymous.
-            (Some(name), Some(secret)) if !name.is_empty() && !self.authority.is_empty() => self
-                .authority
-                .username_password(name, secret)
-                .ok_or(Refusal::BadCredentials)?,
-            _ if self.required => return Err(Refusal::NotAuthorized),
-            _ => self.authority.anonymous(),
-        };
-        Ok(Box::new(MqttSession {
-            principal,
-            topics: self.topics.clone(),
-            metrics: self.metrics.clone(),
-        }))
+    fn connect<'a>(
+        &'a self,
+        peer: SocketAddr,
+        _client_id: &'a str,
+        username: Option<&'a str>,
+        password: Option<&'a [u8]>,
+    ) -> Verdict<'a> {
+        Box::pin(async move {
+            let principal = self.principal(peer, username, password).await?;
+            Ok(Box::new(MqttSession {
+                principal,
+                topics: self.topics.clone(),
+                metrics: self.metrics.clone(),
+            }) as Box<dyn Session>)
+        })
     }
 
     /// An LMOS message on a Thing's topic names that Thing: a principal
@@ -291,6 +321,8 @@ impl Policy for MqttPolicy {
             GuardEvent::Refused(Refusal::NotAuthorized) => {
                 self.metrics.auth_failure(MQTT, "missing")
             }
+            GuardEvent::Refused(Refusal::Busy) => self.metrics.auth_failure(MQTT, "busy"),
+            GuardEvent::Refused(Refusal::Throttled) => self.metrics.auth_failure(MQTT, "throttled"),
             GuardEvent::Limit(limit) => self.metrics.limit_hit(
                 MQTT,
                 match limit {

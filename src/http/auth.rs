@@ -1,14 +1,16 @@
 //! Who is calling: the `Authorization` header checked against the schemes
 //! the HTTP port requires (`http.authentication`).
 
-use axum::extract::FromRequestParts;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use tracing::info;
+use tracing::{debug, info};
 
-use crate::auth::{Access, Authority, Principal};
+use crate::auth::{Access, Authority, Credentials, Principal, Refused};
 use crate::config::HttpScheme;
 use crate::telemetry::metrics::{self, Metrics};
 
@@ -23,9 +25,20 @@ pub struct HttpAuth {
 const REALM: &str = "lmos-sidecar";
 
 impl HttpAuth {
-    /// The caller's principal, or the 401 to answer. Without required
-    /// schemes every caller is the anonymous principal.
+    /// As [`HttpAuth::authenticate_from`], for a caller whose address is
+    /// not known (all such callers share one failure count per name).
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Response> {
+        self.authenticate_from(headers, None).await
+    }
+
+    /// The caller's principal, or the refusal to answer (401, or 429/503
+    /// when the credentials were not even checked). Without required
+    /// schemes every caller is the anonymous principal.
+    pub async fn authenticate_from(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<SocketAddr>,
+    ) -> Result<Principal, Response> {
         if self.schemes.is_empty() {
             return Ok(self.authority.anonymous());
         }
@@ -37,38 +50,67 @@ impl HttpAuth {
             self.metrics.auth_failure(metrics::HTTP, "missing");
             return Err(self.unauthorized("This port requires authentication."));
         };
-        let credentials = credentials.trim().to_owned();
-        let authority = self.authority.clone();
+        let credentials = credentials.trim();
         let wants = |s| self.schemes.contains(&s);
-        let found = if scheme.eq_ignore_ascii_case("basic") && wants(HttpScheme::Basic) {
-            let decoded = base64::engine::general_purpose::STANDARD
+        let decoded;
+        let presented = if scheme.eq_ignore_ascii_case("basic") && wants(HttpScheme::Basic) {
+            decoded = base64::engine::general_purpose::STANDARD
                 .decode(credentials)
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok());
-            match decoded.as_deref().and_then(|d| d.split_once(':')) {
-                // Argon2 is slow by design; keep it off the async threads.
-                Some((name, password)) => {
-                    let (name, password) = (name.to_owned(), password.to_owned());
-                    tokio::task::spawn_blocking(move || {
-                        authority.password(&name, password.as_bytes())
-                    })
-                    .await
-                    .ok()
-                    .flatten()
-                }
-                None => None,
-            }
+            decoded
+                .as_deref()
+                .and_then(|d| d.split_once(':'))
+                .map(|(name, password)| Credentials::Password {
+                    name,
+                    password: password.as_bytes(),
+                })
         } else if scheme.eq_ignore_ascii_case("bearer") && wants(HttpScheme::Bearer) {
-            authority.token(credentials.as_bytes())
+            Some(Credentials::Token(credentials.as_bytes()))
         } else {
             self.metrics.auth_failure(metrics::HTTP, "scheme");
             return Err(self.unauthorized("This port does not accept that authentication scheme."));
         };
-        found.ok_or_else(|| {
+        let Some(presented) = presented else {
             self.metrics.auth_failure(metrics::HTTP, "invalid");
-            info!(scheme, "Refused invalid credentials.");
-            self.unauthorized("The credentials are not valid.")
-        })
+            debug!(scheme, "Refused malformed Basic credentials.");
+            return Err(self.unauthorized("The credentials are not valid."));
+        };
+        let addr = peer.map(|p| p.ip());
+        self.authority
+            .verify(addr, presented)
+            .await
+            .map_err(|refused| self.refused(scheme, refused))
+    }
+
+    /// Counted here; logged by the verifier, once per flood.
+    fn refused(&self, scheme: &str, refused: Refused) -> Response {
+        debug!(scheme, ?refused, "Refused credentials.");
+        let (status, reason, text) = match refused {
+            Refused::Invalid => {
+                self.metrics.auth_failure(metrics::HTTP, "invalid");
+                return self.unauthorized("The credentials are not valid.");
+            }
+            Refused::Busy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "The sidecar is checking too many credentials at once; yours were not checked. Try again shortly.",
+            ),
+            Refused::Throttled(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "throttled",
+                "Too many failed attempts from this address for this name; the credentials were not checked. Try again after the time in Retry-After.",
+            ),
+        };
+        self.metrics.auth_failure(metrics::HTTP, reason);
+        let mut response = (status, format!("{text}\n")).into_response();
+        // Whole seconds, rounded up: a client retrying on time is let in.
+        let wait = refused.retry_after().unwrap_or_default();
+        let seconds = wait.as_millis().div_ceil(1000).max(1);
+        if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        response
     }
 
     fn unauthorized(&self, text: &'static str) -> Response {
@@ -138,7 +180,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             .get::<HttpAuth>()
             .cloned()
             .expect("the router adds HttpAuth to every request");
-        let principal = auth.authenticate(&parts.headers).await?;
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| *peer);
+        let principal = auth.authenticate_from(&parts.headers, peer).await?;
         Ok(Caller { principal, auth })
     }
 }

@@ -73,7 +73,7 @@ pub async fn lmos(
         );
     }
 
-    let principal = match state.auth.authenticate(request.headers()).await {
+    let principal = match state.auth.authenticate_from(request.headers(), Some(peer)).await {
         Ok(p) => p,
         Err(response) => return response,
     };

@@ -105,6 +105,8 @@ struct Inner {
     hosted_things: Gauge,
     history: Family<Labels1, Gauge>,
     auth_failures: Family<Labels2, Counter>,
+    auth_cache: Family<Labels1, Counter>,
+    auth_verifications: Family<Labels1, Counter>,
     denied: Family<Labels2, Counter>,
     limits: Family<Labels2, Counter>,
     quota_largest: Family<Labels1, Gauge>,
@@ -165,6 +167,8 @@ impl Metrics {
         let hosted_things = Gauge::default();
         let history = Family::<Labels1, Gauge>::default();
         let auth_failures = Family::<Labels2, Counter>::default();
+        let auth_cache = Family::<Labels1, Counter>::default();
+        let auth_verifications = Family::<Labels1, Counter>::default();
         let denied = Family::<Labels2, Counter>::default();
         let limits = Family::<Labels2, Counter>::default();
         let quota_largest = Family::<Labels1, Gauge>::default();
@@ -199,8 +203,18 @@ impl Metrics {
         );
         registry.register(
             "auth_failures",
-            "Connections refused for missing or wrong credentials, by transport and reason",
+            "Connections refused for missing or wrong credentials, by transport and reason (missing, invalid, scheme; busy: every password check taken; throttled: too many failures from that address for that name)",
             auth_failures.clone(),
+        );
+        registry.register(
+            "auth_cache",
+            "Credentials looked up in the cache of those that passed, by result (hit, miss)",
+            auth_cache.clone(),
+        );
+        registry.register(
+            "auth_verifications",
+            "Password hash checks by outcome: queued (handed to the verifier threads), busy (refused at once, queue full), throttled (refused without a check after repeated failures)",
+            auth_verifications.clone(),
         );
         registry.register(
             "denied",
@@ -275,6 +289,8 @@ impl Metrics {
             hosted_things,
             history,
             auth_failures,
+            auth_cache,
+            auth_verifications,
             denied,
             limits,
             quota_largest,
@@ -356,10 +372,21 @@ impl Metrics {
         }
     }
 
-    /// `reason`: `missing`, `invalid`.
+    /// `reason`: `missing`, `invalid`, `scheme`, `busy`, `throttled`.
     pub fn auth_failure(&self, transport: &'static str, reason: &'static str) {
         let labels = [("reason", reason), ("transport", transport)];
         self.0.auth_failures.get_or_create(&labels).inc();
+    }
+
+    /// `result`: `hit`, `miss`.
+    pub fn auth_cache(&self, result: &'static str) {
+        self.0.auth_cache.get_or_create(&[("result", result)]).inc();
+    }
+
+    /// `outcome`: `queued`, `busy`, `throttled`.
+    pub fn auth_verification(&self, outcome: &'static str) {
+        let labels = [("outcome", outcome)];
+        self.0.auth_verifications.get_or_create(&labels).inc();
     }
 
     /// `access`: `host`, `consume`, `operate`.

@@ -4,6 +4,8 @@
 //! for. A refusal is answered (a CONNACK saying why, where MQTT has one)
 //! here; what passes goes on to the broker in [`super::connection`].
 
+use std::net::SocketAddr;
+
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::OwnedSemaphorePermit;
@@ -55,6 +57,7 @@ pub(super) fn handshake_timed_out(shared: &Shared) {
 /// (refused, answered where MQTT has an answer, or gone).
 pub(super) async fn admit<'a, R, W>(
     shared: &Shared,
+    peer: SocketAddr,
     deadline: Instant,
     client_rx: &mut R,
     client_tx: &mut W,
@@ -124,17 +127,28 @@ where
         farewell(client_tx, &ack).await;
         return None;
     };
-    let session = match shared
-        .policy
-        .connect(connect.client_id, connect.username, connect.password)
-    {
+    // Checking a password may wait for a verifier thread; the connection
+    // holds its place under mqtt.max_connections meanwhile, so a flood of
+    // CONNECTs is bounded by that too.
+    let verdict =
+        shared
+            .policy
+            .connect(peer, connect.client_id, connect.username, connect.password);
+    let session = tokio::select! {
+        _ = shared.shutdown.cancelled() => return None,
+        verdict = verdict => verdict,
+    };
+    let session = match session {
         Ok(session) => session,
         Err(refusal) => {
-            info!(username = connect.username, reason = ?refusal, "Refused an MQTT connection.");
+            // Logged by the policy, once per flood, not per attempt.
+            debug!(username = connect.username, reason = ?refusal, "Refused an MQTT connection.");
             shared.policy.observe(GuardEvent::Refused(refusal));
             let ack = match refusal {
                 Refusal::BadCredentials => refuse(V4_BAD_CREDENTIALS, BAD_CREDENTIALS),
                 Refusal::NotAuthorized => refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED),
+                Refusal::Busy => refuse(V4_SERVER_UNAVAILABLE, SERVER_BUSY),
+                Refusal::Throttled => refuse(V4_SERVER_UNAVAILABLE, CONNECTION_RATE_EXCEEDED),
             };
             farewell(client_tx, &ack).await;
             return None;

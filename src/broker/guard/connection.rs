@@ -9,6 +9,7 @@
 //! only whole packets and so never splits one of the broker's.
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -153,6 +154,8 @@ pub(super) struct Connection<S> {
     client: S,
     /// The client's TCP socket under `client` (which may be TLS).
     socket: RawFd,
+    /// The client's address, whose failed CONNECTs are counted together.
+    peer: SocketAddr,
     shared: Arc<Shared>,
     /// When a complete CONNECT must have arrived.
     deadline: Instant,
@@ -162,12 +165,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     pub(super) fn new(
         client: S,
         socket: RawFd,
+        peer: SocketAddr,
         shared: Arc<Shared>,
         deadline: Instant,
     ) -> Connection<S> {
         Connection {
             client,
             socket,
+            peer,
             shared,
             deadline,
         }
@@ -177,6 +182,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         let Connection {
             client,
             socket,
+            peer,
             shared,
             deadline,
         } = self;
@@ -184,6 +190,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         let mut inbound = BytesMut::new();
         let Some(admitted) = admission::admit(
             &shared,
+            peer,
             deadline,
             &mut client_rx,
             &mut client_tx,

@@ -55,15 +55,21 @@ use connection::Connection;
 /// top of `mqtt.max_payload_size`.
 pub const PACKET_HEADROOM: usize = 64 * 1024;
 
+/// What [`Policy::connect`] decides, in time: checking a password may
+/// wait for a verifier thread.
+pub type Verdict<'a> = Pin<Box<dyn Future<Output = Result<Box<dyn Session>, Refusal>> + Send + 'a>>;
+
 /// Decides who may connect and, per connection, what it may do.
 pub trait Policy: Send + Sync + 'static {
-    /// At CONNECT. username/password as sent (password raw bytes).
-    fn connect(
-        &self,
-        client_id: &str,
-        username: Option<&str>,
-        password: Option<&[u8]>,
-    ) -> Result<Box<dyn Session>, Refusal>;
+    /// At CONNECT, from `peer`; username/password as sent (password raw
+    /// bytes). Must not block: slow checks belong on other threads.
+    fn connect<'a>(
+        &'a self,
+        peer: SocketAddr,
+        client_id: &'a str,
+        username: Option<&'a str>,
+        password: Option<&'a [u8]>,
+    ) -> Verdict<'a>;
 
     /// Whether a publication's payload may go out on its topic (an LMOS
     /// message must name the Thing whose topic it is on). `Err` says why
@@ -110,6 +116,12 @@ pub enum Refusal {
     BadCredentials,
     /// CONNACK 5 (3.1.1) / 0x87 (5).
     NotAuthorized,
+    /// Credentials not checked, every check being taken: CONNACK 3 "server
+    /// unavailable" (3.1.1) / 0x89 "server busy" (5).
+    Busy,
+    /// Credentials not checked after repeated failures from the client's
+    /// address: CONNACK 3 (3.1.1) / 0x9F "connection rate exceeded" (5).
+    Throttled,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,13 +173,16 @@ impl Session for Anonymous {
 }
 
 impl Policy for AllowAll {
-    fn connect(
-        &self,
-        _client_id: &str,
-        _username: Option<&str>,
-        _password: Option<&[u8]>,
-    ) -> Result<Box<dyn Session>, Refusal> {
-        Ok(Box::new(Anonymous))
+    fn connect<'a>(
+        &'a self,
+        _peer: SocketAddr,
+        _client_id: &'a str,
+        _username: Option<&'a str>,
+        _password: Option<&'a [u8]>,
+    ) -> Verdict<'a> {
+        Box::pin(std::future::ready(Ok(
+            Box::new(Anonymous) as Box<dyn Session>
+        )))
     }
 }
 
@@ -283,7 +298,7 @@ impl Guard {
         let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
         match &self.tls {
             None => {
-                Connection::new(stream, socket, self.shared, deadline)
+                Connection::new(stream, socket, peer, self.shared, deadline)
                     .run()
                     .await
             }
@@ -300,7 +315,8 @@ impl Guard {
                 };
                 match handshake {
                     Ok(Ok(tls)) => {
-                        Box::pin(Connection::new(tls, socket, self.shared, deadline).run()).await
+                        Box::pin(Connection::new(tls, socket, peer, self.shared, deadline).run())
+                            .await
                     }
                     Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed."),
                     Err(_) => admission::handshake_timed_out(&self.shared),
