@@ -708,7 +708,10 @@ impl Config {
                 "gateway.outbound_queue_bytes",
                 self.gateway.outbound_queue_bytes,
             ),
-            ("gateway.max_outbound_bytes", self.gateway.max_outbound_bytes),
+            (
+                "gateway.max_outbound_bytes",
+                self.gateway.max_outbound_bytes,
+            ),
             ("gateway.max_inbound_bytes", self.gateway.max_inbound_bytes),
             (
                 "history.max_bytes_per_thing",

@@ -139,7 +139,8 @@ impl Budget {
         })
     }
 
-    fn now_ms(&self) -> u64 {
+    /// Milliseconds on the budget's own clock (never 0).
+    pub fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64 + 1
     }
 }
@@ -205,12 +206,12 @@ mod tests {
         b.hit();
         assert!(b.status().unwrap().contains("outbound budget full"));
         let text = metrics.render();
-        assert!(text.contains(
-            r#"lmos_sidecar_memory_budget_bytes{budget="outbound",of="used"} 50"#
-        ));
-        assert!(text.contains(
-            r#"lmos_sidecar_memory_budget_bytes{budget="outbound",of="limit"} 100"#
-        ));
+        assert!(
+            text.contains(r#"lmos_sidecar_memory_budget_bytes{budget="outbound",of="used"} 50"#)
+        );
+        assert!(
+            text.contains(r#"lmos_sidecar_memory_budget_bytes{budget="outbound",of="limit"} 100"#)
+        );
         assert!(text.contains(r#"lmos_sidecar_memory_budget_hits_total{budget="outbound"} 2"#));
     }
 }

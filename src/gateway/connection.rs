@@ -154,10 +154,8 @@ where
         }
         let waiting = match why {
             Some(TooSlow::Budget) => {
-                return format!(
-                    "Slow consumer: the sidecar's outbound memory budget (gateway.max_outbound_bytes = {}) is full and this connection had the most waiting; reconnect and subscribe again.",
-                    config.max_outbound_bytes
-                )
+                // A close reason holds at most 123 bytes.
+                return "Slow consumer: outbound memory budget full (gateway.max_outbound_bytes); reconnect and subscribe again.".to_owned();
             }
             Some(TooSlow::Bytes) => format!("{} bytes", config.outbound_queue_bytes),
             _ => format!("{} messages", config.outbound_queue),
@@ -170,7 +168,8 @@ where
         match why {
             Refusal::Budget => (
                 CloseCode::Again,
-                format!("The sidecar's memory budget for messages being received (gateway.max_inbound_bytes = {}) is full and this connection held the most; try again later.", config.max_inbound_bytes),
+                "Inbound memory budget full (gateway.max_inbound_bytes) and this connection held the most; retry later."
+                    .to_owned(),
             ),
             Refusal::Fragmented => {
                 debug!("Closing a connection sending a fragmented message over max_message_size.");

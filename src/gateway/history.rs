@@ -639,7 +639,12 @@ mod tests {
         filled(&mut h, now, 5);
         assert_eq!(h.stats().events, 3);
         assert_eq!(per_thing.get(), 2);
-        let r = h.replay(T, &Anchor::MessageId("m0".into()), &Selector::AllEvents, now);
+        let r = h.replay(
+            T,
+            &Anchor::MessageId("m0".into()),
+            &Selector::AllEvents,
+            now,
+        );
         assert!(r.gap);
         assert_eq!(ids(&r), ["m2", "m3", "m4"]);
         // A second Thing's events push out the oldest of all: T's.
@@ -653,7 +658,12 @@ mod tests {
         assert!(h.stats().bytes <= l.max_bytes);
         assert_eq!(budget.used(), h.stats().bytes);
         assert!(budget.recently_full());
-        let r = h.replay(T, &Anchor::MessageId("m0".into()), &Selector::AllEvents, now);
+        let r = h.replay(
+            T,
+            &Anchor::MessageId("m0".into()),
+            &Selector::AllEvents,
+            now,
+        );
         assert_eq!(ids(&r), ["m3", "m4"]);
         // Gone with its Thing.
         h.leave(T, now);

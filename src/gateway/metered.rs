@@ -261,7 +261,9 @@ impl Scan {
     fn feed(&mut self, mut bytes: &[u8], max: usize) -> Result<(), TooLarge> {
         while !bytes.is_empty() {
             if self.payload_left > 0 {
-                let take = bytes.len().min(usize::try_from(self.payload_left).unwrap_or(usize::MAX));
+                let take = bytes
+                    .len()
+                    .min(usize::try_from(self.payload_left).unwrap_or(usize::MAX));
                 self.payload_left -= take as u64;
                 bytes = &bytes[take..];
                 if self.data {

@@ -111,6 +111,10 @@ pub enum TooSlow {
 #[derive(Debug)]
 pub struct Account {
     queued: AtomicUsize,
+    /// When the connection last took a message off its queue (or was
+    /// opened), on the global budget's clock: the one that has not for the
+    /// longest is the slowest.
+    last_taken: AtomicU64,
     /// A [`TooSlow`] + 1 once found too slow; 0 until then.
     too_slow: AtomicU8,
     global: Arc<Budget>,
@@ -120,6 +124,17 @@ impl Account {
     /// Bytes waiting in the queue.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// The [`Budget::now_ms`] of the last message taken.
+    pub fn last_taken(&self) -> u64 {
+        self.last_taken.load(Ordering::Relaxed)
+    }
+
+    fn taken(&self, bytes: usize) {
+        self.last_taken
+            .store(self.global.now_ms(), Ordering::Relaxed);
+        self.release(bytes);
     }
 
     fn release(&self, bytes: usize) {
@@ -211,6 +226,7 @@ pub fn channel(limits: &QueueLimits) -> (Outbound, Inbox) {
     let dropped = Arc::new(AtomicU64::new(0));
     let account = Arc::new(Account {
         queued: AtomicUsize::new(0),
+        last_taken: AtomicU64::new(limits.global.now_ms()),
         too_slow: AtomicU8::new(0),
         global: limits.global.clone(),
     });
@@ -285,13 +301,13 @@ impl Outbound {
 impl Inbox {
     pub async fn recv(&mut self) -> Option<Frame> {
         let queued = self.rx.recv().await?;
-        self.account.release(queued.bytes);
+        self.account.taken(queued.bytes);
         Some(queued.frame)
     }
 
     pub fn try_recv(&mut self) -> Option<Frame> {
         let queued = self.rx.try_recv().ok()?;
-        self.account.release(queued.bytes);
+        self.account.taken(queued.bytes);
         Some(queued.frame)
     }
 }
@@ -344,7 +360,10 @@ mod tests {
         let l = limits(100, 10, SlowConsumerPolicy::Disconnect);
         let (out, mut inbox) = channel(&l);
         // Larger than the budget, but the queue is empty.
-        assert_eq!(out.offer(String::from("0123456789ab").into()), Offer::Queued);
+        assert_eq!(
+            out.offer(String::from("0123456789ab").into()),
+            Offer::Queued
+        );
         assert_eq!(l.global.used(), 12);
         assert_eq!(out.offer(String::from("c").into()), Offer::Disconnected);
         assert_eq!(inbox.account.too_slow(), Some(TooSlow::Bytes));

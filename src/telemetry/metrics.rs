@@ -394,7 +394,10 @@ impl Metrics {
     /// it) and its counter of hits; its limit is published alongside.
     pub fn budget(&self, budget: &'static str, limit: usize) -> (Gauge, Counter) {
         let limit_gauge = [("budget", budget), ("of", "limit")];
-        self.0.budget_bytes.get_or_create(&limit_gauge).set(limit as i64);
+        self.0
+            .budget_bytes
+            .get_or_create(&limit_gauge)
+            .set(limit as i64);
         let used = self
             .0
             .budget_bytes
@@ -406,7 +409,10 @@ impl Metrics {
     /// The counter of a budget that has no gauge of its own (a per-Thing or
     /// per-connection one).
     pub fn budget_hit_counter(&self, budget: &'static str) -> Counter {
-        self.0.budget_hits.get_or_create(&[("budget", budget)]).clone()
+        self.0
+            .budget_hits
+            .get_or_create(&[("budget", budget)])
+            .clone()
     }
 
     /// The Prometheus text exposition.

@@ -268,23 +268,33 @@ impl Handoff {
         }
     }
 
-    /// `gateway.max_outbound_bytes` is reached: closes the connections with
-    /// the most bytes queued (the slowest consumers) until `bytes` more fit,
-    /// counting what the ones already closing will give back. Closed under
-    /// either `slow_consumer` policy: dropping new messages would free none
-    /// of what is queued.
+    /// `gateway.max_outbound_bytes` is reached: closes the slowest
+    /// consumers (of those with bytes queued, the ones that took nothing off
+    /// their queue for longest; the most queued first among equals) until
+    /// `bytes` more fit, counting what the ones already closing will give
+    /// back. Not the most queued alone: a consumer that reads may hold a
+    /// burst for a moment while the paused ones' first megabytes sit in
+    /// their sockets. Closed under either `slow_consumer` policy: dropping
+    /// new messages would free none of what is queued.
     fn shed(&mut self, bytes: usize) {
         self.doomed
             .retain(|a| Arc::strong_count(a) > 1 && a.queued() > 0);
         let mut leaving: usize = self.doomed.iter().map(|a| a.queued()).sum();
         let limit = self.global.limit();
-        while self.global.used().saturating_sub(leaving).saturating_add(bytes) > limit {
+        while self
+            .global
+            .used()
+            .saturating_sub(leaving)
+            .saturating_add(bytes)
+            > limit
+        {
             let slowest = self
                 .outbounds
                 .iter()
-                .map(|(conn, out)| (*conn, out.account().queued()))
-                .filter(|(_, queued)| *queued > 0)
-                .max_by_key(|(_, queued)| *queued);
+                .map(|(conn, out)| (*conn, out.account()))
+                .filter(|(_, account)| account.queued() > 0)
+                .min_by_key(|(_, a)| (a.last_taken(), std::cmp::Reverse(a.queued())))
+                .map(|(conn, account)| (conn, account.queued()));
             let Some((conn, queued)) = slowest else {
                 break;
             };

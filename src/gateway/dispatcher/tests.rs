@@ -68,7 +68,10 @@ fn rig() -> Rig {
 impl Rig {
     /// A registered connection and its queue.
     fn connect(&mut self, conn: ConnId) -> Inbox {
-        let (outbound, inbox) = channel(&QueueLimits::messages_only(16, SlowConsumerPolicy::Disconnect));
+        let (outbound, inbox) = channel(&QueueLimits::messages_only(
+            16,
+            SlowConsumerPolicy::Disconnect,
+        ));
         self.dispatcher.command(Command::Register {
             conn,
             outbound,
