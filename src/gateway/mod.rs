@@ -288,6 +288,8 @@ impl Gateway {
         }
         let shared = &self.shared;
         let (outbound, inbox) = outbound::channel(&shared.queue_limits);
+        // Drained by the sidecar's own task: nothing slow to close.
+        outbound.account().exempt();
         let conn = self.next_connection();
         let principal_name = principal.name().to_owned();
         let register = Command::Register {

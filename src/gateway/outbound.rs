@@ -7,7 +7,7 @@
 //! `max_outbound_bytes` budget (see [`super::dispatcher`], which closes the
 //! connection with the most queued when it is reached).
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
@@ -117,6 +117,9 @@ pub struct Account {
     last_taken: AtomicU64,
     /// A [`TooSlow`] + 1 once found too slow; 0 until then.
     too_slow: AtomicU8,
+    /// Never closed for the global budget: a queue the sidecar drains
+    /// itself (an HTTP binding consumer's), which nothing could reopen.
+    exempt: AtomicBool,
     global: Arc<Budget>,
 }
 
@@ -124,6 +127,16 @@ impl Account {
     /// Bytes waiting in the queue.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Whether the global budget may close this connection.
+    pub fn sheddable(&self) -> bool {
+        !self.exempt.load(Ordering::Relaxed)
+    }
+
+    /// Keeps the global budget from closing this connection.
+    pub fn exempt(&self) {
+        self.exempt.store(true, Ordering::Relaxed);
     }
 
     /// The [`Budget::now_ms`] of the last message taken.
@@ -228,6 +241,7 @@ pub fn channel(limits: &QueueLimits) -> (Outbound, Inbox) {
         queued: AtomicUsize::new(0),
         last_taken: AtomicU64::new(limits.global.now_ms()),
         too_slow: AtomicU8::new(0),
+        exempt: AtomicBool::new(false),
         global: limits.global.clone(),
     });
     (

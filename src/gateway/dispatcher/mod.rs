@@ -292,7 +292,7 @@ impl Handoff {
                 .outbounds
                 .iter()
                 .map(|(conn, out)| (*conn, out.account()))
-                .filter(|(_, account)| account.queued() > 0)
+                .filter(|(_, account)| account.queued() > 0 && account.sheddable())
                 .min_by_key(|(_, a)| (a.last_taken(), std::cmp::Reverse(a.queued())))
                 .map(|(conn, account)| (conn, account.queued()));
             let Some((conn, queued)) = slowest else {
