@@ -228,6 +228,12 @@ pub struct Outbound {
 /// The connection's side.
 pub struct Inbox {
     rx: mpsc::Receiver<Queued>,
+    /// Bytes taken off the queue and not yet given back: given back once
+    /// per batch (when the connection asks for more, or finds the queue
+    /// empty), not per message. Per message, the shared counters' atomics
+    /// cost a tenth of a 64-consumer fan-out's throughput on two cores.
+    /// Until then they still count, as the connection still holds them.
+    taken: usize,
     pub too_slow: CancellationToken,
     pub dropped: Arc<AtomicU64>,
     pub account: Arc<Account>,
@@ -256,6 +262,7 @@ pub fn channel(limits: &QueueLimits) -> (Outbound, Inbox) {
         },
         Inbox {
             rx,
+            taken: 0,
             too_slow,
             dropped,
             account,
@@ -266,6 +273,11 @@ pub fn channel(limits: &QueueLimits) -> (Outbound, Inbox) {
 impl Outbound {
     pub fn offer(&self, frame: Frame) -> Offer {
         let bytes = frame.wire_len();
+        self.offer_counted(frame, bytes)
+    }
+
+    /// [`Outbound::offer`] of a frame whose `wire_len` is `bytes`.
+    pub fn offer_counted(&self, frame: Frame, bytes: usize) -> Offer {
         let queued = self.account.queued();
         // A message larger than the whole budget still goes to an empty
         // queue: the message size limits bound it.
@@ -313,22 +325,37 @@ impl Outbound {
 }
 
 impl Inbox {
+    /// The next message; what the last batch took is given back first.
     pub async fn recv(&mut self) -> Option<Frame> {
+        self.give_back();
         let queued = self.rx.recv().await?;
-        self.account.taken(queued.bytes);
+        self.taken += queued.bytes;
         Some(queued.frame)
     }
 
+    /// The next message if one is queued; `None` ends a batch.
     pub fn try_recv(&mut self) -> Option<Frame> {
-        let queued = self.rx.try_recv().ok()?;
-        self.account.taken(queued.bytes);
-        Some(queued.frame)
+        match self.rx.try_recv() {
+            Ok(queued) => {
+                self.taken += queued.bytes;
+                Some(queued.frame)
+            }
+            Err(_) => {
+                self.give_back();
+                None
+            }
+        }
+    }
+
+    fn give_back(&mut self) {
+        self.account.taken(std::mem::take(&mut self.taken));
     }
 }
 
 impl Drop for Inbox {
     /// What was still queued no longer counts.
     fn drop(&mut self) {
+        self.give_back();
         self.rx.close();
         while let Ok(queued) = self.rx.try_recv() {
             self.account.release(queued.bytes);
@@ -383,6 +410,9 @@ mod tests {
         assert_eq!(inbox.account.too_slow(), Some(TooSlow::Bytes));
         assert_eq!(l.bytes_hits.get(), 1);
         assert!(inbox.recv().await.is_some());
+        // Given back at the end of the batch.
+        assert_eq!(inbox.account.queued(), 12);
+        assert!(inbox.try_recv().is_none());
         assert_eq!(inbox.account.queued(), 0);
         assert_eq!(out.offer(String::from("de").into()), Offer::Queued);
         assert_eq!(l.global.used(), 2);

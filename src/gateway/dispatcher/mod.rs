@@ -251,10 +251,10 @@ impl Handoff {
             self.shed(bytes);
         }
         let Some(outbound) = self.outbounds.get(&conn) else {
-            // The recipient was the one with the most queued.
+            // The recipient was the slowest.
             return;
         };
-        match outbound.offer(frame) {
+        match outbound.offer_counted(frame, bytes) {
             Offer::Queued => {}
             Offer::Dropped => self.metrics.dropped("slow_consumer"),
             // The connection closes itself and deregisters; stop offering now.
