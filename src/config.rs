@@ -193,6 +193,16 @@ pub struct GatewayConfig {
     /// Messages queued per WebSocket connection before the slow-consumer
     /// policy applies.
     pub outbound_queue: usize,
+    /// Bytes queued per WebSocket connection before the slow-consumer
+    /// policy applies (whichever of this and `outbound_queue` comes first).
+    pub outbound_queue_bytes: usize,
+    /// Bytes queued for all WebSocket connections together; past it the
+    /// connection with the most queued is closed (1013).
+    pub max_outbound_bytes: usize,
+    /// Bytes of WebSocket messages being received or processed, over all
+    /// connections; past it the connection holding the most is closed
+    /// (1013).
+    pub max_inbound_bytes: usize,
     pub slow_consumer: SlowConsumerPolicy,
     /// Subscriptions (events, all events, observed properties) one
     /// WebSocket connection may hold.
@@ -213,6 +223,9 @@ impl Default for GatewayConfig {
         GatewayConfig {
             max_message_size: 1024 * 1024,
             outbound_queue: 1024,
+            outbound_queue_bytes: 16 * 1024 * 1024,
+            max_outbound_bytes: 1024 * 1024 * 1024,
+            max_inbound_bytes: 256 * 1024 * 1024,
             slow_consumer: SlowConsumerPolicy::Disconnect,
             max_subscriptions: 1_000,
             max_pending_requests: 1_000,
@@ -282,6 +295,11 @@ pub struct HistoryConfig {
     /// a Thing after its last WebSocket subscriber left, in ms; 0 turns the
     /// history off.
     pub max_age_ms: u64,
+    /// Bytes of events kept per Thing; past it its oldest are evicted.
+    pub max_bytes_per_thing: usize,
+    /// Bytes of events kept for all Things together; past it the oldest
+    /// events of all are evicted.
+    pub max_bytes: usize,
 }
 
 impl Default for HistoryConfig {
@@ -289,6 +307,8 @@ impl Default for HistoryConfig {
         HistoryConfig {
             events_per_thing: 1_000,
             max_age_ms: 600_000,
+            max_bytes_per_thing: 16 * 1024 * 1024,
+            max_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -754,6 +774,20 @@ impl Config {
         let positive = [
             ("gateway.outbound_queue", self.gateway.outbound_queue),
             ("gateway.max_message_size", self.gateway.max_message_size),
+            (
+                "gateway.outbound_queue_bytes",
+                self.gateway.outbound_queue_bytes,
+            ),
+            (
+                "gateway.max_outbound_bytes",
+                self.gateway.max_outbound_bytes,
+            ),
+            ("gateway.max_inbound_bytes", self.gateway.max_inbound_bytes),
+            (
+                "history.max_bytes_per_thing",
+                self.history.max_bytes_per_thing,
+            ),
+            ("history.max_bytes", self.history.max_bytes),
             ("mqtt.max_payload_size", self.mqtt.max_payload_size),
             ("mqtt.segment_size", self.mqtt.segment_size),
             ("mqtt.segment_count", self.mqtt.segment_count),

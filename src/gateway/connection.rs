@@ -19,7 +19,8 @@ use tracing::{debug, info, warn};
 
 use super::decide::{self, Effect, Peer};
 use super::dispatcher::Command;
-use super::outbound::{Frame, Inbox, Offer, Outbound};
+use super::metered::{Metered, Refusal};
+use super::outbound::{Frame, Inbox, Offer, Outbound, TooSlow};
 use super::subscriptions::ConnId;
 use super::{trace_publication, Client, Shared};
 use crate::auth::Principal;
@@ -39,7 +40,7 @@ pub struct Connection<S> {
     principal: Principal,
     /// Things this connection serves as their agent (`?host=` at handshake).
     hosts: Vec<String>,
-    socket: WebSocketStream<S>,
+    socket: WebSocketStream<Metered<S>>,
     /// Everything this connection sends goes through its queue, in order:
     /// the dispatcher's deliveries and replies and the connection's own
     /// refusals alike (one reply path).
@@ -61,6 +62,8 @@ enum Ending {
     Shutdown,
     TooSlow,
     Idle,
+    /// Its reading was stopped to keep within a memory budget.
+    Inbound(Refusal),
     Failed(WsError),
 }
 
@@ -70,7 +73,7 @@ where
 {
     pub(super) fn new(
         client: Client,
-        socket: WebSocketStream<S>,
+        socket: WebSocketStream<Metered<S>>,
         (outbound, inbox): (Outbound, Inbox),
         shared: Arc<Shared>,
         shutdown: CancellationToken,
@@ -106,19 +109,8 @@ where
         let close = match ending {
             Ending::PeerClosed => None,
             Ending::Shutdown => Some((CloseCode::Away, "Sidecar shutting down.".to_owned())),
-            Ending::TooSlow => {
-                warn!(
-                    queue = self.shared.config.outbound_queue,
-                    "Disconnecting slow consumer."
-                );
-                Some((
-                    CloseCode::Again,
-                    format!(
-                        "Slow consumer: more than {} messages waiting; reconnect and subscribe again.",
-                        self.shared.config.outbound_queue
-                    ),
-                ))
-            }
+            Ending::TooSlow => Some((CloseCode::Again, self.too_slow())),
+            Ending::Inbound(why) => Some(self.inbound_refused(why)),
             Ending::Idle => {
                 let idle = self.shared.config.idle_timeout_ms;
                 self.shared
@@ -148,8 +140,50 @@ where
         debug!("WebSocket connection closed.");
     }
 
+    /// The close reason of a consumer found too slow.
+    fn too_slow(&self) -> String {
+        let config = &self.shared.config;
+        let why = self.inbox.account.too_slow();
+        // The global budget is logged by the budget, once in a while.
+        if why != Some(TooSlow::Budget) {
+            warn!(
+                queue = config.outbound_queue,
+                queue_bytes = config.outbound_queue_bytes,
+                "Disconnecting slow consumer."
+            );
+        }
+        let waiting = match why {
+            Some(TooSlow::Budget) => {
+                // A close reason holds at most 123 bytes.
+                return "Slow consumer: outbound memory budget full (gateway.max_outbound_bytes); reconnect and subscribe again.".to_owned();
+            }
+            Some(TooSlow::Bytes) => format!("{} bytes", config.outbound_queue_bytes),
+            _ => format!("{} messages", config.outbound_queue),
+        };
+        format!("Slow consumer: more than {waiting} waiting; reconnect and subscribe again.")
+    }
+
+    fn inbound_refused(&self, why: Refusal) -> (CloseCode, String) {
+        let config = &self.shared.config;
+        match why {
+            Refusal::Budget => (
+                CloseCode::Again,
+                "Inbound memory budget full (gateway.max_inbound_bytes) and this connection held the most; retry later."
+                    .to_owned(),
+            ),
+            Refusal::Fragmented => {
+                debug!("Closing a connection sending a fragmented message over max_message_size.");
+                (
+                    CloseCode::Size,
+                    format!("Fragmented message larger than gateway.max_message_size ({} bytes); the rest was not read.", config.max_message_size),
+                )
+            }
+        }
+    }
+
     async fn serve(&mut self) -> Ending {
         let too_slow = self.inbox.too_slow.clone();
+        let evicted = self.socket.get_ref().meter().evicted.clone();
         let shutdown = self.shutdown.clone();
         // Pings make a live peer answer; a peer that vanished without a FIN
         // (host down, cable out) answers nothing and is closed.
@@ -168,13 +202,14 @@ where
                 _ = shutdown.cancelled() => {
                     // Deliver what is already queued (e.g. the errors for
                     // requests the shutdown leaves unanswered), briefly.
-                    if let Ok(frame) = self.inbox.rx.try_recv() {
+                    if let Some(frame) = self.inbox.try_recv() {
                         let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.write_batch(frame)).await;
                     }
                     return Ending::Shutdown;
                 }
                 _ = too_slow.cancelled() => return Ending::TooSlow,
-                frame = self.inbox.rx.recv() => {
+                _ = evicted.cancelled() => return self.refused(),
+                frame = self.inbox.recv() => {
                     let Some(frame) = frame else { return Ending::Shutdown };
                     // A consumer that stops reading blocks this write; the
                     // slow-consumer signal and shutdown must still get through.
@@ -189,22 +224,30 @@ where
                 }
                 incoming = self.socket.next() => match incoming {
                     None => return Ending::PeerClosed,
+                    Some(Err(_)) if self.socket.get_ref().meter().refusal().is_some() => return self.refused(),
                     Some(Err(e)) => return Ending::Failed(e),
                     Some(Ok(message)) => {
                         last_heard = tokio::time::Instant::now();
                         self.handle(message).await;
+                        // The message no longer counts in max_inbound_bytes.
+                        self.socket.get_ref().settle();
                     }
                 },
             }
         }
     }
 
+    fn refused(&self) -> Ending {
+        let why = self.socket.get_ref().meter().refusal();
+        Ending::Inbound(why.unwrap_or(Refusal::Budget))
+    }
+
     async fn write_batch(&mut self, first: Frame) -> Result<(), WsError> {
         self.feed(first).await?;
         for _ in 1..WRITE_BATCH {
-            match self.inbox.rx.try_recv() {
-                Ok(frame) => self.feed(frame).await?,
-                Err(_) => break,
+            match self.inbox.try_recv() {
+                Some(frame) => self.feed(frame).await?,
+                None => break,
             }
         }
         self.socket.flush().await

@@ -34,7 +34,7 @@ impl HttpConsumer {
         };
         let waiters = consumer.waiters.clone();
         tokio::spawn(async move {
-            while let Some(frame) = inbox.rx.recv().await {
+            while let Some(frame) = inbox.recv().await {
                 let frame = frame.into_text();
                 let Ok(reply) = serde_json::from_str::<Value>(&frame) else {
                     continue;

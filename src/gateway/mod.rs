@@ -5,6 +5,7 @@
 //! so a thousand consumers of one event cost the broker one subscriber, and
 //! each message is parsed and serialized once however many receive it.
 
+pub mod budget;
 mod connection;
 mod decide;
 mod dispatcher;
@@ -12,6 +13,7 @@ mod foreign;
 pub mod history;
 mod http_consumers;
 mod inbound;
+pub mod metered;
 mod outbound;
 mod published;
 mod requests;
@@ -68,6 +70,11 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     /// The router connection of each principal using the HTTP binding.
     http_consumers: tokio::sync::Mutex<HashMap<String, HttpConsumer>>,
+    /// How each connection's outbound queue is bounded.
+    queue_limits: outbound::QueueLimits,
+    budgets: budget::Budgets,
+    /// What WebSocket messages being received hold (`max_inbound_bytes`).
+    inbound: Arc<metered::InboundBudget>,
 }
 
 impl Shared {
@@ -141,6 +148,19 @@ impl Gateway {
             quotas,
         } = setup;
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
+        let budgets = budget::Budgets::new(&metrics, &config, &history);
+        let queue_limits = outbound::QueueLimits {
+            messages: config.outbound_queue,
+            bytes: config.outbound_queue_bytes,
+            policy: config.slow_consumer,
+            global: budgets.outbound.clone(),
+            bytes_hits: metrics.budget_hit_counter("outbound_per_connection"),
+        };
+        let inbound = Arc::new(metered::InboundBudget::new(
+            budgets.inbound.clone(),
+            config.max_message_size,
+            metrics.budget_hit_counter("inbound_fragmented"),
+        ));
         let router = requests::Requests::new(
             topics.clone(),
             requests.timeout(),
@@ -172,7 +192,10 @@ impl Gateway {
             history: history::HistoryLimits {
                 events_per_thing: history.events_per_thing,
                 max_age: history.max_age(),
+                max_bytes_per_thing: history.max_bytes_per_thing,
+                max_bytes: history.max_bytes,
             },
+            budgets: budgets.clone(),
         };
         let dispatcher = Dispatcher::new(
             bus.clone(),
@@ -194,6 +217,9 @@ impl Gateway {
             dispatcher: commands_tx,
             next_id: AtomicU64::new(1),
             http_consumers: Default::default(),
+            queue_limits,
+            budgets,
+            inbound,
         });
         (Gateway { shared }, dispatcher)
     }
@@ -266,8 +292,9 @@ impl Gateway {
             return c.clone();
         }
         let shared = &self.shared;
-        let (outbound, inbox) =
-            outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
+        let (outbound, inbox) = outbound::channel(&shared.queue_limits);
+        // Drained by the sidecar's own task: nothing slow to close.
+        outbound.account().exempt();
         let conn = self.next_connection();
         let principal_name = principal.name().to_owned();
         let register = Command::Register {
@@ -298,6 +325,19 @@ impl Gateway {
         answer.await.unwrap_or_default()
     }
 
+    /// One line per global memory budget reached in the last seconds (see
+    /// [`budget`]), for `/readyz`.
+    pub fn budget_report(&self) -> Vec<String> {
+        self.shared.budgets.report()
+    }
+
+    /// A WebSocket connection's transport, counted in `max_inbound_bytes`
+    /// and cut when it sends a fragmented message over `max_message_size`
+    /// (see [`metered`]). [`Gateway::serve`] takes only these.
+    pub fn metered<S>(&self, io: S) -> metered::Metered<S> {
+        metered::Metered::new(io, &self.shared.inbound)
+    }
+
     /// tungstenite's own limit sits above `max_message_size` so that a
     /// moderately oversized message gets an LMOS error and the connection
     /// lives on; only far larger ones close it (code 1009).
@@ -320,14 +360,13 @@ impl Gateway {
     pub async fn serve<S>(
         &self,
         client: Client,
-        socket: WebSocketStream<S>,
+        socket: WebSocketStream<metered::Metered<S>>,
         shutdown: CancellationToken,
     ) where
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let shared = self.shared.clone();
-        let (outbound, inbox) =
-            outbound::channel(shared.config.outbound_queue, shared.config.slow_consumer);
+        let (outbound, inbox) = outbound::channel(&shared.queue_limits);
         let conn = client.conn;
         let register = Command::Register {
             conn,

@@ -124,12 +124,22 @@ fn broker_failed(why: &str) -> (StatusCode, String) {
 /// Ready while the embedded broker serves, the gateway's dispatcher answers
 /// and the sidecar is not shutting down. (The broker and the TDs from
 /// `discovery.things` are ready before the HTTP port serves at all.)
+///
+/// A memory budget reached in the last seconds adds a line but keeps the
+/// 200: the sidecar still serves everyone else (the budget closed the
+/// connection holding the most), and a 503 would let whoever fills a
+/// budget take the pod, agent included, out of service at will.
 async fn readyz(State(state): State<HttpState>) -> (StatusCode, String) {
     if let Some(why) = state.broker.failure() {
         return broker_failed(why);
     }
     let (status, text) = ready(&state).await;
-    (status, text.to_owned())
+    let mut text = text.to_owned();
+    for line in state.gateway.budget_report() {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    (status, text)
 }
 
 async fn ready(state: &HttpState) -> (StatusCode, &'static str) {

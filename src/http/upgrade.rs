@@ -118,7 +118,7 @@ pub async fn lmos(
             match on_upgrade.await {
                 Ok(upgraded) => {
                     let socket = WebSocketStream::from_raw_socket(
-                        TokioIo::new(upgraded),
+                        gateway.metered(TokioIo::new(upgraded)),
                         Role::Server,
                         Some(config),
                     )

@@ -112,6 +112,8 @@ struct Inner {
     quota_largest: Family<Labels1, Gauge>,
     directory_bytes: Gauge,
     cluster: Cluster,
+    budget_bytes: Family<Labels2, Gauge>,
+    budget_hits: Family<Labels1, Counter>,
 }
 
 /// The cluster link's gauges, set from its status at each scrape.
@@ -186,6 +188,18 @@ impl Metrics {
         let cluster_connected = Gauge::default();
         let cluster_reconnects = Gauge::default();
         let cluster_jetstream = Family::<Labels1, Gauge>::default();
+        let budget_bytes = Family::<Labels2, Gauge>::default();
+        let budget_hits = Family::<Labels1, Counter>::default();
+        registry.register(
+            "memory_budget_bytes",
+            "Byte budgets of what clients can make the sidecar hold, by budget (outbound, inbound, history) and `of` (used, limit)",
+            budget_bytes.clone(),
+        );
+        registry.register(
+            "memory_budget_hits",
+            "Times a byte budget was reached, by budget: outbound and inbound (a connection closed), outbound_per_connection (slow-consumer policy applied), inbound_fragmented (a fragmented message over max_message_size, connection closed), history and history_per_thing (oldest events evicted)",
+            budget_hits.clone(),
+        );
         registry.register(
             "cluster_jetstream",
             "Native NATS mode with JetStream, counts since start by `what`: events published, messages (stream messages they went in, several events to one under load), acked, pending (published, not yet acked), republished (for want of an ack), received (from the stream into the broker), redelivered, duplicates (dropped as already received); state entries kv_writes, kv_errors; stale_presence (remote agents taken offline)",
@@ -300,6 +314,8 @@ impl Metrics {
                 reconnects: cluster_reconnects,
                 jetstream: cluster_jetstream,
             },
+            budget_bytes,
+            budget_hits,
         }))
     }
 
@@ -431,6 +447,31 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(value as i64);
         }
+    }
+
+    /// A byte budget's gauge of bytes in use (live: the budget counts in
+    /// it) and its counter of hits; its limit is published alongside.
+    pub fn budget(&self, budget: &'static str, limit: usize) -> (Gauge, Counter) {
+        let limit_gauge = [("budget", budget), ("of", "limit")];
+        self.0
+            .budget_bytes
+            .get_or_create(&limit_gauge)
+            .set(limit as i64);
+        let used = self
+            .0
+            .budget_bytes
+            .get_or_create(&[("budget", budget), ("of", "used")])
+            .clone();
+        (used, self.budget_hit_counter(budget))
+    }
+
+    /// The counter of a budget that has no gauge of its own (a per-Thing or
+    /// per-connection one).
+    pub fn budget_hit_counter(&self, budget: &'static str) -> Counter {
+        self.0
+            .budget_hits
+            .get_or_create(&[("budget", budget)])
+            .clone()
     }
 
     /// The Prometheus text exposition.

@@ -182,6 +182,15 @@ impl WsClient {
         }
     }
 
+    /// A client on a connection the test made itself (e.g. a socket with
+    /// a small receive buffer).
+    pub fn from_stream(stream: WsStream) -> WsClient {
+        WsClient {
+            stream,
+            pending: VecDeque::new(),
+        }
+    }
+
     pub async fn connect(url: &str) -> WsClient {
         let (stream, response) = tokio::time::timeout(
             WAIT,

@@ -25,8 +25,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::budget::{Budget, Budgets};
 use super::history::{self, Anchor, History, HistoryLimits, HistoryStats};
-use super::outbound::{Frame, Offer, Outbound, RecipientCopy};
+use super::outbound::{Account, Frame, Offer, Outbound, RecipientCopy, TooSlow};
 use super::published::{self, Expected, LoggedOnce};
 use super::requests::{ClaimError, Consumer, Effect, Requests, RunningInvocation};
 use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
@@ -122,6 +123,7 @@ pub struct Services {
     /// Check what agents publish against their TDs' data schemas.
     pub validate_agent_data: bool,
     pub history: HistoryLimits,
+    pub budgets: Budgets,
 }
 
 /// Per-connection limits the dispatcher enforces, because it owns the state
@@ -218,6 +220,11 @@ pub struct Handoff {
     /// the bus, in order. The bus drains this as it can.
     to_bus: VecDeque<BusCommand>,
     metrics: Metrics,
+    /// `gateway.max_outbound_bytes`, which every queue counts in.
+    global: Arc<Budget>,
+    /// Queues of connections closed for `global` whose bytes are not yet
+    /// given back (their connections are still closing).
+    doomed: Vec<Arc<Account>>,
 }
 
 impl Decisions for Handoff {
@@ -236,10 +243,18 @@ impl Decisions for Handoff {
 
 impl Handoff {
     fn offer(&mut self, conn: ConnId, frame: Frame) {
+        if !self.outbounds.contains_key(&conn) {
+            return;
+        }
+        let bytes = frame.wire_len();
+        if self.global.would_exceed(bytes) {
+            self.shed(bytes);
+        }
         let Some(outbound) = self.outbounds.get(&conn) else {
+            // The recipient was the slowest.
             return;
         };
-        match outbound.offer(frame) {
+        match outbound.offer_counted(frame, bytes) {
             Offer::Queued => {}
             Offer::Dropped => self.metrics.dropped("slow_consumer"),
             // The connection closes itself and deregisters; stop offering now.
@@ -250,6 +265,45 @@ impl Handoff {
             Offer::Closed => {
                 self.outbounds.remove(&conn);
             }
+        }
+    }
+
+    /// `gateway.max_outbound_bytes` is reached: closes the slowest
+    /// consumers (of those with bytes queued, the ones that took nothing off
+    /// their queue for longest; the most queued first among equals) until
+    /// `bytes` more fit, counting what the ones already closing will give
+    /// back. Not the most queued alone: a consumer that reads may hold a
+    /// burst for a moment while the paused ones' first megabytes sit in
+    /// their sockets. Closed under either `slow_consumer` policy: dropping
+    /// new messages would free none of what is queued.
+    fn shed(&mut self, bytes: usize) {
+        self.doomed
+            .retain(|a| Arc::strong_count(a) > 1 && a.queued() > 0);
+        let mut leaving: usize = self.doomed.iter().map(|a| a.queued()).sum();
+        let limit = self.global.limit();
+        while self
+            .global
+            .used()
+            .saturating_sub(leaving)
+            .saturating_add(bytes)
+            > limit
+        {
+            let slowest = self
+                .outbounds
+                .iter()
+                .map(|(conn, out)| (*conn, out.account()))
+                .filter(|(_, account)| account.queued() > 0 && account.sheddable())
+                .min_by_key(|(_, a)| (a.last_taken(), std::cmp::Reverse(a.queued())))
+                .map(|(conn, account)| (conn, account.queued()));
+            let Some((conn, queued)) = slowest else {
+                break;
+            };
+            let out = self.outbounds.remove(&conn).expect("found");
+            out.disconnect(TooSlow::Budget);
+            self.doomed.push(out.account().clone());
+            leaving += queued;
+            self.global.hit();
+            self.metrics.dropped("slow_consumer_disconnected");
         }
     }
 }
@@ -278,14 +332,16 @@ impl<D: Decisions> Core<D> {
             limits,
             validate_agent_data,
             history,
+            budgets,
         } = services;
+        let per_thing = metrics.budget_hit_counter("history_per_thing");
         Core {
             table: Table::with_gauge(
                 metrics.quota_largest(crate::quotas::Quota::Subscriptions.label()),
             ),
             registered: HashSet::new(),
             latest: HashMap::new(),
-            history: History::new(history),
+            history: History::new(history).with_budget(budgets.history, per_thing),
             requests,
             tracer,
             directory,
@@ -367,6 +423,8 @@ impl Dispatcher {
             outbounds: HashMap::new(),
             to_bus: VecDeque::new(),
             metrics: services.metrics.clone(),
+            global: services.budgets.outbound.clone(),
+            doomed: Vec::new(),
         };
         Dispatcher {
             core: Core::new(topics, requests, services, handoff)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::SlowConsumerPolicy;
 use crate::directory::{test_endpoints, Directory};
-use crate::gateway::outbound::{channel, Inbox};
+use crate::gateway::outbound::{channel, Inbox, QueueLimits};
 use crate::telemetry::metrics::Metrics;
 
 const THING: &str = "urn:t";
@@ -43,7 +43,14 @@ fn parts() -> (Bus, Topics, Requests, Services, mpsc::Receiver<BusCommand>) {
         history: HistoryLimits {
             events_per_thing: 0,
             max_age: Duration::ZERO,
+            max_bytes_per_thing: usize::MAX,
+            max_bytes: usize::MAX,
         },
+        budgets: crate::gateway::budget::Budgets::new(
+            &Metrics::default(),
+            &Default::default(),
+            &Default::default(),
+        ),
     };
     let requests = Requests::new(topics.clone(), Duration::from_secs(5), 10);
     (bus_handle, topics, requests, services, bus)
@@ -61,7 +68,10 @@ fn rig() -> Rig {
 impl Rig {
     /// A registered connection and its queue.
     fn connect(&mut self, conn: ConnId) -> Inbox {
-        let (outbound, inbox) = channel(16, SlowConsumerPolicy::Disconnect);
+        let (outbound, inbox) = channel(&QueueLimits::messages_only(
+            16,
+            SlowConsumerPolicy::Disconnect,
+        ));
         self.dispatcher.command(Command::Register {
             conn,
             outbound,
@@ -101,7 +111,7 @@ impl Rig {
 }
 
 fn received(inbox: &mut Inbox) -> Vec<Value> {
-    std::iter::from_fn(|| inbox.rx.try_recv().ok())
+    std::iter::from_fn(|| inbox.try_recv())
         .map(|f| serde_json::from_str(&f.into_text()).unwrap())
         .collect()
 }

@@ -15,11 +15,19 @@
 //! the history trimmed an event later than the time. A time before the
 //! history began is no gap: the Kotlin client sends "now" with every
 //! subscription, which would make each first subscription to a Thing one.
+//!
+//! Besides count and age, bytes bound it: `max_bytes_per_thing` (a Thing's
+//! oldest events go first) and `max_bytes` over all Things (the oldest
+//! events of all go first, whichever Thing they belong to), so large events
+//! over many Things cannot take the memory (issue 30).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
+
+use super::budget::Budget;
 use super::subscriptions::Selector;
 use crate::lmos::splice::Prepared;
 
@@ -28,6 +36,8 @@ use crate::lmos::splice::Prepared;
 pub struct HistoryLimits {
     pub events_per_thing: usize,
     pub max_age: Duration,
+    pub max_bytes_per_thing: usize,
+    pub max_bytes: usize,
 }
 
 impl HistoryLimits {
@@ -59,6 +69,8 @@ pub struct Replay {
 
 #[derive(Debug)]
 struct Entry {
+    /// Its place in the order of all Things' events.
+    seq: u64,
     event: Arc<str>,
     /// The event's `timestamp` (else when it arrived), µs since the epoch.
     time: i64,
@@ -77,18 +89,38 @@ struct ThingHistory {
     linger_until: Option<Instant>,
 }
 
+/// What a trim took away.
+#[derive(Debug, Default)]
+struct Trimmed {
+    bytes: usize,
+    /// Events evicted for the Thing's byte budget.
+    for_bytes: u64,
+}
+
 impl ThingHistory {
-    fn trim(&mut self, limits: &HistoryLimits, now: Instant) {
+    fn trim(&mut self, limits: &HistoryLimits, now: Instant) -> Trimmed {
+        let mut trimmed = Trimmed::default();
         while let Some(front) = self.entries.front() {
             let too_many = self.entries.len() > limits.events_per_thing;
             let too_old = now.saturating_duration_since(front.received) >= limits.max_age;
-            if !(too_many || too_old) {
+            let too_big = self.bytes > limits.max_bytes_per_thing;
+            if !(too_many || too_old || too_big) {
                 break;
             }
-            let gone = self.entries.pop_front().expect("checked");
-            self.complete_since = self.complete_since.max(gone.time);
-            self.bytes -= gone.bytes;
+            trimmed.for_bytes += u64::from(too_big && !too_many && !too_old);
+            trimmed.bytes += self.pop_front();
         }
+        trimmed
+    }
+
+    /// Drops the oldest event; its bytes.
+    fn pop_front(&mut self) -> usize {
+        let Some(gone) = self.entries.pop_front() else {
+            return 0;
+        };
+        self.complete_since = self.complete_since.max(gone.time);
+        self.bytes -= gone.bytes;
+        gone.bytes
     }
 }
 
@@ -114,7 +146,18 @@ pub struct HistoryStats {
 #[derive(Debug)]
 pub struct History {
     limits: HistoryLimits,
-    things: HashMap<String, ThingHistory>,
+    things: HashMap<Arc<str>, ThingHistory>,
+    /// Every event held, oldest first, by Thing: what `max_bytes` evicts
+    /// first. Entries of events already trimmed are skipped, and swept out
+    /// when they outnumber the events held.
+    order: VecDeque<(u64, Arc<str>)>,
+    next_seq: u64,
+    /// Bytes of all Things' entries.
+    bytes: usize,
+    /// `max_bytes`, counted in `/metrics` and reported by `/readyz`.
+    budget: Option<Arc<Budget>>,
+    /// Evictions for `max_bytes_per_thing`.
+    per_thing_hits: Option<Counter>,
     /// Lingering Things in the order their time runs out (`max_age` is the
     /// same for all); entries whose Thing came back are skipped.
     expiries: VecDeque<(Instant, String)>,
@@ -125,8 +168,68 @@ impl History {
         History {
             limits,
             things: HashMap::new(),
+            order: VecDeque::new(),
+            next_seq: 0,
+            bytes: 0,
+            budget: None,
+            per_thing_hits: None,
             expiries: VecDeque::new(),
         }
+    }
+
+    /// Counts its bytes in `budget` (whose limit is `max_bytes`) and its
+    /// per-Thing evictions in `per_thing_hits`.
+    pub fn with_budget(mut self, budget: Arc<Budget>, per_thing_hits: Counter) -> History {
+        self.budget = Some(budget);
+        self.per_thing_hits = Some(per_thing_hits);
+        self
+    }
+
+    /// Accounts for what a trim of one Thing took away.
+    fn trimmed(&mut self, trimmed: Trimmed) {
+        self.bytes -= trimmed.bytes;
+        if trimmed.for_bytes > 0 {
+            if let Some(c) = &self.per_thing_hits {
+                c.inc_by(trimmed.for_bytes);
+            }
+        }
+    }
+
+    /// Evicts the oldest events of all Things while they hold more than
+    /// `max_bytes`.
+    fn evict_over_budget(&mut self) {
+        let mut evicted = false;
+        while self.bytes > self.limits.max_bytes {
+            let Some((seq, thing)) = self.order.pop_front() else {
+                break;
+            };
+            let Some(h) = self.things.get_mut(&thing) else {
+                continue;
+            };
+            if h.entries.front().is_some_and(|e| e.seq == seq) {
+                self.bytes -= h.pop_front();
+                evicted = true;
+            }
+        }
+        if self.order.len() > 2 * self.events().max(64) {
+            let things = &self.things;
+            self.order.retain(|(seq, thing)| {
+                things
+                    .get(thing)
+                    .and_then(|h| h.entries.front())
+                    .is_some_and(|front| front.seq <= *seq)
+            });
+        }
+        if let Some(b) = &self.budget {
+            b.set(self.bytes);
+            if evicted {
+                b.hit();
+            }
+        }
+    }
+
+    fn events(&self) -> usize {
+        self.things.values().map(|h| h.entries.len()).sum()
     }
 
     pub fn is_on(&self) -> bool {
@@ -145,7 +248,7 @@ impl History {
             return false;
         }
         self.things.insert(
-            thing.to_owned(),
+            thing.into(),
             ThingHistory {
                 entries: VecDeque::new(),
                 complete_since: i64::MIN,
@@ -184,9 +287,11 @@ impl History {
         wall_micros: i64,
     ) {
         let limits = self.limits;
-        let Some(h) = self.things.get_mut(thing) else {
+        let seq = self.next_seq;
+        let Some(key) = self.things.get_key_value(thing).map(|(k, _)| k.clone()) else {
             return;
         };
+        let h = self.things.get_mut(thing).expect("checked");
         let time = prepared
             .timestamp
             .as_deref()
@@ -194,6 +299,7 @@ impl History {
             .unwrap_or(wall_micros);
         let bytes = entry_bytes(event, &prepared);
         h.entries.push_back(Entry {
+            seq,
             event: event.into(),
             time,
             received: now,
@@ -201,7 +307,12 @@ impl History {
             bytes,
         });
         h.bytes += bytes;
-        h.trim(&limits, now);
+        let trimmed = h.trim(&limits, now);
+        self.order.push_back((seq, key));
+        self.next_seq += 1;
+        self.bytes += bytes;
+        self.trimmed(trimmed);
+        self.evict_over_budget();
     }
 
     /// The events after `anchor` that `selector` wants. A Thing without a
@@ -221,7 +332,8 @@ impl History {
                 events: Vec::new(),
             };
         };
-        h.trim(&limits, now);
+        let trimmed = h.trim(&limits, now);
+        let h = &*h;
         let (gap, start) = match anchor {
             Anchor::MessageId(id) => {
                 let found = h
@@ -250,6 +362,7 @@ impl History {
             .filter(wanted)
             .map(|e| (e.event.clone(), e.prepared.clone()))
             .collect();
+        self.trimmed(trimmed);
         Replay { gap, events }
     }
 
@@ -269,12 +382,17 @@ impl History {
             let (until, thing) = self.expiries.pop_front().expect("checked");
             if self
                 .things
-                .get(&thing)
+                .get(thing.as_str())
                 .is_some_and(|h| h.linger_until == Some(until))
             {
-                self.things.remove(&thing);
+                if let Some(h) = self.things.remove(thing.as_str()) {
+                    self.bytes -= h.bytes;
+                }
                 gone.push(thing);
             }
+        }
+        if let Some(b) = &self.budget {
+            b.set(self.bytes);
         }
         gone
     }
@@ -282,8 +400,8 @@ impl History {
     pub fn stats(&self) -> HistoryStats {
         HistoryStats {
             things: self.things.len(),
-            events: self.things.values().map(|h| h.entries.len()).sum(),
-            bytes: self.things.values().map(|h| h.bytes).sum(),
+            events: self.events(),
+            bytes: self.bytes,
         }
     }
 }
@@ -310,203 +428,4 @@ pub fn wall_micros() -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{json, Value};
-
-    const T: &str = "urn:t";
-
-    fn limits(events: usize, age_s: u64) -> HistoryLimits {
-        HistoryLimits {
-            events_per_thing: events,
-            max_age: Duration::from_secs(age_s),
-        }
-    }
-
-    /// An event `id` named `name` stamped `second` seconds after 2025-01-20T19:00:00Z.
-    fn event(name: &str, id: &str, second: u32) -> Arc<Prepared> {
-        let v = json!({"thingID": T, "messageID": id, "messageType": "event", "event": name, "data": 1, "timestamp": format!("2025-01-20T19:00:{second:02}Z")});
-        Arc::new(Prepared::from_payload(v.to_string().as_bytes(), T).unwrap())
-    }
-
-    const BASE: i64 = 1_737_399_600_000_000;
-
-    fn ids(r: &Replay) -> Vec<String> {
-        r.events
-            .iter()
-            .map(|(_, p)| p.message_id.clone().unwrap())
-            .collect()
-    }
-
-    fn filled(h: &mut History, now: Instant, n: u32) {
-        for i in 0..n {
-            h.record(T, "e", event("e", &format!("m{i}"), i), now, 0);
-        }
-    }
-
-    #[test]
-    fn resumes_after_the_last_seen_message_id() {
-        let now = Instant::now();
-        let mut h = History::new(limits(10, 60));
-        assert!(h.follow(T));
-        filled(&mut h, now, 5);
-        let r = h.replay(
-            T,
-            &Anchor::MessageId("m1".into()),
-            &Selector::AllEvents,
-            now,
-        );
-        assert!(!r.gap);
-        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
-        let r = h.replay(
-            T,
-            &Anchor::MessageId("m4".into()),
-            &Selector::AllEvents,
-            now,
-        );
-        assert!(!r.gap && r.events.is_empty());
-    }
-
-    #[test]
-    fn an_unknown_or_trimmed_id_is_a_gap_followed_by_all_that_is_kept() {
-        let now = Instant::now();
-        let mut h = History::new(limits(3, 60));
-        h.follow(T);
-        filled(&mut h, now, 5);
-        let r = h.replay(
-            T,
-            &Anchor::MessageId("m0".into()),
-            &Selector::AllEvents,
-            now,
-        );
-        assert!(r.gap);
-        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
-        let r = h.replay(
-            "urn:never",
-            &Anchor::MessageId("m0".into()),
-            &Selector::AllEvents,
-            now,
-        );
-        assert!(r.gap && r.events.is_empty());
-    }
-
-    #[test]
-    fn a_named_subscription_gets_only_its_event() {
-        let now = Instant::now();
-        let mut h = History::new(limits(10, 60));
-        h.follow(T);
-        h.record(T, "a", event("a", "m0", 0), now, 0);
-        h.record(T, "b", event("b", "m1", 1), now, 0);
-        h.record(T, "a", event("a", "m2", 2), now, 0);
-        let r = h.replay(
-            T,
-            &Anchor::MessageId("m0".into()),
-            &Selector::Event("a".into()),
-            now,
-        );
-        assert_eq!(ids(&r), ["m2"]);
-        assert_eq!(&*r.events[0].0, "a");
-    }
-
-    #[test]
-    fn resumes_by_time_and_says_when_the_time_is_before_what_is_covered() {
-        let now = Instant::now();
-        let mut h = History::new(limits(3, 60));
-        h.follow(T);
-        filled(&mut h, now, 3);
-        let r = h.replay(T, &Anchor::Time(BASE), &Selector::AllEvents, now);
-        assert!(!r.gap);
-        assert_eq!(ids(&r), ["m1", "m2"]);
-        // Before the history began: all it has, and no gap claimed.
-        let r = h.replay(T, &Anchor::Time(BASE - 5), &Selector::AllEvents, now);
-        assert!(!r.gap);
-        assert_eq!(ids(&r), ["m0", "m1", "m2"]);
-        // m0 and m1 trimmed: from m0's time on there is a hole.
-        h.record(T, "e", event("e", "m3", 3), now, 0);
-        h.record(T, "e", event("e", "m4", 4), now, 0);
-        let r = h.replay(T, &Anchor::Time(BASE), &Selector::AllEvents, now);
-        assert!(r.gap);
-        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
-        let r = h.replay(
-            T,
-            &Anchor::Time(BASE + 1_000_000),
-            &Selector::AllEvents,
-            now,
-        );
-        assert!(!r.gap);
-        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
-    }
-
-    #[test]
-    fn old_events_are_trimmed_by_age() {
-        let t0 = Instant::now();
-        let mut h = History::new(limits(10, 60));
-        h.follow(T);
-        filled(&mut h, t0, 2);
-        h.record(T, "e", event("e", "m2", 2), t0 + Duration::from_secs(30), 0);
-        let later = t0 + Duration::from_secs(61);
-        let r = h.replay(
-            T,
-            &Anchor::MessageId("m1".into()),
-            &Selector::AllEvents,
-            later,
-        );
-        assert!(r.gap);
-        assert_eq!(ids(&r), ["m2"]);
-        assert_eq!(h.stats().events, 1);
-    }
-
-    #[test]
-    fn a_thing_lingers_for_max_age_after_its_last_subscriber() {
-        let t0 = Instant::now();
-        let mut h = History::new(limits(10, 60));
-        assert!(h.follow(T));
-        assert!(!h.leave(T, t0));
-        assert!(h.holds(T));
-        assert_eq!(h.next_expiry(), Some(t0 + Duration::from_secs(60)));
-        // Back within the minute: no new bus subscription, and the old
-        // expiry no longer counts.
-        assert!(!h.follow(T));
-        assert!(h.expire(t0 + Duration::from_secs(61)).is_empty());
-        assert!(h.holds(T));
-        assert!(!h.leave(T, t0 + Duration::from_secs(70)));
-        assert!(h.expire(t0 + Duration::from_secs(129)).is_empty());
-        assert_eq!(h.expire(t0 + Duration::from_secs(130)), [T]);
-        assert!(!h.holds(T));
-        assert_eq!(h.next_expiry(), None);
-    }
-
-    #[test]
-    fn off_means_no_history_and_no_lingering() {
-        let mut h = History::new(limits(0, 60));
-        assert!(!h.is_on());
-        assert!(h.follow(T));
-        assert!(!h.holds(T));
-        assert!(h.leave(T, Instant::now()));
-    }
-
-    #[test]
-    fn memory_is_counted_and_given_back() {
-        let now = Instant::now();
-        let mut h = History::new(limits(2, 60));
-        h.follow(T);
-        filled(&mut h, now, 1);
-        let one = h.stats().bytes;
-        assert!(one > 200, "{one}");
-        filled(&mut h, now, 5);
-        assert_eq!(h.stats().events, 2);
-        assert!(h.stats().bytes < 3 * one);
-    }
-
-    #[test]
-    fn times_convert_to_the_microsecond() {
-        assert_eq!(micros_of_rfc3339("2025-01-20T19:00:00Z"), Some(BASE));
-        assert_eq!(
-            micros_of_rfc3339("2025-01-20T20:00:00.0000015+01:00[Europe/Paris]"),
-            Some(BASE + 2)
-        );
-        let v: Value = serde_json::from_str("1737399600.123456789").unwrap();
-        assert_eq!(micros_of_seconds(v.as_f64().unwrap()), Some(BASE + 123_457));
-        assert_eq!(micros_of_seconds(f64::NAN), None);
-    }
-}
+mod tests;
