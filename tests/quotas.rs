@@ -304,6 +304,21 @@ async fn bob_s_thing_descriptions_are_counted_and_alice_registers_hers() {
         "{problem}"
     );
 
+    // The same quota for the TD one of Bob's agents sends over WebSocket.
+    let mut agent = ws_as(&sidecar, BOB, Some("urn:bob:td:9")).await;
+    let text: Value = serde_json::from_slice(&td("urn:bob:td:9", 0)).unwrap();
+    agent.send(text).await;
+    let error = agent.recv().await;
+    assert_eq!(error["messageType"], "error", "{error}");
+    assert_eq!(error["status"], "429", "{error}");
+    assert!(
+        error["detail"]
+            .as_str()
+            .unwrap()
+            .contains("(quotas.things)"),
+        "{error}"
+    );
+
     // Alice has her own share, and her own byte quota: one large TD fits,
     // a second does not.
     let large = |id: &str| td(id, 60_000);
@@ -393,9 +408,20 @@ async fn the_directory_has_a_largest_td_and_a_total() {
         .as_str()
         .unwrap()
         .contains("discovery.max_total_td_bytes"));
+    let ready = http(sidecar.http, "GET", "/readyz", None, b"").await;
+    assert_eq!(ready.status, 200);
+    assert!(
+        ready
+            .body
+            .contains("directory full (discovery.max_total_td_bytes)"),
+        "{}",
+        ready.body
+    );
     // Shrinking one is allowed, and then there is room.
     assert_eq!(put("urn:a", 0).await.status, 204);
     assert_eq!(put("urn:c", 60_000).await.status, 201);
+    let ready = http(sidecar.http, "GET", "/readyz", None, b"").await;
+    assert!(!ready.body.contains("directory full"), "{}", ready.body);
     let listed = http(sidecar.http, "GET", "/things", None, b"").await.json();
     assert_eq!(listed.as_array().unwrap().len(), 3);
     // With no principals, `anonymous` is everyone: `quotas.things` (1)

@@ -341,13 +341,16 @@ where
     }
 
     /// A hosting agent's Thing Description: registered as by `PUT
-    /// /things/{id}`. Errors go back as LMOS `error`s; success is quiet.
+    /// /things/{id}`, on its principal's quota. Errors go back as LMOS
+    /// `error`s (413 too large, 429 a quota or a full directory); success
+    /// is quiet.
     async fn register_td(&mut self, id: &str, text: &str) {
+        let owner = Some(self.principal.name());
         let result = self
             .shared
             .directory
             .directory()
-            .put(Some(id), text.as_bytes());
+            .put_as(owner, Some(id), text.as_bytes());
         match result {
             Ok((registered, td)) => {
                 self.shared
@@ -356,7 +359,7 @@ where
                     .await;
             }
             Err(e) => {
-                let problem = Problem::new(ProblemKind::InvalidData, e.to_string());
+                let problem = Problem::new(e.problem_kind(), e.to_string());
                 self.reply(problem, Some(id), None);
             }
         }

@@ -139,6 +139,12 @@ async fn readyz(State(state): State<HttpState>) -> (StatusCode, String) {
         text.push_str(&line);
         text.push('\n');
     }
+    let (td_bytes, directory_full) = state.directory.directory().bytes();
+    if directory_full {
+        text.push_str(&format!(
+            "directory full (discovery.max_total_td_bytes): {td_bytes} bytes of Thing Descriptions; new ones are refused with 507 until some are deleted\n"
+        ));
+    }
     (status, text)
 }
 

@@ -73,7 +73,11 @@ pub async fn lmos(
         );
     }
 
-    let principal = match state.auth.authenticate_from(request.headers(), Some(peer)).await {
+    let principal = match state
+        .auth
+        .authenticate_from(request.headers(), Some(peer))
+        .await
+    {
         Ok(p) => p,
         Err(response) => return response,
     };
