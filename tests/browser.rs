@@ -24,27 +24,14 @@ use lmos_testkit as common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{lmos, test_config, urlencode, TestSidecar, WsClient};
+use common::{http_limit_hits, lmos, start_with_lamp, test_config, urlencode, LAMP};
 use lmos_testkit::webdriver::{browser_available, start_driver, Browser};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-const THING: &str = "urn:test:lamp";
+const THING: &str = LAMP;
 const OFFLINE: &str = "urn:test:offline";
-
-fn td() -> Value {
-    json!({
-        "@context": ["https://www.w3.org/2022/wot/td/v1.1", {"lmos": "https://eclipse.dev/lmos/protocol/v1"}],
-        "@type": "lmos:Agent",
-        "id": THING,
-        "title": "Lamp",
-        "securityDefinitions": {"nosec_sc": {"scheme": "nosec"}},
-        "security": "nosec_sc",
-        "properties": {"mode": {"type": "string", "forms": [{"href": "https://lamp.example/mode"}]}},
-        "actions": {"go": {"synchronous": true, "forms": [{"href": "https://lamp.example/go"}]}}
-    })
-}
 
 /// What the pages run: `attack(base)` tries everything against the
 /// sidecar at `base` and leaves each outcome in `window.outcome`.
@@ -124,15 +111,6 @@ async fn serve_other_origin() -> SocketAddr {
     addr
 }
 
-async fn limit_hits(addr: SocketAddr, limit: &str) -> u64 {
-    let metrics = common::http(addr, "GET", "/metrics", None, b"").await.body;
-    let prefix = format!(r#"lmos_sidecar_limit_hits_total{{limit="{limit}",transport="http"}} "#);
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |v| v.parse().unwrap())
-}
-
 /// Runs `attack` in the page and waits for its outcome.
 async fn attack(browser: &Browser, base: &str) -> Value {
     browser
@@ -150,28 +128,13 @@ async fn attack(browser: &Browser, base: &str) -> Value {
     serde_json::from_str(outcome.as_str().unwrap()).unwrap()
 }
 
-async fn start() -> (TestSidecar, WsClient) {
-    let sidecar = TestSidecar::start_with(test_config()).await;
-    let put = common::http(
-        sidecar.http,
-        "PUT",
-        &format!("/things/{THING}"),
-        Some("application/td+json"),
-        td().to_string().as_bytes(),
-    )
-    .await;
-    assert_eq!(put.status, 201, "{put:?}");
-    let agent = sidecar.ws_agent(THING).await;
-    (sidecar, agent)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_of_other_origins_and_rebound_names_cannot_drive_the_agent() {
     if !browser_available() {
         return;
     }
     let started = Instant::now();
-    let (sidecar, mut agent) = start().await;
+    let (sidecar, mut agent) = start_with_lamp(test_config()).await;
     let s = sidecar.http;
     let sidecar_base = format!("http://{s}");
     let other = serve_other_origin().await;
@@ -192,7 +155,7 @@ async fn pages_of_other_origins_and_rebound_names_cannot_drive_the_agent() {
     assert_eq!(outcome, expected);
     // The sidecar received and refused the WebSockets, the text POSTs and
     // the form; the browser itself stopped the preflighted ones.
-    assert_eq!(limit_hits(s, "allowed_origins").await, 5);
+    assert_eq!(http_limit_hits(s, "allowed_origins").await, 5);
     agent.assert_nothing_pending().await;
     let things = common::http(s, "GET", "/things", None, b"").await.json();
     assert_eq!(things.as_array().unwrap().len(), 1, "{things}");
@@ -224,7 +187,7 @@ async fn pages_of_other_origins_and_rebound_names_cannot_drive_the_agent() {
         assert_eq!(outcome[attempt], "status 421", "{attempt}: {outcome}");
     }
     agent.assert_nothing_pending().await;
-    assert!(limit_hits(s, "allowed_hosts").await >= 8);
+    assert!(http_limit_hits(s, "allowed_hosts").await >= 8);
     rebound.close().await;
 
     // The sidecar's own origin: a document it serves.

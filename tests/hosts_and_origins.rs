@@ -11,41 +11,14 @@ use lmos_testkit as common;
 
 use std::net::SocketAddr;
 
-use common::{lmos, test_config, urlencode, TestSidecar, WsClient};
+use common::{
+    http_limit_hits, lamp_td, lmos, start_with_lamp, test_config, urlencode, TestSidecar, LAMP,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const THING: &str = "urn:test:lamp";
-
-fn td() -> Value {
-    json!({
-        "@context": ["https://www.w3.org/2022/wot/td/v1.1", {"lmos": "https://eclipse.dev/lmos/protocol/v1"}],
-        "@type": "lmos:Agent",
-        "id": THING,
-        "title": "Lamp",
-        "securityDefinitions": {"nosec_sc": {"scheme": "nosec"}},
-        "security": "nosec_sc",
-        "properties": {"mode": {"type": "string", "forms": [{"href": "https://lamp.example/mode"}]}},
-        "actions": {"go": {"synchronous": true, "forms": [{"href": "https://lamp.example/go"}]}}
-    })
-}
-
-/// A sidecar with the Lamp's TD and the test as its agent.
-async fn start(config: lmos_sidecar::Config) -> (TestSidecar, WsClient) {
-    let sidecar = TestSidecar::start_with(config).await;
-    let put = common::http(
-        sidecar.http,
-        "PUT",
-        &format!("/things/{THING}"),
-        Some("application/td+json"),
-        td().to_string().as_bytes(),
-    )
-    .await;
-    assert_eq!(put.status, 201, "{put:?}");
-    let agent = sidecar.ws_agent(THING).await;
-    (sidecar, agent)
-}
+const THING: &str = LAMP;
 
 struct Answer {
     status: u16,
@@ -142,18 +115,9 @@ fn property() -> String {
     format!("/things/{}/properties/mode", urlencode(THING))
 }
 
-async fn limit_hits(addr: SocketAddr, limit: &str) -> u64 {
-    let metrics = common::http(addr, "GET", "/metrics", None, b"").await.body;
-    let prefix = format!(r#"lmos_sidecar_limit_hits_total{{limit="{limit}",transport="http"}} "#);
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |v| v.parse().unwrap())
-}
-
 #[tokio::test]
 async fn host_names_a_rebinding_page_would_use_are_misdirected() {
-    let (sidecar, mut agent) = start(test_config()).await;
+    let (sidecar, mut agent) = start_with_lamp(test_config()).await;
     let a = sidecar.http;
     let port = a.port().to_string();
     for host in [
@@ -188,7 +152,7 @@ async fn host_names_a_rebinding_page_would_use_are_misdirected() {
     let ws = handshake(a, "/lmos", &format!("localhost:{port}"), None).await;
     assert_eq!(ws.status, 101, "{}", ws.head);
     agent.assert_nothing_pending().await;
-    assert_eq!(limit_hits(a, "allowed_hosts").await, 12);
+    assert_eq!(http_limit_hits(a, "allowed_hosts").await, 12);
     // Nobody took the offline Thing.
     drop(sidecar.ws_agent("urn:test:offline").await);
     sidecar.stop().await;
@@ -213,7 +177,7 @@ async fn host_names_a_rebinding_page_would_use_are_misdirected() {
 
 #[tokio::test]
 async fn pages_of_other_origins_may_not_open_websockets_or_change_state() {
-    let (sidecar, mut agent) = start(test_config()).await;
+    let (sidecar, mut agent) = start_with_lamp(test_config()).await;
     let a = sidecar.http;
     let host = a.to_string();
     let own = format!("http://{host}");
@@ -233,7 +197,7 @@ async fn pages_of_other_origins_may_not_open_websockets_or_change_state() {
             ("Origin", origin),
             ("Content-Type", "application/json"),
         ];
-        let td = td().to_string();
+        let td = lamp_td().to_string();
         let tries = [
             ("POST", action(), "{}"),
             ("PUT", property(), r#""evil""#),
@@ -273,7 +237,7 @@ async fn pages_of_other_origins_may_not_open_websockets_or_change_state() {
     assert_eq!(request["input"], json!({"n": 1}));
     agent.send(completed(&request)).await;
     assert_eq!(call.await.unwrap().status, 204);
-    assert_eq!(limit_hits(a, "allowed_origins").await, 20);
+    assert_eq!(http_limit_hits(a, "allowed_origins").await, 20);
     sidecar.stop().await;
 
     // Listed origins, and `null` when listed.
@@ -303,11 +267,11 @@ fn completed(request: &Value) -> Value {
 
 #[tokio::test]
 async fn state_changing_bodies_must_be_json() {
-    let (sidecar, mut agent) = start(test_config()).await;
+    let (sidecar, mut agent) = start_with_lamp(test_config()).await;
     let a = sidecar.http;
     let host = a.to_string();
     let thing = format!("/things/{THING}");
-    let td = td().to_string();
+    let td = lamp_td().to_string();
     let cases: Vec<(&str, String, Option<&str>, &str, &str)> = vec![
         (
             "POST",
@@ -378,7 +342,7 @@ async fn state_changing_bodies_must_be_json() {
         }
     }
     agent.assert_nothing_pending().await;
-    assert_eq!(limit_hits(a, "content_type").await, cases.len() as u64);
+    assert_eq!(http_limit_hits(a, "content_type").await, cases.len() as u64);
 
     // JSON with a charset, and no body at all (node-wot's invokeAction
     // without input sends neither body nor Content-Type), reach the agent.
@@ -406,7 +370,7 @@ async fn state_changing_bodies_must_be_json() {
 
 #[tokio::test]
 async fn cors_stays_closed() {
-    let (sidecar, _agent) = start(test_config()).await;
+    let (sidecar, _agent) = start_with_lamp(test_config()).await;
     let a = sidecar.http;
     let host = a.to_string();
     let own = format!("http://{host}");
@@ -477,6 +441,6 @@ async fn cached_credentials_do_not_let_another_origin_in() {
     ];
     let r = raw(a, "POST", &action(), &post, "{}").await;
     assert_eq!(r.status, 403, "{}", r.head);
-    assert_eq!(limit_hits(a, "allowed_origins").await, 2);
+    assert_eq!(http_limit_hits(a, "allowed_origins").await, 2);
     sidecar.stop().await;
 }

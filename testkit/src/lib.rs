@@ -789,3 +789,48 @@ async fn http_raw(
         body: body.to_owned(),
     }
 }
+
+/// The Lamp, a small Thing the HTTP-port tests drive: property `mode`
+/// (a string), synchronous action `go`.
+pub const LAMP: &str = "urn:test:lamp";
+
+/// The Lamp's Thing Description.
+pub fn lamp_td() -> Value {
+    json!({
+        "@context": ["https://www.w3.org/2022/wot/td/v1.1", {"lmos": "https://eclipse.dev/lmos/protocol/v1"}],
+        "@type": "lmos:Agent",
+        "id": LAMP,
+        "title": "Lamp",
+        "securityDefinitions": {"nosec_sc": {"scheme": "nosec"}},
+        "security": "nosec_sc",
+        "properties": {"mode": {"type": "string", "forms": [{"href": "https://lamp.example/mode"}]}},
+        "actions": {"go": {"synchronous": true, "forms": [{"href": "https://lamp.example/go"}]}}
+    })
+}
+
+/// A sidecar on `config` with the Lamp's TD registered and the test as
+/// its WebSocket agent.
+pub async fn start_with_lamp(config: Config) -> (TestSidecar, WsClient) {
+    let sidecar = TestSidecar::start_with(config).await;
+    let put = http(
+        sidecar.http,
+        "PUT",
+        &format!("/things/{LAMP}"),
+        Some("application/td+json"),
+        lamp_td().to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{put:?}");
+    let agent = sidecar.ws_agent(LAMP).await;
+    (sidecar, agent)
+}
+
+/// `lmos_sidecar_limit_hits_total` of the HTTP port for `limit`.
+pub async fn http_limit_hits(addr: SocketAddr, limit: &str) -> u64 {
+    let metrics = http(addr, "GET", "/metrics", None, b"").await.body;
+    let prefix = format!(r#"lmos_sidecar_limit_hits_total{{limit="{limit}",transport="http"}} "#);
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.parse().unwrap())
+}
