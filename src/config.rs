@@ -86,6 +86,13 @@ pub struct MqttConfig {
     pub max_subscriptions: usize,
     /// Require a username and password (or token) of a principal in
     /// `[auth]` in every CONNECT.
+    /// The longest keep-alive, in seconds, an MQTT 5 client may use: one
+    /// asking for more, or for none (0), is told this in its CONNACK's
+    /// Server Keep Alive and held to it. 0: clients keep what they ask.
+    pub max_keep_alive_s: u16,
+    /// Topic filters no client may subscribe to, as written (no wildcard
+    /// matching); the SUBACK refuses them with `0x80`.
+    pub refused_filters: Vec<String>,
     pub authentication: bool,
     /// PEM certificate chain and private key: both set, the MQTT listeners
     /// speak TLS only (mqtts).
@@ -106,6 +113,8 @@ impl Default for MqttConfig {
             segment_count: 4,
             max_outgoing_packet_count: 200,
             max_subscriptions: 1_000,
+            max_keep_alive_s: 0,
+            refused_filters: Vec::new(),
             authentication: false,
             tls_cert: String::new(),
             tls_key: String::new(),

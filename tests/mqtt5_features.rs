@@ -768,3 +768,67 @@ async fn still_served(addr: SocketAddr) {
     assert_eq!((g.topic.as_str(), g.qos), (topic.as_str(), 1), "{g:?}");
     assert_eq!((g.payload.as_slice(), g.props.clone()), (&b"fresh"[..], kv));
 }
+
+// Policies ----------------------------------------------------------------
+
+/// `packet`, an MQTT 5 CONNECT of `m5::connect`, asking for `keep_alive`.
+fn with_keep_alive(mut packet: Vec<u8>, keep_alive: u16) -> Vec<u8> {
+    assert!(packet[1] < 0x80, "a one-byte remaining length");
+    packet[10..12].copy_from_slice(&keep_alive.to_be_bytes());
+    packet
+}
+
+/// `mqtt.max_keep_alive_s` and `mqtt.refused_filters`, the policies
+/// Paho's `test_server_keep_alive` and `test_subscribe_failure` assert
+/// (`config/paho-policies.toml`): an MQTT 5 client asking for more than
+/// the maximum, or for none, is told the maximum in its CONNACK (Server
+/// Keep Alive) and held to it; a refused filter fails in its place in the
+/// SUBACK, on both versions, and the others work.
+#[tokio::test]
+async fn configured_policies_cap_the_keep_alive_and_refuse_filters() {
+    const SERVER_KEEP_ALIVE: u8 = 0x13;
+    let mut config = common::test_config();
+    config.mqtt.max_keep_alive_s = 60;
+    config.mqtt.refused_filters = vec!["test/nosubscribe".into()];
+    let sidecar = TestSidecar::start_with(config).await;
+    let addr = sidecar.mqtt;
+    for (asked, told) in [(120u16, Some(60u32)), (0, Some(60)), (30, None), (60, None)] {
+        let mut c = Client::open(addr).await;
+        let connect = m5::connect(&unique("keep-alive"), true, &Props::new());
+        c.send(&with_keep_alive(connect, asked)).await;
+        let ack = m5::connack(&c.recv().await.expect("CONNACK"));
+        assert_eq!(ack.reason, 0, "asked {asked}: {ack:?}");
+        assert_eq!(ack.props.get(SERVER_KEEP_ALIVE), told, "asked {asked}");
+    }
+    // 3.1.1 cannot be told: served as it asks.
+    let mut v4 = Client::open(addr).await;
+    v4.send(&raw::connect_with(4, &unique("keep-alive-4"), true, 120))
+        .await;
+    assert_eq!(v4.recv().await.expect("CONNACK")[..4], [0x20, 2, 0, 0]);
+
+    let filters = [("test/nosubscribe", 1), ("test/fine", 1)];
+    let (mut s, _) = connect5(addr, &unique("refused"), true, &Props::new()).await;
+    assert_eq!(s.subscribe_ok(1, &filters).await, [0x80, 1]);
+    let mut v4 = Client::connect_clean(addr, 4, &unique("refused-4")).await;
+    v4.send(&raw::subscribe(4, 1, &filters)).await;
+    let ack = v4.recv().await.expect("SUBACK");
+    assert_eq!(ack[ack.len() - 2..], [0x80, 1], "{ack:?}");
+    sidecar.stop().await;
+
+    // Held to it: told 1 s instead of none, a silent client is cut off
+    // after 1.5 s.
+    let mut config = common::test_config();
+    config.mqtt.max_keep_alive_s = 1;
+    let sidecar = TestSidecar::start_with(config).await;
+    let mut silent = Client::open(sidecar.mqtt).await;
+    let connect = m5::connect(&unique("silent"), true, &Props::new());
+    silent.send(&with_keep_alive(connect, 0)).await;
+    let ack = m5::connack(&silent.recv().await.expect("CONNACK"));
+    assert_eq!(ack.props.get(SERVER_KEEP_ALIVE), Some(1));
+    let last = silent.until_closed().await;
+    assert!(
+        last.iter().all(|p| p[0] == 0xE0),
+        "nothing but a DISCONNECT: {last:?}"
+    );
+    sidecar.stop().await;
+}

@@ -7,6 +7,8 @@ expected.txt does not pass (a test that fails is run once more, alone, on a
 fresh sidecar first). CI runs it after `cargo test` (.ci/run).
 
 usage: conformance.py BINARY [CONFIG.toml]
+       (with CONFIG, e.g. config/paho-policies.toml, the expected list is
+       expected-<its name>.txt, e.g. expected-paho-policies.txt)
 env:   PAHO_SUITE        the suite's folder (default: ../shared/... beside the repo)
        PER_TEST_TIMEOUT  seconds before one test is abandoned (default 30)
 
@@ -19,15 +21,14 @@ can only grow.
 import os, re, signal, subprocess, sys, threading, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXPECTED = os.path.join(HERE, "expected.txt")
 READY = re.compile(r"Sidecar ready\. mqtt=(\S+)")
 RESULT = re.compile(r"^\s+(PASS|FAIL)\s+(\w+)")
 
 
-def expected():
-    """{version: set(test names)} from expected.txt (`5 test_name`, # comments)."""
+def expected(path):
+    """{version: set(test names)} from the list (`5 test_name`, # comments)."""
     wanted = {"3": set(), "5": set()}
-    with open(EXPECTED) as f:
+    with open(path) as f:
         for line in f:
             line = line.split("#", 1)[0].strip()
             if line:
@@ -87,7 +88,13 @@ def main():
         return 2
     binary = sys.argv[1]
     config = sys.argv[2] if len(sys.argv) > 2 else None
-    wanted = expected()
+    name = "expected.txt"
+    if config:
+        name = "expected-%s.txt" % os.path.splitext(os.path.basename(config))[0]
+    listed = os.path.join(HERE, name)
+    wanted = expected(listed)
+    print("Paho against %s on %s; expected: %s" % (binary, config or "its defaults", listed),
+          flush=True)
     failures = []
     for version in ("3", "5"):
         results = run(binary, config, version)
@@ -106,7 +113,7 @@ def main():
                 else:
                     failures.append("MQTT %s: %s passed before and does not now" % (version, name))
         for name in sorted(passed - wanted[version]):
-            print("MQTT %s: %s passes now; add it to %s" % (version, name, EXPECTED))
+            print("MQTT %s: %s passes now; add it to %s" % (version, name, listed))
     for f in failures:
         print("REGRESSION " + f)
     return 1 if failures else 0

@@ -261,7 +261,7 @@ impl EmbeddedBroker {
             engine.clone(),
             policy,
             prerequisite.clone(),
-            limits,
+            limits.clone(),
             tls,
             shutdown.clone(),
         );

@@ -204,9 +204,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         let (header, version, connect) = (admitted.header, admitted.version, admitted.connect);
         let refuse = |v4: u8, v5: u8| admission::refusal(version, v4, v5);
         let client_id = connect.client_id.to_owned();
-        let pings = (connect.keep_alive == 0)
-            .then(|| Duration::from_secs(u64::from(UPSTREAM_KEEP_ALIVE / 2)));
-        let keep_alive = match connect.keep_alive {
+        let (held_to, server_keep_alive) =
+            handshake::keep_alive(version, connect.keep_alive, shared.limits.max_keep_alive);
+        let pings = (held_to == 0).then(|| Duration::from_secs(u64::from(UPSTREAM_KEEP_ALIVE / 2)));
+        let keep_alive = match held_to {
             0 => UPSTREAM_KEEP_ALIVE,
             k => k,
         };
@@ -265,6 +266,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 offer: Offer {
                     receive_max: shared.limits.receive_maximum,
                     max_packet: u32::try_from(shared.limits.max_packet_size).unwrap_or(u32::MAX),
+                    server_keep_alive,
                 },
             };
             let outbound_pump = relay(downstream, &mut up_rx, &mut client_tx, from_guard, &relayed);

@@ -89,6 +89,20 @@ pub struct Offer {
     pub receive_max: u16,
     /// Largest packet accepted.
     pub max_packet: u32,
+    /// The keep-alive the client must use instead of its own
+    /// (`mqtt.max_keep_alive_s`), when it asked for more or for none.
+    pub server_keep_alive: Option<u16>,
+}
+
+/// The keep-alive a client is held to, and whether its CONNACK must say
+/// so (Server Keep Alive): an MQTT 5 client asking for more than `max`
+/// seconds, or for none (0), gets `max`. 3.1.1 has no way to tell a
+/// client, so 3.1.1 clients keep what they ask. `max` 0: no maximum.
+pub fn keep_alive(version: Version, asked: u16, max: u16) -> (u16, Option<u16>) {
+    if max == 0 || version != Version::V5 || (asked != 0 && asked <= max) {
+        return (asked, None);
+    }
+    (max, Some(max))
 }
 
 /// The CONNACK an MQTT 5 client gets for rumqttd's (`body` after the
@@ -113,9 +127,13 @@ pub fn connack(body: &[u8], offer: Offer) -> Result<Bytes, PacketError> {
         u16_property(properties::TOPIC_ALIAS_MAXIMUM, CLIENT_ALIAS_MAX),
     ];
     let size = u32_property(properties::MAXIMUM_PACKET_SIZE, offer.max_packet);
+    let server_keep_alive = offer
+        .server_keep_alive
+        .map(|k| u16_property(properties::SERVER_KEEP_ALIVE, k));
     if head[1] == 0 {
         props.extend(ours.iter().map(|p| &p[..]));
         props.push(&size);
+        props.extend(server_keep_alive.iter().map(|p| &p[..]));
     }
     let mut b = BytesMut::new();
     b.put_slice(head);
@@ -192,6 +210,7 @@ mod tests {
         let offer = Offer {
             receive_max: 100,
             max_packet: 1 << 20,
+            server_keep_alive: None,
         };
         let out = connack(&theirs, offer).unwrap();
         let h = frame(&out, usize::MAX).unwrap().unwrap();
@@ -223,5 +242,16 @@ mod tests {
         let mut body = vec![0, 5];
         body.extend(u32_property(properties::SESSION_EXPIRY, 7));
         assert_eq!(disconnect_expiry(&body), Some(7));
+    }
+    #[test]
+    fn a_maximum_keep_alive_is_told_to_mqtt_5_clients_only() {
+        use super::keep_alive;
+        assert_eq!(keep_alive(Version::V5, 120, 60), (60, Some(60)));
+        assert_eq!(keep_alive(Version::V5, 0, 60), (60, Some(60)));
+        assert_eq!(keep_alive(Version::V5, 60, 60), (60, None));
+        assert_eq!(keep_alive(Version::V5, 30, 60), (30, None));
+        assert_eq!(keep_alive(Version::V5, 120, 0), (120, None));
+        assert_eq!(keep_alive(Version::V4, 120, 60), (120, None));
+        assert_eq!(keep_alive(Version::V4, 0, 60), (0, None));
     }
 }

@@ -363,9 +363,14 @@ impl Inspector<'_> {
             );
             return self.close(MALFORMED_PACKET);
         }
-        let (denied, quota, invalid) = match self.version {
-            Version::V4 => (V4_FAILURE, V4_FAILURE, V4_FAILURE),
-            Version::V5 => (NOT_AUTHORIZED, QUOTA_EXCEEDED, TOPIC_FILTER_INVALID),
+        let (denied, quota, invalid, refused) = match self.version {
+            Version::V4 => (V4_FAILURE, V4_FAILURE, V4_FAILURE, V4_FAILURE),
+            Version::V5 => (
+                NOT_AUTHORIZED,
+                QUOTA_EXCEEDED,
+                TOPIC_FILTER_INVALID,
+                UNSPECIFIED_ERROR,
+            ),
         };
         let max = self.shared.limits.max_subscriptions;
         let mut plan = Vec::with_capacity(s.filters.len());
@@ -379,6 +384,18 @@ impl Inspector<'_> {
                     filter, "Refused an invalid or reserved topic filter."
                 );
                 plan.push(Some(invalid));
+            } else if self
+                .shared
+                .limits
+                .refused_filters
+                .iter()
+                .any(|r| r == filter)
+            {
+                info!(
+                    principal = self.session.name(),
+                    filter, "Refused a subscription to a filter of mqtt.refused_filters."
+                );
+                plan.push(Some(refused));
             } else if !self.session.may_subscribe(packet::shared_filter(filter)) {
                 info!(
                     principal = self.session.name(),

@@ -186,7 +186,7 @@ impl Policy for AllowAll {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Client connections past CONNECT, over all listeners.
     pub max_connections: usize,
@@ -199,6 +199,11 @@ pub struct Limits {
     pub receive_maximum: u16,
     /// Time from accept (TLS handshake included) to a complete CONNECT.
     pub handshake_timeout: Duration,
+    /// The longest keep-alive an MQTT 5 client may use (its CONNACK's
+    /// Server Keep Alive when it asks for more, or for none); 0: any.
+    pub max_keep_alive: u16,
+    /// Filters no client may subscribe to (`mqtt.refused_filters`).
+    pub refused_filters: Vec<String>,
 }
 
 impl Limits {
@@ -209,6 +214,8 @@ impl Limits {
             max_packet_size: config.max_payload_size.saturating_add(PACKET_HEADROOM),
             receive_maximum: u16::try_from(config.max_inflight_count.max(1)).unwrap_or(u16::MAX),
             handshake_timeout: Duration::from_millis(u64::from(config.connection_timeout_ms)),
+            max_keep_alive: config.max_keep_alive_s,
+            refused_filters: config.refused_filters.clone(),
         }
     }
 }
@@ -242,6 +249,9 @@ impl Guard {
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
     ) -> Guard {
+        let connections = Arc::new(Semaphore::new(
+            limits.max_connections.min(Semaphore::MAX_PERMITS),
+        ));
         Guard {
             shared: Arc::new(Shared {
                 upstream,
@@ -249,9 +259,7 @@ impl Guard {
                 policy,
                 prerequisite,
                 limits,
-                connections: Arc::new(Semaphore::new(
-                    limits.max_connections.min(Semaphore::MAX_PERMITS),
-                )),
+                connections,
                 shutdown,
             }),
             tls,

@@ -15,6 +15,7 @@ use super::packet::{put_remaining_length, PacketError};
 
 pub const MESSAGE_EXPIRY: u8 = 0x02;
 pub const SESSION_EXPIRY: u8 = 0x11;
+pub const SERVER_KEEP_ALIVE: u8 = 0x13;
 pub const RECEIVE_MAXIMUM: u8 = 0x21;
 pub const TOPIC_ALIAS_MAXIMUM: u8 = 0x22;
 pub const TOPIC_ALIAS: u8 = 0x23;
