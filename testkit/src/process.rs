@@ -75,3 +75,94 @@ pub fn start_ready(cmd: &mut Command) -> (Running, std::sync::mpsc::Receiver<Val
     };
     (child, rx, ready)
 }
+
+/// A sidecar process keeping its state in `dir` (the store on, as by
+/// default), to be stopped and started again on the same directory.
+pub fn on_directory(cmd: &mut Command, dir: &std::path::Path) -> &mut Command {
+    cmd.env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "false")
+        .env("LMOS_SIDECAR_STORE__DIR", dir)
+}
+
+/// A started sidecar process: its addresses from the ready line.
+pub struct Started {
+    pub process: Running,
+    pub logs: std::sync::mpsc::Receiver<Value>,
+    pub http: std::net::SocketAddr,
+    pub mqtt: std::net::SocketAddr,
+    pub mqtt5: std::net::SocketAddr,
+}
+
+impl Started {
+    /// Starts `cmd` (with [`start_ready`]) and reads its addresses.
+    pub fn start(cmd: &mut Command) -> Started {
+        let (process, logs, ready) = start_ready(cmd);
+        let addr = |key: &str| ready[key].as_str().unwrap().parse().unwrap();
+        Started {
+            http: addr("http"),
+            mqtt: addr("mqtt"),
+            mqtt5: addr("mqtt5"),
+            process,
+            logs,
+        }
+    }
+
+    /// SIGTERM, as a deploy or a node drain stops it; waits for the exit
+    /// and returns its status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        let status = self.process.0.wait().unwrap();
+        assert!(status.success(), "a SIGTERM stop exits 0: {status}");
+        status
+    }
+
+    /// SIGKILL, as a crash or an out-of-memory kill: nothing is flushed.
+    pub fn kill(mut self) {
+        self.signal("KILL");
+        let _ = self.process.0.wait();
+    }
+
+    fn signal(&mut self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.process.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// The next log line whose message is `message` (JSON logs).
+    pub fn log_line(&self, message: &str) -> Value {
+        loop {
+            let line = self
+                .logs
+                .recv_timeout(WAIT)
+                .unwrap_or_else(|_| panic!("the sidecar logs {message:?}"));
+            if line["message"] == message {
+                return line;
+            }
+        }
+    }
+}
+
+/// A data directory of the test's own, removed when dropped.
+pub struct DataDir(pub std::path::PathBuf);
+
+impl DataDir {
+    pub fn new(name: &str) -> DataDir {
+        let dir = std::env::temp_dir().join(format!(
+            "lmos-{name}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        DataDir(dir)
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
