@@ -78,7 +78,7 @@ pub fn start_ready(cmd: &mut Command) -> (Running, std::sync::mpsc::Receiver<Val
 
 /// A sidecar process keeping its state in `dir` (the store on, as by
 /// default), to be stopped and started again on the same directory.
-pub fn on_directory(cmd: &mut Command, dir: &std::path::Path) -> &mut Command {
+pub fn on_directory<'a>(cmd: &'a mut Command, dir: &std::path::Path) -> &'a mut Command {
     cmd.env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "false")
         .env("LMOS_SIDECAR_STORE__DIR", dir)
 }
