@@ -46,6 +46,7 @@ use super::{Bus, BusCommand, Delivery, ResponseInfo};
 use crate::config::MqttConfig;
 use crate::store::Store;
 use crate::telemetry::TraceContext;
+use crate::topics::Topics;
 
 /// Commands queued towards the broker before publishers wait.
 const COMMAND_QUEUE: usize = 4096;
@@ -157,6 +158,8 @@ pub struct Hooks {
     pub prerequisite: Option<Arc<dyn Prerequisite>>,
     /// Where retained messages are kept across restarts.
     pub store: Store,
+    /// To tell agents' presence among the retained messages kept.
+    pub topics: Topics,
 }
 
 impl EmbeddedBroker {
@@ -212,12 +215,17 @@ impl EmbeddedBroker {
         let Hooks {
             prerequisite,
             store,
+            topics,
         } = hooks;
-        let retained = crate::broker::retained::persistence(&store)?;
-        if let Some((_, count)) = &retained {
-            info!(retained = count, "Recovered the retained messages.");
-        }
-        let mut broker = Broker::with_retained(rumqttd_config, retained.map(|(p, _)| p));
+        let recovered = crate::broker::retained::recover(&store, &topics)?;
+        let stale_presence = match &recovered {
+            Some(r) => {
+                info!(retained = r.count, "Recovered the retained messages.");
+                r.stale_presence.clone()
+            }
+            None => Vec::new(),
+        };
+        let mut broker = Broker::with_retained(rumqttd_config, recovered.map(|r| r.persistence));
         let engine = Engine::new(
             broker
                 .direct(V5_SERVER)
@@ -270,6 +278,11 @@ impl EmbeddedBroker {
         // (`Bus::with_barrier`) once the probe is done.
         drop(probes);
         let bus = bus.with_barrier(probe_topic.into());
+        for offline in stale_presence {
+            bus.publish(offline)
+                .await
+                .map_err(|e| BrokerError::Link(e.to_string()))?;
+        }
         super::health::watch_broker_panics();
         let health = Health::default();
         tokio::spawn(health.clone().watch(engine.clone(), shutdown.clone()));

@@ -13,7 +13,10 @@ use bytes::Bytes;
 use rumqttd::{RestoredRetained, RetainedPersistence, RetainedSink};
 use tracing::warn;
 
+use crate::broker::guard::packet::{self, Version};
+use crate::broker::Publication;
 use crate::store::{Store, StoreError, Table};
+use crate::topics::{Route, Topics};
 
 pub const TABLE: &str = "mqtt.retained";
 
@@ -39,15 +42,25 @@ impl RetainedSink for Kept {
     }
 }
 
+/// What the last run left: rumqttd's start and the sink for this run.
+pub struct Recovered {
+    pub persistence: RetainedPersistence,
+    pub count: usize,
+    /// Agents whose retained presence says online: every connection ended
+    /// with the last run, so they are not, until they come back.
+    pub stale_presence: Vec<Publication>,
+}
+
 /// The retained messages of the last run and the sink for this one; `None`
 /// when nothing is kept.
-pub fn persistence(store: &Store) -> Result<Option<(RetainedPersistence, usize)>, StoreError> {
+pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, StoreError> {
     if !store.is_durable() {
         return Ok(None);
     }
     let table = store.table(TABLE);
     let now = now_ms();
     let mut restored = Vec::new();
+    let mut stale = Vec::new();
     for (key, value) in table.load()? {
         if value.len() < 8 {
             warn!(topic = %String::from_utf8_lossy(&key), "Dropped a kept retained message too short to read.");
@@ -56,6 +69,9 @@ pub fn persistence(store: &Store) -> Result<Option<(RetainedPersistence, usize)>
         }
         let (at, packet) = value.split_at(8);
         let at = u64::from_be_bytes(at.try_into().unwrap_or_default());
+        if let Some(offline) = stale_presence(packet, topics) {
+            stale.push(offline);
+        }
         restored.push(RestoredRetained {
             packet: Bytes::copy_from_slice(packet),
             age: Duration::from_millis(now.saturating_sub(at)),
@@ -63,7 +79,32 @@ pub fn persistence(store: &Store) -> Result<Option<(RetainedPersistence, usize)>
     }
     let count = restored.len();
     let sink = Box::new(Kept { table });
-    Ok(Some((RetainedPersistence { restored, sink }, count)))
+    Ok(Some(Recovered {
+        persistence: RetainedPersistence { restored, sink },
+        count,
+        stale_presence: stale,
+    }))
+}
+
+/// An agent's retained "online" presence, as its offline successor (the
+/// same message with `status` offline).
+fn stale_presence(packet: &[u8], topics: &Topics) -> Option<Publication> {
+    let header = packet::frame(packet, usize::MAX).ok()??;
+    let body = packet.get(header.header_len..header.size())?;
+    let publish = packet::publish(header.first, body, Version::V5).ok()?;
+    let Some(Route::AgentStatus { .. }) = topics.parse(publish.topic) else {
+        return None;
+    };
+    let mut status: serde_json::Value = serde_json::from_slice(publish.payload).ok()?;
+    if status["status"] != "online" {
+        return None;
+    }
+    status["status"] = "offline".into();
+    Some(Publication::new(
+        publish.topic.to_owned(),
+        status.to_string(),
+        true,
+    ))
 }
 
 fn now_ms() -> u64 {

@@ -127,3 +127,31 @@ async fn after_close_changes_fail_their_tickets() {
     assert!(matches!(e, Err(StoreError::Stopped)), "{e:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test]
+async fn damage_in_the_middle_of_a_written_store_is_an_error_not_a_panic() {
+    let dir = temp_dir("damaged");
+    let store = Store::open(&config(&dir)).unwrap();
+    let t = store.table("t");
+    let tickets: Vec<_> = (0u32..20_000)
+        .map(|i| t.put(i.to_be_bytes().to_vec(), vec![7; 200]))
+        .collect();
+    for ticket in tickets {
+        ticket.durable().await.unwrap();
+    }
+    store.close();
+    drop((t, store));
+    let path = dir.join(FILE_NAME);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2 / 4096 * 4096;
+    for (i, b) in bytes[middle..middle + 4096].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31) ^ 0xa5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let opened = std::panic::catch_unwind(|| Store::open(&config(&dir)).map(|s| s.close()));
+    let Ok(Err(e)) = opened else {
+        panic!("a damaged store opened (or panicked)");
+    };
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
