@@ -217,15 +217,27 @@ impl EmbeddedBroker {
             store,
             topics,
         } = hooks;
-        let recovered = crate::broker::retained::recover(&store, &topics)?;
-        let stale_presence = match &recovered {
-            Some(r) => {
-                info!(retained = r.count, "Recovered the retained messages.");
-                r.stale_presence.clone()
-            }
-            None => Vec::new(),
+        let started = std::time::Instant::now();
+        let recovered = crate::broker::kept::recover(&store, &topics)?;
+        let (stale_presence, kept_sessions) = match &recovered {
+            Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
+            None => (Vec::new(), Vec::new()),
         };
-        let mut broker = Broker::with_retained(rumqttd_config, recovered.map(|r| r.persistence));
+        let persistence = match recovered {
+            Some(r) => {
+                r.run_saved.durable().await?;
+                info!(
+                    retained = r.retained,
+                    sessions = r.sessions.len(),
+                    queued = r.queued,
+                    ms = started.elapsed().as_millis() as u64,
+                    "Recovered what the embedded MQTT broker kept."
+                );
+                Some(r.persistence)
+            }
+            None => None,
+        };
+        let mut broker = Broker::with_persistence(rumqttd_config, persistence);
         let engine = Engine::new(
             broker
                 .direct(V5_SERVER)
@@ -298,6 +310,7 @@ impl EmbeddedBroker {
             shutdown.clone(),
             store.clone(),
         );
+        guard.restore_sessions(kept_sessions);
         guard.serve(public.0);
         guard.serve(public_v5.0);
         let trusted = Guard::new(

@@ -270,6 +270,15 @@ impl Table {
         })
     }
 
+    /// Every key that starts with `prefix`.
+    pub fn delete_prefix(&self, prefix: impl Into<Vec<u8>>) -> Ticket {
+        self.store.submit(Op::DeletePrefix {
+            table: self.name,
+            prefix: prefix.into(),
+            seq: 0,
+        })
+    }
+
     /// Everything in the table, ordered by key: for start-up, before
     /// anything writes to it.
     pub fn load(&self) -> Result<Vec<Entry>, StoreError> {

@@ -21,6 +21,9 @@ async fn what_was_durable_is_loaded_again_in_key_order() {
     let _ = t.put(b"b".to_vec(), b"2".to_vec());
     let _ = t.put(b"a".to_vec(), b"1".to_vec());
     let _ = t.put(b"c".to_vec(), b"3".to_vec());
+    let _ = t.put(b"d\0x".to_vec(), b"4".to_vec());
+    let _ = t.put(b"d\0y".to_vec(), b"5".to_vec());
+    let _ = t.delete_prefix(b"d\0".to_vec());
     let last = t.delete(b"c".to_vec());
     last.durable().await.unwrap();
     assert!(store.barrier().is_durable());

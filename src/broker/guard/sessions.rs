@@ -263,6 +263,24 @@ impl Sessions {
         due
     }
 
+    /// A session kept by an earlier run (rumqttd has it again, in its
+    /// graveyard): resumable until `expires_in` has passed (`None`:
+    /// forever). Its generation is 0; the caller arms its expiry.
+    pub fn restore(&self, client_id: &str, filters: HashSet<String>, expires_in: Option<Duration>) {
+        let now = Instant::now();
+        let entry = Entry {
+            filters: Arc::new(Filters(Mutex::new(filters))),
+            generation: 0,
+            state: State::Kept {
+                until: expires_in.map(|d| now + d),
+            },
+            gate: Gate::default(),
+            kept_by_broker: true,
+            handover: Handover::default(),
+        };
+        self.map().insert(client_id.to_owned(), entry);
+    }
+
     /// Sessions currently known (connected, or kept for a client that
     /// will resume).
     #[cfg(test)]
