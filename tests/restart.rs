@@ -206,3 +206,135 @@ async fn a_directory_in_use_or_unusable_refuses_the_start_with_path_and_reason()
     assert!(!status.success());
     assert!(stderr.contains("store.redb"), "{stderr}");
 }
+
+/// What a kept session gets when its client comes back: payloads in order,
+/// until none comes for a while.
+async fn drain(client: &mut MqttClient) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Ok(Some(p)) =
+        tokio::time::timeout(Duration::from_millis(700), client.publishes.recv()).await
+    {
+        got.push(String::from_utf8_lossy(&p.payload).into_owned());
+    }
+    got
+}
+
+async fn publish_numbers(mqtt: std::net::SocketAddr, range: std::ops::Range<u32>) {
+    let mut publisher = MqttClient::connect(mqtt, "numbers").await;
+    for i in range {
+        // QoS 1, PUBACK awaited: acknowledged.
+        publisher.publish("sensors/count", &json!(i), false).await;
+    }
+}
+
+fn numbers(range: std::ops::Range<u32>) -> Vec<String> {
+    range.map(|i| i.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_kept_session_and_its_queued_messages_survive_sigkill_and_sigterm() {
+    let dir = DataDir::new("sessions");
+    let first = start(&dir);
+    let mut subscriber = MqttClient::connect_kept(first.mqtt, "kept").await;
+    subscriber.subscribe("sensors/#").await;
+    subscriber.client.disconnect().await.unwrap();
+    drop(subscriber);
+    publish_numbers(first.mqtt, 0..5).await;
+    first.kill();
+
+    // After a crash: the session is there, with what was queued, in order.
+    let second = start(&dir);
+    let mut subscriber = MqttClient::connect_kept(second.mqtt, "kept").await;
+    assert!(subscriber.session_present, "the session survived");
+    assert_eq!(drain(&mut subscriber).await, numbers(0..5));
+    // Still subscribed: what comes next arrives too.
+    publish_numbers(second.mqtt, 5..6).await;
+    assert_eq!(drain(&mut subscriber).await, numbers(5..6));
+    subscriber.client.disconnect().await.unwrap();
+    drop(subscriber);
+    publish_numbers(second.mqtt, 6..9).await;
+    second.terminate();
+
+    // After a graceful stop: only what it had not acknowledged.
+    let third = start(&dir);
+    let mut subscriber = MqttClient::connect_kept(third.mqtt, "kept").await;
+    assert!(subscriber.session_present);
+    assert_eq!(drain(&mut subscriber).await, numbers(6..9));
+    subscriber.client.disconnect().await.unwrap();
+    drop(subscriber);
+    third.kill();
+
+    // Nothing left to deliver, and a clean start ends the session for good.
+    let fourth = start(&dir);
+    let mut subscriber = MqttClient::connect_kept(fourth.mqtt, "kept").await;
+    assert!(subscriber.session_present);
+    assert!(drain(&mut subscriber).await.is_empty());
+    subscriber.client.disconnect().await.unwrap();
+    drop(subscriber);
+    let clean = MqttClient::connect(fourth.mqtt, "kept").await;
+    drop(clean);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fourth.terminate();
+    let fifth = start(&dir);
+    let subscriber = MqttClient::connect_kept(fifth.mqtt, "kept").await;
+    assert!(!subscriber.session_present, "ended by the clean start");
+    fifth.terminate();
+}
+
+#[tokio::test]
+async fn an_mqtt5_session_expiry_counts_across_the_restart() {
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    let dir = DataDir::new("expiry");
+    let first = start(&dir);
+    let connect = |mqtt: std::net::SocketAddr, id: &str, expiry: u32| {
+        let mut options = MqttOptions::new(id, mqtt.ip().to_string(), mqtt.port());
+        options.set_clean_start(false);
+        options.set_session_expiry_interval(Some(expiry));
+        AsyncClient::new(options, 10)
+    };
+    async fn connack(events: &mut rumqttc::v5::EventLoop) -> bool {
+        loop {
+            if let Event::Incoming(Packet::ConnAck(a)) = events.poll().await.unwrap() {
+                return a.session_present;
+            }
+        }
+    }
+    for (id, expiry) in [("short", 2), ("long", 3_600)] {
+        let (client, mut events) = connect(first.mqtt, id, expiry);
+        connack(&mut events).await;
+        client
+            .subscribe("sensors/#", QoS::AtLeastOnce)
+            .await
+            .unwrap();
+        loop {
+            if let Event::Incoming(Packet::SubAck(_)) = events.poll().await.unwrap() {
+                break;
+            }
+        }
+        client.disconnect().await.unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(1), events.poll()).await;
+    }
+    publish_numbers(first.mqtt, 0..2).await;
+    first.terminate();
+    // The short one expires while the sidecar is stopped.
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    let second = start(&dir);
+    for (id, expiry, present) in [("short", 2, false), ("long", 3_600, true)] {
+        let (_client, mut events) = connect(second.mqtt, id, expiry);
+        let session_present = tokio::time::timeout(WAIT, connack(&mut events))
+            .await
+            .unwrap();
+        assert_eq!(session_present, present, "{id}");
+        let mut got = Vec::new();
+        while let Ok(Ok(event)) =
+            tokio::time::timeout(Duration::from_millis(700), events.poll()).await
+        {
+            if let Event::Incoming(Packet::Publish(p)) = event {
+                got.push(String::from_utf8_lossy(&p.payload).into_owned());
+            }
+        }
+        let expected = if present { numbers(0..2) } else { Vec::new() };
+        assert_eq!(got, expected, "{id}");
+    }
+    second.terminate();
+}

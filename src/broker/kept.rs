@@ -240,8 +240,14 @@ fn load_sessions(tables: &Tables) -> Result<(Vec<RestoredSession>, Vec<KeptSessi
     for (key, value) in tables.sessions.load()? {
         let client = String::from_utf8_lossy(&key).into_owned();
         let (Some(secs), Some(ended)) = (
-            value.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes),
-            value.get(4..12).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes),
+            value
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes),
+            value
+                .get(4..12)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes),
         ) else {
             continue;
         };
@@ -263,7 +269,9 @@ fn load_sessions(tables: &Tables) -> Result<(Vec<RestoredSession>, Vec<KeptSessi
     }
     let mut by_client: BTreeMap<String, RestoredSession> = BTreeMap::new();
     for (key, value) in tables.subscriptions.load()? {
-        let Some((client, filter)) = split(&key) else { continue };
+        let Some((client, filter)) = split(&key) else {
+            continue;
+        };
         let Some(&qos) = value.first() else { continue };
         if expired.contains(client) {
             continue;
@@ -273,21 +281,28 @@ fn load_sessions(tables: &Tables) -> Result<(Vec<RestoredSession>, Vec<KeptSessi
             .push((String::from_utf8_lossy(filter).into_owned(), qos));
     }
     for (key, value) in tables.queued.load()? {
-        let Some((client, position)) = split(&key) else { continue };
+        let Some((client, position)) = split(&key) else {
+            continue;
+        };
         if expired.contains(client) {
             continue;
         }
-        let Some(len) = value.get(..2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]]))) else {
+        let Some(len) = value
+            .get(..2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        else {
             continue;
         };
         let (Some(filter), Some(packet)) = (value.get(2..2 + len), value.get(2 + len..)) else {
             continue;
         };
-        entry(&mut by_client, client).queued.push(RestoredPublication {
-            key: Bytes::copy_from_slice(position),
-            filter: String::from_utf8_lossy(filter).into_owned(),
-            packet: Bytes::copy_from_slice(packet),
-        });
+        entry(&mut by_client, client)
+            .queued
+            .push(RestoredPublication {
+                key: Bytes::copy_from_slice(position),
+                filter: String::from_utf8_lossy(filter).into_owned(),
+                packet: Bytes::copy_from_slice(packet),
+            });
     }
     for client in expiry.keys() {
         entry(&mut by_client, client);
@@ -303,7 +318,10 @@ fn load_sessions(tables: &Tables) -> Result<(Vec<RestoredSession>, Vec<KeptSessi
     Ok((by_client.into_values().collect(), kept))
 }
 
-fn entry<'a>(map: &'a mut BTreeMap<String, RestoredSession>, client: &str) -> &'a mut RestoredSession {
+fn entry<'a>(
+    map: &'a mut BTreeMap<String, RestoredSession>,
+    client: &str,
+) -> &'a mut RestoredSession {
     map.entry(client.to_owned())
         .or_insert_with(|| RestoredSession {
             client_id: client.to_owned(),

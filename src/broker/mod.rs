@@ -8,8 +8,8 @@ pub mod embedded;
 pub mod engine;
 pub mod guard;
 pub mod health;
-mod probe;
 pub mod kept;
+mod probe;
 
 use bytes::Bytes;
 use std::sync::Arc;

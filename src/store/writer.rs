@@ -216,7 +216,9 @@ impl Writer {
                     Op::DeletePrefix { prefix, .. } => {
                         let p = prefix.as_slice();
                         let removed = match prefix_end(p) {
-                            Some(end) => table.retain_in::<&[u8], _>(p..end.as_slice(), |_, _| false),
+                            Some(end) => {
+                                table.retain_in::<&[u8], _>(p..end.as_slice(), |_, _| false)
+                            }
                             None => table.retain_in::<&[u8], _>(p.., |k, _| !k.starts_with(p)),
                         };
                         removed.map_err(|e| fail(&e))?;

@@ -134,7 +134,12 @@ pub(super) fn now_ms() -> u64 {
 }
 
 /// Ends a session that nobody resumed in time (see [`super::sessions`]).
-pub(super) async fn expire(shared: Arc<Shared>, client_id: String, generation: u64, after: Duration) {
+pub(super) async fn expire(
+    shared: Arc<Shared>,
+    client_id: String,
+    generation: u64,
+    after: Duration,
+) {
     tokio::select! {
         _ = shared.shutdown.cancelled() => return,
         _ = tokio::time::sleep(after) => {}
@@ -306,16 +311,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             (Some(after), _) => after,
             // The session lives on with the connection that took it over.
             (None, End::TakenOver) => AfterClose::Nothing,
-            (None, _) => shared
-                .sessions
-                .close(&client_id, opened.generation, inspector.expiry),
+            (None, _) => shared.sessions.close_kept(
+                &client_id,
+                opened.generation,
+                inspector.expiry,
+                |expiry| {
+                    let _ticket =
+                        shared
+                            .records
+                            .record(&client_id, expiry.0, Some(super::kept_now_ms()));
+                },
+            ),
         };
-        if end != End::TakenOver && !opened.clean_upstream && !client_id.is_empty() {
-            let _ticket =
-                shared
-                    .records
-                    .record(&client_id, inspector.expiry.0, Some(super::kept_now_ms()));
-        }
         opened.handover.done.cancel();
         if let AfterClose::Wipe { generation, after } = after_close {
             tokio::spawn(expire(shared.clone(), client_id.clone(), generation, after));

@@ -178,10 +178,15 @@ impl Inspector<'_> {
                         }
                     }
                 }
-                self.after_close = Some(self.shared.sessions.close(
-                    self.client_id,
+                let (shared, client_id) = (self.shared, self.client_id);
+                self.after_close = Some(shared.sessions.close_kept(
+                    client_id,
                     self.generation,
                     self.expiry,
+                    |expiry| {
+                        let ended = Some(super::kept_now_ms());
+                        let _ticket = shared.records.record(client_id, expiry.0, ended);
+                    },
                 ));
                 Verdict::Forward
             }

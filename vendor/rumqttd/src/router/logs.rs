@@ -192,6 +192,8 @@ impl DataLog {
         if publish.qos == crate::protocol::QoS::AtMostOnce {
             return;
         }
+        // `append` answers the offset after the publication's
+        let offset = (offset.0, offset.1.saturating_sub(1));
         let (Some(keeper), Some(clients)) = (&mut self.keeper, self.kept.get(&idx)) else {
             return;
         };
@@ -231,6 +233,8 @@ impl DataLog {
         let data = self.native.get_mut(&idx)?;
         let mut none = VecDeque::new();
         let (offset, _) = data.append((publish, properties).into(), &mut none);
+        // `append` answers the offset after the publication's
+        let offset = (offset.0, offset.1.saturating_sub(1));
         if let Some(keeper) = &mut self.keeper {
             keeper.placed((idx, offset), &publication.key, sessions);
         }
