@@ -262,6 +262,15 @@ impl Application {
                 if self.http_tls.is_some() { "wss" } else { "ws" },
                 self.http_addr
             ),
+            console = %if self.config.console.enabled {
+                format!(
+                    "{}://{}/console",
+                    if self.http_tls.is_some() { "https" } else { "http" },
+                    self.http_addr
+                )
+            } else {
+                "off".to_owned()
+            },
             "Sidecar ready."
         );
 

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use axum::extract::State;
 use axum::http::{header, HeaderName, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Serialize;
@@ -46,6 +46,8 @@ pub fn routes(enabled: bool) -> Router<HttpState> {
         return Router::new();
     }
     Router::new()
+        // Where a person typing the address lands.
+        .route("/", get(|| async { Redirect::to("/console") }))
         .route("/console", get(page))
         .route("/console/console.js", get(script))
         .route("/console/console.css", get(style))
