@@ -168,7 +168,9 @@ async fn sub_without_names_shows_events_and_property_changes() {
     let url = sidecar.ws_url();
     // The observed property's current value comes at once.
     let (code, stdout, stderr) = run(
-        &["sub", "--url", &url, "--thing", THING_ID, "--count", "1", "--json"],
+        &[
+            "sub", "--url", &url, "--thing", THING_ID, "--count", "1", "--json",
+        ],
         "",
     )
     .await;
@@ -205,7 +207,9 @@ async fn sub_over_mqtt_covers_every_thing_with_a_plus() {
     let sidecar = TestSidecar::start().await;
     let mqtt_url = format!("mqtt://{}", sidecar.mqtt);
     let sub = tokio::spawn(async move {
-        let args = ["sub", "--thing", "+", "--mqtt", &mqtt_url, "--count", "2", "--json"];
+        let args = [
+            "sub", "--thing", "+", "--mqtt", &mqtt_url, "--count", "2", "--json",
+        ];
         run(&args, "").await
     });
     let mut agent = sidecar.mqtt("an-agent").await;
@@ -238,7 +242,14 @@ async fn invoke_prints_the_chunks_of_a_streamed_answer() {
     let url = sidecar.ws_url();
     let input = r#"{"question":"What is the weather in Oslo?","interactionMode":"text"}"#;
     let args = [
-        "invoke", "--url", &url, "--thing", THING_ID, "getWeather", input, "--stream",
+        "invoke",
+        "--url",
+        &url,
+        "--thing",
+        THING_ID,
+        "getWeather",
+        input,
+        "--stream",
     ];
     let (code, stdout, stderr) = run(&args, "").await;
     assert_eq!(code, 0, "{stdout}{stderr}");
@@ -335,4 +346,88 @@ async fn configuration_mistakes_get_readable_errors() {
         assert!(stderr.contains(expected), "{args:?} {env:?}: {stderr}");
         assert!(!stderr.contains("`one of"), "no nested quotes: {stderr}");
     }
+}
+
+#[tokio::test]
+async fn the_weather_agent_comes_back_after_a_sidecar_restart() {
+    let first = TestSidecar::start().await;
+    let url = first.ws_url();
+    let agent = tokio::spawn({
+        let url = url.clone();
+        async move { weather_agent::serve_reconnecting(&url, |_| {}).await }
+    });
+    common::wait_for_td(&first, THING_ID).await;
+    // The same ports again, as a restarted sidecar would have.
+    let mut config = common::test_config();
+    config.http.listen = first.http;
+    first.stop().await;
+    let second = TestSidecar::start_with(config).await;
+    common::wait_for_stats(&second, |s| s.hosted_things == 1).await;
+    common::wait_for_td(&second, THING_ID).await;
+    // And it serves: a read is answered by the agent.
+    let (code, stdout, stderr) = run(
+        &[
+            "read",
+            "--url",
+            &second.ws_url(),
+            "--thing",
+            THING_ID,
+            "modelConfiguration",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    agent.abort();
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn query_finds_an_invocation_started_by_another_connection() {
+    let sidecar = sidecar_with_agent().await;
+    let url = sidecar.ws_url();
+    let invoke = tokio::spawn({
+        let url = url.clone();
+        async move {
+            let input = r#"{"question":"What is the weather in Rome?","interactionMode":"text"}"#;
+            let args = [
+                "invoke",
+                "--url",
+                &url,
+                "--thing",
+                THING_ID,
+                "getWeather",
+                input,
+                "--correlation-id",
+                "my-forecast",
+            ];
+            run(&args, "").await
+        }
+    });
+    // While it runs (about a second), from another process and connection.
+    let mut answered = None;
+    for _ in 0..50 {
+        let args = [
+            "query",
+            "--url",
+            &url,
+            "--thing",
+            THING_ID,
+            "getWeather",
+            "--correlation-id",
+            "my-forecast",
+        ];
+        let (code, stdout, stderr) = run(&args, "").await;
+        if code == 0 {
+            answered = Some(stdout);
+            break;
+        }
+        assert!(stdout.contains("404"), "{stdout}{stderr}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answered = answered.expect("the invocation was found");
+    assert!(answered.contains("getWeather"), "{answered}");
+    let (code, stdout, _) = invoke.await.unwrap();
+    assert_eq!(code, 0, "{stdout}");
+    sidecar.stop().await;
 }

@@ -130,7 +130,9 @@ async fn dispatch(command: Command) -> Result<bool, ClientError> {
         } => ask(&to, "cancelAction", named(&action, correlation_id)).await,
         Command::HashPassword => hash_password(),
         Command::NewToken => new_token(),
-        Command::Config => Err(ClientError::Usage("`config` is not a client command".into())),
+        Command::Config => Err(ClientError::Usage(
+            "`config` is not a client command".into(),
+        )),
     }
 }
 

@@ -22,9 +22,8 @@ async fn http_get(base: &str, path: &str) -> Result<(u16, String), ClientError> 
     let authorization = Credentials::from_env()
         .map(|c| format!("Authorization: {}\r\n", c.header()))
         .unwrap_or_default();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{authorization}\r\n"
-    );
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{authorization}\r\n");
     stream
         .write_all(request.as_bytes())
         .await
@@ -47,10 +46,12 @@ async fn http_get(base: &str, path: &str) -> Result<(u16, String), ClientError> 
 pub async fn things(base: &str, output: Output) -> Result<bool, ClientError> {
     let (status, body) = http_get(base, "/things").await?;
     if status != 200 {
-        return Err(ClientError::Http(format!("{base}/things answered {status}: {body}")));
+        return Err(ClientError::Http(format!(
+            "{base}/things answered {status}: {body}"
+        )));
     }
-    let list: Value =
-        serde_json::from_str(&body).map_err(|e| ClientError::Http(format!("not a TD list: {e}")))?;
+    let list: Value = serde_json::from_str(&body)
+        .map_err(|e| ClientError::Http(format!("not a TD list: {e}")))?;
     for td in list.as_array().into_iter().flatten() {
         if output == Output::Json {
             out::line(&td.to_string())?;
@@ -120,10 +121,12 @@ pub async fn observable(ws_url: &str, thing: &str) -> Result<Vec<String>, Client
 pub async fn ids(ws_url: &str) -> Result<Vec<String>, ClientError> {
     let (status, body) = http_get(&directory_of(ws_url)?, "/things").await?;
     if status != 200 {
-        return Err(ClientError::Http(format!("the directory answered {status}")));
+        return Err(ClientError::Http(format!(
+            "the directory answered {status}"
+        )));
     }
-    let list: Value =
-        serde_json::from_str(&body).map_err(|e| ClientError::Http(format!("not a TD list: {e}")))?;
+    let list: Value = serde_json::from_str(&body)
+        .map_err(|e| ClientError::Http(format!("not a TD list: {e}")))?;
     Ok(list
         .as_array()
         .into_iter()

@@ -37,16 +37,16 @@ pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
     }
     let resolved: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| {
-            format!("cannot resolve `{host}` ({e}); use IP:PORT, e.g. 127.0.0.1:{port}")
-        })?
+        .map_err(|e| format!("cannot resolve `{host}` ({e}); use IP:PORT, e.g. 127.0.0.1:{port}"))?
         .collect();
     resolved
         .iter()
         .find(|a| a.is_ipv4())
         .or(resolved.first())
         .copied()
-        .ok_or_else(|| format!("`{host}` resolves to no address; use IP:PORT, e.g. 127.0.0.1:{port}"))
+        .ok_or_else(|| {
+            format!("`{host}` resolves to no address; use IP:PORT, e.g. 127.0.0.1:{port}")
+        })
 }
 
 /// For `#[serde(deserialize_with)]` on the listen keys: the same rules in
@@ -87,6 +87,9 @@ mod tests {
         let e = parse_listen_addr(":8080").unwrap_err();
         assert!(e.contains("no host"), "{e}");
         let e = parse_listen_addr("no-such-host.invalid:8080").unwrap_err();
-        assert!(e.contains("cannot resolve") && e.contains("use IP:PORT"), "{e}");
+        assert!(
+            e.contains("cannot resolve") && e.contains("use IP:PORT"),
+            "{e}"
+        );
     }
 }
