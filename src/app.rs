@@ -290,6 +290,16 @@ impl Application {
             self.mqtt_connections.clone(),
             token.clone(),
         ));
+        // The console's traffic history fills from the start, so a page
+        // opened later shows the minutes before it.
+        let history = http::console::History::default();
+        if self.config.console.enabled {
+            tokio::spawn(http::console::sample_traffic(
+                history.clone(),
+                self.metrics.clone(),
+                token.clone(),
+            ));
+        }
         let state = HttpState {
             gateway: self.gateway,
             connections: connections.clone(),
@@ -309,6 +319,7 @@ impl Application {
                     .jaeger_ui_url
                     .trim_end_matches('/')
                     .to_owned(),
+                history,
             },
             guard: http::guard::Guard::new(
                 &self.config.http,

@@ -16,10 +16,15 @@ use axum::routing::get;
 use axum::Router;
 use serde::Serialize;
 
+use axum::extract::Query;
+
 use super::auth::Caller;
 use super::HttpState;
 use crate::auth::Access;
 use crate::gateway::RunningInvocation;
+
+mod history;
+pub use history::{sample_traffic, History};
 
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
@@ -38,6 +43,8 @@ pub struct ConsoleSettings {
     pub enabled: bool,
     /// `tracing.jaeger_ui_url`, without a trailing slash; empty: no links.
     pub jaeger_ui_url: String,
+    /// The traffic of the last minutes, sampled since the start.
+    pub history: History,
 }
 
 /// The console's routes, when it is enabled.
@@ -106,8 +113,17 @@ struct ConsoleState {
     things: Vec<ThingState>,
     /// Open connections by transport.
     connections: BTreeMap<&'static str, usize>,
-    /// Cumulative counters from the metrics; the page turns them into rates.
+    /// Cumulative counters from the metrics: the totals, by kind.
     counters: Counters,
+    /// Per-second rates, one point a second, after the `since` asked for.
+    history: Vec<history::Point>,
+}
+
+/// `?since=T`: only the history points after T (Unix ms).
+#[derive(Debug, serde::Deserialize)]
+struct Since {
+    #[serde(default)]
+    since: u64,
 }
 
 /// The counters the console plots, as `/metrics` has them.
@@ -126,7 +142,11 @@ struct Counters {
 
 /// `GET /console/state`: the Things the caller may consume, with their
 /// agents, subscription counts and running invocations, and the counters.
-async fn state(State(state): State<HttpState>, caller: Caller) -> Response {
+async fn state(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Query(since): Query<Since>,
+) -> Response {
     let principal = &caller.principal;
     let activity = state.gateway.activity().await;
     let stats = state.gateway.stats().await;
@@ -187,6 +207,7 @@ async fn state(State(state): State<HttpState>, caller: Caller) -> Response {
         things: things.into_values().collect(),
         connections,
         counters: counters(&state.metrics.render()),
+        history: state.console.history.since(since.since),
     };
     let json = serde_json::to_string(&body).expect("the console state always serializes");
     (
