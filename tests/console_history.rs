@@ -2,8 +2,9 @@
 //! started (issue 34), in headless Chromium like `tests/console.rs`:
 //! traffic from before the page opened is in its charts (the sidecar keeps
 //! the history), the errors are broken down by kind, a link opens a Thing's
-//! view directly, its TD is a link away, and a property's write form starts
-//! from the current value. Needs `chromium` and `chromium-driver` (or
+//! view directly, its TD is a link away, a property's write form starts
+//! from the current value, the header says what `/readyz` says, and a
+//! free-form message gets its answer. Needs `chromium` and `chromium-driver` (or
 //! `LMOS_SKIP_BROWSER_TESTS=1`).
 
 use std::time::Duration;
@@ -110,6 +111,35 @@ async fn the_console_shows_what_came_before_it_opened() {
         .to_owned();
     let served = common::http(sidecar.http, "GET", &path, None, b"").await;
     assert_eq!(served.status, 200, "the TD link works: {}", served.body);
+
+    // Health from /readyz in the header.
+    let health = browser
+        .wait_for(
+            "the health line",
+            Duration::from_secs(5),
+            r#"const h = document.querySelector('#health'); return h && h.dataset.ready ? h.dataset.ready + ' ' + h.textContent : null;"#,
+        )
+        .await;
+    assert_eq!(health, "yes ready", "no cluster, nothing reached");
+
+    // The free-form panel: a message of one's own, and its answer.
+    let message = json!({"thingID": THING_ID, "messageType": "readProperty", "name": "modelConfiguration", "correlationID": "free-1"});
+    browser
+        .type_into("#send textarea[name=message]", &message.to_string())
+        .await;
+    browser.click("#send button[type=submit]").await;
+    let answer = browser
+        .wait_for(
+            "the answer to the free-form message",
+            Duration::from_secs(5),
+            r#"const a = [...document.querySelectorAll('#answers li')].find((li) => li.textContent.includes('←')); return a ? a.textContent : null;"#,
+        )
+        .await;
+    let answer = answer.as_str().unwrap();
+    assert!(
+        answer.contains(r#""messageType":"propertyReading""#) && answer.contains("free-1"),
+        "{answer}"
+    );
     browser.close().await;
     drop(driver);
     sidecar.stop().await;

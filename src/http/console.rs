@@ -117,6 +117,36 @@ struct ConsoleState {
     counters: Counters,
     /// Per-second rates, one point a second, after the `since` asked for.
     history: Vec<history::Point>,
+    health: Health,
+}
+
+/// What `/readyz` says, and the cluster link, for the page's header.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Health {
+    ready: bool,
+    /// `/readyz`'s lines (budgets reached, a full directory, the cluster).
+    report: Vec<String>,
+    /// `None`: no cluster configured.
+    cluster: Option<ClusterHealth>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClusterHealth {
+    connected: bool,
+    reconnects: u64,
+}
+
+async fn health(state: &HttpState) -> Health {
+    let (status, report) = super::readiness(state).await;
+    Health {
+        ready: status == StatusCode::OK,
+        report: report.lines().map(str::to_owned).collect(),
+        cluster: state.cluster.as_ref().map(|c| ClusterHealth {
+            connected: c.connected(),
+            reconnects: c.reconnects(),
+        }),
+    }
 }
 
 /// `?since=T`: only the history points after T (Unix ms).
@@ -208,6 +238,7 @@ async fn state(
         connections,
         counters: counters(&state.metrics.render()),
         history: state.console.history.since(since.since),
+        health: health(&state).await,
     };
     let json = serde_json::to_string(&body).expect("the console state always serializes");
     (

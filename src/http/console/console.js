@@ -41,6 +41,7 @@ async function poll() {
     app.state = s; app.jaeger = s.jaegerUiUrl || "";
     $("#who").textContent = "signed in as " + s.principal + " · " + wsLabel();
     record(s.history, s.counters);
+    renderHealth(s.health);
     renderThings(); renderCharts(); renderRunning();
     if (app.wanted) { const id = app.wanted; app.wanted = null; openThing(id); }
   } catch (e) {
@@ -56,6 +57,32 @@ function record(points, c) {
   for (const p of points || []) { app.history.push(p); app.since = Math.max(app.since, p.t); }
   while (app.history.length && app.history[0].t < app.since - WINDOW * 1000) app.history.shift();
   renderProblems(c);
+}
+
+// /readyz in a line, and the cluster link when there is a cluster.
+function renderHealth(h) {
+  if (!h) return;
+  const p = $("#health");
+  const cluster = h.cluster ? (h.cluster.connected ? " · cluster connected" : " · cluster unreachable") + (h.cluster.reconnects ? " (" + h.cluster.reconnects + " reconnects)" : "") : "";
+  p.className = h.ready ? "on" : "error";
+  p.dataset.ready = h.ready ? "yes" : "no";
+  p.textContent = (h.ready ? "" : "not ready: ") + h.report.join(" · ") + cluster;
+}
+
+// The free-form panel: whatever the principal may send, and what answers.
+const ANSWERS_MAX = 50;
+function sendFree(ev) {
+  ev.preventDefault();
+  const text = ev.target.elements.message.value;
+  const list = $("#answers");
+  const note = (cls, t) => { list.prepend(el("li", { class: cls, text: t })); while (list.children.length > ANSWERS_MAX) list.lastChild.remove(); };
+  let msg;
+  try { msg = JSON.parse(text); } catch (e) { note("error", "Not valid JSON: " + e.message); return; }
+  if (!msg || typeof msg !== "object" || Array.isArray(msg)) { note("error", "An LMOS message is a JSON object."); return; }
+  msg.messageID = msg.messageID || uuid();
+  const c = msg.correlationID || msg.correlationId || msg.messageID;
+  app.pending.set(c, (m) => note(m.messageType === "error" ? "error" : "", new Date().toLocaleTimeString() + " ← " + JSON.stringify(m)));
+  if (send(msg)) note("off", "→ " + JSON.stringify(msg)); else note("error", "Not connected.");
 }
 
 // Totals since the start, by kind: which errors, which drops, which refusals.
@@ -363,6 +390,7 @@ if (location.hash.startsWith("#thing=")) app.wanted = decodeURIComponent(locatio
 window.addEventListener("hashchange", () => {
   if (location.hash.startsWith("#thing=")) { const id = decodeURIComponent(location.hash.slice(7)); if (id !== app.thing) openThing(id); }
 });
+$("#send").addEventListener("submit", sendFree);
 connect();
 poll();
 setInterval(poll, 1000);
