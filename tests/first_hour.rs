@@ -314,9 +314,16 @@ async fn the_ready_line_names_the_console_and_slash_leads_there() {
     let _ = child.wait().await;
 }
 
+/// Environment, arguments, and what standard error must say.
+type Case = (
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+    &'static str,
+);
+
 #[tokio::test]
 async fn configuration_mistakes_get_readable_errors() {
-    let cases: [(&[(&str, &str)], &[&str], &str); 4] = [
+    let cases: [Case; 4] = [
         (&[], &["--http-addr", "127.0.0.1:80800"], "port 80800 is out of range"),
         (
             &[("LMOS_SIDECAR_TRACING__ENDPOINT", "127.0.0.1:4317")],
