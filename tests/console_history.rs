@@ -121,6 +121,19 @@ async fn the_console_shows_what_came_before_it_opened() {
         )
         .await;
     assert_eq!(health, "yes ready", "no cluster, nothing reached");
+    // The agent, this test's consumer and the page itself, as of the last
+    // poll (which may have come before the page's own connection).
+    let connections = browser
+        .js("return document.querySelector('#connections').textContent;")
+        .await;
+    let websocket: u32 = connections
+        .as_str()
+        .unwrap()
+        .split(" · ")
+        .find_map(|part| part.rsplit_once("websocket "))
+        .and_then(|(_, n)| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{connections}"));
+    assert!((2..=3).contains(&websocket), "{connections}");
 
     // The free-form panel: a message of one's own, and its answer.
     let message = json!({"thingID": THING_ID, "messageType": "readProperty", "name": "modelConfiguration", "correlationID": "free-1"});

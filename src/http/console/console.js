@@ -42,6 +42,7 @@ async function poll() {
     $("#who").textContent = "signed in as " + s.principal + " · " + wsLabel();
     record(s.history, s.counters);
     renderHealth(s.health);
+    $("#connections").textContent = "connections: " + Object.entries(s.connections || {}).map(([k, v]) => k + " " + v).join(" · ");
     renderThings(); renderCharts(); renderRunning();
     if (app.wanted) { const id = app.wanted; app.wanted = null; openThing(id); }
   } catch (e) {
