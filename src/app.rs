@@ -320,6 +320,7 @@ impl Application {
                     .trim_end_matches('/')
                     .to_owned(),
                 history,
+                clients: http::console::Clients::default(),
             },
             guard: http::guard::Guard::new(
                 &self.config.http,

@@ -131,9 +131,19 @@ async fn the_console_shows_what_came_before_it_opened() {
         .unwrap()
         .split(" · ")
         .find_map(|part| part.rsplit_once("websocket "))
-        .and_then(|(_, n)| n.trim().parse().ok())
+        .and_then(|(_, n)| n.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("{connections}"));
     assert!((2..=3).contains(&websocket), "{connections}");
+    // Without authentication everyone is `anonymous`: all of them are the
+    // caller's own.
+    let yours: u32 = connections
+        .as_str()
+        .unwrap()
+        .split_once("(yours: ")
+        .and_then(|(_, rest)| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{connections}"));
+    assert_eq!(yours, websocket, "{connections}");
 
     // The free-form panel: a message of one's own, and its answer.
     let message = json!({"thingID": THING_ID, "messageType": "readProperty", "name": "modelConfiguration", "correlationID": "free-1"});

@@ -23,7 +23,9 @@ use super::HttpState;
 use crate::auth::Access;
 use crate::gateway::RunningInvocation;
 
+mod clients;
 mod history;
+pub use clients::Clients;
 pub use history::{sample_traffic, History};
 
 const PAGE: &str = include_str!("console/index.html");
@@ -45,6 +47,8 @@ pub struct ConsoleSettings {
     pub jaeger_ui_url: String,
     /// The traffic of the last minutes, sampled since the start.
     pub history: History,
+    /// WebSocket connections by principal.
+    pub clients: Clients,
 }
 
 /// The console's routes, when it is enabled.
@@ -113,6 +117,8 @@ struct ConsoleState {
     things: Vec<ThingState>,
     /// Open connections by transport.
     connections: BTreeMap<&'static str, usize>,
+    /// The caller's own open WebSocket connections (this page's included).
+    own_connections: usize,
     /// Cumulative counters from the metrics: the totals, by kind.
     counters: Counters,
     /// Per-second rates, one point a second, after the `since` asked for.
@@ -236,6 +242,7 @@ async fn state(
         jaeger_ui_url: state.console.jaeger_ui_url.clone(),
         things: things.into_values().collect(),
         connections,
+        own_connections: state.console.clients.of(principal.name()),
         counters: counters(&state.metrics.render()),
         history: state.console.history.since(since.since),
         health: health(&state).await,

@@ -42,7 +42,8 @@ async function poll() {
     $("#who").textContent = "signed in as " + s.principal + " · " + wsLabel();
     record(s.history, s.counters);
     renderHealth(s.health);
-    $("#connections").textContent = "connections: " + Object.entries(s.connections || {}).map(([k, v]) => k + " " + v).join(" · ");
+    $("#connections").textContent = "connections: " + Object.entries(s.connections || {}).map(([k, v]) => k + " " + v).join(" · ") +
+      " (yours: " + s.ownConnections + " over WebSocket)";
     renderThings(); renderCharts(); renderRunning();
     if (app.wanted) { const id = app.wanted; app.wanted = null; openThing(id); }
   } catch (e) {
