@@ -2,7 +2,8 @@
 //! started (issue 34), in headless Chromium like `tests/console.rs`:
 //! traffic from before the page opened is in its charts (the sidecar keeps
 //! the history), the errors are broken down by kind, a link opens a Thing's
-//! view directly, its TD is a link away, a property's write form starts
+//! view directly, its TD is a link away with its MQTT topics listed, a
+//! property's write form starts
 //! from the current value, the header says what `/readyz` says, and a
 //! free-form message gets its answer. Needs `chromium` and `chromium-driver` (or
 //! `LMOS_SKIP_BROWSER_TESTS=1`).
@@ -111,6 +112,19 @@ async fn the_console_shows_what_came_before_it_opened() {
         .to_owned();
     let served = common::http(sidecar.http, "GET", &path, None, b"").await;
     assert_eq!(served.status, 200, "the TD link works: {}", served.body);
+
+    // The Thing's MQTT topics, from its TD: the retained reading's too.
+    let topic = format!("lmos/{THING_ID}/properties/modelConfiguration");
+    let row = browser
+        .js(&format!(
+            r#"const r = document.querySelector('#topics tr[data-topic="{topic}"]'); return r ? r.textContent : null;"#
+        ))
+        .await;
+    assert!(
+        row.as_str()
+            .is_some_and(|r| r.contains("observeproperty") && r.contains("LMOS messages")),
+        "{row}"
+    );
 
     // Health from /readyz in the header.
     let health = browser

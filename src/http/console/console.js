@@ -357,9 +357,29 @@ function renderAffordances(td) {
     form.addEventListener("submit", (ev) => { ev.preventDefault(); invoke(id, name, f); });
     $("#actions").append(form);
   }
+  renderTopics(td);
   for (const [name, e] of Object.entries(td.events || {})) $("#events").append(el("li", { text: name + (e.description ? " — " + e.description : "") }));
   $("#actions").append(el("h3", { text: "Running on the sidecar" }), el("ul", { id: "running" }));
   renderRunning();
+}
+
+// The Thing's MQTT topics, from its TD's forms (the directory writes them
+// for the sidecar): what to give mosquitto_sub or any MQTT client.
+function renderTopics(td) {
+  const rows = [];
+  const add = (kind, name, forms) => {
+    for (const f of forms || []) {
+      if (typeof f.href !== "string" || !f.href.startsWith("mqtt")) continue;
+      const topic = f["mqv:filter"] || f["mqv:topic"] || decodeURIComponent(f.href.replace(/^mqtts?:\/\/[^/]*\//, ""));
+      const ops = [].concat(f.op || []).join(", ");
+      const carries = f.subprotocol === "lmosprotocol" ? "LMOS messages" : "values only";
+      rows.push(el("tr", { "data-topic": topic }, el("td", {}, el("code", { text: topic })), el("td", { text: kind + " " + name + " (" + ops + ")" }), el("td", { text: carries })));
+    }
+  };
+  for (const k of ["properties", "actions", "events"]) for (const [name, a] of Object.entries(td[k] || {})) add(k.replace(/s$/, "").replace(/ie$/, "y"), name, a.forms);
+  add("thing", "", td.forms);
+  $("#topics tbody").replaceChildren(...rows);
+  if (!rows.length) $("#topics tbody").append(el("tr", {}, el("td", { colspan: 3, text: "No MQTT forms in this TD." })));
 }
 
 function invoke(id, action, f) {
