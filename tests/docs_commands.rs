@@ -299,3 +299,30 @@ fn the_docker_build_context_leaves_target_out() {
         );
     }
 }
+
+#[test]
+fn every_example_in_the_help_parses() {
+    use clap::CommandFactory;
+    let root = Cli::command();
+    let mut examples = Vec::new();
+    for command in std::iter::once(&root).chain(root.get_subcommands()) {
+        let Some(help) = command.get_after_help() else {
+            continue;
+        };
+        for line in help.to_string().lines() {
+            for rest in invocations(line.trim()) {
+                // The examples' explanations follow two or more spaces.
+                let rest = rest.split("   ").next().unwrap_or_default();
+                let mut argv = vec!["lmos-sidecar".to_owned()];
+                argv.extend(words(rest));
+                examples.push((line.to_owned(), argv));
+            }
+        }
+    }
+    assert!(examples.len() >= 12, "only {} examples", examples.len());
+    for (line, argv) in examples {
+        if let Err(e) = Cli::try_parse_from(&argv) {
+            panic!("`{line}` does not parse: {e}");
+        }
+    }
+}
