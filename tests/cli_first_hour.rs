@@ -63,7 +63,7 @@ async fn raw_sends_json_lines_and_prints_each_reply_as_a_line() {
         serde_json::json!({"thingID": THING_ID, "messageID": "m1", "messageType": "subscribeEvent", "event": "userFeedbackReceived", "correlationID": "my-feedback"}),
         serde_json::json!({"thingID": THING_ID, "messageID": "m2", "messageType": "invokeAction", "action": "getWeather", "input": {"question": "What is the weather in Berlin?", "interactionMode": "text"}, "correlationID": "my-forecast"}),
     );
-    let (code, stdout, stderr) = run(&["raw", "--url", &url, "--idle", "2"], &input).await;
+    let (code, stdout, stderr) = run(&["raw", "--url", &url, "--idle", "4"], &input).await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     let replies = lines(&stdout);
     let statuses: Vec<&str> = replies
@@ -175,8 +175,8 @@ async fn sub_over_mqtt_covers_every_thing_with_a_plus() {
     });
     let mut agent = sidecar.mqtt("an-agent").await;
     // Published until the subscriber is there (its count ends it).
-    let mut published = 0;
-    while !sub.is_finished() && published < 50 {
+    let (mut published, started) = (0, tokio::time::Instant::now());
+    while !sub.is_finished() && started.elapsed() < common::WAIT {
         agent
             .publish_event("urn:a", "ping", serde_json::json!(published))
             .await;
@@ -245,8 +245,8 @@ async fn query_finds_an_invocation_started_by_another_connection() {
         }
     });
     // While it runs (about a second), from another process and connection.
-    let mut answered = None;
-    for _ in 0..50 {
+    let (mut answered, started) = (None, tokio::time::Instant::now());
+    while started.elapsed() < common::WAIT {
         let args = [
             "query",
             "--url",
