@@ -16,12 +16,12 @@
 //!   the `completed` that ends the stream and still carries the whole text;
 //! - event `userFeedbackReceived`, sent after every completed forecast.
 //!
-//! Deterministic: no LLM, the forecast is made up from the question.
+//! Deterministic: no LLM, the forecast is made up from the question. When
+//! the sidecar goes away (a restart, say) the agent connects again, waiting
+//! 100 ms, then twice as long each time up to 5 s, until it is stopped.
 //!
 //! The agent itself is `lmos_testkit::weather_agent` (`testkit/src/weather_agent.rs`),
 //! shared with the tests that run it against a real sidecar.
-
-use std::time::Duration;
 
 use lmos_testkit::weather_agent;
 
@@ -39,19 +39,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let runtime = tokio::runtime::Runtime::new()?;
+    // The sidecar may still be starting, or restart later: the agent
+    // connects again (backing off up to 5 s) until it is stopped.
     runtime.block_on(async {
-        // The sidecar may still be starting: try for a while.
-        let mut delay = Duration::from_millis(100);
-        loop {
-            match weather_agent::serve(&sidecar).await {
-                Ok(()) => return Ok(()),
-                Err(e) if delay < Duration::from_secs(5) => {
-                    eprintln!("Cannot reach the sidecar at {sidecar} ({e}); retrying.");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err(e) => return Err(e),
-            }
+        tokio::select! {
+            () = weather_agent::serve_reconnecting(&sidecar, |why| eprintln!("{why}")) => {}
+            _ = tokio::signal::ctrl_c() => {}
         }
-    })
+    });
+    Ok(())
 }

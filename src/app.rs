@@ -281,6 +281,15 @@ impl Application {
                 self.http_addr
             ),
             store = %self.store.describe(),
+            console = %if self.config.console.enabled {
+                format!(
+                    "{}://{}/console",
+                    if self.http_tls.is_some() { "https" } else { "http" },
+                    self.http_addr
+                )
+            } else {
+                "off".to_owned()
+            },
             "Sidecar ready."
         );
 
@@ -300,6 +309,16 @@ impl Application {
             self.mqtt_connections.clone(),
             token.clone(),
         ));
+        // The console's traffic history fills from the start, so a page
+        // opened later shows the minutes before it.
+        let history = http::console::History::default();
+        if self.config.console.enabled {
+            tokio::spawn(http::console::sample_traffic(
+                history.clone(),
+                self.metrics.clone(),
+                token.clone(),
+            ));
+        }
         let state = HttpState {
             gateway: self.gateway,
             connections: connections.clone(),
@@ -319,6 +338,8 @@ impl Application {
                     .jaeger_ui_url
                     .trim_end_matches('/')
                     .to_owned(),
+                history,
+                clients: http::console::Clients::default(),
             },
             guard: http::guard::Guard::new(
                 &self.config.http,

@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::topics::Topics;
 
+mod address;
+pub mod descriptors;
 mod quotas;
 mod store;
+pub use address::parse_listen_addr;
 pub use quotas::{QuotaOverrides, QuotasConfig};
 pub use store::{StoreConfig, SyncMode};
 
@@ -66,9 +69,11 @@ impl Default for SidecarConfig {
 pub struct MqttConfig {
     /// Address of the embedded broker's MQTT listener (the guard's; 3.1.1
     /// and 5).
+    #[serde(deserialize_with = "address::deserialize")]
     pub listen: SocketAddr,
     /// A second MQTT listener, alike (kept for setups that expect one port
     /// per protocol version).
+    #[serde(deserialize_with = "address::deserialize")]
     pub listen_v5: SocketAddr,
     pub max_connections: usize,
     /// Largest MQTT payload accepted, in bytes.
@@ -129,6 +134,7 @@ impl Default for MqttConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
     /// Address of the HTTP port; `/lmos` upgrades to the WebSocket gateway.
+    #[serde(deserialize_with = "address::deserialize")]
     pub listen: SocketAddr,
     /// Schemes a client must use: empty (no authentication), or any of
     /// `basic` and `bearer`.
@@ -720,6 +726,9 @@ fn describe(error: &figment::Error) -> String {
                 Some(m) if m.name.contains("environment") => format!(" (from the {})", m.name),
                 _ => String::new(),
             };
+            if let figment::error::Kind::UnknownField(_, expected) = &e.kind {
+                return unknown_key(&key, expected, &source);
+            }
             if key.is_empty() {
                 format!("{}{source}", e.kind)
             } else {
@@ -728,6 +737,32 @@ fn describe(error: &figment::Error) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// An unknown key, said plainly: figment's own text nests quotes
+/// (`expected `one of `a`, `b```) and names no variable.
+fn unknown_key(path: &str, expected: &[&str], source: &str) -> String {
+    let section = path.rsplit_once('.').map(|(s, _)| s).unwrap_or_default();
+    let source = if source.contains("environment") {
+        // The variable as the user wrote it (figment lower-cases keys).
+        let wanted = format!("{ENV_PREFIX}{}", path.replace('.', "__")).to_uppercase();
+        let name = std::env::vars()
+            .map(|(k, _)| k)
+            .find(|k| k.to_uppercase() == wanted)
+            .unwrap_or(wanted);
+        format!(" (from the environment variable {name})")
+    } else {
+        source.to_owned()
+    };
+    let known = if section.is_empty() {
+        "sections".to_owned()
+    } else {
+        format!("keys in [{section}]")
+    };
+    format!(
+        "`{path}` is not a configuration key{source}; the {known} are: {}",
+        expected.join(", ")
+    )
 }
 
 /// Command-line values that override everything else.
@@ -835,6 +870,13 @@ impl Config {
         }
         crate::http::guard::validate(&self.http)
             .map_err(|(key, reason)| ConfigError::Invalid { key, reason })?;
+        let endpoint = &self.tracing.endpoint;
+        if !(endpoint.is_empty() || endpoint.contains("://")) {
+            return Err(ConfigError::Invalid {
+                key: "tracing.endpoint",
+                reason: format!("`{endpoint}` has no scheme; add http://, e.g. http://{endpoint}"),
+            });
+        }
         let jaeger = &self.tracing.jaeger_ui_url;
         if !(jaeger.is_empty() || jaeger.starts_with("http://") || jaeger.starts_with("https://")) {
             return Err(ConfigError::Invalid {

@@ -194,7 +194,7 @@ async fn sub_over_mqtt_and_ctrl_c_cancels_a_running_invocation() {
         "--mqtt".into(),
         mqtt,
         "--count".into(),
-        "1".into(),
+        "2".into(),
     ];
     let sub = tokio::spawn(async move {
         let args: Vec<&str> = sub_args.iter().map(String::as_str).collect();
@@ -218,8 +218,9 @@ async fn sub_over_mqtt_and_ctrl_c_cancels_a_running_invocation() {
         .unwrap()
         .unwrap();
     assert_eq!(code, 0, "{out}");
+    // Without --event or --property: the retained reading, then the event.
     assert!(
-        out.contains("event userFeedbackReceived"),
+        out.contains("modelConfiguration = ") && out.contains("event userFeedbackReceived"),
         "over MQTT: {out}"
     );
 

@@ -124,6 +124,14 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
             &format!(r#"return document.querySelector('{row}[data-agent="websocket"]') !== null && document.querySelector('#who').textContent.includes('live');"#),
         )
         .await;
+    // Its own connection is counted as its own, not the agent's.
+    browser
+        .wait_for(
+            "the operator's own connection",
+            Duration::from_secs(5),
+            "const c = document.querySelector('#connections').textContent; return c.includes('websocket 2 (yours: 1 ') ? c : null;",
+        )
+        .await;
     let form = r#"form[data-invoke="getWeather"]"#;
     open_thing(&browser, form, "the action's form").await;
     browser

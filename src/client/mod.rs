@@ -3,6 +3,12 @@
 //! any gateway (this sidecar's or another's).
 
 pub mod check;
+pub mod cli;
+mod out;
+pub mod raw;
+mod things;
+pub use things::things;
+pub mod run;
 
 use std::time::Duration;
 
@@ -28,6 +34,15 @@ pub enum ClientError {
     Usage(String),
     #[error("HTTP request failed: {0}")]
     Http(String),
+    /// Whoever read the output stopped reading (`| head`): not a failure
+    /// to report.
+    #[error("standard output closed")]
+    PipeClosed,
+    #[error("cannot write to standard output: {0}")]
+    Output(String),
+    /// The endpoint went away while the command still expected messages.
+    #[error("the sidecar closed the connection ({0})")]
+    Ended(String),
 }
 
 /// How the results are shown.
@@ -176,9 +191,10 @@ pub fn render(m: &Value, output: Output) -> String {
         "actionStatus" => {
             let output = m.get("output").map(|o| format!(" {o}")).unwrap_or_default();
             format!(
-                "{thing} {} {}{output}",
+                "{thing} {} {}{output}{}",
                 m["action"].as_str().unwrap_or("?"),
-                m["status"].as_str().unwrap_or("?")
+                m["status"].as_str().unwrap_or("?"),
+                m.get("stream").map(chunk).unwrap_or_default()
             )
         }
         "error" => format!(
@@ -188,6 +204,24 @@ pub fn render(m: &Value, output: Output) -> String {
             m["detail"].as_str().unwrap_or("")
         ),
         other => format!("{other} {m}"),
+    }
+}
+
+/// A stream chunk (docs/requests.md, Streams) as text: its number and its
+/// data (text as it is, anything else by size), or the end marker.
+fn chunk(stream: &Value) -> String {
+    let seq = &stream["seq"];
+    if stream["end"] == true {
+        return format!(" [stream #{seq} end]");
+    }
+    match (&stream["data"], stream.get("contentEncoding")) {
+        (Value::String(data), None) => format!(" [stream #{seq}] {data:?}"),
+        (Value::String(data), Some(encoding)) => format!(
+            " [stream #{seq}] {} characters of {} {encoding}",
+            data.len(),
+            stream["contentType"].as_str().unwrap_or("data")
+        ),
+        (data, _) => format!(" [stream #{seq}] {data}"),
     }
 }
 
@@ -244,7 +278,7 @@ pub async fn request(
         if m["correlationID"] != correlation {
             continue;
         }
-        println!("{}", render(&m, output));
+        out::line(&render(&m, output))?;
         let ended = match outcome(&m) {
             Some(ok) => Some(ok),
             None if request["messageType"] == "queryAction" => Some(m["messageType"] != "error"),
@@ -270,7 +304,7 @@ pub async fn subscribe(
     }
     let mut seen = 0;
     while let Some(m) = next(&mut socket).await {
-        println!("{}", render(&m, output));
+        out::line(&render(&m, output))?;
         if m["messageType"] == "error" {
             return Ok(false);
         }
@@ -279,7 +313,11 @@ pub async fn subscribe(
             return Ok(true);
         }
     }
-    Ok(true)
+    // A subscription has no natural end: the sidecar stopping (or a
+    // network failure) is something a script must be able to tell.
+    Err(ClientError::Ended(
+        "no more events or readings will come".into(),
+    ))
 }
 
 /// Subscribes over MQTT (`mqtt://host:port`) to a Thing's topics and prints
@@ -324,14 +362,14 @@ pub async fn subscribe_mqtt(
         match eventloop.poll().await {
             Ok(Event::Incoming(Packet::Publish(p))) => {
                 match serde_json::from_slice::<Value>(&p.payload) {
-                    Ok(m) => println!("{}", render(&m, output)),
+                    Ok(m) => out::line(&render(&m, output))?,
                     // Retained values cleared on removal are empty.
                     Err(_) if p.payload.is_empty() => continue,
-                    Err(_) => println!(
+                    Err(_) => out::line(&format!(
                         "{} (not JSON) {}",
                         p.topic,
                         String::from_utf8_lossy(&p.payload)
-                    ),
+                    ))?,
                 }
                 seen += 1;
                 if limit.is_some_and(|l| seen >= l) {
@@ -352,58 +390,4 @@ pub fn reading(thing: &str, name: &str, value: Value) -> Value {
         "propertyReading",
         json!({"name": name, "value": value, "timestamp": now_timestamp()}),
     )
-}
-
-/// `GET /things` from the directory at `base` (e.g. `http://127.0.0.1:8080`).
-pub async fn things(base: &str, output: Output) -> Result<bool, ClientError> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = base
-        .strip_prefix("http://")
-        .ok_or_else(|| ClientError::Usage("the directory URL must start with http://".into()))?;
-    let host = rest.trim_end_matches('/');
-    let mut stream = TcpStream::connect(host)
-        .await
-        .map_err(|e| ClientError::Http(e.to_string()))?;
-    let authorization = Credentials::from_env()
-        .map(|c| format!("Authorization: {}\r\n", c.header()))
-        .unwrap_or_default();
-    let request =
-        format!("GET /things HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{authorization}\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| ClientError::Http(e.to_string()))?;
-    let mut raw = String::new();
-    stream
-        .read_to_string(&mut raw)
-        .await
-        .map_err(|e| ClientError::Http(e.to_string()))?;
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .unwrap_or_default();
-    let list: Value =
-        serde_json::from_str(body).map_err(|e| ClientError::Http(format!("not a TD list: {e}")))?;
-    for td in list.as_array().into_iter().flatten() {
-        if output == Output::Json {
-            println!("{td}");
-            continue;
-        }
-        let names = |k: &str| {
-            td[k]
-                .as_object()
-                .map(|m| m.keys().cloned().collect::<Vec<_>>().join(","))
-                .unwrap_or_default()
-        };
-        println!(
-            "{} {} ({}) properties=[{}] actions=[{}] events=[{}]",
-            td["id"].as_str().unwrap_or("?"),
-            td["title"].as_str().unwrap_or("?"),
-            td["@type"],
-            names("properties"),
-            names("actions"),
-            names("events"),
-        );
-    }
-    Ok(true)
 }

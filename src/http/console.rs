@@ -11,15 +11,22 @@ use std::sync::atomic::Ordering;
 
 use axum::extract::State;
 use axum::http::{header, HeaderName, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Serialize;
+
+use axum::extract::Query;
 
 use super::auth::Caller;
 use super::HttpState;
 use crate::auth::Access;
 use crate::gateway::RunningInvocation;
+
+mod clients;
+mod history;
+pub use clients::Clients;
+pub use history::{sample_traffic, History};
 
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
@@ -38,6 +45,10 @@ pub struct ConsoleSettings {
     pub enabled: bool,
     /// `tracing.jaeger_ui_url`, without a trailing slash; empty: no links.
     pub jaeger_ui_url: String,
+    /// The traffic of the last minutes, sampled since the start.
+    pub history: History,
+    /// WebSocket connections by principal.
+    pub clients: Clients,
 }
 
 /// The console's routes, when it is enabled.
@@ -46,6 +57,8 @@ pub fn routes(enabled: bool) -> Router<HttpState> {
         return Router::new();
     }
     Router::new()
+        // Where a person typing the address lands.
+        .route("/", get(|| async { Redirect::to("/console") }))
         .route("/console", get(page))
         .route("/console/console.js", get(script))
         .route("/console/console.css", get(style))
@@ -104,8 +117,49 @@ struct ConsoleState {
     things: Vec<ThingState>,
     /// Open connections by transport.
     connections: BTreeMap<&'static str, usize>,
-    /// Cumulative counters from the metrics; the page turns them into rates.
+    /// The caller's own open WebSocket connections (this page's included).
+    own_connections: usize,
+    /// Cumulative counters from the metrics: the totals, by kind.
     counters: Counters,
+    /// Per-second rates, one point a second, after the `since` asked for.
+    history: Vec<history::Point>,
+    health: Health,
+}
+
+/// What `/readyz` says, and the cluster link, for the page's header.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Health {
+    ready: bool,
+    /// `/readyz`'s lines (budgets reached, a full directory, the cluster).
+    report: Vec<String>,
+    /// `None`: no cluster configured.
+    cluster: Option<ClusterHealth>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClusterHealth {
+    connected: bool,
+    reconnects: u64,
+}
+
+async fn health(state: &HttpState) -> Health {
+    let (status, report) = super::readiness(state).await;
+    Health {
+        ready: status == StatusCode::OK,
+        report: report.lines().map(str::to_owned).collect(),
+        cluster: state.cluster.as_ref().map(|c| ClusterHealth {
+            connected: c.connected(),
+            reconnects: c.reconnects(),
+        }),
+    }
+}
+
+/// `?since=T`: only the history points after T (Unix ms).
+#[derive(Debug, serde::Deserialize)]
+struct Since {
+    #[serde(default)]
+    since: u64,
 }
 
 /// The counters the console plots, as `/metrics` has them.
@@ -124,7 +178,11 @@ struct Counters {
 
 /// `GET /console/state`: the Things the caller may consume, with their
 /// agents, subscription counts and running invocations, and the counters.
-async fn state(State(state): State<HttpState>, caller: Caller) -> Response {
+async fn state(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Query(since): Query<Since>,
+) -> Response {
     let principal = &caller.principal;
     let activity = state.gateway.activity().await;
     let stats = state.gateway.stats().await;
@@ -184,7 +242,10 @@ async fn state(State(state): State<HttpState>, caller: Caller) -> Response {
         jaeger_ui_url: state.console.jaeger_ui_url.clone(),
         things: things.into_values().collect(),
         connections,
+        own_connections: state.console.clients.of(principal.name()),
         counters: counters(&state.metrics.render()),
+        history: state.console.history.since(since.since),
+        health: health(&state).await,
     };
     let json = serde_json::to_string(&body).expect("the console state always serializes");
     (

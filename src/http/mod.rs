@@ -130,10 +130,15 @@ fn broker_failed(why: &str) -> (StatusCode, String) {
 /// connection holding the most), and a 503 would let whoever fills a
 /// budget take the pod, agent included, out of service at will.
 async fn readyz(State(state): State<HttpState>) -> (StatusCode, String) {
+    readiness(&state).await
+}
+
+/// `/readyz`'s answer, which the console shows too.
+pub(crate) async fn readiness(state: &HttpState) -> (StatusCode, String) {
     if let Some(why) = state.broker.failure() {
         return broker_failed(why);
     }
-    let (status, text) = ready(&state).await;
+    let (status, text) = ready(state).await;
     let mut text = text.to_owned();
     for line in state.gateway.budget_report() {
         text.push_str(&line);

@@ -117,6 +117,7 @@ pub async fn lmos(
     let on_upgrade = hyper::upgrade::on(&mut request);
     let shutdown = state.closing.child_token();
     let config = gateway.websocket_config();
+    let clients = state.console.clients.clone();
     state.connections.spawn(
         async move {
             match on_upgrade.await {
@@ -127,6 +128,8 @@ pub async fn lmos(
                         Some(config),
                     )
                     .await;
+                    // Counted by principal for the console while it lives.
+                    let _counted = clients.enter(principal.name());
                     let client = Client {
                         conn,
                         addr: peer,

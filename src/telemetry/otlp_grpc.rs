@@ -35,6 +35,13 @@ impl Grpc {
     /// Tokio runtime; each call gives up after `timeout`.
     pub fn new(endpoint: &str, timeout: Duration) -> Result<Grpc, TelemetryError> {
         let invalid = |why: String| TelemetryError::Otlp(format!("endpoint `{endpoint}`: {why}"));
+        if !endpoint.contains("://") {
+            // `OTEL_EXPORTER_OTLP_ENDPOINT=127.0.0.1:4317` would otherwise
+            // read as a URI with the scheme `127.0.0.1`.
+            return Err(invalid(format!(
+                "no scheme; add http://, e.g. http://{endpoint}"
+            )));
+        }
         let parsed =
             Endpoint::from_shared(endpoint.to_owned()).map_err(|e| invalid(e.to_string()))?;
         if parsed.uri().scheme_str() != Some("http") {

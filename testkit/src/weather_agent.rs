@@ -132,6 +132,35 @@ pub async fn serve(sidecar: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// First wait before connecting again, doubled after each failed attempt
+/// up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A connection that lasted this long was a good one: the next wait starts
+/// from [`FIRST_BACKOFF`] again.
+const STABLE: Duration = Duration::from_secs(2);
+
+/// [`serve`] for as long as the process runs: an agent beside a sidecar
+/// that restarts (an upgrade, a crash, a pod's sidecar container) must come
+/// back by itself, with its description, and not hammer a sidecar that is
+/// still starting. `report` hears why each connection ended.
+pub async fn serve_reconnecting(sidecar: &str, report: impl Fn(String)) {
+    let mut delay = FIRST_BACKOFF;
+    loop {
+        let started = tokio::time::Instant::now();
+        let why = match serve(sidecar).await {
+            Ok(()) => "the sidecar closed the connection".to_owned(),
+            Err(e) => format!("cannot reach the sidecar at {sidecar}: {e}"),
+        };
+        if started.elapsed() >= STABLE {
+            delay = FIRST_BACKOFF;
+        }
+        report(format!("{why}; connecting again in {delay:?}."));
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_BACKOFF);
+    }
+}
+
 struct Agent {
     out: mpsc::UnboundedSender<Value>,
     model: Value,

@@ -25,23 +25,27 @@ const here = (path) => location.origin + path;
 const uuid = () => (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
 
 const app = {
-  state: null, history: [], previous: null, jaeger: "",
+  state: null, history: [], since: 0, jaeger: "",
   ws: null, thing: null, td: null,
   pending: new Map(),        // correlationID -> handler(message)
-  live: [], liveDirty: false,
+  live: [], liveDirty: false, current: new Map(), wanted: null,
   received: 0, rate: 0, sampleEvery: 1, seen: 0,
 };
 
 // ---- polling /console/state -------------------------------------------
 async function poll() {
   try {
-    const r = await fetch(here("/console/state"), { credentials: "same-origin", cache: "no-store" });
+    const r = await fetch(here("/console/state?since=" + app.since), { credentials: "same-origin", cache: "no-store" });
     if (!r.ok) throw new Error(r.status + " " + (await r.text()));
     const s = await r.json();
     app.state = s; app.jaeger = s.jaegerUiUrl || "";
     $("#who").textContent = "signed in as " + s.principal + " · " + wsLabel();
-    record(s.counters);
+    record(s.history, s.counters);
+    renderHealth(s.health);
+    $("#connections").textContent = "connections: " + Object.entries(s.connections || {}).map(([k, v]) => k + " " + v).join(" · ") +
+      " (yours: " + s.ownConnections + " over WebSocket)";
     renderThings(); renderCharts(); renderRunning();
+    if (app.wanted) { const id = app.wanted; app.wanted = null; openThing(id); }
   } catch (e) {
     $("#who").textContent = "cannot reach the sidecar: " + e.message;
   }
@@ -49,31 +53,57 @@ async function poll() {
 
 function sum(o) { return Object.values(o || {}).reduce((a, b) => a + b, 0); }
 
-// Cumulative counters become per-second rates between two polls.
-function record(c) {
-  const now = Date.now() / 1000;
-  const snap = { t: now, transport: {}, type: {}, errors: sum(c.errors), dropped: sum(c.dropped), denied: sum(c.denied) };
-  for (const [tr, types] of Object.entries(c.messages)) {
-    snap.transport[tr] = sum(types);
-    for (const [ty, n] of Object.entries(types)) snap.type[ty] = (snap.type[ty] || 0) + n;
-  }
-  const p = app.previous; app.previous = snap;
-  if (!p) return;
-  const dt = Math.max(snap.t - p.t, 0.001), rate = (a, b) => Math.max(0, (a - (b || 0)) / dt);
-  const point = { t: now, transport: {}, type: {}, problems: {} };
-  for (const k of Object.keys(snap.transport)) point.transport[k] = rate(snap.transport[k], p.transport[k]);
-  for (const k of Object.keys(snap.type)) point.type[k] = rate(snap.type[k], p.type[k]);
-  point.problems = { errors: rate(snap.errors, p.errors), dropped: rate(snap.dropped, p.dropped), denied: rate(snap.denied, p.denied) };
-  app.history.push(point);
-  while (app.history.length && app.history[0].t < now - WINDOW) app.history.shift();
-  const c2 = c;
-  $("#problems").textContent = "Totals: errors " + sum(c2.errors) + " · dropped (slow consumers and others) " + sum(c2.dropped) +
-    " · denied " + sum(c2.denied) + (Object.keys(c2.dropped).length ? " (" + Object.entries(c2.dropped).map(([k, v]) => k + " " + v).join(", ") + ")" : "");
+// The sidecar keeps the last five minutes of rates (one point a second);
+// each poll brings the points this page has not seen.
+function record(points, c) {
+  for (const p of points || []) { app.history.push(p); app.since = Math.max(app.since, p.t); }
+  while (app.history.length && app.history[0].t < app.since - WINDOW * 1000) app.history.shift();
+  renderProblems(c);
+}
+
+// /readyz in a line, and the cluster link when there is a cluster.
+function renderHealth(h) {
+  if (!h) return;
+  const p = $("#health");
+  const cluster = h.cluster ? (h.cluster.connected ? " · cluster connected" : " · cluster unreachable") + (h.cluster.reconnects ? " (" + h.cluster.reconnects + " reconnects)" : "") : "";
+  p.className = h.ready ? "on" : "error";
+  p.dataset.ready = h.ready ? "yes" : "no";
+  p.textContent = (h.ready ? "" : "not ready: ") + h.report.join(" · ") + cluster;
+}
+
+// The free-form panel: whatever the principal may send, and what answers.
+const ANSWERS_MAX = 50;
+function sendFree(ev) {
+  ev.preventDefault();
+  const text = ev.target.elements.message.value;
+  const list = $("#answers");
+  const note = (cls, t) => { list.prepend(el("li", { class: cls, text: t })); while (list.children.length > ANSWERS_MAX) list.lastChild.remove(); };
+  let msg;
+  try { msg = JSON.parse(text); } catch (e) { note("error", "Not valid JSON: " + e.message); return; }
+  if (!msg || typeof msg !== "object" || Array.isArray(msg)) { note("error", "An LMOS message is a JSON object."); return; }
+  msg.messageID = msg.messageID || uuid();
+  const c = msg.correlationID || msg.correlationId || msg.messageID;
+  app.pending.set(c, (m) => note(m.messageType === "error" ? "error" : "", new Date().toLocaleTimeString() + " ← " + JSON.stringify(m)));
+  if (send(msg)) note("off", "→ " + JSON.stringify(msg)); else note("error", "Not connected.");
+}
+
+// Totals since the start, by kind: which errors, which drops, which refusals.
+function renderProblems(c) {
+  const kinds = (o) => Object.entries(o || {}).sort((a, b) => b[1] - a[1]);
+  const row = (title, o) => {
+    const li = el("li", { "data-problem": title }, el("strong", { text: title + " " + sum(o) }));
+    const parts = kinds(o);
+    if (parts.length) li.append(" (" + parts.map(([k, v]) => k + " " + v).join(", ") + ")");
+    return li;
+  };
+  $("#problems").replaceChildren(el("span", { text: "Totals since the start: " }),
+    el("ul", { class: "inline" }, row("errors", c.errors), row("dropped", c.dropped), row("denied", c.denied)));
 }
 
 // ---- charts: hand-drawn SVG polylines -----------------------------------
 function chart(title, key, limit) {
-  const h = app.history, W = 300, H = 90, now = Date.now() / 1000;
+  // The sidecar's clock, so a page on another machine plots the same.
+  const h = app.history, W = 300, H = 90, now = (app.since || Date.now()) / 1000;
   const totals = {};
   for (const p of h) for (const [k, v] of Object.entries(p[key])) totals[k] = (totals[k] || 0) + v;
   const names = Object.keys(totals).filter((k) => totals[k] > 0).sort((a, b) => totals[b] - totals[a]).slice(0, limit);
@@ -81,7 +111,7 @@ function chart(title, key, limit) {
   for (const p of h) for (const n of names) max = Math.max(max, p[key][n] || 0);
   const x = (t) => (W * (t - (now - WINDOW)) / WINDOW).toFixed(1), y = (v) => (H - 2 - (H - 4) * v / max).toFixed(1);
   const lines = names.map((n, i) => '<polyline fill="none" stroke-width="1.5" stroke="' + COLORS[i % COLORS.length] + '" points="' +
-    h.map((p) => x(p.t) + "," + y(p[key][n] || 0)).join(" ") + '"/>').join("");
+    h.map((p) => x(p.t / 1000) + "," + y(p[key][n] || 0)).join(" ") + '"/>').join("");
   const last = h.length ? h[h.length - 1][key] : {};
   const legend = names.map((n, i) => '<span class="c' + (i % COLORS.length) + '">■ ' + esc(n) + " " + (last[n] || 0).toFixed(1) + "/s</span>").join("") || "<span>none so far</span>";
   return '<figure><figcaption>' + esc(title) + " · peak " + max.toFixed(1) + '/s</figcaption><svg viewBox="0 0 ' + W + " " + H +
@@ -147,7 +177,8 @@ function onMessage(text) {
   let m; try { m = JSON.parse(text); } catch { return; }
   const c = m.correlationID || m.correlationId;
   const handler = c && app.pending.get(c);
-  if (handler) handler(m);
+  // An answer to this page's own request goes to its form, not the list.
+  if (handler) { handler(m); return; }
   if (m.messageType === "event" || m.messageType === "propertyReading" || m.messageType === "propertyReadings") addLive(m);
 }
 
@@ -167,8 +198,11 @@ function traceLink(m) {
   return el("a", { href: app.jaeger + "/trace/" + id, target: "_blank", rel: "noopener" }, "trace");
 }
 
+function showCurrent(name, value) { const f = app.current.get(name); if (f) f(value); }
+
 function addLive(m) {
   if (m.thingID !== app.thing && m.thingId !== app.thing) return;
+  if (m.messageType === "propertyReading") showCurrent(m.name, m.value);
   app.live.unshift({ m, at: Date.now() });
   if (app.live.length > LIVE_MAX) app.live.length = LIVE_MAX;
   if (!app.liveDirty) { app.liveDirty = true; requestAnimationFrame(renderLive); }
@@ -194,13 +228,17 @@ function renderLive() {
 async function openThing(id) {
   if (app.thing && app.thing !== id) unsubscribe(app.thing);
   app.thing = id; app.live = []; renderLive();
+  // A link to this view: /console#thing=<id> opens it.
+  if (location.hash !== "#thing=" + encodeURIComponent(id)) history.replaceState(null, "", "#thing=" + encodeURIComponent(id));
   $("#detail").hidden = false;
   $("#h-detail").textContent = "Thing";
-  $("#detail-id").textContent = id;
+  $("#detail-id").replaceChildren(el("code", { text: id }), " · ",
+    el("a", { href: "/things/" + encodeURIComponent(id), target: "_blank", rel: "noopener", "data-link": "td" }, "Thing Description"), " · ",
+    el("a", { href: "#thing=" + encodeURIComponent(id), "data-link": "view" }, "link to this view"));
   $("#properties").replaceChildren(); $("#actions").replaceChildren(); $("#events").replaceChildren(); $("#invocations").replaceChildren();
   const r = await fetch(here("/things/" + encodeURIComponent(id)), { credentials: "same-origin" });
   if (!r.ok) { $("#detail-id").append(el("div", { class: "error", text: "Cannot read the TD: " + r.status })); return; }
-  const td = await r.json(); app.td = td;
+  const td = await r.json(); app.td = td; app.current = new Map();
   $("#h-detail").textContent = td.title || id;
   renderAffordances(td);
   subscribe(id);
@@ -229,7 +267,8 @@ function field(schema, name, label, required) {
     const set = el("fieldset", {}, el("legend", { text: label }));
     const req = new Set(schema.required || []);
     const parts = Object.entries(schema.properties).map(([k, s]) => { const f = field(s, name ? name + "." + k : k, k, req.has(k)); set.append(f.node); return [k, f]; });
-    return { node: set, get: () => { const o = {}; for (const [k, f] of parts) { const v = f.get(); if (v !== undefined) o[k] = v; } return o; } };
+    return { node: set, get: () => { const o = {}; for (const [k, f] of parts) { const v = f.get(); if (v !== undefined) o[k] = v; } return o; },
+      set: (v) => { for (const [k, f] of parts) if (v && typeof v === "object" && k in v) f.set(v[k]); } };
   }
   let input;
   if (Array.isArray(schema.enum)) {
@@ -254,7 +293,13 @@ function field(schema, name, label, required) {
     if (input.tagName === "TEXTAREA") return JSON.parse(input.value);
     return input.value;
   };
-  return { node: el("label", {}, caption, input), get };
+  const set = (v) => {
+    if (input.tagName === "SELECT") input.value = JSON.stringify(v);
+    else if (input.type === "checkbox") input.checked = !!v;
+    else if (input.tagName === "TEXTAREA") input.value = JSON.stringify(v);
+    else input.value = v === undefined || v === null ? "" : String(v);
+  };
+  return { node: el("label", {}, caption, input), get, set };
 }
 
 function problemText(m) {
@@ -268,13 +313,15 @@ function renderAffordances(td) {
     const show = (m, cls) => { result.className = "result " + cls; result.textContent = m; };
     const read = el("button", { type: "button", onclick: () => {
       const c = uuid();
-      app.pending.set(c, (m) => { app.pending.delete(c); if (m.messageType === "error") show(problemText(m), "error"); else show(JSON.stringify(m.value !== undefined ? m.value : m.data, null, 1), ""); });
+      app.pending.set(c, (m) => { app.pending.delete(c); if (m.messageType === "error") { show(problemText(m), "error"); return; } const v = m.value !== undefined ? m.value : m.data; show(JSON.stringify(v, null, 1), ""); showCurrent(name, v); });
       if (!send({ thingID: id, messageType: "readProperty", name, correlationID: c })) show("Not connected.", "error");
     } }, "Read");
-    const box = el("div", { class: "affordance", "data-property": name }, el("strong", { text: name }), " ", read);
+    const current = el("div", { class: "current", "data-current": name, text: "current value: …" });
+    const box = el("div", { class: "affordance", "data-property": name }, el("strong", { text: name }), " ", read, current);
     if (p.description) box.append(el("div", { class: "off", text: p.description }));
+    let f = null;
     if (!p.readOnly) {
-      const f = field(p, "", "value", false);
+      f = field(p, "", "value", false);
       const form = el("form", { "data-write": name }, f.node, el("button", { type: "submit" }, "Write"));
       form.addEventListener("submit", (ev) => {
         ev.preventDefault();
@@ -288,6 +335,18 @@ function renderAffordances(td) {
     }
     box.append(result);
     $("#properties").append(box);
+    // The current value, shown and put into the write form (untouched
+    // fields only), now and whenever a reading arrives.
+    let edited = false;
+    if (f) f.node.addEventListener("input", () => { edited = true; });
+    app.current.set(name, (v) => {
+      current.textContent = "current value: " + JSON.stringify(v);
+      current.dataset.value = JSON.stringify(v);
+      if (f && !edited && f.set) f.set(v);
+    });
+    const c = uuid();
+    app.pending.set(c, (m) => { app.pending.delete(c); if (m.messageType !== "error") showCurrent(name, m.value !== undefined ? m.value : m.data); else current.textContent = "current value: " + problemText(m); });
+    send({ thingID: id, messageType: "readProperty", name, correlationID: c });
   }
   for (const [name, a] of Object.entries(td.actions || {})) {
     const f = a.input ? field(a.input, "", "input", true) : null;
@@ -298,9 +357,29 @@ function renderAffordances(td) {
     form.addEventListener("submit", (ev) => { ev.preventDefault(); invoke(id, name, f); });
     $("#actions").append(form);
   }
+  renderTopics(td);
   for (const [name, e] of Object.entries(td.events || {})) $("#events").append(el("li", { text: name + (e.description ? " — " + e.description : "") }));
   $("#actions").append(el("h3", { text: "Running on the sidecar" }), el("ul", { id: "running" }));
   renderRunning();
+}
+
+// The Thing's MQTT topics, from its TD's forms (the directory writes them
+// for the sidecar): what to give mosquitto_sub or any MQTT client.
+function renderTopics(td) {
+  const rows = [];
+  const add = (kind, name, forms) => {
+    for (const f of forms || []) {
+      if (typeof f.href !== "string" || !f.href.startsWith("mqtt")) continue;
+      const topic = f["mqv:filter"] || f["mqv:topic"] || decodeURIComponent(f.href.replace(/^mqtts?:\/\/[^/]*\//, ""));
+      const ops = [].concat(f.op || []).join(", ");
+      const carries = f.subprotocol === "lmosprotocol" ? "LMOS messages" : "values only";
+      rows.push(el("tr", { "data-topic": topic }, el("td", {}, el("code", { text: topic })), el("td", { text: kind + " " + name + " (" + ops + ")" }), el("td", { text: carries })));
+    }
+  };
+  for (const k of ["properties", "actions", "events"]) for (const [name, a] of Object.entries(td[k] || {})) add(k.replace(/s$/, "").replace(/ie$/, "y"), name, a.forms);
+  add("thing", "", td.forms);
+  $("#topics tbody").replaceChildren(...rows);
+  if (!rows.length) $("#topics tbody").append(el("tr", {}, el("td", { colspan: 3, text: "No MQTT forms in this TD." })));
 }
 
 function invoke(id, action, f) {
@@ -328,6 +407,12 @@ function invoke(id, action, f) {
   if (!send(msg)) add("error", "not connected", "error");
 }
 
+// /console#thing=<id>: open that Thing once the first state is in.
+if (location.hash.startsWith("#thing=")) app.wanted = decodeURIComponent(location.hash.slice(7));
+window.addEventListener("hashchange", () => {
+  if (location.hash.startsWith("#thing=")) { const id = decodeURIComponent(location.hash.slice(7)); if (id !== app.thing) openThing(id); }
+});
+$("#send").addEventListener("submit", sendFree);
 connect();
 poll();
 setInterval(poll, 1000);
