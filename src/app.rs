@@ -203,6 +203,8 @@ impl Application {
             validate_agent_data: config.discovery.validate_agent_data,
             metrics: metrics.clone(),
             quotas: quotas.clone(),
+            // TEMP until main has the store: the lead's `[store]` takes its place.
+            store: crate::store::Store::memory(),
         });
         Ok(Application {
             http_listener,

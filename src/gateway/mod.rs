@@ -128,6 +128,9 @@ pub struct GatewaySetup {
     /// Per-principal quotas (running invocations, waiting requests,
     /// subscriptions).
     pub quotas: Arc<crate::quotas::Quotas>,
+    /// Where the resume history and the invocation records are kept
+    /// across a restart.
+    pub store: crate::store::Store,
 }
 
 impl Gateway {
@@ -146,6 +149,7 @@ impl Gateway {
             validate_agent_data,
             metrics,
             quotas,
+            store,
         } = setup;
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let budgets = budget::Budgets::new(&metrics, &config, &history);
@@ -196,6 +200,7 @@ impl Gateway {
                 max_bytes: history.max_bytes,
             },
             budgets: budgets.clone(),
+            store,
         };
         let dispatcher = Dispatcher::new(
             bus.clone(),

@@ -3,8 +3,32 @@
 //! it without the loop ever waiting.
 
 use super::*;
+use tracing::{error, info};
 
 impl<D: Decisions> Core<D> {
+    /// The history as the store kept it; the gateway follows the events of
+    /// its Things again, so that what is published before their consumers
+    /// come back is kept too.
+    pub(super) fn restore_history(&mut self, store: &crate::store::Store) {
+        let log = history::HistoryLog::new(store.table(history::TABLE));
+        let started = Instant::now();
+        match self.history.restore(log, started, history::wall_micros()) {
+            Ok(restored) => {
+                for thing in &restored.things {
+                    let filter = self.topics.thing_events_filter(thing);
+                    self.out.bus(BusCommand::Subscribe(filter));
+                }
+                info!(
+                    things = restored.things.len(),
+                    events = restored.events,
+                    ms = started.elapsed().as_millis() as u64,
+                    "Restored the resume history."
+                );
+            }
+            Err(e) => error!(error = %e, "Could not read the resume history from the store; it starts empty."),
+        }
+    }
+
     pub(super) fn change_bus(&mut self, change: StreamChange) {
         // With a history, the gateway keeps following a Thing's events for
         // a while after its last subscriber left, so a consumer that comes
