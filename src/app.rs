@@ -175,6 +175,8 @@ impl Application {
             }
         };
         let quotas = Quotas::new(&config.quotas, !config.auth.principals.is_empty());
+        // TEMP until main has the store: the lead's `[store]` takes its place.
+        let store = crate::store::Store::memory();
         let directory = directory_service(
             &config,
             (&quotas, &metrics),
@@ -182,13 +184,18 @@ impl Application {
             http_addr,
             broker.mqtt_addr,
             &thing_id,
-        );
+        )
+        .with_store(&store);
         for path in &config.discovery.things {
             let id = directory
                 .register_file(path)
                 .await
                 .map_err(StartError::Thing)?;
             info!(thing = %id, file = %path.display(), "Registered a Thing Description.");
+        }
+        // After the files: a file's TD updated over HTTP comes back updated.
+        if let Err(e) = directory.restore().await {
+            tracing::error!(error = %e, "Could not read the Thing Descriptions registered over HTTP from the store.");
         }
         let (gateway, dispatcher) = Gateway::new(GatewaySetup {
             bus: broker.bus,
@@ -203,8 +210,7 @@ impl Application {
             validate_agent_data: config.discovery.validate_agent_data,
             metrics: metrics.clone(),
             quotas: quotas.clone(),
-            // TEMP until main has the store: the lead's `[store]` takes its place.
-            store: crate::store::Store::memory(),
+            store: store.clone(),
         });
         Ok(Application {
             http_listener,

@@ -183,7 +183,8 @@ impl Gateway {
             requests.max_running_invocations,
         )
         .with_metrics(metrics.clone())
-        .with_quotas(quotas);
+        .with_quotas(quotas)
+        .with_store(&store);
         let services = dispatcher::Services {
             tracer: tracer.clone(),
             directory: directory.clone(),

@@ -20,6 +20,7 @@ use uuid::Uuid;
 mod hosts;
 mod input;
 mod lifecycle;
+mod records;
 mod replies;
 mod routing;
 mod timers;
@@ -191,6 +192,8 @@ pub struct Requests {
     metrics: Metrics,
     /// Input streams: the order of each invocation's `actionInput` chunks.
     inputs: HashMap<String, crate::lmos::stream::Sequencer>,
+    /// Where invocation records are kept across a restart (`records.rs`).
+    records: Option<crate::store::Table>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -232,6 +235,7 @@ impl Requests {
             foreign: ForeignRoutes::default(),
             metrics: Metrics::default(),
             inputs: HashMap::new(),
+            records: None,
         }
     }
 
