@@ -72,3 +72,107 @@ pub fn start_ready(cmd: &mut Command) -> (Running, std::sync::mpsc::Receiver<Val
     };
     (child, rx, ready)
 }
+
+/// How a test stops a sidecar process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM, as an orchestrator stops a container: a graceful shutdown.
+    Term,
+    /// SIGKILL: a crash, nothing said or flushed.
+    Kill,
+}
+
+/// A sidecar process keeping its state in a data directory (`store.dir`),
+/// for tests of what survives a restart: start one, stop it with
+/// [`Stop::Term`] or [`Stop::Kill`], start another on the same directory.
+/// Ports are ephemeral, so each run has its own.
+pub struct OnDisk {
+    pub child: Running,
+    pub log: std::sync::mpsc::Receiver<Value>,
+    /// `host:port` of the HTTP port (WebSocket at `ws://{http}/lmos`).
+    pub http: std::net::SocketAddr,
+    pub mqtt: std::net::SocketAddr,
+}
+
+impl OnDisk {
+    /// Starts `cmd` (see [`crate::sidecar_command`]) with its store in `dir`.
+    pub fn start(mut cmd: Command, dir: &std::path::Path) -> OnDisk {
+        cmd.env("LMOS_SIDECAR_STORE__DIR", dir);
+        let (child, log, ready) = start_ready(&mut cmd);
+        let addr = |name: &str| ready[name].as_str().unwrap().parse().unwrap();
+        OnDisk {
+            http: addr("http"),
+            mqtt: addr("mqtt"),
+            child,
+            log,
+        }
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/lmos", self.http)
+    }
+
+    /// Stops the process and waits for it to exit (10 s at most); its exit
+    /// status.
+    pub fn stop(mut self, how: Stop) -> std::process::ExitStatus {
+        let signal = match how {
+            Stop::Term => libc::SIGTERM,
+            Stop::Kill => libc::SIGKILL,
+        };
+        let pid = libc::pid_t::try_from(self.child.0.id()).unwrap();
+        // SAFETY: signals a child of this process, which has not been
+        // waited for (Running waits only when dropped).
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sidecar did not exit within 10 s of {how:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The first log line (JSON) whose message is `message`, within
+    /// [`WAIT`](crate::WAIT).
+    pub fn logged(&self, message: &str) -> Value {
+        loop {
+            let line = self
+                .log
+                .recv_timeout(WAIT)
+                .unwrap_or_else(|_| panic!("the sidecar logs {message:?}"));
+            if line["message"] == message {
+                return line;
+            }
+        }
+    }
+}
+
+/// A fresh, empty directory under the system's temporary one, removed when
+/// dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!(
+            "lmos-{name}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
