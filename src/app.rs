@@ -23,6 +23,7 @@ use crate::http::auth::HttpAuth;
 use crate::http::server::ServeOptions;
 use crate::http::{self, HttpState, LMOS_PATH};
 use crate::quotas::Quotas;
+use crate::store::Store;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::{TelemetryError, Tracing};
 use crate::tls::TlsError;
@@ -46,6 +47,8 @@ pub enum StartError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Cluster(#[from] crate::cluster::bridge::ClusterError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// A sidecar whose ports are bound and whose broker is accepting
@@ -70,6 +73,8 @@ pub struct Application {
     mqtt_stop: DropGuard,
     /// The link to the cluster, when `cluster.url` is set.
     bridge: Option<Cluster>,
+    /// What survives a restart; closed (written and synced) last.
+    store: Store,
 }
 
 impl Application {
@@ -95,6 +100,9 @@ impl Application {
                 addr: config.http.listen,
                 error,
             })?;
+        // First: a data directory another sidecar holds, or one that cannot
+        // be used, refuses the start before anything is served.
+        let store = Store::open(&config.store)?;
         let metrics = Metrics::with_spans(tracing.span_counters());
         let authority = authority(&config, &metrics)?;
         let http_tls = crate::tls::acceptor(
@@ -230,7 +238,13 @@ impl Application {
             metrics,
             authority,
             http_tls,
+            store,
         })
+    }
+
+    /// The embedded store (memory-only when `store.memory_only`).
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     pub fn http_addr(&self) -> SocketAddr {
@@ -270,6 +284,7 @@ impl Application {
                 if self.http_tls.is_some() { "wss" } else { "ws" },
                 self.http_addr
             ),
+            store = %self.store.describe(),
             "Sidecar ready."
         );
 
@@ -363,6 +378,9 @@ impl Application {
             let _ = tokio::time::timeout(Duration::from_secs(2), bridge).await;
         }
         drop(self.mqtt_stop);
+        let store = self.store.clone();
+        // Writes what is queued and syncs: off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || store.close()).await;
         self.tracing.shutdown().await;
         if let Some(why) = self.broker_health.failure() {
             return Err(std::io::Error::other(format!(

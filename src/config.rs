@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use crate::topics::Topics;
 
 mod quotas;
+mod store;
 pub use quotas::{QuotaOverrides, QuotasConfig};
+pub use store::{StoreConfig, SyncMode};
 
 /// Environment variables override file settings: `LMOS_SIDECAR_` + section +
 /// `__` + key, e.g. `LMOS_SIDECAR_MQTT__LISTEN=0.0.0.0:1883`.
@@ -37,6 +39,7 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub console: ConsoleConfig,
     pub quotas: QuotasConfig,
+    pub store: StoreConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

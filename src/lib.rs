@@ -27,6 +27,7 @@ pub mod http;
 pub mod listen;
 pub mod lmos;
 pub mod quotas;
+pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod topics;

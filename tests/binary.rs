@@ -195,6 +195,8 @@ async fn serves_and_stops_with_a_read_only_filesystem() {
     }
     let mut cmd = Command::new("unshare");
     cmd.env_remove("RUST_LOG")
+        // Nothing to keep on a read-only root (production mounts a volume).
+        .env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "true")
         .args([
             "-m",
             "sh",

@@ -18,7 +18,7 @@ expected list names, per version, the tests that pass on the built-in
 defaults; a test that passes but is not listed is reported, so that the list
 can only grow.
 """
-import os, re, signal, subprocess, sys, threading, time
+import os, re, signal, subprocess, sys, tempfile, threading, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 READY = re.compile(r"Sidecar ready\. mqtt=(\S+)")
@@ -42,7 +42,10 @@ def start(binary, config):
             "--http-addr", "127.0.0.1:0"]
     if config:
         args += ["--config", config]
-    sidecar = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # The store on, as by default, in a directory of this run's own.
+    env = dict(os.environ, LMOS_SIDECAR_STORE__DIR=tempfile.mkdtemp(prefix="lmos-paho-"))
+    sidecar = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env)
     timer = threading.Timer(30, sidecar.kill)
     timer.start()
     seen = []

@@ -56,6 +56,8 @@ pub fn test_config() -> Config {
     c.http.listen = "127.0.0.1:0".parse().unwrap();
     c.sidecar.thing_id = "urn:lmos:test-sidecar".into();
     c.sidecar.shutdown_grace_ms = 2_000;
+    // Tests that keep state across a restart choose a directory of their own.
+    c.store.memory_only = true;
     c
 }
 

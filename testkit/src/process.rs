@@ -13,6 +13,9 @@ use super::WAIT;
 pub fn sidecar(bin: &str) -> Command {
     let mut c = Command::new(bin);
     c.env_remove("RUST_LOG");
+    // Many run at once: none may take the default data directory. Tests of
+    // what survives a restart set a directory of their own.
+    c.env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "true");
     c
 }
 

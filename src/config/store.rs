@@ -1,0 +1,44 @@
+//! `[store]`: where the sidecar keeps what must survive a restart (retained
+//! messages, persistent MQTT sessions and their queued messages, the resume
+//! history, invocation records, TDs registered over HTTP), and how hard it
+//! syncs (see [`crate::store`] and docs/operations.md's Durability).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// The data directory (created if missing; relative paths are from the
+    /// working directory). One sidecar process at a time: a second one on
+    /// the same directory refuses to start.
+    pub dir: PathBuf,
+    /// Keep nothing on disk: everything above is lost on restart.
+    pub memory_only: bool,
+    /// `every_batch`: nothing is acknowledged before it is on disk (each
+    /// group commit is synced). `periodic`: commits are written at once but
+    /// synced only every `sync_interval_ms`, so a crash can lose up to that
+    /// long of acknowledged changes.
+    pub sync: SyncMode,
+    /// How often `periodic` syncs, in milliseconds.
+    pub sync_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    EveryBatch,
+    Periodic,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            dir: PathBuf::from("lmos-data"),
+            memory_only: false,
+            sync: SyncMode::EveryBatch,
+            sync_interval_ms: 1_000,
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! The embedded store: what must survive a restart, in one redb file in the
+//! data directory (`[store]`), written by one thread that commits whatever
+//! has queued up as one transaction (group commit), so that many
+//! publishers waiting for "on disk" share one sync.
+//!
+//! Callers never block: [`Table::put`] and [`Table::delete`] queue the
+//! change and return a [`Ticket`], which resolves once the change (and
+//! everything queued before it) is durable. What waits for it is what
+//! acknowledges: a PUBACK, a 201. `Store::memory()` keeps nothing and its
+//! tickets are resolved at once.
+//!
+//! Why redb: measured against fjall and SQLite (WAL) on this workload
+//! (small records, group commits, a delete for each insert); the figures
+//! are in docs/benchmarks.md ("The store"). It is pure Rust, one file, ACID
+//! with a checksummed commit, and it locks the file against a second
+//! process.
+
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::watch;
+
+pub use crate::config::{StoreConfig, SyncMode};
+use writer::{Op, Writer};
+
+/// The file in the data directory.
+pub const FILE_NAME: &str = "store.redb";
+
+/// Why the store cannot start or has stopped writing. Start-up errors name
+/// the path and the reason; the sidecar refuses to start rather than run
+/// silently empty.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("the data directory {path} cannot be used: {reason}")]
+    Directory { path: PathBuf, reason: String },
+    #[error("the store {path} is in use by another process (one sidecar per data directory; set store.dir to another directory)")]
+    Locked { path: PathBuf },
+    #[error(
+        "the store {path} is damaged: {reason} (move it away to start empty, or restore a backup)"
+    )]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("the store {path} cannot be opened: {reason}")]
+    Open { path: PathBuf, reason: String },
+    #[error("the store could not write: {0}")]
+    Write(String),
+    #[error("the store has stopped")]
+    Stopped,
+}
+
+/// What a commit reached: tickets up to `seq` are durable, unless writing
+/// failed.
+#[derive(Debug, Clone, Default)]
+struct Committed {
+    seq: u64,
+    failed: Option<StoreError>,
+}
+
+/// Figures for the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Commits synced to disk.
+    pub commits: AtomicU64,
+    /// Changes written (puts and deletes).
+    pub changes: AtomicU64,
+    /// Total microseconds spent in commits (with their sync).
+    pub commit_micros: AtomicU64,
+    /// The longest commit, in microseconds, since the last scrape.
+    pub max_commit_micros: AtomicU64,
+    /// Size of the store file, in bytes, after the last commit.
+    pub file_bytes: AtomicU64,
+    /// Bytes queued and not yet committed.
+    pub queued_bytes: AtomicU64,
+}
+
+/// Handle to the store; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Option<Arc<Inner>>,
+}
+
+struct Inner {
+    db: Arc<redb::Database>,
+    path: PathBuf,
+    /// Sequence numbers and the channel under one lock, so that the writer
+    /// sees changes in ticket order and "committed up to n" is exact.
+    queue: Mutex<Queue>,
+    committed: watch::Receiver<Committed>,
+    stats: Arc<StoreStats>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+struct Queue {
+    next: u64,
+    tx: Option<std::sync::mpsc::Sender<Op>>,
+}
+
+impl Store {
+    /// Keeps nothing; every ticket is resolved at once.
+    pub fn memory() -> Store {
+        Store { inner: None }
+    }
+
+    /// Opens (or creates) the store of `config`, or a memory-only one.
+    pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+        if config.memory_only {
+            return Ok(Store::memory());
+        }
+        let dir = &config.dir;
+        prepare_directory(dir)?;
+        let path = dir.join(FILE_NAME);
+        let db = open_database(&path)?;
+        let db = Arc::new(db);
+        let stats = Arc::new(StoreStats::default());
+        stats.file_bytes.store(file_len(&path), Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (committed_tx, committed) = watch::channel(Committed::default());
+        let sync = match config.sync {
+            SyncMode::EveryBatch => None,
+            SyncMode::Periodic => Some(Duration::from_millis(config.sync_interval_ms.max(1))),
+        };
+        let writer = Writer::new(db.clone(), path.clone(), committed_tx, stats.clone(), sync);
+        let handle = std::thread::Builder::new()
+            .name("lmos-store".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| StoreError::Open {
+                path: path.clone(),
+                reason: format!("cannot start its writer thread: {e}"),
+            })?;
+        Ok(Store {
+            inner: Some(Arc::new(Inner {
+                db,
+                path,
+                queue: Mutex::new(Queue {
+                    next: 0,
+                    tx: Some(tx),
+                }),
+                committed,
+                stats,
+                writer: Mutex::new(Some(handle)),
+            })),
+        })
+    }
+
+    pub fn is_durable(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// The store file, when there is one.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.as_deref().map(|i| i.path.as_path())
+    }
+
+    /// For the log: the file, or that nothing is kept.
+    pub fn describe(&self) -> String {
+        match self.path() {
+            Some(path) => path.display().to_string(),
+            None => "memory only".to_owned(),
+        }
+    }
+
+    pub fn stats(&self) -> Option<&Arc<StoreStats>> {
+        self.inner.as_deref().map(|i| &i.stats)
+    }
+
+    pub fn table(&self, name: &'static str) -> Table {
+        Table {
+            store: self.clone(),
+            name,
+        }
+    }
+
+    /// A ticket for everything queued so far: resolves once all of it is
+    /// durable.
+    pub fn barrier(&self) -> Ticket {
+        match &self.inner {
+            None => Ticket::done(),
+            Some(inner) => {
+                let q = inner.lock_queue();
+                Ticket {
+                    seq: q.next,
+                    committed: Some(inner.committed.clone()),
+                }
+            }
+        }
+    }
+
+    /// Writes what is queued, syncs and stops the writer; later changes
+    /// fail their tickets. Called once at shutdown, after everything that
+    /// writes has stopped.
+    pub fn close(&self) {
+        let Some(inner) = &self.inner else { return };
+        inner.lock_queue().tx = None;
+        let handle = inner
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+    }
+
+    fn submit(&self, op: Op) -> Ticket {
+        let Some(inner) = &self.inner else {
+            return Ticket::done();
+        };
+        let bytes = op.bytes() as u64;
+        let mut q = inner.lock_queue();
+        let seq = q.next + 1;
+        let Some(tx) = &q.tx else {
+            return Ticket::failed(StoreError::Stopped);
+        };
+        let sent = tx.send(op.with_seq(seq)).is_ok();
+        q.next = seq;
+        if !sent {
+            return Ticket::failed(StoreError::Stopped);
+        }
+        drop(q);
+        inner.stats.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ticket {
+            seq,
+            committed: Some(inner.committed.clone()),
+        }
+    }
+}
+
+impl Inner {
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // A panic while holding it leaves a consistent queue (a counter and a
+        // sender).
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A key and its value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// One named table of byte keys and values.
+#[derive(Clone)]
+pub struct Table {
+    store: Store,
+    name: &'static str,
+}
+
+impl Table {
+    /// Queued for the next group commit; never blocks. Later changes of the
+    /// same key win.
+    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Ticket {
+        self.store.submit(Op::Put {
+            table: self.name,
+            key: key.into(),
+            value: value.into(),
+            seq: 0,
+        })
+    }
+
+    pub fn delete(&self, key: impl Into<Vec<u8>>) -> Ticket {
+        self.store.submit(Op::Delete {
+            table: self.name,
+            key: key.into(),
+            seq: 0,
+        })
+    }
+
+    /// Everything in the table, ordered by key: for start-up, before
+    /// anything writes to it.
+    pub fn load(&self) -> Result<Vec<Entry>, StoreError> {
+        let Some(inner) = &self.store.inner else {
+            return Ok(Vec::new());
+        };
+        let read_error = |e: &dyn std::fmt::Display| StoreError::Corrupt {
+            path: inner.path.clone(),
+            reason: format!("reading table {}: {e}", self.name),
+        };
+        let txn = inner.db.begin_read().map_err(|e| read_error(&e))?;
+        let table = match txn.open_table(definition(self.name)) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(read_error(&e)),
+        };
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(|e| read_error(&e))? {
+            let (k, v) = entry.map_err(|e| read_error(&e))?;
+            out.push((k.value().to_vec(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+}
+
+pub(crate) type Bytes = &'static [u8];
+
+fn definition(name: &str) -> TableDefinition<'_, Bytes, Bytes> {
+    TableDefinition::new(name)
+}
+
+/// Resolves once its change, and every change queued before it, is durable.
+#[must_use = "a ticket says when a change is on disk; drop it only when nothing waits for that"]
+pub struct Ticket {
+    seq: u64,
+    committed: Option<watch::Receiver<Committed>>,
+}
+
+impl Ticket {
+    fn done() -> Ticket {
+        Ticket {
+            seq: 0,
+            committed: None,
+        }
+    }
+
+    fn failed(error: StoreError) -> Ticket {
+        let (_tx, rx) = watch::channel(Committed {
+            seq: 0,
+            failed: Some(error),
+        });
+        Ticket {
+            seq: u64::MAX,
+            committed: Some(rx),
+        }
+    }
+
+    /// Already durable (no need to wait).
+    pub fn is_durable(&self) -> bool {
+        match &self.committed {
+            None => true,
+            Some(rx) => {
+                let c = rx.borrow();
+                c.failed.is_none() && c.seq >= self.seq
+            }
+        }
+    }
+
+    pub async fn durable(self) -> Result<(), StoreError> {
+        let Some(mut rx) = self.committed else {
+            return Ok(());
+        };
+        let seq = self.seq;
+        let reached = rx
+            .wait_for(|c| c.failed.is_some() || c.seq >= seq)
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        match &reached.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+fn prepare_directory(dir: &Path) -> Result<(), StoreError> {
+    let problem = |reason: String| StoreError::Directory {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| problem(format!("cannot create it: {e}")))?;
+    // redb would only find out at its first commit; say it now.
+    let probe = dir.join(".lmos-write-check");
+    std::fs::write(&probe, b"ok").map_err(|e| problem(format!("cannot write in it: {e}")))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+fn open_database(path: &Path) -> Result<redb::Database, StoreError> {
+    let open = redb::Database::builder()
+        // Start-up reads everything once; the writer touches recent pages.
+        .set_cache_size(32 * 1024 * 1024)
+        .create(path);
+    open.map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked {
+            path: path.to_path_buf(),
+        },
+        redb::DatabaseError::Storage(redb::StorageError::Corrupted(reason)) => {
+            StoreError::Corrupt {
+                path: path.to_path_buf(),
+                reason,
+            }
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Io(io))
+            if io.kind() == std::io::ErrorKind::WouldBlock =>
+        {
+            StoreError::Locked {
+                path: path.to_path_buf(),
+            }
+        }
+        other => StoreError::Open {
+            path: path.to_path_buf(),
+            reason: other.to_string(),
+        },
+    })
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests;

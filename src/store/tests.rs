@@ -1,0 +1,129 @@
+use super::*;
+
+fn config(dir: &Path) -> StoreConfig {
+    StoreConfig {
+        dir: dir.to_path_buf(),
+        ..StoreConfig::default()
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lmos-store-{name}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn what_was_durable_is_loaded_again_in_key_order() {
+    let dir = temp_dir("reload");
+    let store = Store::open(&config(&dir)).unwrap();
+    let t = store.table("t");
+    let _ = t.put(b"b".to_vec(), b"2".to_vec());
+    let _ = t.put(b"a".to_vec(), b"1".to_vec());
+    let _ = t.put(b"c".to_vec(), b"3".to_vec());
+    let last = t.delete(b"c".to_vec());
+    last.durable().await.unwrap();
+    assert!(store.barrier().is_durable());
+    store.close();
+    drop((t, store));
+    let again = Store::open(&config(&dir)).unwrap();
+    assert_eq!(
+        again.table("t").load().unwrap(),
+        vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"b".to_vec(), b"2".to_vec())
+        ]
+    );
+    assert!(again.table("never-written").load().unwrap().is_empty());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn many_changes_share_few_commits() {
+    let dir = temp_dir("group");
+    let store = Store::open(&config(&dir)).unwrap();
+    let t = store.table("t");
+    let tickets: Vec<_> = (0u32..2_000)
+        .map(|i| t.put(i.to_be_bytes().to_vec(), vec![0; 100]))
+        .collect();
+    for ticket in tickets {
+        ticket.durable().await.unwrap();
+    }
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.changes.load(Ordering::Relaxed), 2_000);
+    assert!(stats.commits.load(Ordering::Relaxed) < 2_000);
+    assert_eq!(t.load().unwrap().len(), 2_000);
+    store.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_second_store_on_the_same_directory_is_refused_by_name() {
+    let dir = temp_dir("lock");
+    let first = Store::open(&config(&dir)).unwrap();
+    let Err(e) = Store::open(&config(&dir)) else {
+        panic!("opened twice");
+    };
+    assert!(matches!(e, StoreError::Locked { .. }), "{e}");
+    assert!(e.to_string().contains(&dir.display().to_string()), "{e}");
+    first.close();
+    drop(first);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_directory_that_cannot_be_created_is_named_with_the_reason() {
+    let file = std::env::temp_dir().join(format!("lmos-store-file-{}", uuid::Uuid::new_v4()));
+    std::fs::write(&file, b"not a directory").unwrap();
+    let Err(e) = Store::open(&config(&file.join("data"))) else {
+        panic!("opened under a file");
+    };
+    let text = e.to_string();
+    assert!(matches!(e, StoreError::Directory { .. }), "{text}");
+    assert!(text.contains("cannot create it"), "{text}");
+    std::fs::remove_file(file).unwrap();
+}
+
+#[test]
+fn a_damaged_file_is_refused_not_emptied() {
+    let dir = temp_dir("corrupt");
+    std::fs::write(dir.join(FILE_NAME), vec![0x5a; 64 * 1024]).unwrap();
+    let Err(e) = Store::open(&config(&dir)) else {
+        panic!("opened a damaged file");
+    };
+    assert!(e.to_string().contains(FILE_NAME), "{e}");
+    assert_eq!(
+        std::fs::read(dir.join(FILE_NAME)).unwrap(),
+        vec![0x5a; 64 * 1024]
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn memory_only_keeps_nothing_and_never_waits() {
+    let store = Store::open(&StoreConfig {
+        memory_only: true,
+        ..StoreConfig::default()
+    })
+    .unwrap();
+    assert!(!store.is_durable());
+    let t = store.table("t");
+    let ticket = t.put(b"k".to_vec(), b"v".to_vec());
+    assert!(ticket.is_durable());
+    ticket.durable().await.unwrap();
+    assert!(t.load().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn after_close_changes_fail_their_tickets() {
+    let dir = temp_dir("closed");
+    let store = Store::open(&config(&dir)).unwrap();
+    store.close();
+    let e = store
+        .table("t")
+        .put(b"k".to_vec(), b"v".to_vec())
+        .durable()
+        .await;
+    assert!(matches!(e, Err(StoreError::Stopped)), "{e:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -1,0 +1,212 @@
+//! The store's one writing thread: takes everything queued since its last
+//! commit, writes it as one transaction, syncs once, and tells the tickets.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redb::Durability;
+use tokio::sync::watch;
+
+use super::{definition, file_len, Bytes, Committed, StoreError, StoreStats};
+
+/// Most changes in one transaction, so a flood does not hold every ticket
+/// until one huge commit ends.
+const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+pub(super) enum Op {
+    Put {
+        table: &'static str,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        seq: u64,
+    },
+    Delete {
+        table: &'static str,
+        key: Vec<u8>,
+        seq: u64,
+    },
+}
+
+impl Op {
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Op::Put { key, value, .. } => key.len() + value.len(),
+            Op::Delete { key, .. } => key.len(),
+        }
+    }
+
+    pub(super) fn with_seq(mut self, n: u64) -> Op {
+        match &mut self {
+            Op::Put { seq, .. } | Op::Delete { seq, .. } => *seq = n,
+        }
+        self
+    }
+
+    fn seq(&self) -> u64 {
+        match self {
+            Op::Put { seq, .. } | Op::Delete { seq, .. } => *seq,
+        }
+    }
+
+    fn table(&self) -> &'static str {
+        match self {
+            Op::Put { table, .. } | Op::Delete { table, .. } => table,
+        }
+    }
+}
+
+pub(super) struct Writer {
+    db: Arc<redb::Database>,
+    path: PathBuf,
+    committed: watch::Sender<Committed>,
+    stats: Arc<StoreStats>,
+    /// `Some`: sync only this often (`store.sync = "periodic"`).
+    periodic: Option<Duration>,
+    last_sync: Instant,
+    /// Committed without sync since `last_sync`.
+    unsynced: bool,
+}
+
+impl Writer {
+    pub(super) fn new(
+        db: Arc<redb::Database>,
+        path: PathBuf,
+        committed: watch::Sender<Committed>,
+        stats: Arc<StoreStats>,
+        periodic: Option<Duration>,
+    ) -> Writer {
+        Writer {
+            db,
+            path,
+            committed,
+            stats,
+            periodic,
+            last_sync: Instant::now(),
+            unsynced: false,
+        }
+    }
+
+    /// Until every sender is gone: what is left is written and synced.
+    pub(super) fn run(mut self, rx: Receiver<Op>) {
+        loop {
+            let first = match self.periodic {
+                Some(interval) if self.unsynced => match rx.recv_timeout(interval) {
+                    Ok(op) => op,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.commit(Vec::new(), true);
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+                _ => match rx.recv() {
+                    Ok(op) => op,
+                    Err(_) => break,
+                },
+            };
+            let mut batch = vec![first];
+            let mut bytes = batch[0].bytes();
+            while bytes < MAX_BATCH_BYTES {
+                match rx.try_recv() {
+                    Ok(op) => {
+                        bytes += op.bytes();
+                        batch.push(op);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let sync = match self.periodic {
+                None => true,
+                Some(interval) => self.last_sync.elapsed() >= interval,
+            };
+            self.stats
+                .queued_bytes
+                .fetch_sub(bytes as u64, Ordering::Relaxed);
+            self.commit(batch, sync);
+        }
+        if self.unsynced {
+            self.commit(Vec::new(), true);
+        }
+    }
+
+    fn commit(&mut self, batch: Vec<Op>, sync: bool) {
+        if self.committed.borrow().failed.is_some() {
+            return;
+        }
+        let started = Instant::now();
+        let last = batch.last().map(Op::seq);
+        let changes = batch.len() as u64;
+        match self.write(batch, sync) {
+            Ok(()) => {
+                let micros = started.elapsed().as_micros() as u64;
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.changes.fetch_add(changes, Ordering::Relaxed);
+                self.stats
+                    .commit_micros
+                    .fetch_add(micros, Ordering::Relaxed);
+                self.stats
+                    .max_commit_micros
+                    .fetch_max(micros, Ordering::Relaxed);
+                self.stats
+                    .file_bytes
+                    .store(file_len(&self.path), Ordering::Relaxed);
+                if sync {
+                    self.last_sync = Instant::now();
+                    self.unsynced = false;
+                } else {
+                    self.unsynced = true;
+                }
+                if let Some(seq) = last {
+                    self.committed.send_modify(|c| c.seq = seq);
+                }
+            }
+            Err(e) => {
+                // Nothing acknowledged after this point: every waiting and
+                // later ticket fails, and the health check says why.
+                tracing::error!(path = %self.path.display(), error = %e, "the store cannot write; nothing more will be acknowledged as durable");
+                self.committed.send_modify(|c| c.failed = Some(e));
+            }
+        }
+    }
+
+    fn write(&self, batch: Vec<Op>, sync: bool) -> Result<(), StoreError> {
+        let fail = |e: &dyn std::fmt::Display| StoreError::Write(e.to_string());
+        let mut txn = self.db.begin_write().map_err(|e| fail(&e))?;
+        let durability = if sync {
+            Durability::Immediate
+        } else {
+            Durability::None
+        };
+        txn.set_durability(durability).map_err(|e| fail(&e))?;
+        // Quick repair: a crash costs no full scan at the next start.
+        txn.set_quick_repair(true);
+        {
+            let mut open: Vec<(&'static str, redb::Table<'_, Bytes, Bytes>)> = Vec::new();
+            for op in &batch {
+                let name = op.table();
+                let index = match open.iter().position(|(n, _)| *n == name) {
+                    Some(i) => i,
+                    None => {
+                        let t = txn.open_table(definition(name)).map_err(|e| fail(&e))?;
+                        open.push((name, t));
+                        open.len() - 1
+                    }
+                };
+                let table = &mut open[index].1;
+                match op {
+                    Op::Put { key, value, .. } => {
+                        table
+                            .insert(key.as_slice(), value.as_slice())
+                            .map_err(|e| fail(&e))?;
+                    }
+                    Op::Delete { key, .. } => {
+                        table.remove(key.as_slice()).map_err(|e| fail(&e))?;
+                    }
+                }
+            }
+        }
+        txn.commit().map_err(|e| fail(&e))
+    }
+}
