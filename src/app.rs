@@ -183,8 +183,6 @@ impl Application {
             }
         };
         let quotas = Quotas::new(&config.quotas, !config.auth.principals.is_empty());
-        // TEMP until main has the store: the lead's `[store]` takes its place.
-        let store = crate::store::Store::memory();
         let directory = directory_service(
             &config,
             (&quotas, &metrics),

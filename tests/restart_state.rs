@@ -322,10 +322,10 @@ async fn memory_only_keeps_nothing() {
     let dir = TempDir::new("restart-memory");
     let memory = || {
         let mut cmd = sidecar!();
-        cmd.env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "true");
-        cmd
+        cmd.current_dir(dir.path());
+        OnDisk::start_memory_only(cmd)
     };
-    let sidecar = OnDisk::start(memory(), dir.path());
+    let sidecar = memory();
     assert_eq!(put_td(&sidecar, "urn:test:a", &td("urn:test:a")).await, 201);
     let mut consumer = subscribe(&sidecar, None).await;
     let mut agent = MqttClient::connect(sidecar.mqtt, "ticker").await;
@@ -333,7 +333,7 @@ async fn memory_only_keeps_nothing() {
     events(&mut consumer, 1).await;
     sidecar.stop(Stop::Term);
 
-    let sidecar = OnDisk::start(memory(), dir.path());
+    let sidecar = memory();
     assert_eq!(get_td(&sidecar, "urn:test:a").await.0, 404);
     let mut consumer = subscribe(&sidecar, Some(&first)).await;
     let gap = consumer.recv().await;

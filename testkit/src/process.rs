@@ -100,7 +100,18 @@ pub struct OnDisk {
 impl OnDisk {
     /// Starts `cmd` (see [`crate::sidecar_command`]) with its store in `dir`.
     pub fn start(mut cmd: Command, dir: &std::path::Path) -> OnDisk {
-        cmd.env("LMOS_SIDECAR_STORE__DIR", dir);
+        cmd.env("LMOS_SIDECAR_STORE__DIR", dir)
+            .env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "false");
+        OnDisk::run(cmd)
+    }
+
+    /// Starts `cmd` with a memory-only store (as [`sidecar`] sets it).
+    pub fn start_memory_only(mut cmd: Command) -> OnDisk {
+        cmd.env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "true");
+        OnDisk::run(cmd)
+    }
+
+    fn run(mut cmd: Command) -> OnDisk {
         let (child, log, ready) = start_ready(&mut cmd);
         let addr = |name: &str| ready[name].as_str().unwrap().parse().unwrap();
         OnDisk {
