@@ -184,6 +184,8 @@ async fn query_action_finds_invocations_after_a_restart_and_running_ones_failed(
         assert_eq!(put_td(&sidecar, common::LAMP, &lamp_td()).await, 201);
         let host = format!("{}?host={}", sidecar.ws_url(), common::urlencode(common::LAMP));
         let mut agent = WsClient::connect(&host).await;
+        // Hosting once its connection's commands are applied.
+        agent.barrier().await;
         let mut consumer = WsClient::connect(&sidecar.ws_url()).await;
 
         let done = invoked(&mut agent, &mut consumer, "done-1").await;
@@ -228,16 +230,21 @@ async fn query_action_finds_invocations_after_a_restart_and_running_ones_failed(
 
 #[tokio::test]
 async fn a_finished_invocation_s_retention_counts_across_the_restart() {
+    const RETENTION_MS: u64 = 4_000;
     let dir = TempDir::new("restart-retention");
-    let retention = || {
+    let start = || {
         let mut cmd = sidecar!();
-        cmd.env("LMOS_SIDECAR_REQUESTS__INVOCATION_RETENTION_MS", "1500");
-        cmd
+        cmd.env(
+            "LMOS_SIDECAR_REQUESTS__INVOCATION_RETENTION_MS",
+            RETENTION_MS.to_string(),
+        );
+        OnDisk::start(cmd, dir.path())
     };
-    let sidecar = OnDisk::start(retention(), dir.path());
+    let sidecar = start();
     assert_eq!(put_td(&sidecar, common::LAMP, &lamp_td()).await, 201);
     let host = format!("{}?host={}", sidecar.ws_url(), common::urlencode(common::LAMP));
     let mut agent = WsClient::connect(&host).await;
+    agent.barrier().await;
     let mut consumer = WsClient::connect(&sidecar.ws_url()).await;
     let done = invoked(&mut agent, &mut consumer, "done-1").await;
     status(&mut agent, &done, "completed", json!("lit")).await;
@@ -246,9 +253,19 @@ async fn a_finished_invocation_s_retention_counts_across_the_restart() {
     on_disk(&sidecar).await;
     sidecar.stop(Stop::Kill);
 
-    // Down for longer than the retention: gone when the sidecar is back.
-    std::thread::sleep(std::time::Duration::from_millis(1600).saturating_sub(finished.elapsed()));
-    let sidecar = OnDisk::start(retention(), dir.path());
+    // Back within the retention: still there.
+    let sidecar = start();
+    let mut consumer = WsClient::connect(&sidecar.ws_url()).await;
+    let got = query(&mut consumer, "done-1").await;
+    if finished.elapsed().as_millis() < u128::from(RETENTION_MS) {
+        assert_eq!(got["status"], "completed", "{got}");
+    }
+    sidecar.stop(Stop::Kill);
+
+    // Down until past the retention: gone.
+    let left = std::time::Duration::from_millis(RETENTION_MS + 100).saturating_sub(finished.elapsed());
+    std::thread::sleep(left);
+    let sidecar = start();
     let mut consumer = WsClient::connect(&sidecar.ws_url()).await;
     let got = query(&mut consumer, "done-1").await;
     assert_eq!(got["status"], "404", "{got}");
