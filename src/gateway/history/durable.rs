@@ -184,6 +184,117 @@ impl History {
 mod tests {
     use super::*;
 
+    use crate::gateway::subscriptions::Selector;
+    use crate::store::{Store, StoreConfig};
+    use serde_json::json;
+
+    const T: &str = "urn:t";
+    /// 2025-01-20T19:00:00Z in µs.
+    const BASE: i64 = 1_737_399_600_000_000;
+
+    fn open(dir: &std::path::Path) -> Store {
+        Store::open(&StoreConfig {
+            dir: dir.to_path_buf(),
+            ..StoreConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn limits(events: usize) -> HistoryLimits {
+        HistoryLimits {
+            events_per_thing: events,
+            max_age: Duration::from_secs(60),
+            max_bytes_per_thing: usize::MAX,
+            max_bytes: usize::MAX,
+        }
+    }
+
+    /// Event `m{i}` stamped `i` seconds after BASE.
+    fn event(i: u32) -> Arc<Prepared> {
+        let v = json!({"thingID": T, "messageID": format!("m{i}"), "messageType": "event", "event": "e", "data": i, "timestamp": format!("2025-01-20T19:00:{i:02}Z")});
+        Arc::new(Prepared::from_payload(v.to_string().as_bytes(), T).unwrap())
+    }
+
+    fn ids(r: &Replay) -> Vec<String> {
+        let id = |p: &Arc<Prepared>| p.message_id.clone().unwrap();
+        r.events.iter().map(|(_, p)| id(p)).collect()
+    }
+
+    /// A history of at most 3 events per Thing, writing to `store`.
+    fn history(store: &Store, wall: i64) -> (History, Restored) {
+        let mut h = History::new(limits(3));
+        let log = HistoryLog::new(store.table(TABLE));
+        let restored = h.restore(log, Instant::now(), wall).unwrap();
+        (h, restored)
+    }
+
+    #[tokio::test]
+    async fn the_history_comes_back_within_its_limits_and_numbers_on() {
+        let dir = std::env::temp_dir().join(format!("lmos-history-{}", uuid::Uuid::new_v4()));
+        let store = open(&dir);
+        let (mut h, restored) = history(&store, BASE);
+        assert_eq!(restored, Restored::default());
+        h.follow(T);
+        for i in 0..5 {
+            h.record(T, "e", event(i), Instant::now(), BASE + i64::from(i));
+        }
+        store.barrier().durable().await.unwrap();
+        let on_disk = store.table(TABLE).load().unwrap();
+        assert_eq!(on_disk.len(), 3, "trimmed events are deleted");
+        store.close();
+        drop((h, store));
+
+        let store = open(&dir);
+        let (mut h, restored) = history(&store, BASE + 10_000_000);
+        assert_eq!((restored.things, restored.events), (vec![T.to_owned()], 3));
+        assert!(h.next_expiry().is_some(), "it lingers, followed");
+        let now = Instant::now();
+        let after = |id: &str| Anchor::MessageId(id.into());
+        let r = h.replay(T, &after("m2"), &Selector::AllEvents, now);
+        assert!(!r.gap);
+        assert_eq!(ids(&r), ["m3", "m4"]);
+        let r = h.replay(T, &after("m0"), &Selector::AllEvents, now);
+        assert!(r.gap, "m0 was trimmed before the restart");
+        assert_eq!(ids(&r), ["m2", "m3", "m4"]);
+        // m1 (second 1) was the latest trimmed: later times are complete.
+        let r = h.replay(T, &Anchor::Time(BASE + 1_000_000), &Selector::AllEvents, now);
+        assert!(!r.gap);
+        let r = h.replay(T, &Anchor::Time(BASE), &Selector::AllEvents, now);
+        assert!(r.gap);
+        h.record(T, "e", event(5), now, BASE + 10_000_000);
+        assert_eq!(h.next_seq, 6, "numbered on from the restored");
+        store.barrier().durable().await.unwrap();
+        let keys: Vec<u64> = store.table(TABLE).load().unwrap().iter().map(|(k, _)| parse_key(k).unwrap().1).collect();
+        assert_eq!(keys, [3, 4, 5]);
+        store.close();
+        drop((h, store));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn ages_count_across_the_restart() {
+        let dir = std::env::temp_dir().join(format!("lmos-history-{}", uuid::Uuid::new_v4()));
+        let store = open(&dir);
+        let (mut h, _) = history(&store, BASE);
+        h.follow(T);
+        h.record(T, "e", event(0), Instant::now(), BASE);
+        h.record(T, "e", event(1), Instant::now(), BASE + 30_000_000);
+        store.barrier().durable().await.unwrap();
+        store.close();
+        drop((h, store));
+
+        // 61 s after the first, 31 s after the second: max_age is 60 s.
+        let store = open(&dir);
+        let (h, restored) = history(&store, BASE + 61_000_000);
+        assert_eq!((restored.events, restored.dropped), (1, 1));
+        assert_eq!(h.stats().events, 1);
+        store.barrier().durable().await.unwrap();
+        assert_eq!(store.table(TABLE).load().unwrap().len(), 1);
+        store.close();
+        drop((h, store));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     #[test]
     fn keys_hold_the_thing_and_the_big_endian_sequence() {
         let k = key("urn:a\0b", 258);

@@ -393,3 +393,6 @@ mod tests;
 
 #[cfg(test)]
 mod quota_tests;
+
+#[cfg(test)]
+mod record_tests;

@@ -146,7 +146,7 @@ impl Requests {
     /// Takes back the records within their retention, oldest first; those
     /// still running when the sidecar stopped as failed. Returns how many
     /// came back, and how many of them failed so.
-    fn restore(&mut self, table: &Table, now_ms: i64) -> Result<(usize, usize), StoreError> {
+    pub(super) fn restore(&mut self, table: &Table, now_ms: i64) -> Result<(usize, usize), StoreError> {
         let mut records = Vec::new();
         for (key, value) in table.load()? {
             let route = String::from_utf8(key.clone()).ok();
