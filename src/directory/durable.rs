@@ -101,3 +101,80 @@ impl DirectoryService {
         Ok(restored)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{Bus, BusCommand};
+    use crate::directory::{test_endpoints, Directory};
+    use crate::store::StoreConfig;
+    use crate::topics::Topics;
+
+    const WEATHER: &str = include_str!("../../tests/fixtures/weather-agent-td.json");
+    const ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
+
+    fn service(store: &Store, host: &str) -> (DirectoryService, tokio::sync::mpsc::Receiver<BusCommand>) {
+        let topics = Topics::new("lmos").unwrap();
+        let mut endpoints = test_endpoints(topics.clone());
+        endpoints.http = format!("http://{host}:8080");
+        endpoints.websocket = format!("ws://{host}:8080/lmos");
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let service = DirectoryService::new(
+            Directory::new(endpoints),
+            Bus::new(tx),
+            topics,
+            "urn:sidecar".into(),
+            "http://h:8080",
+        )
+        .with_store(store);
+        (service, rx)
+    }
+
+    #[tokio::test]
+    async fn tds_come_back_for_their_owner_with_forms_for_the_endpoints_of_now() {
+        let dir = std::env::temp_dir().join(format!("lmos-tds-{}", uuid::Uuid::new_v4()));
+        let open = || {
+            Store::open(&StoreConfig {
+                dir: dir.clone(),
+                ..StoreConfig::default()
+            })
+            .unwrap()
+        };
+        let store = open();
+        let (before, _bus) = service(&store, "old");
+        let ticket = {
+            let mut d = before.directory();
+            d.put_as(Some("bob"), None, WEATHER.as_bytes()).unwrap();
+            before.persist(&d, ID).unwrap()
+        };
+        ticket.durable().await.unwrap();
+        store.close();
+        drop((before, store));
+
+        let store = open();
+        let (after, mut bus) = service(&store, "new");
+        assert_eq!(after.restore().await.unwrap(), 1);
+        let d = after.directory();
+        assert_eq!(d.owner_of(ID), Some("bob"));
+        assert_eq!(d.usage("bob").0, 1, "on bob's quota");
+        let served = d.get(ID).unwrap().to_string();
+        assert!(served.contains("ws://new:8080/lmos") && !served.contains("old:"), "{served}");
+        drop(d);
+        // Published retained on its TD topic again.
+        match bus.try_recv() {
+            Ok(BusCommand::Publish(p)) => assert!(p.retain && p.topic.ends_with("/td")),
+            other => panic!("{other:?}"),
+        }
+        // Deleted: gone from the store too.
+        let ticket = {
+            let mut d = after.directory();
+            d.delete(ID).unwrap();
+            after.persist(&d, ID).unwrap()
+        };
+        ticket.durable().await.unwrap();
+        assert!(store.table(TABLE).load().unwrap().is_empty());
+        store.close();
+        drop((after, store));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
