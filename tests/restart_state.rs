@@ -30,7 +30,14 @@ fn td(id: &str) -> Value {
 
 async fn put_td(sidecar: &OnDisk, id: &str, td: &Value) -> u16 {
     let path = format!("/things/{}", common::urlencode(id));
-    let put = http(sidecar.http, "PUT", &path, TD_JSON, td.to_string().as_bytes()).await;
+    let put = http(
+        sidecar.http,
+        "PUT",
+        &path,
+        TD_JSON,
+        td.to_string().as_bytes(),
+    )
+    .await;
     put.status
 }
 
@@ -182,7 +189,11 @@ async fn query_action_finds_invocations_after_a_restart_and_running_ones_failed(
         let dir = TempDir::new("restart-invocations");
         let sidecar = OnDisk::start(sidecar!(), dir.path());
         assert_eq!(put_td(&sidecar, common::LAMP, &lamp_td()).await, 201);
-        let host = format!("{}?host={}", sidecar.ws_url(), common::urlencode(common::LAMP));
+        let host = format!(
+            "{}?host={}",
+            sidecar.ws_url(),
+            common::urlencode(common::LAMP)
+        );
         let mut agent = WsClient::connect(&host).await;
         // Hosting once its connection's commands are applied.
         agent.barrier().await;
@@ -209,7 +220,10 @@ async fn query_action_finds_invocations_after_a_restart_and_running_ones_failed(
         let got = query(&mut consumer, "running-1").await;
         assert_eq!(got["status"], "failed", "after {stop:?}: {got}");
         let why = got["output"]["error"].as_str().unwrap_or_default();
-        assert!(why.contains("restarted while this invocation was running"), "{got}");
+        assert!(
+            why.contains("restarted while this invocation was running"),
+            "{got}"
+        );
         let got = query(&mut consumer, "never").await;
         assert_eq!(
             (got["messageType"].as_str(), got["status"].as_str()),
@@ -242,7 +256,11 @@ async fn a_finished_invocation_s_retention_counts_across_the_restart() {
     };
     let sidecar = start();
     assert_eq!(put_td(&sidecar, common::LAMP, &lamp_td()).await, 201);
-    let host = format!("{}?host={}", sidecar.ws_url(), common::urlencode(common::LAMP));
+    let host = format!(
+        "{}?host={}",
+        sidecar.ws_url(),
+        common::urlencode(common::LAMP)
+    );
     let mut agent = WsClient::connect(&host).await;
     agent.barrier().await;
     let mut consumer = WsClient::connect(&sidecar.ws_url()).await;
@@ -263,7 +281,8 @@ async fn a_finished_invocation_s_retention_counts_across_the_restart() {
     sidecar.stop(Stop::Kill);
 
     // Down until past the retention: gone.
-    let left = std::time::Duration::from_millis(RETENTION_MS + 100).saturating_sub(finished.elapsed());
+    let left =
+        std::time::Duration::from_millis(RETENTION_MS + 100).saturating_sub(finished.elapsed());
     std::thread::sleep(left);
     let sidecar = start();
     let mut consumer = WsClient::connect(&sidecar.ws_url()).await;
@@ -298,7 +317,14 @@ async fn tds_registered_over_http_come_back_on_their_owners_quota() {
     assert_eq!(patch.status, 204, "{patch:?}");
     let mut anonymous = td("x");
     anonymous.as_object_mut().unwrap().remove("id");
-    let posted = http(sidecar.http, "POST", "/things", TD_JSON, anonymous.to_string().as_bytes()).await;
+    let posted = http(
+        sidecar.http,
+        "POST",
+        "/things",
+        TD_JSON,
+        anonymous.to_string().as_bytes(),
+    )
+    .await;
     assert_eq!(posted.status, 201, "{posted:?}");
     let posted = posted.header("location").unwrap().to_owned();
     // An agent's TD, registered over its WebSocket: not kept.
@@ -307,7 +333,10 @@ async fn tds_registered_over_http_come_back_on_their_owners_quota() {
     agent.send(td(THING)).await;
     let deadline = std::time::Instant::now() + common::WAIT;
     while get_td(&sidecar, THING).await.0 != 200 {
-        assert!(std::time::Instant::now() < deadline, "the agent's TD is registered");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent's TD is registered"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let old_port = sidecar.http.port();
@@ -318,13 +347,22 @@ async fn tds_registered_over_http_come_back_on_their_owners_quota() {
     assert_eq!((status, a["title"].as_str()), (200, Some("Lamp A")), "{a}");
     let forms = a.to_string();
     assert!(
-        forms.contains(&format!(":{}/", sidecar.http.port())) && !forms.contains(&format!(":{old_port}/")),
+        forms.contains(&format!(":{}/", sidecar.http.port()))
+            && !forms.contains(&format!(":{old_port}/")),
         "forms for this run's port: {forms}"
     );
-    assert_eq!(get_td(&sidecar, "urn:test:b").await.0, 404, "deleted stays deleted");
+    assert_eq!(
+        get_td(&sidecar, "urn:test:b").await.0,
+        404,
+        "deleted stays deleted"
+    );
     let posted = http(sidecar.http, "GET", &posted, None, b"").await;
     assert_eq!(posted.status, 200, "{posted:?}");
-    assert_eq!(get_td(&sidecar, THING).await.0, 404, "agents register theirs again");
+    assert_eq!(
+        get_td(&sidecar, THING).await.0,
+        404,
+        "agents register theirs again"
+    );
     // a, the POSTed one and the barrier's: anonymous's quota of 3 is used.
     on_disk(&sidecar).await;
     assert_eq!(put_td(&sidecar, "urn:test:c", &td("urn:test:c")).await, 429);

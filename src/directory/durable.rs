@@ -113,7 +113,10 @@ mod tests {
     const WEATHER: &str = include_str!("../../tests/fixtures/weather-agent-td.json");
     const ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
 
-    fn service(store: &Store, host: &str) -> (DirectoryService, tokio::sync::mpsc::Receiver<BusCommand>) {
+    fn service(
+        store: &Store,
+        host: &str,
+    ) -> (DirectoryService, tokio::sync::mpsc::Receiver<BusCommand>) {
         let topics = Topics::new("lmos").unwrap();
         let mut endpoints = test_endpoints(topics.clone());
         endpoints.http = format!("http://{host}:8080");
@@ -158,7 +161,10 @@ mod tests {
         assert_eq!(d.owner_of(ID), Some("bob"));
         assert_eq!(d.usage("bob").0, 1, "on bob's quota");
         let served = d.get(ID).unwrap().to_string();
-        assert!(served.contains("ws://new:8080/lmos") && !served.contains("old:"), "{served}");
+        assert!(
+            served.contains("ws://new:8080/lmos") && !served.contains("old:"),
+            "{served}"
+        );
         drop(d);
         // Published retained on its TD topic again.
         match bus.try_recv() {

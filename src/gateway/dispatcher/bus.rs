@@ -25,7 +25,9 @@ impl<D: Decisions> Core<D> {
                     "Restored the resume history."
                 );
             }
-            Err(e) => error!(error = %e, "Could not read the resume history from the store; it starts empty."),
+            Err(e) => {
+                error!(error = %e, "Could not read the resume history from the store; it starts empty.")
+            }
         }
     }
 

@@ -257,14 +257,25 @@ mod tests {
         assert!(r.gap, "m0 was trimmed before the restart");
         assert_eq!(ids(&r), ["m2", "m3", "m4"]);
         // m1 (second 1) was the latest trimmed: later times are complete.
-        let r = h.replay(T, &Anchor::Time(BASE + 1_000_000), &Selector::AllEvents, now);
+        let r = h.replay(
+            T,
+            &Anchor::Time(BASE + 1_000_000),
+            &Selector::AllEvents,
+            now,
+        );
         assert!(!r.gap);
         let r = h.replay(T, &Anchor::Time(BASE), &Selector::AllEvents, now);
         assert!(r.gap);
         h.record(T, "e", event(5), now, BASE + 10_000_000);
         assert_eq!(h.next_seq, 6, "numbered on from the restored");
         store.barrier().durable().await.unwrap();
-        let keys: Vec<u64> = store.table(TABLE).load().unwrap().iter().map(|(k, _)| parse_key(k).unwrap().1).collect();
+        let keys: Vec<u64> = store
+            .table(TABLE)
+            .load()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| parse_key(k).unwrap().1)
+            .collect();
         assert_eq!(keys, [3, 4, 5]);
         store.close();
         drop((h, store));

@@ -283,7 +283,8 @@ impl History {
             h.linger_until = None;
             return false;
         }
-        self.things.insert(thing.into(), ThingHistory::new(i64::MIN));
+        self.things
+            .insert(thing.into(), ThingHistory::new(i64::MIN));
         true
     }
 

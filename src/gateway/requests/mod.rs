@@ -6,7 +6,9 @@
 //! router restores the consumer's own correlation ID. So two consumers using
 //! the same correlation ID, or none, never see each other's replies.
 //!
-//! No I/O here: each call returns the [`Effect`]s the dispatcher carries out.
+//! No I/O here: each call returns the [`Effect`]s the dispatcher carries out
+//! (invocation records are queued for the store, never waited for:
+//! `records.rs`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -87,13 +87,27 @@ async fn records_come_back_for_their_principal_or_reply_topic_and_running_ones_f
     r.register(7, "alice");
     r.register(8, "bob");
     let got = query(&mut r, Consumer::WebSocket(7), "done");
-    assert_eq!((got["status"].as_str(), got["output"].as_str()), (Some("completed"), Some("completed")), "{got}");
+    assert_eq!(
+        (got["status"].as_str(), got["output"].as_str()),
+        (Some("completed"), Some("completed")),
+        "{got}"
+    );
     assert_eq!(got["correlationID"], "done");
     let got = query(&mut r, Consumer::WebSocket(7), "running");
     assert_eq!(got["status"], "failed", "{got}");
-    assert!(got["output"]["error"].as_str().unwrap().contains("restarted"));
-    assert_eq!(query(&mut r, Consumer::WebSocket(8), "done")["status"], "404", "bob's is not alice's");
-    assert_eq!(query(&mut r, Consumer::WebSocket(7), "gone")["status"], "404");
+    assert!(got["output"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("restarted"));
+    assert_eq!(
+        query(&mut r, Consumer::WebSocket(8), "done")["status"],
+        "404",
+        "bob's is not alice's"
+    );
+    assert_eq!(
+        query(&mut r, Consumer::WebSocket(7), "gone")["status"],
+        "404"
+    );
     assert_eq!(query(&mut r, mqtt("replies/x"), "m")["status"], "completed");
     assert_eq!(r.remembered_count(), 3);
     assert_eq!(r.usage("alice"), (0, 0), "none of them runs");

@@ -79,7 +79,9 @@ impl Requests {
                 ms = started.elapsed().as_millis() as u64,
                 "Restored the invocation records."
             ),
-            Err(e) => error!(error = %e, "Could not read the invocation records from the store; they start empty."),
+            Err(e) => {
+                error!(error = %e, "Could not read the invocation records from the store; they start empty.")
+            }
         }
         self.records = Some(table);
         self
@@ -146,7 +148,11 @@ impl Requests {
     /// Takes back the records within their retention, oldest first; those
     /// still running when the sidecar stopped as failed. Returns how many
     /// came back, and how many of them failed so.
-    pub(super) fn restore(&mut self, table: &Table, now_ms: i64) -> Result<(usize, usize), StoreError> {
+    pub(super) fn restore(
+        &mut self,
+        table: &Table,
+        now_ms: i64,
+    ) -> Result<(usize, usize), StoreError> {
         let mut records = Vec::new();
         for (key, value) in table.load()? {
             let route = String::from_utf8(key.clone()).ok();
