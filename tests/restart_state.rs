@@ -141,7 +141,7 @@ async fn a_consumer_resumes_across_a_sigterm_and_a_sigkill_restart() {
         );
         let live = publish(&mut agent, 100 + round).await;
         published.push(live.clone());
-        assert_eq!(events(&mut consumer, 1).await, [live.clone()]);
+        assert_eq!(events(&mut consumer, 1).await, std::slice::from_ref(&live));
         consumer.assert_nothing_pending().await;
         seen = live;
     }

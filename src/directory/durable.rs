@@ -157,15 +157,16 @@ mod tests {
         let store = open();
         let (after, mut bus) = service(&store, "new");
         assert_eq!(after.restore().await.unwrap(), 1);
-        let d = after.directory();
-        assert_eq!(d.owner_of(ID), Some("bob"));
-        assert_eq!(d.usage("bob").0, 1, "on bob's quota");
-        let served = d.get(ID).unwrap().to_string();
-        assert!(
-            served.contains("ws://new:8080/lmos") && !served.contains("old:"),
-            "{served}"
-        );
-        drop(d);
+        {
+            let d = after.directory();
+            assert_eq!(d.owner_of(ID), Some("bob"));
+            assert_eq!(d.usage("bob").0, 1, "on bob's quota");
+            let served = d.get(ID).unwrap().to_string();
+            assert!(
+                served.contains("ws://new:8080/lmos") && !served.contains("old:"),
+                "{served}"
+            );
+        }
         // Published retained on its TD topic again.
         match bus.try_recv() {
             Ok(BusCommand::Publish(p)) => assert!(p.retain && p.topic.ends_with("/td")),
