@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::auth::mqtt::MqttPolicy;
 use crate::auth::{AuthError, Authority};
-use crate::broker::embedded::{BrokerError, EmbeddedBroker};
+use crate::broker::embedded::{BrokerError, EmbeddedBroker, Hooks};
 use crate::cluster::Cluster;
 use crate::config::{ClusterMode, Config};
 use crate::directory::{Directory, DirectoryService, Endpoints};
@@ -140,9 +140,12 @@ impl Application {
             Gateway::bus_filters(&topics),
             side_filters,
             Arc::new(policy),
-            mirror
-                .clone()
-                .map(|m| Arc::new(m) as Arc<dyn crate::broker::guard::Prerequisite>),
+            Hooks {
+                prerequisite: mirror
+                    .clone()
+                    .map(|m| Arc::new(m) as Arc<dyn crate::broker::guard::Prerequisite>),
+                store: store.clone(),
+            },
             mqtt_tls,
             mqtt_stop.clone(),
         )

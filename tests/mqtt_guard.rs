@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lmos_sidecar::broker::embedded::EmbeddedBroker;
+use lmos_sidecar::broker::embedded::{EmbeddedBroker, Hooks};
 use lmos_sidecar::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session, Verdict};
 use lmos_sidecar::config::MqttConfig;
 use tokio::net::TcpStream;
@@ -123,7 +123,10 @@ impl Rig {
             Vec::new(),
             Vec::new(),
             rules.clone(),
-            None,
+            Hooks {
+                prerequisite: None,
+                store: lmos_sidecar::store::Store::memory(),
+            },
             tls,
             stop.clone(),
         )

@@ -44,6 +44,7 @@ use super::health::Health;
 use super::probe::wait_ready;
 use super::{Bus, BusCommand, Delivery, ResponseInfo};
 use crate::config::MqttConfig;
+use crate::store::Store;
 use crate::telemetry::TraceContext;
 
 /// Commands queued towards the broker before publishers wait.
@@ -75,6 +76,8 @@ pub enum BrokerError {
     Thread(std::io::Error),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// A running embedded broker.
@@ -148,6 +151,14 @@ fn server_settings(name: &str, listen: SocketAddr, config: &MqttConfig) -> Serve
     }
 }
 
+/// What the broker works with beside its configuration.
+pub struct Hooks {
+    /// Checked before a guarded connection's first packet reaches rumqttd.
+    pub prerequisite: Option<Arc<dyn Prerequisite>>,
+    /// Where retained messages are kept across restarts.
+    pub store: Store,
+}
+
 impl EmbeddedBroker {
     /// Starts the broker, waits until both of its listeners accept
     /// connections, then opens the public listeners through the guard, which
@@ -161,7 +172,7 @@ impl EmbeddedBroker {
         filters: Vec<String>,
         side_filters: Vec<Vec<String>>,
         policy: Arc<dyn Policy>,
-        prerequisite: Option<Arc<dyn Prerequisite>>,
+        hooks: Hooks,
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
     ) -> Result<EmbeddedBroker, BrokerError> {
@@ -198,7 +209,15 @@ impl EmbeddedBroker {
             ..Default::default()
         };
 
-        let mut broker = Broker::new(rumqttd_config);
+        let Hooks {
+            prerequisite,
+            store,
+        } = hooks;
+        let retained = crate::broker::retained::persistence(&store)?;
+        if let Some((_, count)) = &retained {
+            info!(retained = count, "Recovered the retained messages.");
+        }
+        let mut broker = Broker::with_retained(rumqttd_config, retained.map(|(p, _)| p));
         let engine = Engine::new(
             broker
                 .direct(V5_SERVER)
@@ -264,6 +283,7 @@ impl EmbeddedBroker {
             limits.clone(),
             tls,
             shutdown.clone(),
+            store.clone(),
         );
         guard.serve(public.0);
         guard.serve(public_v5.0);
@@ -274,6 +294,7 @@ impl EmbeddedBroker {
             limits,
             None,
             shutdown,
+            store,
         );
         trusted.serve(trusted_listener.0);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod guard;
 pub mod health;
 mod probe;
+pub mod retained;
 
 use bytes::Bytes;
 use std::sync::Arc;

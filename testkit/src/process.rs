@@ -76,86 +76,64 @@ pub fn start_ready(cmd: &mut Command) -> (Running, std::sync::mpsc::Receiver<Val
     (child, rx, ready)
 }
 
-/// How a test stops a sidecar process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// SIGTERM, as an orchestrator stops a container: a graceful shutdown.
-    Term,
-    /// SIGKILL: a crash, nothing said or flushed.
-    Kill,
+/// A sidecar process keeping its state in `dir` (the store on, as by
+/// default), to be stopped and started again on the same directory.
+pub fn on_directory<'a>(cmd: &'a mut Command, dir: &std::path::Path) -> &'a mut Command {
+    cmd.env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "false")
+        .env("LMOS_SIDECAR_STORE__DIR", dir)
 }
 
-/// A sidecar process keeping its state in a data directory (`store.dir`),
-/// for tests of what survives a restart: start one, stop it with
-/// [`Stop::Term`] or [`Stop::Kill`], start another on the same directory.
-/// Ports are ephemeral, so each run has its own.
-pub struct OnDisk {
-    pub child: Running,
-    pub log: std::sync::mpsc::Receiver<Value>,
-    /// `host:port` of the HTTP port (WebSocket at `ws://{http}/lmos`).
+/// A started sidecar process: its addresses from the ready line.
+pub struct Started {
+    pub process: Running,
+    pub logs: std::sync::mpsc::Receiver<Value>,
     pub http: std::net::SocketAddr,
     pub mqtt: std::net::SocketAddr,
+    pub mqtt5: std::net::SocketAddr,
 }
 
-impl OnDisk {
-    /// Starts `cmd` (see [`crate::sidecar_command`]) with its store in `dir`.
-    pub fn start(mut cmd: Command, dir: &std::path::Path) -> OnDisk {
-        cmd.env("LMOS_SIDECAR_STORE__DIR", dir)
-            .env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "false");
-        OnDisk::run(cmd)
-    }
-
-    /// Starts `cmd` with a memory-only store (as [`sidecar`] sets it).
-    pub fn start_memory_only(mut cmd: Command) -> OnDisk {
-        cmd.env("LMOS_SIDECAR_STORE__MEMORY_ONLY", "true");
-        OnDisk::run(cmd)
-    }
-
-    fn run(mut cmd: Command) -> OnDisk {
-        let (child, log, ready) = start_ready(&mut cmd);
-        let addr = |name: &str| ready[name].as_str().unwrap().parse().unwrap();
-        OnDisk {
+impl Started {
+    /// Starts `cmd` (with [`start_ready`]) and reads its addresses.
+    pub fn start(cmd: &mut Command) -> Started {
+        let (process, logs, ready) = start_ready(cmd);
+        let addr = |key: &str| ready[key].as_str().unwrap().parse().unwrap();
+        Started {
             http: addr("http"),
             mqtt: addr("mqtt"),
-            child,
-            log,
+            mqtt5: addr("mqtt5"),
+            process,
+            logs,
         }
     }
 
-    pub fn ws_url(&self) -> String {
-        format!("ws://{}/lmos", self.http)
+    /// SIGTERM, as a deploy or a node drain stops it; waits for the exit
+    /// and returns its status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        let status = self.process.0.wait().unwrap();
+        assert!(status.success(), "a SIGTERM stop exits 0: {status}");
+        status
     }
 
-    /// Stops the process and waits for it to exit (10 s at most); its exit
-    /// status.
-    pub fn stop(mut self, how: Stop) -> std::process::ExitStatus {
-        let signal = match how {
-            Stop::Term => libc::SIGTERM,
-            Stop::Kill => libc::SIGKILL,
-        };
-        let pid = libc::pid_t::try_from(self.child.0.id()).unwrap();
-        // SAFETY: signals a child of this process, which has not been
-        // waited for (Running waits only when dropped).
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.child.0.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the sidecar did not exit within 10 s of {how:?}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+    /// SIGKILL, as a crash or an out-of-memory kill: nothing is flushed.
+    pub fn kill(mut self) {
+        self.signal("KILL");
+        let _ = self.process.0.wait();
     }
 
-    /// The first log line (JSON) whose message is `message`, within
-    /// [`WAIT`](crate::WAIT).
-    pub fn logged(&self, message: &str) -> Value {
+    fn signal(&mut self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.process.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// The next log line whose message is `message` (JSON logs).
+    pub fn log_line(&self, message: &str) -> Value {
         loop {
             let line = self
-                .log
+                .logs
                 .recv_timeout(WAIT)
                 .unwrap_or_else(|_| panic!("the sidecar logs {message:?}"));
             if line["message"] == message {
@@ -165,27 +143,25 @@ impl OnDisk {
     }
 }
 
-/// A fresh, empty directory under the system's temporary one, removed when
-/// dropped.
-pub struct TempDir(pub std::path::PathBuf);
+/// A data directory of the test's own, removed when dropped.
+pub struct DataDir(pub std::path::PathBuf);
 
-impl TempDir {
-    pub fn new(name: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!(
+impl DataDir {
+    pub fn new(name: &str) -> DataDir {
+        let dir = std::env::temp_dir().join(format!(
             "lmos-{name}-{}-{}",
             std::process::id(),
-            uuid::Uuid::new_v4()
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
         ));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &std::path::Path {
-        &self.0
+        std::fs::create_dir_all(&dir).unwrap();
+        DataDir(dir)
     }
 }
 
-impl Drop for TempDir {
+impl Drop for DataDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }

@@ -229,6 +229,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
         let guard_pings = AtomicU32::new(0);
         let unacked = AtomicU32::new(0);
+        let to_sync = Mutex::new(HashSet::new());
         let delivery = Mutex::new(Delivery::new(version, asked.limits));
         let (outbox, from_guard) = mpsc::channel(OUTBOX);
         let owed = Notify::new();
@@ -245,6 +246,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             guard_pings: &guard_pings,
             delivery: &delivery,
             unacked: &unacked,
+            to_sync: &to_sync,
             client_id: &client_id,
             generation: opened.generation,
             expiry: asked.expiry,
@@ -262,6 +264,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 guard_pings: &guard_pings,
                 delivery: &delivery,
                 unacked: &unacked,
+                to_sync: &to_sync,
+                sync_first: false,
                 owed: &owed,
                 offer: Offer {
                     receive_max: shared.limits.receive_maximum,
@@ -269,7 +273,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                     server_keep_alive,
                 },
             };
-            let outbound_pump = relay(downstream, &mut up_rx, &mut client_tx, from_guard, &relayed);
+            let outbound_pump = relay(
+                downstream,
+                (&mut up_rx, &shared.store),
+                &mut client_tx,
+                from_guard,
+                &relayed,
+            );
             tokio::pin!(inbound_pump, outbound_pump);
             let end = until_end(
                 &opened.handover.asked,

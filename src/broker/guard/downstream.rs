@@ -4,7 +4,7 @@
 //! swallowed) and the guard's own packets slipped in between. Pure state;
 //! [`super::relay`] moves the bytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -30,6 +30,11 @@ pub(super) struct Downstream<'a> {
     pub(super) guard_pings: &'a AtomicU32,
     pub(super) delivery: &'a Mutex<Delivery>,
     pub(super) unacked: &'a AtomicU32,
+    /// See [`super::inspect::Inspector::to_sync`].
+    pub(super) to_sync: &'a Mutex<HashSet<u16>>,
+    /// What was just taken acknowledges one of them: the store syncs
+    /// before the client reads it.
+    pub(super) sync_first: bool,
     /// Wakes the other pump to write what [`Delivery`] owes the broker.
     pub(super) owed: &'a Notify,
     /// What an MQTT 5 client's CONNACK announces.
@@ -107,6 +112,12 @@ impl Downstream<'_> {
                     return Ok(Some(None));
                 }
             }
+            packet::PUBACK | packet::PUBREC if self.acknowledges_retained(body) => {
+                self.sync_first = true;
+                if kind == packet::PUBACK {
+                    self.release_one();
+                }
+            }
             packet::PUBACK | packet::PUBCOMP => {
                 let _ = self
                     .unacked
@@ -171,6 +182,21 @@ impl Downstream<'_> {
                 }
             },
         }
+    }
+
+    fn acknowledges_retained(&self, body: &[u8]) -> bool {
+        let Some(&[hi, lo]) = body.get(..2) else {
+            return false;
+        };
+        let pkid = u16::from_be_bytes([hi, lo]);
+        let mut to_sync = self.to_sync.lock().unwrap_or_else(|e| e.into_inner());
+        !to_sync.is_empty() && to_sync.remove(&pkid)
+    }
+
+    fn release_one(&self) {
+        let _ = self
+            .unacked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     /// Takes the whole packets off `buf` and appends what the client gets

@@ -59,6 +59,9 @@ pub(super) struct Inspector<'a> {
     /// acknowledged (PUBACK, PUBCOMP): at most the Receive Maximum the
     /// CONNACK announced.
     pub(super) unacked: &'a AtomicU32,
+    /// Packet identifiers of the client's QoS 1 and 2 publications that
+    /// change a retained message: their PUBACK (PUBREC) waits for the store.
+    pub(super) to_sync: &'a Mutex<HashSet<u16>>,
     pub(super) client_id: &'a str,
     /// The session's generation this connection opened.
     pub(super) generation: u64,
@@ -335,6 +338,14 @@ impl Inspector<'_> {
                 );
                 return self.close(RECEIVE_MAXIMUM_EXCEEDED);
             }
+        }
+        // rumqttd sets the retained message of a retained publication and
+        // removes it on an empty payload, retained or not.
+        if p.qos > 0 && (first & 1 == 1 || p.payload.is_empty()) && self.shared.store.is_durable() {
+            self.to_sync
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(p.pkid);
         }
         let principal = self
             .session

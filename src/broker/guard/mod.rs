@@ -45,6 +45,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+
+use crate::store::Store;
 use tracing::{debug, warn, Instrument};
 
 use crate::broker::engine::Engine;
@@ -231,6 +233,9 @@ struct Shared {
     limits: Limits,
     connections: Arc<Semaphore>,
     shutdown: CancellationToken,
+    /// Where retained messages are kept: a publisher's PUBACK (PUBREC)
+    /// for one waits until it is durable.
+    store: Store,
 }
 
 /// Serves listeners until the cancellation token fires; cheap to clone.
@@ -248,6 +253,7 @@ impl Guard {
         limits: Limits,
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
+        store: Store,
     ) -> Guard {
         let connections = Arc::new(Semaphore::new(
             limits.max_connections.min(Semaphore::MAX_PERMITS),
@@ -261,6 +267,7 @@ impl Guard {
                 limits,
                 connections,
                 shutdown,
+                store,
             }),
             tls,
         }

@@ -16,6 +16,7 @@ use super::connection::{End, ToClient};
 use super::downstream::Downstream;
 use super::inspect::Inspector;
 use crate::broker::engine::{EngineRx, EngineTx};
+use crate::store::Store;
 
 /// Read buffers grow by this much; whole packets larger than it grow them
 /// to their size.
@@ -158,7 +159,7 @@ fn quick_ack(socket: RawFd) {
 /// between the broker's.
 pub(super) async fn relay<W: AsyncWrite + Unpin>(
     mut state: Downstream<'_>,
-    upstream: &mut EngineRx,
+    (upstream, store): (&mut EngineRx, &Store),
     client: &mut W,
     mut from_guard: mpsc::Receiver<ToClient>,
     relayed: &AtomicU64,
@@ -200,6 +201,11 @@ pub(super) async fn relay<W: AsyncWrite + Unpin>(
                     closing = end;
                 }
             }
+        }
+        if std::mem::take(&mut state.sync_first) && store.barrier().durable().await.is_err() {
+            // Never acknowledge what is not on disk: the client publishes
+            // it again on its next connection.
+            return End::BrokerClosed;
         }
         if !out.is_empty() {
             let written = async {

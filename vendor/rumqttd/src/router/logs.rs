@@ -5,6 +5,7 @@ use crate::protocol::{
     matches, ConnAck, ConnAckProperties, PingResp, PubAck, PubComp, PubRec, PubRel, Publish,
     PublishProperties, SubAck, UnsubAck,
 };
+use crate::router::persist::{self, RetainedPersistence, RetainedSink};
 use crate::router::{log_filter, DataRequest, FilterIdx, SubscriptionMeter, Waiters};
 use crate::{ConnectionId, Filter, Offset, RouterConfig, Topic};
 
@@ -65,6 +66,8 @@ pub struct DataLog {
     /// Map of subscription filter name to filter index
     filter_indexes: HashMap<Filter, FilterIdx>,
     retained_publishes: HashMap<Topic, PublishData>,
+    /// Told of every change of `retained_publishes` (lmos-sidecar patch 12)
+    retained_sink: Option<Box<dyn RetainedSink>>,
     /// List of filters associated with a topic
     publish_filters: HashMap<Topic, Vec<FilterIdx>>,
 }
@@ -97,7 +100,32 @@ impl DataLog {
             publish_filters,
             filter_indexes,
             retained_publishes,
+            retained_sink: None,
         })
+    }
+
+    /// lmos-sidecar patch 12: starts with the retained messages of an
+    /// earlier run (those that expired since are dropped, and the sink told)
+    /// and tells `sink` of every later change.
+    pub fn persist_retained(&mut self, persistence: RetainedPersistence) {
+        let now = Instant::now();
+        let mut sink = persistence.sink;
+        for restored in persistence.restored {
+            match persist::decode(&restored, now) {
+                persist::Decoded::Live(publish, properties, timestamp) => {
+                    let topic = String::from_utf8_lossy(&publish.topic).into_owned();
+                    let data = PublishData {
+                        publish,
+                        properties,
+                        timestamp,
+                    };
+                    self.retained_publishes.insert(topic, data);
+                }
+                persist::Decoded::Expired(topic) => sink.retained(&topic, None),
+                persist::Decoded::Unreadable => {}
+            }
+        }
+        self.retained_sink = Some(sink);
     }
 
     pub fn meter(&mut self, filter: &str) -> Option<&mut SubscriptionMeter> {
@@ -322,12 +350,20 @@ impl DataLog {
         publish_properties: Option<PublishProperties>,
         topic: Topic,
     ) {
+        if let Some(sink) = &mut self.retained_sink {
+            if let Some(packet) = persist::encode(&publish, &publish_properties) {
+                sink.retained(&topic, Some(packet));
+            }
+        }
         let pub_with_props = (publish, publish_properties);
         self.retained_publishes.insert(topic, pub_with_props.into());
     }
 
     pub fn remove_from_retained_publishes(&mut self, topic: Topic) {
-        self.retained_publishes.remove(&topic);
+        let removed = self.retained_publishes.remove(&topic);
+        if let (Some(_), Some(sink)) = (removed, &mut self.retained_sink) {
+            sink.retained(&topic, None);
+        }
     }
 
     pub fn read_retained_messages(&mut self, filter: &str) -> Vec<PubWithProp> {
@@ -335,7 +371,8 @@ impl DataLog {
         let now = Instant::now();
 
         // discard expired retained messages
-        self.retained_publishes.retain(|_, pubdata| {
+        let sink = &mut self.retained_sink;
+        self.retained_publishes.retain(|topic, pubdata| {
             // Keep data if no properties exists, which implies no message expiry!
             let Some(properties) = pubdata.properties.as_mut() else {
                 return true;
@@ -349,6 +386,12 @@ impl DataLog {
             let time_spent = (now - pubdata.timestamp).as_secs() as u32;
 
             let is_valid = time_spent < *message_expiry_interval;
+            // lmos-sidecar patch 12: gone from the store too
+            if !is_valid {
+                if let Some(sink) = sink.as_mut() {
+                    sink.retained(topic, None);
+                }
+            }
 
             // ignore expired messages
             if is_valid {

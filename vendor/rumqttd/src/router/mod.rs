@@ -20,6 +20,8 @@ mod connection;
 mod graveyard;
 pub mod iobufs;
 mod logs;
+// lmos-sidecar patch 12
+pub mod persist;
 mod routing;
 mod scheduler;
 pub(crate) mod shared_subs;

@@ -146,6 +146,11 @@ impl Router {
         }
     }
 
+    /// lmos-sidecar patch 12: see [`DataLog::persist_retained`].
+    pub fn persist_retained(&mut self, persistence: crate::RetainedPersistence) {
+        self.datalog.persist_retained(persistence);
+    }
+
     /// Gets handle to the router. This is not a public method to ensure that link
     /// is created only after the router starts
     fn link(&self) -> Sender<(ConnectionId, Event)> {

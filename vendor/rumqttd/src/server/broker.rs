@@ -80,9 +80,18 @@ type Wills = Arc<Mutex<HashMap<String, Sender<AwaitingWill>>>>;
 
 impl Broker {
     pub fn new(config: Config) -> Broker {
+        Broker::with_retained(config, None)
+    }
+
+    /// lmos-sidecar patch 12: a broker whose retained messages start from
+    /// an earlier run's and are told to a sink as they change.
+    pub fn with_retained(config: Config, retained: Option<crate::RetainedPersistence>) -> Broker {
         let config = Arc::new(config);
         let router_config = config.router.clone();
-        let router: Router = Router::new(config.id, router_config);
+        let mut router: Router = Router::new(config.id, router_config);
+        if let Some(retained) = retained {
+            router.persist_retained(retained);
+        }
 
         // Setup cluster if cluster settings are configured.
         match config.cluster.clone() {

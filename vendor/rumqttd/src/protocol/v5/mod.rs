@@ -11,7 +11,7 @@ mod disconnect;
 mod ping;
 mod puback;
 mod pubcomp;
-mod publish;
+pub(crate) mod publish;
 mod pubrec;
 mod pubrel;
 mod suback;
