@@ -203,10 +203,8 @@ impl Application {
             info!(thing = %id, file = %path.display(), "Registered a Thing Description.");
         }
         // After the files: a file's TD updated over HTTP comes back updated.
-        if let Err(e) = directory.restore().await {
-            tracing::error!(error = %e, "Could not read the Thing Descriptions registered over HTTP from the store.");
-        }
-        let (gateway, dispatcher) = Gateway::new(GatewaySetup {
+        directory.restore().await?;
+        let (gateway, mut dispatcher) = Gateway::new(GatewaySetup {
             bus: broker.bus,
             deliveries: broker.deliveries,
             topics,
@@ -220,7 +218,8 @@ impl Application {
             metrics: metrics.clone(),
             quotas: quotas.clone(),
             store: store.clone(),
-        });
+        })?;
+        dispatcher.prime().await;
         Ok(Application {
             http_listener,
             http_addr,

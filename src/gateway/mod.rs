@@ -135,7 +135,9 @@ pub struct GatewaySetup {
 
 impl Gateway {
     /// The gateway and the dispatcher task that must run for it to deliver.
-    pub fn new(setup: GatewaySetup) -> (Gateway, Dispatcher) {
+    /// Fails when what the store kept (the resume history, invocation
+    /// records) cannot be read: the sidecar does not start silently empty.
+    pub fn new(setup: GatewaySetup) -> Result<(Gateway, Dispatcher), crate::store::StoreError> {
         let GatewaySetup {
             bus,
             deliveries,
@@ -184,7 +186,15 @@ impl Gateway {
         )
         .with_metrics(metrics.clone())
         .with_quotas(quotas)
-        .with_store(&store);
+        .with_store(&store)?;
+        let kept_history = match store.is_durable() {
+            true => {
+                let log = history::HistoryLog::new(store.table(history::TABLE));
+                let rows = log.load()?;
+                Some((log, rows))
+            }
+            false => None,
+        };
         let services = dispatcher::Services {
             tracer: tracer.clone(),
             directory: directory.clone(),
@@ -201,7 +211,7 @@ impl Gateway {
                 max_bytes: history.max_bytes,
             },
             budgets: budgets.clone(),
-            store,
+            kept_history,
         };
         let dispatcher = Dispatcher::new(
             bus.clone(),
@@ -227,7 +237,7 @@ impl Gateway {
             budgets,
             inbound,
         });
-        (Gateway { shared }, dispatcher)
+        Ok((Gateway { shared }, dispatcher))
     }
 
     /// The bus filters the gateway needs from the start: consumers'

@@ -124,8 +124,9 @@ pub struct Services {
     pub validate_agent_data: bool,
     pub history: HistoryLimits,
     pub budgets: Budgets,
-    /// Where the resume history is kept across a restart.
-    pub store: crate::store::Store,
+    /// Where the resume history is kept across a restart, and what it
+    /// held at start-up (`None`: nothing is kept).
+    pub kept_history: Option<(history::HistoryLog, history::Rows)>,
 }
 
 /// Per-connection limits the dispatcher enforces, because it owns the state
@@ -335,7 +336,7 @@ impl<D: Decisions> Core<D> {
             validate_agent_data,
             history,
             budgets,
-            store,
+            kept_history,
         } = services;
         let per_thing = metrics.budget_hit_counter("history_per_thing");
         let history = History::new(history).with_budget(budgets.history, per_thing);
@@ -357,8 +358,8 @@ impl<D: Decisions> Core<D> {
             acks: commands::PendingAcks::default(),
             out,
         };
-        if store.is_durable() {
-            core.restore_history(&store);
+        if let Some((log, rows)) = kept_history {
+            core.restore_history(log, rows);
         }
         core
     }

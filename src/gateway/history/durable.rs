@@ -95,7 +95,15 @@ impl HistoryLog {
     pub(super) fn delete(&self, thing: &str, seq: u64) {
         let _queued = self.table.delete(key(thing, seq));
     }
+
+    /// What the table holds (start-up).
+    pub fn load(&self) -> Result<Rows, StoreError> {
+        self.table.load()
+    }
 }
+
+/// A table's keys and values, as loaded.
+pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// What a start-up brought back.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -109,17 +117,17 @@ pub struct Restored {
 }
 
 impl History {
-    /// Rebuilds the history from `log`'s table (at start-up, before any
-    /// event is recorded) and keeps every later change there. Ages count
-    /// across the restart (by the wall clock); the limits apply as if the
-    /// events were recorded again in their order.
+    /// Rebuilds the history from `rows`, loaded from `log`'s table (at
+    /// start-up, before any event is recorded), and keeps every later
+    /// change there. Ages count across the restart (by the wall clock); the
+    /// limits apply as if the events were recorded again in their order.
     pub fn restore(
         &mut self,
         log: HistoryLog,
+        rows: Rows,
         now: Instant,
         wall_now: i64,
-    ) -> Result<Restored, StoreError> {
-        let rows = log.table.load()?;
+    ) -> Restored {
         let mut restored = Restored::default();
         let mut entries = Vec::with_capacity(rows.len());
         for (k, v) in rows {
@@ -176,7 +184,7 @@ impl History {
                 "Some events of the resume history on disk were not restored (too old, over a limit or unreadable)."
             );
         }
-        Ok(restored)
+        restored
     }
 }
 
@@ -224,7 +232,8 @@ mod tests {
     fn history(store: &Store, wall: i64) -> (History, Restored) {
         let mut h = History::new(limits(3));
         let log = HistoryLog::new(store.table(TABLE));
-        let restored = h.restore(log, Instant::now(), wall).unwrap();
+        let rows = log.load().unwrap();
+        let restored = h.restore(log, rows, Instant::now(), wall);
         (h, restored)
     }
 

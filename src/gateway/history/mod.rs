@@ -37,7 +37,7 @@ use super::subscriptions::Selector;
 use crate::lmos::splice::Prepared;
 
 mod durable;
-pub use durable::{HistoryLog, Restored, TABLE};
+pub use durable::{HistoryLog, Restored, Rows, TABLE};
 
 /// Bounds of each Thing's history; either one 0 turns the history off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

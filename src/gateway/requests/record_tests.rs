@@ -17,7 +17,8 @@ fn open(dir: &std::path::Path) -> Store {
 fn router(store: &Store) -> Requests {
     let mut r = Requests::new(Topics::new("lmos").unwrap(), Duration::from_secs(5), 10)
         .with_invocation_limits(Duration::from_secs(60), 100)
-        .with_store(store);
+        .with_store(store)
+        .unwrap();
     r.claim(1, &[T.to_owned()]).unwrap();
     r
 }

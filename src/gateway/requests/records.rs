@@ -21,7 +21,7 @@
 //! back, and the agent's own statuses go on whether they are on disk or not.
 
 use serde::{Deserialize, Serialize};
-use tracing::{error, info};
+use tracing::info;
 
 use super::*;
 use crate::store::{Store, StoreError, Table};
@@ -66,25 +66,20 @@ fn wall_millis() -> i64 {
 impl Requests {
     /// Keeps invocation records in `store` (when it is durable), after
     /// taking back those it holds.
-    pub fn with_store(mut self, store: &Store) -> Requests {
+    pub fn with_store(mut self, store: &Store) -> Result<Requests, StoreError> {
         if !store.is_durable() {
-            return self;
+            return Ok(self);
         }
         let table = store.table(TABLE);
         let started = Instant::now();
-        match self.restore(&table, wall_millis()) {
-            Ok((kept, failed)) => info!(
-                invocations = kept,
-                failed_by_restart = failed,
-                ms = started.elapsed().as_millis() as u64,
-                "Restored the invocation records."
-            ),
-            Err(e) => {
-                error!(error = %e, "Could not read the invocation records from the store; they start empty.")
-            }
-        }
-        self.records = Some(table);
-        self
+        let (kept, failed) = self.restore(&table, wall_millis())?;
+        info!(
+            invocations = kept,
+            failed_by_restart = failed,
+            ms = started.elapsed().as_millis() as u64,
+            "Restored the invocation records."
+        );
+        Ok(self)
     }
 
     /// Puts the route's record, if it is an invocation's.
