@@ -117,13 +117,31 @@ mod tests {
         store: &Store,
         host: &str,
     ) -> (DirectoryService, tokio::sync::mpsc::Receiver<BusCommand>) {
+        service_within(store, host, u64::MAX)
+    }
+
+    /// With at most `total` bytes of TDs.
+    fn service_within(
+        store: &Store,
+        host: &str,
+        total: u64,
+    ) -> (DirectoryService, tokio::sync::mpsc::Receiver<BusCommand>) {
         let topics = Topics::new("lmos").unwrap();
         let mut endpoints = test_endpoints(topics.clone());
         endpoints.http = format!("http://{host}:8080");
         endpoints.websocket = format!("ws://{host}:8080/lmos");
         let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let limits = crate::directory::TdLimits {
+            max_td_size: usize::MAX,
+            max_total_bytes: total,
+        };
+        let directory = Directory::new(endpoints).with_limits(
+            limits,
+            crate::quotas::Quotas::none(),
+            crate::telemetry::metrics::Metrics::default(),
+        );
         let service = DirectoryService::new(
-            Directory::new(endpoints),
+            directory,
             Bus::new(tx),
             topics,
             "urn:sidecar".into(),
@@ -179,6 +197,39 @@ mod tests {
             after.persist(&d, ID).unwrap()
         };
         ticket.durable().await.unwrap();
+        assert!(store.table(TABLE).load().unwrap().is_empty());
+        store.close();
+        drop((after, store));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_td_the_directory_refuses_now_is_dropped_from_the_store() {
+        let dir = std::env::temp_dir().join(format!("lmos-tds-{}", uuid::Uuid::new_v4()));
+        let open = || {
+            Store::open(&StoreConfig {
+                dir: dir.clone(),
+                ..StoreConfig::default()
+            })
+            .unwrap()
+        };
+        let store = open();
+        let (before, _bus) = service(&store, "h");
+        let ticket = {
+            let mut d = before.directory();
+            d.put_as(Some("bob"), None, WEATHER.as_bytes()).unwrap();
+            before.persist(&d, ID).unwrap()
+        };
+        ticket.durable().await.unwrap();
+        store.close();
+        drop((before, store));
+
+        // discovery.max_total_td_bytes lowered below it since.
+        let store = open();
+        let (after, _bus) = service_within(&store, "h", 100);
+        assert_eq!(after.restore().await.unwrap(), 0);
+        assert!(after.directory().get(ID).is_none());
+        store.barrier().durable().await.unwrap();
         assert!(store.table(TABLE).load().unwrap().is_empty());
         store.close();
         drop((after, store));
