@@ -96,7 +96,7 @@ fn message_id(v: &Value) -> String {
 
 /// Subscribes to the Thing's events, resuming after `last` when given.
 async fn subscribe(sidecar: &Started, last: Option<&str>) -> WsClient {
-    let mut consumer = WsClient::connect(&ws_url(&sidecar)).await;
+    let mut consumer = WsClient::connect(&ws_url(sidecar)).await;
     let mut members = json!({"correlationID": "ticks"});
     if let Some(last) = last {
         members["lastMessageID"] = json!(last);
