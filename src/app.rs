@@ -145,6 +145,7 @@ impl Application {
                     .clone()
                     .map(|m| Arc::new(m) as Arc<dyn crate::broker::guard::Prerequisite>),
                 store: store.clone(),
+                topics: topics.clone(),
             },
             mqtt_tls,
             mqtt_stop.clone(),

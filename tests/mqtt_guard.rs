@@ -126,6 +126,7 @@ impl Rig {
             Hooks {
                 prerequisite: None,
                 store: lmos_sidecar::store::Store::memory(),
+                topics: lmos_sidecar::topics::Topics::new("lmos").unwrap(),
             },
             tls,
             stop.clone(),

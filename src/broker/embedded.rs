@@ -46,6 +46,7 @@ use super::{Bus, BusCommand, Delivery, ResponseInfo};
 use crate::config::MqttConfig;
 use crate::store::Store;
 use crate::telemetry::TraceContext;
+use crate::topics::Topics;
 
 /// Commands queued towards the broker before publishers wait.
 const COMMAND_QUEUE: usize = 4096;
@@ -157,6 +158,8 @@ pub struct Hooks {
     pub prerequisite: Option<Arc<dyn Prerequisite>>,
     /// Where retained messages are kept across restarts.
     pub store: Store,
+    /// To tell agents' presence among the retained messages kept.
+    pub topics: Topics,
 }
 
 impl EmbeddedBroker {
@@ -212,12 +215,29 @@ impl EmbeddedBroker {
         let Hooks {
             prerequisite,
             store,
+            topics,
         } = hooks;
-        let retained = crate::broker::retained::persistence(&store)?;
-        if let Some((_, count)) = &retained {
-            info!(retained = count, "Recovered the retained messages.");
-        }
-        let mut broker = Broker::with_retained(rumqttd_config, retained.map(|(p, _)| p));
+        let started = std::time::Instant::now();
+        let recovered = crate::broker::kept::recover(&store, &topics)?;
+        let (stale_presence, kept_sessions) = match &recovered {
+            Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
+            None => (Vec::new(), Vec::new()),
+        };
+        let persistence = match recovered {
+            Some(r) => {
+                r.run_saved.durable().await?;
+                info!(
+                    retained = r.retained,
+                    sessions = r.sessions.len(),
+                    queued = r.queued,
+                    ms = started.elapsed().as_millis() as u64,
+                    "Recovered what the embedded MQTT broker kept."
+                );
+                Some(r.persistence)
+            }
+            None => None,
+        };
+        let mut broker = Broker::with_persistence(rumqttd_config, persistence);
         let engine = Engine::new(
             broker
                 .direct(V5_SERVER)
@@ -270,6 +290,11 @@ impl EmbeddedBroker {
         // (`Bus::with_barrier`) once the probe is done.
         drop(probes);
         let bus = bus.with_barrier(probe_topic.into());
+        for offline in stale_presence {
+            bus.publish(offline)
+                .await
+                .map_err(|e| BrokerError::Link(e.to_string()))?;
+        }
         super::health::watch_broker_panics();
         let health = Health::default();
         tokio::spawn(health.clone().watch(engine.clone(), shutdown.clone()));
@@ -285,6 +310,7 @@ impl EmbeddedBroker {
             shutdown.clone(),
             store.clone(),
         );
+        guard.restore_sessions(kept_sessions);
         guard.serve(public.0);
         guard.serve(public_v5.0);
         let trusted = Guard::new(

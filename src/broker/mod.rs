@@ -8,8 +8,8 @@ pub mod embedded;
 pub mod engine;
 pub mod guard;
 pub mod health;
+pub mod kept;
 mod probe;
-pub mod retained;
 
 use bytes::Bytes;
 use std::sync::Arc;

@@ -21,6 +21,9 @@ async fn what_was_durable_is_loaded_again_in_key_order() {
     let _ = t.put(b"b".to_vec(), b"2".to_vec());
     let _ = t.put(b"a".to_vec(), b"1".to_vec());
     let _ = t.put(b"c".to_vec(), b"3".to_vec());
+    let _ = t.put(b"d\0x".to_vec(), b"4".to_vec());
+    let _ = t.put(b"d\0y".to_vec(), b"5".to_vec());
+    let _ = t.delete_prefix(b"d\0".to_vec());
     let last = t.delete(b"c".to_vec());
     last.durable().await.unwrap();
     assert!(store.barrier().is_durable());
@@ -125,5 +128,36 @@ async fn after_close_changes_fail_their_tickets() {
         .durable()
         .await;
     assert!(matches!(e, Err(StoreError::Stopped)), "{e:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn damage_in_the_middle_of_a_written_store_is_an_error_not_a_panic() {
+    let dir = temp_dir("damaged");
+    let store = Store::open(&config(&dir)).unwrap();
+    let t = store.table("t");
+    let tickets: Vec<_> = (0u32..20_000)
+        .map(|i| t.put(i.to_be_bytes().to_vec(), vec![7; 200]))
+        .collect();
+    for ticket in tickets {
+        ticket.durable().await.unwrap();
+    }
+    store.close();
+    drop((t, store));
+    let path = dir.join(FILE_NAME);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Most of the file, past its header: whatever pages hold the data.
+    let (from, to) = (bytes.len() / 4 / 4096 * 4096, bytes.len() * 3 / 4);
+    for (i, b) in bytes[from..to].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31) ^ 0xa5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let opened = std::panic::catch_unwind(|| Store::open(&config(&dir)).map(|s| s.close()));
+    let e = match opened {
+        Ok(Err(e)) => e,
+        Ok(Ok(())) => panic!("a damaged store opened"),
+        Err(_) => panic!("opening a damaged store panicked"),
+    };
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -28,6 +28,12 @@ pub(super) enum Op {
         key: Vec<u8>,
         seq: u64,
     },
+    /// Every key that starts with `prefix`.
+    DeletePrefix {
+        table: &'static str,
+        prefix: Vec<u8>,
+        seq: u64,
+    },
 }
 
 impl Op {
@@ -35,25 +41,28 @@ impl Op {
         match self {
             Op::Put { key, value, .. } => key.len() + value.len(),
             Op::Delete { key, .. } => key.len(),
+            Op::DeletePrefix { prefix, .. } => prefix.len(),
         }
     }
 
     pub(super) fn with_seq(mut self, n: u64) -> Op {
         match &mut self {
-            Op::Put { seq, .. } | Op::Delete { seq, .. } => *seq = n,
+            Op::Put { seq, .. } | Op::Delete { seq, .. } | Op::DeletePrefix { seq, .. } => *seq = n,
         }
         self
     }
 
     fn seq(&self) -> u64 {
         match self {
-            Op::Put { seq, .. } | Op::Delete { seq, .. } => *seq,
+            Op::Put { seq, .. } | Op::Delete { seq, .. } | Op::DeletePrefix { seq, .. } => *seq,
         }
     }
 
     fn table(&self) -> &'static str {
         match self {
-            Op::Put { table, .. } | Op::Delete { table, .. } => table,
+            Op::Put { table, .. } | Op::Delete { table, .. } | Op::DeletePrefix { table, .. } => {
+                table
+            }
         }
     }
 }
@@ -204,9 +213,31 @@ impl Writer {
                     Op::Delete { key, .. } => {
                         table.remove(key.as_slice()).map_err(|e| fail(&e))?;
                     }
+                    Op::DeletePrefix { prefix, .. } => {
+                        let p = prefix.as_slice();
+                        let removed = match prefix_end(p) {
+                            Some(end) => {
+                                table.retain_in::<&[u8], _>(p..end.as_slice(), |_, _| false)
+                            }
+                            None => table.retain_in::<&[u8], _>(p.., |k, _| !k.starts_with(p)),
+                        };
+                        removed.map_err(|e| fail(&e))?;
+                    }
                 }
             }
         }
         txn.commit().map_err(|e| fail(&e))
     }
+}
+
+/// The first key after every key starting with `prefix`, if there is one.
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
 }

@@ -351,6 +351,8 @@ pub(crate) fn drive(mut eventloop: rumqttc::EventLoop) -> Driven {
 
 pub struct MqttClient {
     pub client: AsyncClient,
+    /// What the CONNACK said.
+    pub session_present: bool,
     pub publishes: mpsc::UnboundedReceiver<rumqttc::Publish>,
     acks: mpsc::UnboundedReceiver<Packet>,
     task: JoinHandle<()>,
@@ -392,16 +394,26 @@ impl MqttClient {
             task,
             ..
         } = drive(eventloop);
-        tokio::time::timeout(WAIT, connack)
+        let connack = tokio::time::timeout(WAIT, connack)
             .await
             .expect("MQTT connects in time")
             .expect("MQTT connects");
         MqttClient {
             client,
+            session_present: connack.session_present,
             publishes,
             acks,
             task,
         }
+    }
+
+    /// Connects not clean (MQTT 3.1.1 clean session off): the broker keeps
+    /// the session, its subscriptions and what is queued for it.
+    pub async fn connect_kept(addr: SocketAddr, client_id: &str) -> MqttClient {
+        MqttClient::connect_with(addr, client_id, |o| {
+            o.set_clean_session(false);
+        })
+        .await
     }
 
     /// Connects with a principal's name and password; `will`: a retained

@@ -134,7 +134,12 @@ pub(super) fn now_ms() -> u64 {
 }
 
 /// Ends a session that nobody resumed in time (see [`super::sessions`]).
-async fn expire(shared: Arc<Shared>, client_id: String, generation: u64, after: Duration) {
+pub(super) async fn expire(
+    shared: Arc<Shared>,
+    client_id: String,
+    generation: u64,
+    after: Duration,
+) {
     tokio::select! {
         _ = shared.shutdown.cancelled() => return,
         _ = tokio::time::sleep(after) => {}
@@ -229,7 +234,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
         let guard_pings = AtomicU32::new(0);
         let unacked = AtomicU32::new(0);
-        let to_sync = Mutex::new(HashSet::new());
         let delivery = Mutex::new(Delivery::new(version, asked.limits));
         let (outbox, from_guard) = mpsc::channel(OUTBOX);
         let owed = Notify::new();
@@ -246,7 +250,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             guard_pings: &guard_pings,
             delivery: &delivery,
             unacked: &unacked,
-            to_sync: &to_sync,
             client_id: &client_id,
             generation: opened.generation,
             expiry: asked.expiry,
@@ -264,7 +267,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 guard_pings: &guard_pings,
                 delivery: &delivery,
                 unacked: &unacked,
-                to_sync: &to_sync,
+                durable: shared.store.is_durable(),
                 sync_first: false,
                 owed: &owed,
                 offer: Offer {
@@ -308,9 +311,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             (Some(after), _) => after,
             // The session lives on with the connection that took it over.
             (None, End::TakenOver) => AfterClose::Nothing,
-            (None, _) => shared
-                .sessions
-                .close(&client_id, opened.generation, inspector.expiry),
+            (None, _) => shared.sessions.close_kept(
+                &client_id,
+                opened.generation,
+                inspector.expiry,
+                |expiry| {
+                    let _ticket =
+                        shared
+                            .records
+                            .record(&client_id, expiry.0, Some(super::kept_now_ms()));
+                },
+            ),
         };
         opened.handover.done.cancel();
         if let AfterClose::Wipe { generation, after } = after_close {
@@ -344,7 +355,12 @@ async fn open_upstream(
     }
     let connect_packet = handshake::upstream_connect(connect, opened.clean_upstream, keep_alive);
     match shared.upstream.open(&connect_packet).await {
-        Ok(stream) => Some((stream, opened)),
+        Ok(stream) => {
+            if !opened.clean_upstream && !client_id.is_empty() {
+                let _ticket = shared.records.record(client_id, asked.expiry.0, None);
+            }
+            Some((stream, opened))
+        }
         Err(e) => {
             warn!(error = %e, "Cannot reach the embedded MQTT broker.");
             shared

@@ -4,7 +4,7 @@
 //! swallowed) and the guard's own packets slipped in between. Pure state;
 //! [`super::relay`] moves the bytes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -30,10 +30,12 @@ pub(super) struct Downstream<'a> {
     pub(super) guard_pings: &'a AtomicU32,
     pub(super) delivery: &'a Mutex<Delivery>,
     pub(super) unacked: &'a AtomicU32,
-    /// See [`super::inspect::Inspector::to_sync`].
-    pub(super) to_sync: &'a Mutex<HashSet<u16>>,
-    /// What was just taken acknowledges one of them: the store syncs
-    /// before the client reads it.
+    /// The broker keeps what must survive a restart in a store on disk.
+    pub(super) durable: bool,
+    /// What was just taken acknowledges what the client sent (a
+    /// publication: the broker may have queued it for kept sessions or
+    /// retained it; a subscription of a kept session): the store syncs
+    /// first, so that nothing acknowledged is lost in a crash.
     pub(super) sync_first: bool,
     /// Wakes the other pump to write what [`Delivery`] owes the broker.
     pub(super) owed: &'a Notify,
@@ -95,6 +97,12 @@ impl Downstream<'_> {
     /// to pass it as it is, `Some(None)` to swallow it.
     fn translate(&mut self, first: u8, body: &[u8]) -> Result<Option<Option<Bytes>>, End> {
         let kind = first >> 4;
+        if matches!(
+            kind,
+            packet::PUBACK | packet::PUBREC | packet::PUBCOMP | packet::SUBACK | packet::UNSUBACK
+        ) {
+            self.sync_first |= self.durable;
+        }
         match kind {
             packet::CONNACK if self.version == Version::V5 => {
                 return match handshake::connack(body, self.offer) {
@@ -110,12 +118,6 @@ impl Downstream<'_> {
                 if ours {
                     self.owed.notify_one();
                     return Ok(Some(None));
-                }
-            }
-            packet::PUBACK | packet::PUBREC if self.acknowledges_retained(body) => {
-                self.sync_first = true;
-                if kind == packet::PUBACK {
-                    self.release_one();
                 }
             }
             packet::PUBACK | packet::PUBCOMP => {
@@ -182,21 +184,6 @@ impl Downstream<'_> {
                 }
             },
         }
-    }
-
-    fn acknowledges_retained(&self, body: &[u8]) -> bool {
-        let Some(&[hi, lo]) = body.get(..2) else {
-            return false;
-        };
-        let pkid = u16::from_be_bytes([hi, lo]);
-        let mut to_sync = self.to_sync.lock().unwrap_or_else(|e| e.into_inner());
-        !to_sync.is_empty() && to_sync.remove(&pkid)
-    }
-
-    fn release_one(&self) {
-        let _ = self
-            .unacked
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     /// Takes the whole packets off `buf` and appends what the client gets

@@ -59,9 +59,6 @@ pub(super) struct Inspector<'a> {
     /// acknowledged (PUBACK, PUBCOMP): at most the Receive Maximum the
     /// CONNACK announced.
     pub(super) unacked: &'a AtomicU32,
-    /// Packet identifiers of the client's QoS 1 and 2 publications that
-    /// change a retained message: their PUBACK (PUBREC) waits for the store.
-    pub(super) to_sync: &'a Mutex<HashSet<u16>>,
     pub(super) client_id: &'a str,
     /// The session's generation this connection opened.
     pub(super) generation: u64,
@@ -181,10 +178,15 @@ impl Inspector<'_> {
                         }
                     }
                 }
-                self.after_close = Some(self.shared.sessions.close(
-                    self.client_id,
+                let (shared, client_id) = (self.shared, self.client_id);
+                self.after_close = Some(shared.sessions.close_kept(
+                    client_id,
                     self.generation,
                     self.expiry,
+                    |expiry| {
+                        let ended = Some(super::kept_now_ms());
+                        let _ticket = shared.records.record(client_id, expiry.0, ended);
+                    },
                 ));
                 Verdict::Forward
             }
@@ -338,14 +340,6 @@ impl Inspector<'_> {
                 );
                 return self.close(RECEIVE_MAXIMUM_EXCEEDED);
             }
-        }
-        // rumqttd sets the retained message of a retained publication and
-        // removes it on an empty payload, retained or not.
-        if p.qos > 0 && (first & 1 == 1 || p.payload.is_empty()) && self.shared.store.is_durable() {
-            self.to_sync
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(p.pkid);
         }
         let principal = self
             .session

@@ -233,9 +233,15 @@ struct Shared {
     limits: Limits,
     connections: Arc<Semaphore>,
     shutdown: CancellationToken,
-    /// Where retained messages are kept: a publisher's PUBACK (PUBREC)
-    /// for one waits until it is durable.
+    /// Where the broker keeps what survives a restart: a publisher's
+    /// PUBACK (PUBREC, PUBCOMP) and a SUBACK wait until it is durable.
     store: Store,
+    /// The expiry of the sessions rumqttd keeps, for the next run.
+    records: crate::broker::kept::SessionRecords,
+}
+
+fn kept_now_ms() -> u64 {
+    crate::broker::kept::now_ms()
 }
 
 /// Serves listeners until the cancellation token fires; cheap to clone.
@@ -267,9 +273,27 @@ impl Guard {
                 limits,
                 connections,
                 shutdown,
+                records: crate::broker::kept::SessionRecords::new(&store),
                 store,
             }),
             tls,
+        }
+    }
+
+    /// Knows again the sessions an earlier run kept (before serving).
+    pub fn restore_sessions(&self, kept: Vec<crate::broker::kept::KeptSession>) {
+        for session in kept {
+            self.shared
+                .sessions
+                .restore(&session.client_id, session.filters, session.expires_in);
+            if let Some(after) = session.expires_in {
+                tokio::spawn(connection::expire(
+                    self.shared.clone(),
+                    session.client_id,
+                    0,
+                    after,
+                ));
+            }
         }
     }
 

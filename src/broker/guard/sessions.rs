@@ -217,6 +217,20 @@ impl Sessions {
     /// DISCONNECT, which fixes the expiry): from now the session is kept
     /// for `expiry`.
     pub fn close(&self, client_id: &str, generation: u64, expiry: Expiry) -> AfterClose {
+        self.close_kept(client_id, generation, expiry, |_| {})
+    }
+
+    /// [`Sessions::close`], calling `kept` with the expiry while the
+    /// session is still this connection's and rumqttd keeps it: so that
+    /// what it records comes before anything a later connection of the
+    /// client ID does.
+    pub fn close_kept(
+        &self,
+        client_id: &str,
+        generation: u64,
+        expiry: Expiry,
+        kept: impl FnOnce(Expiry),
+    ) -> AfterClose {
         if client_id.is_empty() {
             return AfterClose::Nothing;
         }
@@ -231,6 +245,9 @@ impl Sessions {
         entry.state = State::Kept {
             until: expiry.after(now),
         };
+        if entry.kept_by_broker {
+            kept(expiry);
+        }
         if !entry.kept_by_broker {
             // rumqttd ends a clean session itself.
             if Arc::strong_count(&entry.gate) == 1 {
@@ -261,6 +278,24 @@ impl Sessions {
             map.remove(client_id);
         }
         due
+    }
+
+    /// A session kept by an earlier run (rumqttd has it again, in its
+    /// graveyard): resumable until `expires_in` has passed (`None`:
+    /// forever). Its generation is 0; the caller arms its expiry.
+    pub fn restore(&self, client_id: &str, filters: HashSet<String>, expires_in: Option<Duration>) {
+        let now = Instant::now();
+        let entry = Entry {
+            filters: Arc::new(Filters(Mutex::new(filters))),
+            generation: 0,
+            state: State::Kept {
+                until: expires_in.map(|d| now + d),
+            },
+            gate: Gate::default(),
+            kept_by_broker: true,
+            handover: Handover::default(),
+        };
+        self.map().insert(client_id.to_owned(), entry);
     }
 
     /// Sessions currently known (connected, or kept for a client that

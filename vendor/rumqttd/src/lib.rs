@@ -24,7 +24,9 @@ pub use link::direct::{Direct, DirectRx, DirectStream, DirectTx};
 pub use link::local;
 pub use link::meters;
 // lmos-sidecar patch 12
-pub use router::persist::{RestoredRetained, RetainedPersistence, RetainedSink};
+pub use router::persist::{
+    Keeper, Persistence, Position, RestoredPublication, RestoredRetained, RestoredSession,
+};
 pub use router::{Alert, Forward, IncomingMeter, Meter, Notification, OutgoingMeter, Router};
 use segments::Storage;
 pub use server::{Broker, LinkType, Server};

@@ -160,8 +160,10 @@ impl Outgoing {
 
     // Returns (unsolicited, outoforder) flags
     // Return: Out of order or unsolicited acks
-    pub fn register_ack(&mut self, pkid: u16) -> Option<()> {
-        let (head, _filter_idx, _cursor) = self.inflight_buffer.pop_front()?;
+    /// lmos-sidecar patch 13: also says what was acknowledged (its filter
+    /// and, for a publication from the log, where it was).
+    pub fn register_ack(&mut self, pkid: u16) -> Option<(FilterIdx, Option<Cursor>)> {
+        let (head, filter_idx, cursor) = self.inflight_buffer.pop_front()?;
 
         // We don't support out of order acks
         if pkid != head {
@@ -169,7 +171,7 @@ impl Outgoing {
             return None;
         }
 
-        Some(())
+        Some((filter_idx, cursor))
     }
 
     pub fn register_pubrec(&mut self, pkid: u16) {

@@ -5,7 +5,7 @@ use crate::protocol::{
     matches, ConnAck, ConnAckProperties, PingResp, PubAck, PubComp, PubRec, PubRel, Publish,
     PublishProperties, SubAck, UnsubAck,
 };
-use crate::router::persist::{self, RetainedPersistence, RetainedSink};
+use crate::router::persist::{self, Keeper, Position as KeptPosition, RestoredPublication, RestoredRetained};
 use crate::router::{log_filter, DataRequest, FilterIdx, SubscriptionMeter, Waiters};
 use crate::{ConnectionId, Filter, Offset, RouterConfig, Topic};
 
@@ -66,8 +66,12 @@ pub struct DataLog {
     /// Map of subscription filter name to filter index
     filter_indexes: HashMap<Filter, FilterIdx>,
     retained_publishes: HashMap<Topic, PublishData>,
-    /// Told of every change of `retained_publishes` (lmos-sidecar patch 12)
-    retained_sink: Option<Box<dyn RetainedSink>>,
+    /// Told of every change of `retained_publishes` and of kept sessions
+    /// (lmos-sidecar patches 12 and 13)
+    keeper: Option<Box<dyn Keeper>>,
+    /// Kept sessions (not clean, live or in the graveyard) by filter: their
+    /// client IDs and QoS (lmos-sidecar patch 13)
+    kept: HashMap<FilterIdx, HashMap<String, u8>>,
     /// List of filters associated with a topic
     publish_filters: HashMap<Topic, Vec<FilterIdx>>,
 }
@@ -100,17 +104,17 @@ impl DataLog {
             publish_filters,
             filter_indexes,
             retained_publishes,
-            retained_sink: None,
+            keeper: None,
+            kept: HashMap::new(),
         })
     }
 
     /// lmos-sidecar patch 12: starts with the retained messages of an
-    /// earlier run (those that expired since are dropped, and the sink told)
-    /// and tells `sink` of every later change.
-    pub fn persist_retained(&mut self, persistence: RetainedPersistence) {
+    /// earlier run (those that expired since are dropped, and the keeper
+    /// told) and tells `keeper` of every later change.
+    pub fn restore_retained(&mut self, retained: Vec<RestoredRetained>, mut keeper: Box<dyn Keeper>) {
         let now = Instant::now();
-        let mut sink = persistence.sink;
-        for restored in persistence.restored {
+        for restored in retained {
             match persist::decode(&restored, now) {
                 persist::Decoded::Live(publish, properties, timestamp) => {
                     let topic = String::from_utf8_lossy(&publish.topic).into_owned();
@@ -121,11 +125,120 @@ impl DataLog {
                     };
                     self.retained_publishes.insert(topic, data);
                 }
-                persist::Decoded::Expired(topic) => sink.retained(&topic, None),
+                persist::Decoded::Expired(topic) => keeper.retained(&topic, None),
                 persist::Decoded::Unreadable => {}
             }
         }
-        self.retained_sink = Some(sink);
+        self.keeper = Some(keeper);
+    }
+
+    /// lmos-sidecar patch 13: a kept session's new subscription.
+    pub fn keep_subscription(&mut self, idx: FilterIdx, client_id: &str, filter: &str, qos: u8) {
+        self.kept
+            .entry(idx)
+            .or_default()
+            .insert(client_id.to_owned(), qos);
+        if let Some(keeper) = &mut self.keeper {
+            keeper.subscribed(client_id, filter, qos);
+        }
+    }
+
+    /// lmos-sidecar patch 13: a restored session's subscription, already
+    /// kept.
+    pub fn restore_kept(&mut self, idx: FilterIdx, client_id: &str, qos: u8) {
+        self.kept
+            .entry(idx)
+            .or_default()
+            .insert(client_id.to_owned(), qos);
+    }
+
+    /// lmos-sidecar patch 13: a kept session left `filter` (before the
+    /// filter is released).
+    pub fn forget_subscription(&mut self, client_id: &str, filter: &str) {
+        if let Some(idx) = self.filter_indexes.get(log_filter(filter)) {
+            if let Some(clients) = self.kept.get_mut(idx) {
+                clients.remove(client_id);
+            }
+        }
+        if let Some(keeper) = &mut self.keeper {
+            keeper.unsubscribed(client_id, filter);
+        }
+    }
+
+    /// lmos-sidecar patch 13: a kept session ended (before its filters are
+    /// released).
+    pub fn forget_session<'a>(&mut self, client_id: &str, subscriptions: impl IntoIterator<Item = &'a Filter>) {
+        for filter in subscriptions {
+            if let Some(idx) = self.filter_indexes.get(log_filter(filter)) {
+                if let Some(clients) = self.kept.get_mut(idx) {
+                    clients.remove(client_id);
+                }
+            }
+        }
+        if let Some(keeper) = &mut self.keeper {
+            keeper.ended(client_id);
+        }
+    }
+
+    /// lmos-sidecar patch 13: a publication appended at `offset` of `idx`
+    /// is queued for every kept session subscribed there at QoS 1 or 2.
+    pub fn keep_appended(
+        &mut self,
+        idx: FilterIdx,
+        offset: Offset,
+        publish: &Publish,
+        properties: &Option<PublishProperties>,
+    ) {
+        if publish.qos == crate::protocol::QoS::AtMostOnce {
+            return;
+        }
+        // `append` answers the offset after the publication's
+        let offset = (offset.0, offset.1.saturating_sub(1));
+        let (Some(keeper), Some(clients)) = (&mut self.keeper, self.kept.get(&idx)) else {
+            return;
+        };
+        let mut packet = None;
+        for (client_id, &qos) in clients {
+            if qos == 0 {
+                continue;
+            }
+            if packet.is_none() {
+                packet = persist::encode(publish, properties, false);
+            }
+            let (Some(packet), Some(data)) = (&packet, self.native.get(&idx)) else {
+                return;
+            };
+            keeper.queued(client_id, (idx, offset), &data.filter, packet);
+        }
+    }
+
+    /// lmos-sidecar patch 13: a kept session acknowledged what it got from
+    /// `idx` at `cursor`.
+    pub fn keep_delivered(&mut self, client_id: &str, idx: FilterIdx, cursor: Offset) {
+        if let Some(keeper) = &mut self.keeper {
+            keeper.delivered(client_id, (idx, cursor));
+        }
+    }
+
+    /// lmos-sidecar patch 13: appends a restored publication to `filter`'s
+    /// log (creating it); its position.
+    pub fn append_restored(
+        &mut self,
+        filter: &str,
+        publication: &RestoredPublication,
+        sessions: u32,
+    ) -> Option<KeptPosition> {
+        let (publish, properties) = persist::read(&publication.packet)?;
+        let (idx, _) = self.next_native_offset(filter);
+        let data = self.native.get_mut(&idx)?;
+        let mut none = VecDeque::new();
+        let (offset, _) = data.append((publish, properties).into(), &mut none);
+        // `append` answers the offset after the publication's
+        let offset = (offset.0, offset.1.saturating_sub(1));
+        if let Some(keeper) = &mut self.keeper {
+            keeper.placed((idx, offset), &publication.key, sessions);
+        }
+        Some((idx, offset))
     }
 
     pub fn meter(&mut self, filter: &str) -> Option<&mut SubscriptionMeter> {
@@ -248,6 +361,7 @@ impl DataLog {
             data.holders = data.holders.saturating_sub(1);
             if data.holders == 0 {
                 self.native.remove(&idx);
+                self.kept.remove(&idx);
                 self.filter_indexes.remove(filter);
                 removed.insert(idx);
             }
@@ -350,9 +464,9 @@ impl DataLog {
         publish_properties: Option<PublishProperties>,
         topic: Topic,
     ) {
-        if let Some(sink) = &mut self.retained_sink {
-            if let Some(packet) = persist::encode(&publish, &publish_properties) {
-                sink.retained(&topic, Some(packet));
+        if let Some(keeper) = &mut self.keeper {
+            if let Some(packet) = persist::encode(&publish, &publish_properties, true) {
+                keeper.retained(&topic, Some(packet));
             }
         }
         let pub_with_props = (publish, publish_properties);
@@ -361,7 +475,7 @@ impl DataLog {
 
     pub fn remove_from_retained_publishes(&mut self, topic: Topic) {
         let removed = self.retained_publishes.remove(&topic);
-        if let (Some(_), Some(sink)) = (removed, &mut self.retained_sink) {
+        if let (Some(_), Some(sink)) = (removed, &mut self.keeper) {
             sink.retained(&topic, None);
         }
     }
@@ -371,7 +485,7 @@ impl DataLog {
         let now = Instant::now();
 
         // discard expired retained messages
-        let sink = &mut self.retained_sink;
+        let sink = &mut self.keeper;
         self.retained_publishes.retain(|topic, pubdata| {
             // Keep data if no properties exists, which implies no message expiry!
             let Some(properties) = pubdata.properties.as_mut() else {

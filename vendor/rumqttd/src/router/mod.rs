@@ -35,7 +35,7 @@ pub use waiters::Waiters;
 pub const MAX_SCHEDULE_ITERATIONS: usize = 100;
 pub const MAX_CHANNEL_CAPACITY: usize = 200;
 
-pub(crate) type FilterIdx = usize;
+pub type FilterIdx = usize;
 
 /// lmos-sidecar patch: the filter whose log serves a subscription, `f` for
 /// both `f` and the shared `$share/group/f` (as `routing::extract_group`).

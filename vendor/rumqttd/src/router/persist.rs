@@ -1,7 +1,10 @@
-//! lmos-sidecar patch 12: retained messages survive a restart. The router
-//! tells a sink outside it of every retained message set or removed (as an
-//! MQTT 5 PUBLISH packet, properties included), and a broker can start with
-//! the retained messages kept from an earlier run.
+//! lmos-sidecar patches 12 and 13: what the router holds survives a
+//! restart. The router tells a [`Keeper`] outside it of every retained
+//! message set or removed, and of the sessions that outlive their
+//! connection (not clean): their subscriptions, each QoS 1 or 2
+//! publication queued for them and its delivery; and a broker can start
+//! with what an earlier run kept. Publications go as MQTT 5 PUBLISH
+//! packets, properties included.
 
 use std::time::{Duration, Instant};
 
@@ -9,33 +12,80 @@ use bytes::{Bytes, BytesMut};
 
 use crate::protocol::v5::publish;
 use crate::protocol::{Publish, PublishProperties, QoS};
+use crate::router::FilterIdx;
+use crate::Offset;
 
-/// Told of retained messages as the router changes them; called on the
-/// router's thread, so it must not block.
-pub trait RetainedSink: Send + 'static {
+/// Where a publication sits in this run: its filter's log and its offset.
+pub type Position = (FilterIdx, Offset);
+
+/// Told of what must survive a restart as the router changes it; called on
+/// the router's thread, so it must not block.
+pub trait Keeper: Send + 'static {
     /// `packet`: the retained message, or `None` once it is removed (also
     /// when it expired).
     fn retained(&mut self, topic: &str, packet: Option<Bytes>);
+    /// A session that is kept subscribed to `filter` (again: `qos` may
+    /// have changed).
+    fn subscribed(&mut self, client_id: &str, filter: &str, qos: u8);
+    fn unsubscribed(&mut self, client_id: &str, filter: &str);
+    /// A kept session ended (a clean CONNECT of its client ID): everything
+    /// of it goes.
+    fn ended(&mut self, client_id: &str);
+    /// A QoS 1 or 2 publication queued for a kept session at `position`.
+    fn queued(&mut self, client_id: &str, position: Position, filter: &str, packet: &Bytes);
+    /// The session acknowledged the publication at `position` (PUBACK,
+    /// PUBREC).
+    fn delivered(&mut self, client_id: &str, position: Position);
+    /// At start-up: the restored publication `key` (as given in
+    /// [`RestoredPublication`]) is now at `position`, queued for `sessions`
+    /// sessions.
+    fn placed(&mut self, position: Position, key: &Bytes, sessions: u32);
 }
 
 /// A retained message kept from an earlier run.
 #[derive(Debug, Clone)]
 pub struct RestoredRetained {
-    /// As the sink was given it.
+    /// As the keeper was given it.
     pub packet: Bytes,
     /// How long ago it was retained (its expiry counts from then).
     pub age: Duration,
 }
 
-/// The retained messages to start with and the sink for later changes.
-pub struct RetainedPersistence {
-    pub restored: Vec<RestoredRetained>,
-    pub sink: Box<dyn RetainedSink>,
+/// A publication queued for a kept session in an earlier run.
+#[derive(Debug, Clone)]
+pub struct RestoredPublication {
+    /// The keeper's name for it: equal keys are one publication queued
+    /// for several sessions, placed in its filter's log once.
+    pub key: Bytes,
+    pub filter: String,
+    pub packet: Bytes,
 }
 
-pub(crate) fn encode(publish: &Publish, properties: &Option<PublishProperties>) -> Option<Bytes> {
+/// A session kept from an earlier run.
+#[derive(Debug, Clone)]
+pub struct RestoredSession {
+    pub client_id: String,
+    /// Filters and their QoS.
+    pub subscriptions: Vec<(String, u8)>,
+    /// In the order they were queued.
+    pub queued: Vec<RestoredPublication>,
+}
+
+/// What to start with, and the keeper of what follows.
+pub struct Persistence {
+    pub retained: Vec<RestoredRetained>,
+    pub sessions: Vec<RestoredSession>,
+    pub keeper: Box<dyn Keeper>,
+}
+
+/// `publish` as an MQTT 5 PUBLISH packet, with the retain flag `retain`.
+pub(crate) fn encode(
+    publish: &Publish,
+    properties: &Option<PublishProperties>,
+    retain: bool,
+) -> Option<Bytes> {
     let mut p = publish.clone();
-    p.retain = true;
+    p.retain = retain;
     p.dup = false;
     if p.qos != QoS::AtMostOnce && p.pkid == 0 {
         p.pkid = 1;
@@ -45,23 +95,24 @@ pub(crate) fn encode(publish: &Publish, properties: &Option<PublishProperties>) 
     Some(buf.freeze())
 }
 
+pub(crate) fn read(packet: &Bytes) -> Option<(Publish, Option<PublishProperties>)> {
+    let mut bytes = packet.clone();
+    let fixed = crate::protocol::v5::check(bytes.iter(), usize::MAX).ok()?;
+    publish::read(fixed, bytes.split_to(fixed.frame_length())).ok()
+}
+
 /// A kept retained message, read back.
 pub(crate) enum Decoded {
     /// The message, its properties, and when it was retained.
     Live(Publish, Option<PublishProperties>, Instant),
-    /// It expired while the broker was stopped: the sink forgets its topic.
+    /// It expired while the broker was stopped: the keeper forgets it.
     Expired(String),
     /// Not a PUBLISH packet this broker wrote: skipped.
     Unreadable,
 }
 
 pub(crate) fn decode(restored: &RestoredRetained, now: Instant) -> Decoded {
-    let mut bytes = restored.packet.clone();
-    let Ok(fixed) = crate::protocol::v5::check(bytes.iter(), usize::MAX) else {
-        return Decoded::Unreadable;
-    };
-    let Ok((publish, properties)) = publish::read(fixed, bytes.split_to(fixed.frame_length()))
-    else {
+    let Some((publish, properties)) = read(&restored.packet) else {
         return Decoded::Unreadable;
     };
     if let Some(expiry) = properties.as_ref().and_then(|p| p.message_expiry_interval) {

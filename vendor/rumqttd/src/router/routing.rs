@@ -146,9 +146,78 @@ impl Router {
         }
     }
 
-    /// lmos-sidecar patch 12: see [`DataLog::persist_retained`].
-    pub fn persist_retained(&mut self, persistence: crate::RetainedPersistence) {
-        self.datalog.persist_retained(persistence);
+    /// lmos-sidecar patches 12 and 13: starts from what an earlier run
+    /// kept, and tells its keeper of every change from now on.
+    pub fn restore(&mut self, persistence: crate::Persistence) {
+        let crate::Persistence {
+            retained,
+            sessions,
+            keeper,
+        } = persistence;
+        self.datalog.restore_retained(retained, keeper);
+        let placed = self.place_restored(&sessions);
+        for session in sessions {
+            let mut tracker = Tracker::new(session.client_id.clone());
+            let mut subscriptions = HashSet::new();
+            for (filter, qos) in &session.subscriptions {
+                let (filter_idx, end) = self.datalog.next_native_offset(filter);
+                // From its first publication still to deliver on, or what
+                // comes next
+                let cursor = session
+                    .queued
+                    .iter()
+                    .filter(|p| &p.filter == filter)
+                    .filter_map(|p| placed.get(&(p.filter.clone(), p.key.clone())))
+                    .map(|(_, offset)| *offset)
+                    .min()
+                    .unwrap_or(end);
+                self.datalog.hold(filter_idx);
+                self.datalog
+                    .restore_kept(filter_idx, &session.client_id, *qos);
+                subscriptions.insert(filter.clone());
+                tracker.register_data_request(DataRequest {
+                    filter: filter.clone(),
+                    filter_idx,
+                    qos: *qos,
+                    cursor,
+                    read_count: 0,
+                    max_count: 100,
+                    forward_retained: false,
+                    group: None,
+                    resend_to: None,
+                });
+            }
+            self.graveyard.save_state(
+                tracker,
+                subscriptions,
+                ConnectionEvents::default(),
+                VecDeque::new(),
+            );
+        }
+    }
+
+    /// Each restored publication once in its filter's log, in the order
+    /// of the keeper's keys (the order they were queued in); their
+    /// positions.
+    fn place_restored(
+        &mut self,
+        sessions: &[crate::RestoredSession],
+    ) -> HashMap<(String, bytes::Bytes), (FilterIdx, Offset)> {
+        let mut unique: std::collections::BTreeMap<(bytes::Bytes, String), (&crate::RestoredPublication, u32)> =
+            Default::default();
+        for publication in sessions.iter().flat_map(|s| &s.queued) {
+            unique
+                .entry((publication.key.clone(), publication.filter.clone()))
+                .or_insert((publication, 0))
+                .1 += 1;
+        }
+        let mut placed = HashMap::new();
+        for ((key, filter), (publication, count)) in unique {
+            if let Some(position) = self.datalog.append_restored(&filter, publication, count) {
+                placed.insert((filter, key), position);
+            }
+        }
+        placed
     }
 
     /// Gets handle to the router. This is not a public method to ensure that link
@@ -344,6 +413,9 @@ impl Router {
                 // lmos-sidecar patch: the saved session ends here, and with
                 // it its hold on its filters
                 if let Some(session) = s.session_state {
+                    // lmos-sidecar patch 13: and what was kept of it
+                    self.datalog
+                        .forget_session(&client_id, &session.subscriptions);
                     self.datalog.release(&session.subscriptions);
                 }
                 s.metrics
@@ -797,6 +869,10 @@ impl Router {
                             ackslog.unsuback(unsuback);
                             self.scheduler.untrack(id, filter);
                             self.datalog.remove_waiters_for_id(id, filter);
+                            // lmos-sidecar patch 13: no longer kept
+                            if !connection.clean {
+                                self.datalog.forget_subscription(&client_id, filter);
+                            }
                             // lmos-sidecar patch: the connection's hold on
                             // the filter ends (see `prepare_filter`)
                             self.datalog.release([filter]);
@@ -810,10 +886,19 @@ impl Router {
 
                     let outgoing = self.obufs.get_mut(id).unwrap();
                     let pkid = puback.pkid;
-                    if outgoing.register_ack(pkid).is_none() {
+                    let Some(acked) = outgoing.register_ack(pkid) else {
                         error!(pkid, "Unsolicited/ooo ack received for pkid {}", pkid);
                         disconnect = true;
                         break;
+                    };
+                    // lmos-sidecar patch 13: delivered to a kept session
+                    if let (Some(connection), (filter_idx, Some(cursor))) =
+                        (self.connections.get(id), acked)
+                    {
+                        if !connection.clean {
+                            self.datalog
+                                .keep_delivered(&connection.client_id, filter_idx, cursor);
+                        }
                     }
 
                     self.scheduler.reschedule(id, ScheduleReason::IncomingAck);
@@ -824,10 +909,19 @@ impl Router {
 
                     let outgoing = self.obufs.get_mut(id).unwrap();
                     let pkid = pubrec.pkid;
-                    if outgoing.register_ack(pkid).is_none() {
+                    let Some(acked) = outgoing.register_ack(pkid) else {
                         error!(pkid, "Unsolicited/ooo ack received for pkid {}", pkid);
                         disconnect = true;
                         break;
+                    };
+                    // lmos-sidecar patch 13: delivered to a kept session
+                    if let (Some(connection), (filter_idx, Some(cursor))) =
+                        (self.connections.get(id), acked)
+                    {
+                        if !connection.clean {
+                            self.datalog
+                                .keep_delivered(&connection.client_id, filter_idx, cursor);
+                        }
                     }
 
                     let ackslog = self.ackslog.get_mut(id).unwrap();
@@ -1008,6 +1102,16 @@ impl Router {
 
         // call to `insert(_)` returns `true` if it didn't contain the filter_path already
         // i.e. its a new subscription
+        // lmos-sidecar patch 13: a kept session's subscription is kept (a
+        // repeated SUBSCRIBE may change its QoS)
+        if !connection.clean && group.is_none() {
+            self.datalog.keep_subscription(
+                filter_idx,
+                &connection.client_id,
+                filter_path,
+                filter.qos as u8,
+            );
+        }
         if connection.subscriptions.insert(filter_path.clone()) {
             // lmos-sidecar patch: the subscription holds its filter until it
             // is unsubscribed or its session ends (`DataLog::release`)
@@ -1300,13 +1404,15 @@ fn append_to_commitlog(
 
     let mut o = (0, 0);
     for filter_idx in filter_idxs {
-        let datalog = datalog.native.get_mut(&filter_idx).unwrap();
+        let data = datalog.native.get_mut(&filter_idx).unwrap();
         let publish_data = (publish.clone(), properties.clone());
-        let (offset, filter) = datalog.append(publish_data.into(), notifications);
+        let (offset, filter) = data.append(publish_data.into(), notifications);
         debug!(
             pkid,
             "Appended to commitlog: {}[{}, {})", filter, offset.0, offset.1,
         );
+        // lmos-sidecar patch 13
+        datalog.keep_appended(filter_idx, offset, &publish, &properties);
 
         o = offset;
     }
@@ -1366,13 +1472,15 @@ fn append_will_message(
 
     let mut o = (0, 0);
     for filter_idx in filter_idxs {
-        let datalog = datalog.native.get_mut(&filter_idx).unwrap();
+        let data = datalog.native.get_mut(&filter_idx).unwrap();
         let publish_data = (publish.clone(), properties.clone());
-        let (offset, filter) = datalog.append(publish_data.into(), notifications);
+        let (offset, filter) = data.append(publish_data.into(), notifications);
         debug!(
             pkid,
             "Appended to commitlog: {}[{}, {})", filter, offset.0, offset.1,
         );
+        // lmos-sidecar patch 13
+        datalog.keep_appended(filter_idx, offset, &publish, &properties);
 
         o = offset;
     }

@@ -80,17 +80,19 @@ type Wills = Arc<Mutex<HashMap<String, Sender<AwaitingWill>>>>;
 
 impl Broker {
     pub fn new(config: Config) -> Broker {
-        Broker::with_retained(config, None)
+        Broker::with_persistence(config, None)
     }
 
-    /// lmos-sidecar patch 12: a broker whose retained messages start from
-    /// an earlier run's and are told to a sink as they change.
-    pub fn with_retained(config: Config, retained: Option<crate::RetainedPersistence>) -> Broker {
+    /// lmos-sidecar patches 12 and 13: a broker that starts from what an
+    /// earlier run kept (retained messages, sessions that outlive their
+    /// connection and what was queued for them) and tells a keeper of every
+    /// change.
+    pub fn with_persistence(config: Config, persistence: Option<crate::Persistence>) -> Broker {
         let config = Arc::new(config);
         let router_config = config.router.clone();
         let mut router: Router = Router::new(config.id, router_config);
-        if let Some(retained) = retained {
-            router.persist_retained(retained);
+        if let Some(persistence) = persistence {
+            router.restore(persistence);
         }
 
         // Setup cluster if cluster settings are configured.
