@@ -21,7 +21,7 @@
 //! back, and the agent's own statuses go on whether they are on disk or not.
 
 use serde::{Deserialize, Serialize};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::*;
 use crate::store::{Store, StoreError, Table};
@@ -149,6 +149,7 @@ impl Requests {
         now_ms: i64,
     ) -> Result<(usize, usize), StoreError> {
         let mut records = Vec::new();
+        let mut unreadable = 0;
         for (key, value) in table.load()? {
             let route = String::from_utf8(key.clone()).ok();
             let record = serde_json::from_slice::<Record>(&value).ok();
@@ -156,10 +157,21 @@ impl Requests {
                 (Some(route), Some(r)) if !r.finished || r.retain_until_ms > Some(now_ms) => {
                     records.push((route, r))
                 }
+                // Its retention ended while the sidecar was down.
+                (Some(_), Some(_)) => {
+                    let _queued = table.delete(key);
+                }
                 _ => {
+                    unreadable += 1;
                     let _queued = table.delete(key);
                 }
             }
+        }
+        if unreadable > 0 {
+            warn!(
+                unreadable,
+                "Dropped invocation records on disk that could not be read."
+            );
         }
         let retention = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
         let mut failed = Vec::new();
