@@ -194,7 +194,8 @@ impl Application {
             http_addr,
             broker.mqtt_addr,
             &thing_id,
-        );
+        )
+        .with_store(&store);
         for path in &config.discovery.things {
             let id = directory
                 .register_file(path)
@@ -202,7 +203,9 @@ impl Application {
                 .map_err(StartError::Thing)?;
             info!(thing = %id, file = %path.display(), "Registered a Thing Description.");
         }
-        let (gateway, dispatcher) = Gateway::new(GatewaySetup {
+        // After the files: a file's TD updated over HTTP comes back updated.
+        directory.restore().await?;
+        let (gateway, mut dispatcher) = Gateway::new(GatewaySetup {
             bus: broker.bus,
             deliveries: broker.deliveries,
             topics,
@@ -215,7 +218,9 @@ impl Application {
             validate_agent_data: config.discovery.validate_agent_data,
             metrics: metrics.clone(),
             quotas: quotas.clone(),
-        });
+            store: store.clone(),
+        })?;
+        dispatcher.prime().await;
         Ok(Application {
             http_listener,
             http_addr,

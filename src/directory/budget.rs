@@ -169,6 +169,11 @@ impl Budget {
         self.full_logged
     }
 
+    /// Who registered `id`, when a principal did.
+    pub(super) fn owner(&self, id: &str) -> Option<&str> {
+        self.entries.get(id).and_then(|e| e.owner.as_deref())
+    }
+
     /// TDs registered and their bytes, of one principal.
     pub(super) fn usage(&self, principal: &str) -> (u64, u64) {
         (self.things_by.get(principal), self.bytes_by.get(principal))

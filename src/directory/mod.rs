@@ -5,6 +5,7 @@
 
 pub mod affordances;
 mod budget;
+mod durable;
 pub mod forms;
 mod service;
 pub mod validate;
@@ -200,6 +201,32 @@ impl Directory {
         td["id"] = Value::String(id.to_owned());
         self.validator.check(&td)?;
         Ok(self.store(id.to_owned(), td, owner)?.1)
+    }
+
+    /// A TD as this directory served it before a restart, back on its
+    /// owner's quota: checked again (the schema, the budgets and quotas as
+    /// configured now) and its forms written for the endpoints of now. Its
+    /// size as sent is not checked again: served, it holds the sidecar's
+    /// forms too.
+    pub fn restore(
+        &mut self,
+        owner: Option<&str>,
+        id: &str,
+        text: &[u8],
+    ) -> Result<Value, DirectoryError> {
+        let td = self.validator.parse(text)?;
+        if td["id"].as_str() != Some(id) {
+            return Err(DirectoryError::IdMismatch {
+                expected: id.to_owned(),
+                found: td["id"].as_str().unwrap_or_default().to_owned(),
+            });
+        }
+        Ok(self.store(id.to_owned(), td, owner)?.1)
+    }
+
+    /// Who registered the TD, when a principal did.
+    pub fn owner_of(&self, id: &str) -> Option<&str> {
+        self.budget.owner(id)
     }
 
     /// Keeps a checked TD, as served, if the budgets have room for it.

@@ -19,12 +19,15 @@ const TD_JSON: &str = "application/td+json";
 #[derive(Clone)]
 pub struct DirectoryService {
     directory: Arc<Mutex<Directory>>,
-    bus: Bus,
-    topics: Topics,
+    pub(super) bus: Bus,
+    pub(super) topics: Topics,
     /// The sidecar's own thingID: its directory events are its events.
     sidecar: String,
     /// The sidecar's directory description, served at `/.well-known/wot`.
     description: Arc<Value>,
+    /// Where TDs registered over HTTP are kept across a restart
+    /// (`durable.rs`), when the store is durable.
+    pub(super) tds: Option<crate::store::Table>,
 }
 
 impl DirectoryService {
@@ -71,6 +74,7 @@ impl DirectoryService {
             topics,
             sidecar,
             description: Arc::new(description),
+            tds: None,
         }
     }
 

@@ -128,11 +128,16 @@ pub struct GatewaySetup {
     /// Per-principal quotas (running invocations, waiting requests,
     /// subscriptions).
     pub quotas: Arc<crate::quotas::Quotas>,
+    /// Where the resume history and the invocation records are kept
+    /// across a restart.
+    pub store: crate::store::Store,
 }
 
 impl Gateway {
     /// The gateway and the dispatcher task that must run for it to deliver.
-    pub fn new(setup: GatewaySetup) -> (Gateway, Dispatcher) {
+    /// Fails when what the store kept (the resume history, invocation
+    /// records) cannot be read: the sidecar does not start silently empty.
+    pub fn new(setup: GatewaySetup) -> Result<(Gateway, Dispatcher), crate::store::StoreError> {
         let GatewaySetup {
             bus,
             deliveries,
@@ -146,6 +151,7 @@ impl Gateway {
             validate_agent_data,
             metrics,
             quotas,
+            store,
         } = setup;
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let budgets = budget::Budgets::new(&metrics, &config, &history);
@@ -179,7 +185,16 @@ impl Gateway {
             requests.max_running_invocations,
         )
         .with_metrics(metrics.clone())
-        .with_quotas(quotas);
+        .with_quotas(quotas)
+        .with_store(&store)?;
+        let kept_history = match store.is_durable() {
+            true => {
+                let log = history::HistoryLog::new(store.table(history::TABLE));
+                let rows = log.load()?;
+                Some((log, rows))
+            }
+            false => None,
+        };
         let services = dispatcher::Services {
             tracer: tracer.clone(),
             directory: directory.clone(),
@@ -196,6 +211,7 @@ impl Gateway {
                 max_bytes: history.max_bytes,
             },
             budgets: budgets.clone(),
+            kept_history,
         };
         let dispatcher = Dispatcher::new(
             bus.clone(),
@@ -221,7 +237,7 @@ impl Gateway {
             budgets,
             inbound,
         });
-        (Gateway { shared }, dispatcher)
+        Ok((Gateway { shared }, dispatcher))
     }
 
     /// The bus filters the gateway needs from the start: consumers'

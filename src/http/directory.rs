@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 use super::auth::Caller;
 use crate::auth::Access;
 use crate::directory::{DirectoryError, DirectoryService, Registered, TdError};
+use crate::store::Ticket;
+use tracing::warn;
 
 const TD_JSON: &str = "application/td+json";
 const PROBLEM_JSON: &str = "application/problem+json";
@@ -91,6 +93,19 @@ fn refused(e: DirectoryError) -> Response {
             Vec::new(),
         ),
     }
+}
+
+/// Waits until a change of the TD `id` is on disk (`store`); the answer
+/// when it cannot be: `507`, the change made in memory only.
+async fn on_disk(ticket: Option<Ticket>, id: &str) -> Result<(), Response> {
+    let Some(ticket) = ticket else {
+        return Ok(());
+    };
+    ticket.durable().await.map_err(|e| {
+        warn!(thing = %id, error = %e, "A directory change could not be written to the store.");
+        let detail = format!("The change of `{id}` is made in this sidecar's memory, but it could not be written to disk ({e}): it will not survive a restart.");
+        problem(StatusCode::INSUFFICIENT_STORAGE, "Not stored", detail, Vec::new())
+    })
 }
 
 fn td_response(status: StatusCode, td: &Value) -> Response {
@@ -182,10 +197,18 @@ pub async fn put(
         return denied;
     }
     let owner = Some(caller.principal.name());
-    let result = service.directory().put_as(owner, Some(&id), &body);
+    let (result, ticket) = {
+        let mut directory = service.directory();
+        let result = directory.put_as(owner, Some(&id), &body);
+        let ticket = result.is_ok().then(|| service.persist(&directory, &id));
+        (result, ticket.flatten())
+    };
     match result {
         Ok((registered, td)) => {
             service.announce(&id, Some(&td), registered).await;
+            if let Err(refused) = on_disk(ticket, &id).await {
+                return refused;
+            }
             match registered {
                 Registered::Created => StatusCode::CREATED.into_response(),
                 Registered::Updated => StatusCode::NO_CONTENT.into_response(),
@@ -205,12 +228,21 @@ pub async fn post(
     if let Err(denied) = caller.may(Access::Host, "urn:uuid:") {
         return denied;
     }
-    let result = service
-        .directory()
-        .post(Some(caller.principal.name()), &body);
+    let (result, ticket) = {
+        let mut directory = service.directory();
+        let result = directory.post(Some(caller.principal.name()), &body);
+        let ticket = match &result {
+            Ok((id, _)) => service.persist(&directory, id),
+            Err(_) => None,
+        };
+        (result, ticket)
+    };
     match result {
         Ok((id, td)) => {
             service.announce(&id, Some(&td), Registered::Created).await;
+            if let Err(refused) = on_disk(ticket, &id).await {
+                return refused;
+            }
             let location = format!("/things/{id}");
             (StatusCode::CREATED, [(header::LOCATION, location)]).into_response()
         }
@@ -242,12 +274,18 @@ pub async fn patch(
             Vec::new(),
         );
     }
-    let result = service
-        .directory()
-        .patch(Some(caller.principal.name()), &id, &body);
+    let (result, ticket) = {
+        let mut directory = service.directory();
+        let result = directory.patch(Some(caller.principal.name()), &id, &body);
+        let ticket = result.is_ok().then(|| service.persist(&directory, &id));
+        (result, ticket.flatten())
+    };
     match result {
         Ok(td) => {
             service.announce(&id, Some(&td), Registered::Updated).await;
+            if let Err(refused) = on_disk(ticket, &id).await {
+                return refused;
+            }
             StatusCode::NO_CONTENT.into_response()
         }
         Err(e) => refused(e),
@@ -262,10 +300,18 @@ pub async fn delete(
     if let Err(denied) = caller.may(Access::Host, &id) {
         return denied;
     }
-    let result = service.directory().delete(&id);
+    let (result, ticket) = {
+        let mut directory = service.directory();
+        let result = directory.delete(&id);
+        let ticket = result.is_ok().then(|| service.persist(&directory, &id));
+        (result, ticket.flatten())
+    };
     match result {
         Ok(()) => {
             service.announce(&id, None, Registered::Updated).await;
+            if let Err(refused) = on_disk(ticket, &id).await {
+                return refused;
+            }
             StatusCode::NO_CONTENT.into_response()
         }
         Err(e) => refused(e),

@@ -9,8 +9,9 @@ use serde_json::{Map, Value};
 
 use super::member::{CORRELATION_ID, MESSAGE_ID, THING_ID};
 
-/// A message serialized once for many recipients.
-#[derive(Debug, Clone)]
+/// A message serialized once for many recipients; serializable as it is
+/// for the resume history's store.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Prepared {
     /// The canonical JSON text minus its opening brace, without
     /// `correlationID`, `traceparent` and `tracestate`, e.g. `"thingID":"x"}`.

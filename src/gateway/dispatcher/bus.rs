@@ -3,8 +3,29 @@
 //! it without the loop ever waiting.
 
 use super::*;
+use tracing::info;
 
 impl<D: Decisions> Core<D> {
+    /// The history as the store kept it; the gateway follows the events of
+    /// its Things again, so that what is published before their consumers
+    /// come back is kept too.
+    pub(super) fn restore_history(&mut self, log: history::HistoryLog, rows: history::Rows) {
+        let started = Instant::now();
+        let restored = self
+            .history
+            .restore(log, rows, started, history::wall_micros());
+        for thing in &restored.things {
+            let filter = self.topics.thing_events_filter(thing);
+            self.out.bus(BusCommand::Subscribe(filter));
+        }
+        info!(
+            things = restored.things.len(),
+            events = restored.events,
+            ms = started.elapsed().as_millis() as u64,
+            "Restored the resume history."
+        );
+    }
+
     pub(super) fn change_bus(&mut self, change: StreamChange) {
         // With a history, the gateway keeps following a Thing's events for
         // a while after its last subscriber left, so a consumer that comes
@@ -121,6 +142,42 @@ impl Dispatcher {
             "The message bus closed; queued publications and subscription changes are lost."
         );
         self.core.out.to_bus.clear();
+    }
+
+    /// Hands the bus what the start-up queued (the restored history's
+    /// subscriptions) and waits until the broker has applied it, before the
+    /// sidecar says it is ready: so that no event published by a client that
+    /// connects once it is ready goes by them. The proof is a barrier
+    /// published after them coming back (the broker takes the gateway's
+    /// commands in order); what else arrives meanwhile is handled as usual.
+    pub async fn prime(&mut self) {
+        const PRIMED: &[u8] = b"primed";
+        if self.core.out.to_bus.is_empty() {
+            return;
+        }
+        self.flush_bus().await;
+        let Some(topic) = self.bus.barrier_topic().cloned() else {
+            return;
+        };
+        let barrier = Publication::new(topic.to_string(), PRIMED, false);
+        if self.bus.publish(barrier).await.is_err() {
+            return;
+        }
+        let back = async {
+            while let Some(delivery) = self.deliveries.recv().await {
+                let ours = *delivery.topic == *topic.as_bytes() && *delivery.payload == *PRIMED;
+                self.delivery(delivery);
+                if ours {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout(std::time::Duration::from_secs(5), back)
+            .await
+            .is_err()
+        {
+            warn!("The broker did not confirm the gateway's start-up subscriptions within 5 s; starting anyway.");
+        }
     }
 
     /// Waits until the bus has taken everything queued (at shutdown).

@@ -124,6 +124,9 @@ pub struct Services {
     pub validate_agent_data: bool,
     pub history: HistoryLimits,
     pub budgets: Budgets,
+    /// Where the resume history is kept across a restart, and what it
+    /// held at start-up (`None`: nothing is kept).
+    pub kept_history: Option<(history::HistoryLog, history::Rows)>,
 }
 
 /// Per-connection limits the dispatcher enforces, because it owns the state
@@ -333,15 +336,17 @@ impl<D: Decisions> Core<D> {
             validate_agent_data,
             history,
             budgets,
+            kept_history,
         } = services;
         let per_thing = metrics.budget_hit_counter("history_per_thing");
-        Core {
+        let history = History::new(history).with_budget(budgets.history, per_thing);
+        let mut core = Core {
             table: Table::with_gauge(
                 metrics.quota_largest(crate::quotas::Quota::Subscriptions.label()),
             ),
             registered: HashSet::new(),
             latest: HashMap::new(),
-            history: History::new(history).with_budget(budgets.history, per_thing),
+            history,
             requests,
             tracer,
             directory,
@@ -352,7 +357,11 @@ impl<D: Decisions> Core<D> {
             topics,
             acks: commands::PendingAcks::default(),
             out,
+        };
+        if let Some((log, rows)) = kept_history {
+            core.restore_history(log, rows);
         }
+        core
     }
 
     /// Acknowledgements wait for the bus's barrier on `topic` (see

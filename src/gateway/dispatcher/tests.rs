@@ -51,6 +51,7 @@ fn parts() -> (Bus, Topics, Requests, Services, mpsc::Receiver<BusCommand>) {
             &Default::default(),
             &Default::default(),
         ),
+        kept_history: None,
     };
     let requests = Requests::new(topics.clone(), Duration::from_secs(5), 10);
     (bus_handle, topics, requests, services, bus)

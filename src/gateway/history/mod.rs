@@ -20,6 +20,11 @@
 //! oldest events go first) and `max_bytes` over all Things (the oldest
 //! events of all go first, whichever Thing they belong to), so large events
 //! over many Things cannot take the memory (issue 30).
+//!
+//! With a durable store, every entry is also put in the store as it is
+//! recorded and deleted as it is trimmed (`durable.rs`), so that the
+//! history survives a restart (issue 31): the writes are queued for the
+//! store's writer and never waited for here.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -30,6 +35,9 @@ use prometheus_client::metrics::counter::Counter;
 use super::budget::Budget;
 use super::subscriptions::Selector;
 use crate::lmos::splice::Prepared;
+
+mod durable;
+pub use durable::{HistoryLog, Restored, Rows, TABLE};
 
 /// Bounds of each Thing's history; either one 0 turns the history off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +83,8 @@ struct Entry {
     /// The event's `timestamp` (else when it arrived), µs since the epoch.
     time: i64,
     received: Instant,
+    /// When it arrived, µs since the epoch: its age across a restart.
+    wall: i64,
     prepared: Arc<Prepared>,
     bytes: usize,
 }
@@ -84,6 +94,9 @@ struct ThingHistory {
     entries: VecDeque<Entry>,
     /// The latest `time` of the events trimmed: every later event is held.
     complete_since: i64,
+    /// The latest `time` of all events recorded: what a restart takes as
+    /// `complete_since` when every earlier event is gone.
+    max_time: i64,
     bytes: usize,
     /// Set while no consumer subscribes: when the history is dropped.
     linger_until: Option<Instant>,
@@ -98,7 +111,24 @@ struct Trimmed {
 }
 
 impl ThingHistory {
-    fn trim(&mut self, limits: &HistoryLimits, now: Instant) -> Trimmed {
+    fn new(complete_since: i64) -> ThingHistory {
+        ThingHistory {
+            entries: VecDeque::new(),
+            complete_since,
+            max_time: complete_since,
+            bytes: 0,
+            linger_until: None,
+        }
+    }
+
+    /// Drops what the limits no longer allow, from the store too (`log`,
+    /// under the Thing's name).
+    fn trim(
+        &mut self,
+        limits: &HistoryLimits,
+        now: Instant,
+        log: Option<(&HistoryLog, &str)>,
+    ) -> Trimmed {
         let mut trimmed = Trimmed::default();
         while let Some(front) = self.entries.front() {
             let too_many = self.entries.len() > limits.events_per_thing;
@@ -108,16 +138,19 @@ impl ThingHistory {
                 break;
             }
             trimmed.for_bytes += u64::from(too_big && !too_many && !too_old);
-            trimmed.bytes += self.pop_front();
+            trimmed.bytes += self.pop_front(log);
         }
         trimmed
     }
 
-    /// Drops the oldest event; its bytes.
-    fn pop_front(&mut self) -> usize {
+    /// Drops the oldest event (from the store too); its bytes.
+    fn pop_front(&mut self, log: Option<(&HistoryLog, &str)>) -> usize {
         let Some(gone) = self.entries.pop_front() else {
             return 0;
         };
+        if let Some((log, thing)) = log {
+            log.delete(thing, gone.seq);
+        }
         self.complete_since = self.complete_since.max(gone.time);
         self.bytes -= gone.bytes;
         gone.bytes
@@ -161,6 +194,8 @@ pub struct History {
     /// Lingering Things in the order their time runs out (`max_age` is the
     /// same for all); entries whose Thing came back are skipped.
     expiries: VecDeque<(Instant, String)>,
+    /// Where entries are kept across a restart, when the store is durable.
+    log: Option<HistoryLog>,
 }
 
 impl History {
@@ -174,6 +209,7 @@ impl History {
             budget: None,
             per_thing_hits: None,
             expiries: VecDeque::new(),
+            log: None,
         }
     }
 
@@ -207,7 +243,7 @@ impl History {
                 continue;
             };
             if h.entries.front().is_some_and(|e| e.seq == seq) {
-                self.bytes -= h.pop_front();
+                self.bytes -= h.pop_front(self.log.as_ref().map(|l| (l, &*thing)));
                 evicted = true;
             }
         }
@@ -247,15 +283,8 @@ impl History {
             h.linger_until = None;
             return false;
         }
-        self.things.insert(
-            thing.into(),
-            ThingHistory {
-                entries: VecDeque::new(),
-                complete_since: i64::MIN,
-                bytes: 0,
-                linger_until: None,
-            },
-        );
+        self.things
+            .insert(thing.into(), ThingHistory::new(i64::MIN));
         true
     }
 
@@ -286,30 +315,45 @@ impl History {
         now: Instant,
         wall_micros: i64,
     ) {
-        let limits = self.limits;
-        let seq = self.next_seq;
-        let Some(key) = self.things.get_key_value(thing).map(|(k, _)| k.clone()) else {
+        if !self.things.contains_key(thing) {
             return;
-        };
-        let h = self.things.get_mut(thing).expect("checked");
+        }
         let time = prepared
             .timestamp
             .as_deref()
             .and_then(micros_of_rfc3339)
             .unwrap_or(wall_micros);
-        let bytes = entry_bytes(event, &prepared);
-        h.entries.push_back(Entry {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let entry = Entry {
             seq,
             event: event.into(),
             time,
             received: now,
+            wall: wall_micros,
+            bytes: entry_bytes(event, &prepared),
             prepared,
-            bytes,
-        });
+        };
+        if let Some(log) = &self.log {
+            let before = self.things.get(thing).map_or(i64::MIN, |h| h.max_time);
+            log.put(thing, &entry, before);
+        }
+        self.insert(thing, entry, now);
+    }
+
+    /// Appends an entry to a followed Thing's history, within the limits.
+    fn insert(&mut self, thing: &str, entry: Entry, now: Instant) {
+        let limits = self.limits;
+        let Some(key) = self.things.get_key_value(thing).map(|(k, _)| k.clone()) else {
+            return;
+        };
+        let h = self.things.get_mut(thing).expect("checked");
+        let (seq, bytes) = (entry.seq, entry.bytes);
+        h.max_time = h.max_time.max(entry.time);
+        h.entries.push_back(entry);
         h.bytes += bytes;
-        let trimmed = h.trim(&limits, now);
+        let trimmed = h.trim(&limits, now, self.log.as_ref().map(|l| (l, thing)));
         self.order.push_back((seq, key));
-        self.next_seq += 1;
         self.bytes += bytes;
         self.trimmed(trimmed);
         self.evict_over_budget();
@@ -332,7 +376,7 @@ impl History {
                 events: Vec::new(),
             };
         };
-        let trimmed = h.trim(&limits, now);
+        let trimmed = h.trim(&limits, now, self.log.as_ref().map(|l| (l, thing)));
         let h = &*h;
         let (gap, start) = match anchor {
             Anchor::MessageId(id) => {
@@ -387,6 +431,11 @@ impl History {
             {
                 if let Some(h) = self.things.remove(thing.as_str()) {
                     self.bytes -= h.bytes;
+                    if let Some(log) = &self.log {
+                        for e in &h.entries {
+                            log.delete(&thing, e.seq);
+                        }
+                    }
                 }
                 gone.push(thing);
             }

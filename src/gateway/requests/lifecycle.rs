@@ -26,7 +26,9 @@ impl Requests {
                     .to_message(&p.thing, Some(&p.correlation)),
             );
             effects.push(Effect::ToConsumer(p.consumer.clone(), message.to_json()));
-            self.forget(&route);
+            // A running invocation's record stays: after a restart it is
+            // answered as failed (see `records.rs`).
+            self.forget_in_memory(&route);
         }
         effects
     }

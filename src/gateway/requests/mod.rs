@@ -6,7 +6,9 @@
 //! router restores the consumer's own correlation ID. So two consumers using
 //! the same correlation ID, or none, never see each other's replies.
 //!
-//! No I/O here: each call returns the [`Effect`]s the dispatcher carries out.
+//! No I/O here: each call returns the [`Effect`]s the dispatcher carries out
+//! (invocation records are queued for the store, never waited for:
+//! `records.rs`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use uuid::Uuid;
 mod hosts;
 mod input;
 mod lifecycle;
+mod records;
 mod replies;
 mod routing;
 mod timers;
@@ -191,6 +194,8 @@ pub struct Requests {
     metrics: Metrics,
     /// Input streams: the order of each invocation's `actionInput` chunks.
     inputs: HashMap<String, crate::lmos::stream::Sequencer>,
+    /// Where invocation records are kept across a restart (`records.rs`).
+    records: Option<crate::store::Table>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -232,6 +237,7 @@ impl Requests {
             foreign: ForeignRoutes::default(),
             metrics: Metrics::default(),
             inputs: HashMap::new(),
+            records: None,
         }
     }
 
@@ -389,3 +395,6 @@ mod tests;
 
 #[cfg(test)]
 mod quota_tests;
+
+#[cfg(test)]
+mod record_tests;

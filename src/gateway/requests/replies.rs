@@ -66,6 +66,8 @@ impl Requests {
                         effects.extend(self.answer_cancels(&value, waiters, &route, false));
                     }
                     self.finish(&route);
+                } else {
+                    self.persist(&route);
                 }
                 effects.push(Effect::Publish(Publication::new(
                     invocation_topic,

@@ -120,7 +120,8 @@ impl Requests {
                 since: now,
             },
         );
-        self.arm(Timer::Reply(route), wait);
+        self.arm(Timer::Reply(route.clone()), wait);
+        self.persist(&route);
         vec![self.to_host(host, &thing, message_type.as_str(), text)]
     }
 

@@ -58,6 +58,7 @@ impl Requests {
                     // No late answer is dropped: the invocation stays, among
                     // the remembered ones (bounded), listening.
                     self.remember(&route);
+                    self.persist(&route);
                 } else {
                     self.forget(&route);
                 }
@@ -102,6 +103,7 @@ impl Requests {
         }
         self.remember(route);
         self.arm(Timer::Retain(route.to_owned()), self.retention);
+        self.persist(route);
     }
 
     /// Puts a request among the remembered ones (once), forgetting the
@@ -124,7 +126,21 @@ impl Requests {
         }
     }
 
+    /// Forgets a request, its record on disk included.
     pub(super) fn forget(&mut self, route: &str) {
+        if self
+            .routes
+            .get(route)
+            .is_some_and(|p| p.kind == Kind::Invocation)
+        {
+            self.unpersist(route);
+        }
+        self.forget_in_memory(route);
+    }
+
+    /// Forgets a request here only: an invocation's record stays on disk
+    /// (the sidecar is stopping; see `records.rs`).
+    pub(super) fn forget_in_memory(&mut self, route: &str) {
         self.inputs.remove(route);
         self.disarm(&Timer::Reply(route.to_owned()));
         self.disarm(&Timer::Cancel(route.to_owned()));
