@@ -59,10 +59,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
+        // Before anything starts: a SIGTERM during start-up (a deploy
+        // rolling on) is a clean stop too, not a kill by the signal.
+        let shutdown = shutdown_signal();
         let app = Application::build(config)
             .await
             .context("cannot start the sidecar")?;
-        app.run(shutdown_signal())
+        app.run(shutdown)
             .await
             .context("the sidecar failed")
     })?;
@@ -93,23 +96,27 @@ fn open_files(config: &mut Config) {
 }
 
 /// Resolves on the first SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGINT or SIGTERM, with both handlers installed now (a signal that
+/// arrives before the future is first polled still counts).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            let (Ok(mut interrupt), Ok(mut terminate)) = (interrupt, terminate) else {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            };
+            tokio::select! {
+                _ = interrupt.recv() => {},
+                _ = terminate.recv() => {},
             }
-            Err(_) => std::future::pending().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
