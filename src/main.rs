@@ -65,9 +65,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let app = Application::build(config)
             .await
             .context("cannot start the sidecar")?;
-        app.run(shutdown)
-            .await
-            .context("the sidecar failed")
+        app.run(shutdown).await.context("the sidecar failed")
     })?;
     // rumqttd's threads never stop; leaving main ends them with the process.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
