@@ -104,6 +104,9 @@ impl Application {
         // be used, refuses the start before anything is served.
         let store = Store::open(&config.store)?;
         let metrics = Metrics::with_spans(tracing.span_counters());
+        if let Some(stats) = store.stats() {
+            metrics.watch_store(stats.clone());
+        }
         let authority = authority(&config, &metrics)?;
         let http_tls = crate::tls::acceptor(
             &config.http.tls_cert,

@@ -94,6 +94,18 @@ async fn retained_messages_survive_sigterm_and_sigkill() {
             ("sensors/v5".into(), "\"five\"".into()),
         ]
     );
+    // The metrics say what start-up found.
+    let metrics = common::http(second.http, "GET", "/metrics", None, b"").await;
+    assert!(
+        metrics
+            .body
+            .contains("lmos_sidecar_store{what=\"recovered_retained\"} 3"),
+        "{}",
+        metrics.body
+    );
+    assert!(metrics
+        .body
+        .contains("lmos_sidecar_store{what=\"file_bytes\"}"));
     // Its MQTT 5 properties came back with it, the expiry counted down.
     let (_client, mut rx) = common::mqtt5_client(second.mqtt, "v5-reader", "sensors/v5").await;
     let p = common::mqtt5_next_publish(&mut rx).await;

@@ -226,6 +226,9 @@ impl EmbeddedBroker {
         let persistence = match recovered {
             Some(r) => {
                 r.run_saved.durable().await?;
+                store.note_recovered("retained", r.retained as u64);
+                store.note_recovered("sessions", r.sessions.len() as u64);
+                store.note_recovered("queued", r.queued as u64);
                 info!(
                     retained = r.retained,
                     sessions = r.sessions.len(),

@@ -78,6 +78,9 @@ pub struct StoreStats {
     pub file_bytes: AtomicU64,
     /// Bytes queued and not yet committed.
     pub queued_bytes: AtomicU64,
+    /// What start-up found, by kind (retained, sessions, queued, history,
+    /// invocations, tds).
+    pub recovered: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 /// Handle to the store; cheap to clone.
@@ -163,6 +166,18 @@ impl Store {
         match self.path() {
             Some(path) => path.display().to_string(),
             None => "memory only".to_owned(),
+        }
+    }
+
+    /// Counts what start-up recovered of `what`, for the metrics.
+    pub fn note_recovered(&self, what: &'static str, count: u64) {
+        if let Some(inner) = &self.inner {
+            let mut recovered = inner
+                .stats
+                .recovered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            *recovered.entry(what).or_default() += count;
         }
     }
 

@@ -114,6 +114,8 @@ struct Inner {
     cluster: Cluster,
     budget_bytes: Family<Labels2, Gauge>,
     budget_hits: Family<Labels1, Counter>,
+    store: Family<Labels1, Gauge>,
+    store_stats: std::sync::OnceLock<Arc<crate::store::StoreStats>>,
 }
 
 /// The cluster link's gauges, set from its status at each scrape.
@@ -285,6 +287,12 @@ impl Metrics {
             "Things whose agent is connected",
             hosted_things.clone(),
         );
+        let store = Family::<Labels1, Gauge>::default();
+        registry.register(
+            "store",
+            "The embedded store (store.dir), by `what`: file_bytes, queued_bytes (changes not yet committed), commits and changes since start, commit_micros_total and max_commit_micros (writing and syncing), recovered_* (what start-up found: retained, sessions, queued, invocations)",
+            store.clone(),
+        );
         registry.register(
             "resume_history",
             "What the resume history holds: `things`, `events`, `bytes` (entries and their messages)",
@@ -316,6 +324,8 @@ impl Metrics {
             },
             budget_bytes,
             budget_hits,
+            store,
+            store_stats: std::sync::OnceLock::new(),
         }))
     }
 
@@ -475,7 +485,48 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
+    /// Reports the store's figures at every scrape.
+    pub fn watch_store(&self, stats: Arc<crate::store::StoreStats>) {
+        let _ = self.0.store_stats.set(stats);
+    }
+
+    fn refresh_store(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(stats) = self.0.store_stats.get() else {
+            return;
+        };
+        let figures = [
+            ("file_bytes", stats.file_bytes.load(Relaxed)),
+            ("queued_bytes", stats.queued_bytes.load(Relaxed)),
+            ("commits", stats.commits.load(Relaxed)),
+            ("changes", stats.changes.load(Relaxed)),
+            ("commit_micros_total", stats.commit_micros.load(Relaxed)),
+            ("max_commit_micros", stats.max_commit_micros.load(Relaxed)),
+        ];
+        for (what, value) in figures {
+            self.0
+                .store
+                .get_or_create(&[("what", what)])
+                .set(value as i64);
+        }
+        let recovered = stats.recovered.lock().unwrap_or_else(|e| e.into_inner());
+        for (what, value) in recovered.iter() {
+            let name = match *what {
+                "retained" => "recovered_retained",
+                "sessions" => "recovered_sessions",
+                "queued" => "recovered_queued",
+                "invocations" => "recovered_invocations",
+                _ => "recovered_other",
+            };
+            self.0
+                .store
+                .get_or_create(&[("what", name)])
+                .set(*value as i64);
+        }
+    }
+
     pub fn render(&self) -> String {
+        self.refresh_store();
         let mut out = String::new();
         encode(&mut out, &self.0.registry).expect("writing to a String cannot fail");
         out

@@ -73,6 +73,7 @@ impl Requests {
         let table = store.table(TABLE);
         let started = Instant::now();
         let (kept, failed) = self.restore(&table, wall_millis())?;
+        store.note_recovered("invocations", (kept + failed) as u64);
         info!(
             invocations = kept,
             failed_by_restart = failed,
