@@ -5,11 +5,11 @@
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `mqtt.retained` | topic | retained at (Unix ms, u64 BE) + MQTT 5 PUBLISH |
-//! | `mqtt.subscriptions` | client ID, 0, filter | QoS |
-//! | `mqtt.queued` | client ID, 0, run (u32 BE), filter index, segment, offset (u64 BE each) | filter length (u16 BE), filter, MQTT 5 PUBLISH |
-//! | `mqtt.sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected) |
-//! | `mqtt.meta` | `run` | this run's number (u32 BE) |
+//! | `mqtt_retained` | topic | retained at (Unix ms, u64 BE) + MQTT 5 PUBLISH |
+//! | `mqtt_subscriptions` | client ID, 0, filter | QoS |
+//! | `mqtt_queued` | client ID, 0, run (u32 BE), filter index, segment, offset (u64 BE each) | filter length (u16 BE), filter, MQTT 5 PUBLISH |
+//! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected) |
+//! | `mqtt_meta` | `run` | this run's number (u32 BE) |
 //!
 //! A publication's key names where it sat in its run's logs, so it takes
 //! no lookup to forget it once delivered; only those restored from an
@@ -30,11 +30,11 @@ use crate::broker::Publication;
 use crate::store::{Store, StoreError, Table, Ticket};
 use crate::topics::{Route, Topics};
 
-const RETAINED: &str = "mqtt.retained";
-const SUBSCRIPTIONS: &str = "mqtt.subscriptions";
-const QUEUED: &str = "mqtt.queued";
-const SESSIONS: &str = "mqtt.sessions";
-const META: &str = "mqtt.meta";
+const RETAINED: &str = "mqtt_retained";
+const SUBSCRIPTIONS: &str = "mqtt_subscriptions";
+const QUEUED: &str = "mqtt_queued";
+const SESSIONS: &str = "mqtt_sessions";
+const META: &str = "mqtt_meta";
 
 struct Tables {
     retained: Table,
