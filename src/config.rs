@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::topics::Topics;
 
+mod agents;
 mod quotas;
+pub use agents::{A2aConfig, McpConfig};
 pub use quotas::{QuotaOverrides, QuotasConfig};
 
 /// Environment variables override file settings: `LMOS_SIDECAR_` + section +
@@ -37,6 +39,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub console: ConsoleConfig,
     pub quotas: QuotasConfig,
+    pub mcp: McpConfig,
+    pub a2a: A2aConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -821,6 +825,13 @@ impl Config {
             ),
             ("http.body_timeout_ms", self.http.body_timeout_ms as usize),
             ("auth.cache_entries", self.auth.cache_entries),
+            ("mcp.max_sessions", self.mcp.max_sessions),
+            (
+                "mcp.max_sessions_per_principal",
+                self.mcp.max_sessions_per_principal,
+            ),
+            ("mcp.session_idle_ms", self.mcp.session_idle_ms as usize),
+            ("mcp.max_stream_queue_bytes", self.mcp.max_stream_queue_bytes),
         ];
         for (key, v) in positive {
             if v == 0 {
