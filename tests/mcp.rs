@@ -303,3 +303,50 @@ async fn malformed_and_oversized_requests_get_json_rpc_errors() {
     assert_eq!(ws.recv().await["messageType"], "propertyReading");
     sidecar.stop().await;
 }
+
+fn python(scenario: &str, url: &str) -> Run {
+    Run::start("python3", "client.py", &[scenario.to_owned(), url.to_owned()])
+}
+
+#[tokio::test]
+async fn the_python_sdk_lists_and_calls_the_weather_agent_with_progress() {
+    let (sidecar, _agent) = with_weather_agent().await;
+    let report = python("weather", &mcp_url(&sidecar)).report().await;
+    assert_eq!(report["errors"], json!([]), "{report:#}");
+    // It probes `server/discover` (2026-07-28) first, then falls back to
+    // the initialize handshake.
+    assert_eq!(report["protocolVersion"], "2025-11-25", "{report:#}");
+    assert_eq!(
+        report["tools"],
+        json!(["getWeather", "read_modelConfiguration", "write_modelConfiguration"])
+    );
+    let forecast = "The weather in Lisbon is sunny with a temperature of 25°C.";
+    assert_eq!(report["result"]["content"][0]["text"], forecast, "{report:#}");
+    assert_eq!(report["result"]["structuredContent"]["output"], forecast);
+    let messages: Vec<&str> = report["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["message"].as_str())
+        .collect();
+    assert_eq!(messages.first(), Some(&"Reading the question..."), "{report:#}");
+    assert_eq!(messages[3..].concat(), forecast, "{report:#}");
+    assert_eq!(report["missing"]["isError"], true, "{report:#}");
+    let text = report["missing"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("question") && !text.contains("ended"), "{text}");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_sees_the_tools_vanish_with_the_agent() {
+    let (sidecar, agent) = with_weather_agent().await;
+    let mut run = python("vanish", &mcp_url(&sidecar));
+    run.step("listed").await;
+    agent.abort();
+    let report = run.report().await;
+    assert_eq!(report["errors"], json!([]), "{report:#}");
+    assert_eq!(report["before"].as_array().map(Vec::len), Some(3), "{report:#}");
+    assert_eq!(report["listChanged"], true, "{report:#}");
+    assert_eq!(report["after"], json!([]), "{report:#}");
+    sidecar.stop().await;
+}
