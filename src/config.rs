@@ -831,7 +831,10 @@ impl Config {
                 self.mcp.max_sessions_per_principal,
             ),
             ("mcp.session_idle_ms", self.mcp.session_idle_ms as usize),
-            ("mcp.max_stream_queue_bytes", self.mcp.max_stream_queue_bytes),
+            (
+                "mcp.max_stream_queue_bytes",
+                self.mcp.max_stream_queue_bytes,
+            ),
         ];
         for (key, v) in positive {
             if v == 0 {

@@ -114,8 +114,14 @@ async fn the_typescript_sdk_lists_and_calls_the_weather_agent_with_progress() {
     assert_eq!(report["errors"], json!([]), "{report:#}");
     assert_eq!(report["protocolVersion"], "2025-11-25", "{report:#}");
     let tools = report["tools"].as_array().unwrap();
-    let get = tools.iter().find(|t| t["name"] == "getWeather").expect("getWeather listed");
-    assert_eq!(get["inputSchema"]["properties"]["question"]["type"], "string");
+    let get = tools
+        .iter()
+        .find(|t| t["name"] == "getWeather")
+        .expect("getWeather listed");
+    assert_eq!(
+        get["inputSchema"]["properties"]["question"]["type"],
+        "string"
+    );
     assert!(get["description"].as_str().unwrap().contains("weather"));
 
     // The forecast, structured too, after the agent's progress.
@@ -130,7 +136,14 @@ async fn the_typescript_sdk_lists_and_calls_the_weather_agent_with_progress() {
         .iter()
         .filter_map(|p| p["message"].as_str())
         .collect();
-    assert!(progress.starts_with(&["Reading the question...", "Looking at the sky...", "Writing the forecast..."]), "{progress:?}");
+    assert!(
+        progress.starts_with(&[
+            "Reading the question...",
+            "Looking at the sky...",
+            "Writing the forecast..."
+        ]),
+        "{progress:?}"
+    );
     // Streamed tokens arrive as progress too, in order.
     assert_eq!(progress[3..].concat(), forecast, "{progress:?}");
 
@@ -143,7 +156,13 @@ async fn the_typescript_sdk_lists_and_calls_the_weather_agent_with_progress() {
     assert!(!text.contains("ended"), "the agent was invoked: {text}");
 
     assert_eq!(report["unknown"]["code"], -32602, "{report:#}");
-    assert!(report["cancel"].as_str().unwrap().contains("changed my mind"), "{report:#}");
+    assert!(
+        report["cancel"]
+            .as_str()
+            .unwrap()
+            .contains("changed my mind"),
+        "{report:#}"
+    );
     // The cancelled call reached the agent as cancelAction.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -167,7 +186,11 @@ async fn tools_vanish_when_the_agent_disconnects() {
     assert_eq!(report["errors"], json!([]), "{report:#}");
     assert_eq!(
         report["before"],
-        json!(["getWeather", "read_modelConfiguration", "write_modelConfiguration"])
+        json!([
+            "getWeather",
+            "read_modelConfiguration",
+            "write_modelConfiguration"
+        ])
     );
     assert_eq!(report["listChanged"], 1, "{report:#}");
     assert_eq!(report["after"], json!([]), "{report:#}");
@@ -186,14 +209,15 @@ async fn with_principals() -> (TestSidecar, WsClient) {
     config.http.authentication = vec![HttpScheme::Basic];
     config.auth.anonymous = Grants::default();
     let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let principal = |name: &str, consume: &[&str], operate: &[&str], host: &[&str]| PrincipalConfig {
-        name: name.into(),
-        password_hash: hash_password("pw"),
-        host: v(host),
-        consume: v(consume),
-        operate: v(operate),
-        ..PrincipalConfig::default()
-    };
+    let principal =
+        |name: &str, consume: &[&str], operate: &[&str], host: &[&str]| PrincipalConfig {
+            name: name.into(),
+            password_hash: hash_password("pw"),
+            host: v(host),
+            consume: v(consume),
+            operate: v(operate),
+            ..PrincipalConfig::default()
+        };
     config.auth.principals = vec![
         principal("agent", &[THING_ID], &[], &[THING_ID]),
         principal("operator", &[THING_ID], &[THING_ID], &[]),
@@ -206,12 +230,20 @@ async fn with_principals() -> (TestSidecar, WsClient) {
         .headers_mut()
         .insert("Authorization", basic("agent").parse().unwrap());
     let mut agent = WsClient::connect_request(request).await.unwrap();
-    agent.send(serde_json::from_str(THING_DESCRIPTION).unwrap()).await;
+    agent
+        .send(serde_json::from_str(THING_DESCRIPTION).unwrap())
+        .await;
     common::wait_for_stats(&sidecar, |s| s.hosted_things == 1).await;
     let deadline = tokio::time::Instant::now() + common::WAIT;
-    while common::http_with(sidecar.http, "GET", &format!("/things/{THING_ID}"), &[("Authorization", &basic("operator"))], b"")
-        .await
-        .status
+    while common::http_with(
+        sidecar.http,
+        "GET",
+        &format!("/things/{THING_ID}"),
+        &[("Authorization", &basic("operator"))],
+        b"",
+    )
+    .await
+    .status
         != 200
     {
         assert!(tokio::time::Instant::now() < deadline, "TD registered");
@@ -230,7 +262,13 @@ async fn a_principal_without_rights_sees_no_tools_and_gets_the_protocol_s_error(
     assert_eq!(report["call"]["code"], -32602, "{report:#}");
     // Without credentials: HTTP's 401, before any JSON-RPC.
     let anonymous = node("denied", &mcp_url(&sidecar), &[]).report().await;
-    assert!(anonymous["errors"][0].as_str().unwrap().contains("requires authentication"), "{anonymous:#}");
+    assert!(
+        anonymous["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("requires authentication"),
+        "{anonymous:#}"
+    );
     sidecar.stop().await;
 }
 
@@ -259,7 +297,10 @@ async fn the_mcp_client_s_trace_reaches_the_agent_s_invoke_action() {
     agent.send(done).await;
     let report = run.report().await;
     assert_eq!(report["errors"], json!([]), "{report:#}");
-    assert_eq!(report["result"]["content"][0]["text"], "Sunny.", "{report:#}");
+    assert_eq!(
+        report["result"]["content"][0]["text"], "Sunny.",
+        "{report:#}"
+    );
     sidecar.stop().await;
 }
 
@@ -281,31 +322,70 @@ async fn malformed_and_oversized_requests_get_json_rpc_errors() {
         }
     };
     let bad = post(b"{not json".to_vec(), None).await;
-    assert_eq!((bad.status, bad.json()["error"]["code"].clone()), (400, json!(-32700)));
+    assert_eq!(
+        (bad.status, bad.json()["error"]["code"].clone()),
+        (400, json!(-32700))
+    );
     let batch = post(b"[]".to_vec(), None).await;
     assert_eq!(batch.json()["error"]["code"], -32600);
-    let no_session = post(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec(), None).await;
-    assert_eq!((no_session.status, no_session.json()["error"]["code"].clone()), (400, json!(-32600)));
-    let huge = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":"{}"}}}}"#, "x".repeat(2 << 20));
+    let no_session = post(
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec(),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (
+            no_session.status,
+            no_session.json()["error"]["code"].clone()
+        ),
+        (400, json!(-32600))
+    );
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":"{}"}}}}"#,
+        "x".repeat(2 << 20)
+    );
     let oversized = post(huge.into_bytes(), None).await;
-    assert_eq!((oversized.status, oversized.json()["error"]["code"].clone()), (413, json!(-32600)));
+    assert_eq!(
+        (oversized.status, oversized.json()["error"]["code"].clone()),
+        (413, json!(-32600))
+    );
     let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}});
     let opened = post(init.to_string().into_bytes(), None).await;
     assert_eq!(opened.json()["result"]["protocolVersion"], "2025-06-18");
-    let session = opened.header("mcp-session-id").expect("a session").to_owned();
-    let unknown = post(br#"{"jsonrpc":"2.0","id":2,"method":"resources/list"}"#.to_vec(), Some(session.clone())).await;
+    let session = opened
+        .header("mcp-session-id")
+        .expect("a session")
+        .to_owned();
+    let unknown = post(
+        br#"{"jsonrpc":"2.0","id":2,"method":"resources/list"}"#.to_vec(),
+        Some(session.clone()),
+    )
+    .await;
     assert_eq!(unknown.json()["error"]["code"], -32601);
-    let gone = post(br#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#.to_vec(), Some("nope".into())).await;
+    let gone = post(
+        br#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#.to_vec(),
+        Some("nope".into()),
+    )
+    .await;
     assert_eq!(gone.status, 404);
     // And the WebSocket still serves.
     let mut ws = sidecar.ws().await;
-    ws.send(common::lmos(THING_ID, "readProperty", json!({"name": "modelConfiguration", "correlationID": "r"}))).await;
+    ws.send(common::lmos(
+        THING_ID,
+        "readProperty",
+        json!({"name": "modelConfiguration", "correlationID": "r"}),
+    ))
+    .await;
     assert_eq!(ws.recv().await["messageType"], "propertyReading");
     sidecar.stop().await;
 }
 
 fn python(scenario: &str, url: &str) -> Run {
-    Run::start("python3", "client.py", &[scenario.to_owned(), url.to_owned()])
+    Run::start(
+        "python3",
+        "client.py",
+        &[scenario.to_owned(), url.to_owned()],
+    )
 }
 
 #[tokio::test]
@@ -318,10 +398,17 @@ async fn the_python_sdk_lists_and_calls_the_weather_agent_with_progress() {
     assert_eq!(report["protocolVersion"], "2025-11-25", "{report:#}");
     assert_eq!(
         report["tools"],
-        json!(["getWeather", "read_modelConfiguration", "write_modelConfiguration"])
+        json!([
+            "getWeather",
+            "read_modelConfiguration",
+            "write_modelConfiguration"
+        ])
     );
     let forecast = "The weather in Lisbon is sunny with a temperature of 25°C.";
-    assert_eq!(report["result"]["content"][0]["text"], forecast, "{report:#}");
+    assert_eq!(
+        report["result"]["content"][0]["text"], forecast,
+        "{report:#}"
+    );
     assert_eq!(report["result"]["structuredContent"]["output"], forecast);
     let messages: Vec<&str> = report["progress"]
         .as_array()
@@ -329,11 +416,18 @@ async fn the_python_sdk_lists_and_calls_the_weather_agent_with_progress() {
         .iter()
         .filter_map(|p| p["message"].as_str())
         .collect();
-    assert_eq!(messages.first(), Some(&"Reading the question..."), "{report:#}");
+    assert_eq!(
+        messages.first(),
+        Some(&"Reading the question..."),
+        "{report:#}"
+    );
     assert_eq!(messages[3..].concat(), forecast, "{report:#}");
     assert_eq!(report["missing"]["isError"], true, "{report:#}");
     let text = report["missing"]["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("question") && !text.contains("ended"), "{text}");
+    assert!(
+        text.contains("question") && !text.contains("ended"),
+        "{text}"
+    );
     sidecar.stop().await;
 }
 
@@ -345,7 +439,11 @@ async fn the_python_sdk_sees_the_tools_vanish_with_the_agent() {
     agent.abort();
     let report = run.report().await;
     assert_eq!(report["errors"], json!([]), "{report:#}");
-    assert_eq!(report["before"].as_array().map(Vec::len), Some(3), "{report:#}");
+    assert_eq!(
+        report["before"].as_array().map(Vec::len),
+        Some(3),
+        "{report:#}"
+    );
     assert_eq!(report["listChanged"], true, "{report:#}");
     assert_eq!(report["after"], json!([]), "{report:#}");
     sidecar.stop().await;

@@ -4,6 +4,7 @@
 //! `/things/{id}/actions/...`), `/healthz`, `/readyz`, `/metrics` and the
 //! live console (`/console`).
 
+pub mod a2a;
 pub mod auth;
 pub mod console;
 pub mod directory;
@@ -92,10 +93,16 @@ pub fn router(state: HttpState) -> Router {
     let console = console::routes(state.console.enabled);
     let mut agents = Router::new();
     if state.agent_protocols.mcp {
-        agents = agents.route(
-            "/mcp",
-            post(mcp::post).get(mcp::get).delete(mcp::delete),
-        );
+        agents = agents.route("/mcp", post(mcp::post).get(mcp::get).delete(mcp::delete));
+    }
+    if state.agent_protocols.a2a {
+        agents = agents
+            .route("/.well-known/agent-card.json", get(a2a::only_agent_card))
+            .route(
+                "/a2a/{thing}/.well-known/agent-card.json",
+                get(a2a::agent_card),
+            )
+            .route("/a2a/{thing}", post(a2a::rpc));
     }
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))

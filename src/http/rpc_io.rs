@@ -171,7 +171,9 @@ mod tests {
         assert_eq!(tx.offer(&big), Offered::OverBudget);
         assert!(tx.send(&json!({"result": 1})));
         drop(tx);
-        let body = axum::body::to_bytes(response.into_body(), 10_000).await.unwrap();
+        let body = axum::body::to_bytes(response.into_body(), 10_000)
+            .await
+            .unwrap();
         let text = String::from_utf8(body.to_vec()).unwrap();
         assert_eq!(text.matches("event: message").count(), 2, "{text}");
         assert!(text.ends_with("data: {\"result\":1}\n\n"), "{text}");

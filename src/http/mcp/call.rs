@@ -79,7 +79,9 @@ pub async fn call(
     };
     Some(match reply["messageType"].as_str() {
         Some("error") => tools::tool_error(&tools::error_text(&reply)),
-        _ if written => json!({"content": [{"type": "text", "text": "Written."}], "isError": false}),
+        _ if written => {
+            json!({"content": [{"type": "text", "text": "Written."}], "isError": false})
+        }
         _ => tool.success(reading(&reply, &tool.target).as_ref()),
     })
 }
@@ -144,7 +146,9 @@ async fn invoke(
         }
         match status["status"].as_str().unwrap_or_default() {
             "completed" => break Some(tool.success(status.get("output"))),
-            s if crate::lmos::is_terminal(s) => break Some(tools::tool_error(&tools::ended_text(&status))),
+            s if crate::lmos::is_terminal(s) => {
+                break Some(tools::tool_error(&tools::ended_text(&status)))
+            }
             "pending" => {}
             _ => {
                 let (Some(p), Some(text)) = (&progress, tools::progress_message(&status)) else {
@@ -155,7 +159,10 @@ async fn invoke(
                 let note = jsonrpc::notification("notifications/progress", params);
                 match p.sse.offer(&note) {
                     Offered::Queued => {}
-                    Offered::OverBudget => ctx.state.metrics.limit_hit(metrics::MCP, "max_stream_queue_bytes"),
+                    Offered::OverBudget => ctx
+                        .state
+                        .metrics
+                        .limit_hit(metrics::MCP, "max_stream_queue_bytes"),
                     // Gone: MCP does not take a closed stream for a cancel;
                     // the invocation goes on, nobody waits for its answer.
                     Offered::Gone => break None,
@@ -187,5 +194,7 @@ pub async fn cancel(ctx: &Ctx, params: &Value) {
     };
     // Answered (`cancelled`, or too late) to no one: MCP's cancel has no
     // answer; the invocation's own end is what the router remembers.
-    let _ = ctx.ask(ctx.message(&call.thing, body, &call.invocation)).await;
+    let _ = ctx
+        .ask(ctx.message(&call.thing, body, &call.invocation))
+        .await;
 }

@@ -53,6 +53,11 @@ pub struct Mcp {
 }
 
 impl Mcp {
+    /// `mcp.max_stream_queue_bytes`, which bounds A2A's streams too.
+    pub fn queue_bytes(&self) -> usize {
+        self.queue_bytes
+    }
+
     pub fn new(config: &McpConfig, body_limit: usize) -> Arc<Mcp> {
         Arc::new(Mcp {
             sessions: Sessions::new(SessionLimits {
@@ -124,8 +129,15 @@ pub async fn post(
         }
     };
     if let Some(v) = header(&headers, VERSION_HEADER).filter(|v| !VERSIONS.contains(&v.as_str())) {
-        let text = format!("Bad Request: unsupported MCP-Protocol-Version `{v}`; this server speaks {VERSIONS:?}");
-        return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, jsonrpc::INVALID_REQUEST, &text);
+        let text = format!(
+            "Bad Request: unsupported MCP-Protocol-Version `{v}`; this server speaks {VERSIONS:?}"
+        );
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            &text,
+        );
     }
     let principal = caller.principal;
     if let Incoming::Request { id, method, params } = &message {
@@ -136,10 +148,25 @@ pub async fn post(
     let session = header(&headers, SESSION_HEADER).unwrap_or_default();
     if session.is_empty() {
         let text = "Bad Request: no Mcp-Session-Id header; send `initialize` first";
-        return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, jsonrpc::INVALID_REQUEST, text);
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            text,
+        );
     }
-    if state.mcp.sessions.touch(&session, principal.name()).is_none() {
-        return rpc_error(StatusCode::NOT_FOUND, &Value::Null, jsonrpc::INVALID_REQUEST, "Session not found; send `initialize` again");
+    if state
+        .mcp
+        .sessions
+        .touch(&session, principal.name())
+        .is_none()
+    {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            "Session not found; send `initialize` again",
+        );
     }
     let ctx = Ctx {
         traceparent: header(&headers, "traceparent"),
@@ -149,7 +176,9 @@ pub async fn post(
         session,
     };
     match message {
-        Incoming::Request { id, method, params } => request(ctx, &headers, id, &method, params).await,
+        Incoming::Request { id, method, params } => {
+            request(ctx, &headers, id, &method, params).await
+        }
         Incoming::Notification { method, params } => {
             if method == "notifications/cancelled" {
                 call::cancel(&ctx, &params).await;
@@ -162,18 +191,31 @@ pub async fn post(
 
 fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Value) -> Response {
     let asked = params["protocolVersion"].as_str().unwrap_or_default();
-    let version = VERSIONS.iter().find(|v| **v == asked).unwrap_or(&VERSIONS[0]);
+    let version = VERSIONS
+        .iter()
+        .find(|v| **v == asked)
+        .unwrap_or(&VERSIONS[0]);
     let (session, evicted) = match state.mcp.sessions.open(principal.name(), version) {
         Ok(opened) => opened,
         Err(full) => {
             state.metrics.limit_hit(metrics::MCP, "max_sessions");
-            warn!(max = full.0, "MCP sessions at mcp.max_sessions; refusing initialize.");
+            warn!(
+                max = full.0,
+                "MCP sessions at mcp.max_sessions; refusing initialize."
+            );
             let text = format!("{full}; try again later");
-            return rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, jsonrpc::INTERNAL_ERROR, &text);
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                jsonrpc::INTERNAL_ERROR,
+                &text,
+            );
         }
     };
     if evicted {
-        state.metrics.limit_hit(metrics::MCP, "max_sessions_per_principal");
+        state
+            .metrics
+            .limit_hit(metrics::MCP, "max_sessions_per_principal");
         info!(principal = principal.name(), "Closed a principal's least recently used MCP session for its new one (mcp.max_sessions_per_principal).");
     }
     let result = json!({
@@ -189,7 +231,13 @@ fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Val
     response
 }
 
-async fn request(ctx: Ctx, headers: &HeaderMap, id: Value, method: &str, params: Value) -> Response {
+async fn request(
+    ctx: Ctx,
+    headers: &HeaderMap,
+    id: Value,
+    method: &str,
+    params: Value,
+) -> Response {
     let answer = match method {
         "ping" => jsonrpc::result(&id, json!({})),
         "tools/list" => {
@@ -213,12 +261,21 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
     let name = params["name"].as_str().unwrap_or_default();
     let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
     if !arguments.is_object() {
-        let answer = jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, "`arguments` must be an object", None);
+        let answer = jsonrpc::error(
+            &id,
+            jsonrpc::INVALID_PARAMS,
+            "`arguments` must be an object",
+            None,
+        );
         return rpc_io::json(StatusCode::OK, &answer);
     }
     // Unknown and not permitted read alike: the caller learns nothing of
     // tools it may not use.
-    let Some(tool) = tools_for(&ctx.state, &ctx.principal).await.into_iter().find(|t| t.name == name) else {
+    let Some(tool) = tools_for(&ctx.state, &ctx.principal)
+        .await
+        .into_iter()
+        .find(|t| t.name == name)
+    else {
         let text = format!("Unknown tool: `{name}`");
         let answer = jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &text, None);
         return rpc_io::json(StatusCode::OK, &answer);
@@ -235,7 +292,10 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
         Some(token) => {
             let (sse, response) = rpc_io::sse(ctx.state.mcp.queue_bytes);
             tokio::spawn(async move {
-                let progress = call::Progress { sse: sse.clone(), token };
+                let progress = call::Progress {
+                    sse: sse.clone(),
+                    token,
+                };
                 if let Some(r) = call::call(&ctx, &id, &tool, &arguments, Some(progress)).await {
                     sse.send(&jsonrpc::result(&id, r));
                 }
@@ -248,15 +308,34 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
 /// `GET /mcp`: the session's stream of server notifications.
 pub async fn get(State(state): State<HttpState>, caller: Caller, headers: HeaderMap) -> Response {
     if !accepts_sse(&headers) {
-        return (StatusCode::NOT_ACCEPTABLE, "GET /mcp answers with text/event-stream only.\n").into_response();
+        return (
+            StatusCode::NOT_ACCEPTABLE,
+            "GET /mcp answers with text/event-stream only.\n",
+        )
+            .into_response();
     }
     let session = header(&headers, SESSION_HEADER).unwrap_or_default();
     let principal = caller.principal;
-    if state.mcp.sessions.touch(&session, principal.name()).is_none() {
-        return rpc_error(StatusCode::NOT_FOUND, &Value::Null, jsonrpc::INVALID_REQUEST, "Session not found; send `initialize` again");
+    if state
+        .mcp
+        .sessions
+        .touch(&session, principal.name())
+        .is_none()
+    {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            "Session not found; send `initialize` again",
+        );
     }
     let Some(ended) = state.mcp.sessions.listen(&session) else {
-        return rpc_error(StatusCode::NOT_FOUND, &Value::Null, jsonrpc::INVALID_REQUEST, "Session not found");
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            "Session not found",
+        );
     };
     let (sse, response) = rpc_io::sse(state.mcp.queue_bytes);
     tokio::spawn(watch::notify_changes(state, principal, sse, ended));
@@ -264,10 +343,19 @@ pub async fn get(State(state): State<HttpState>, caller: Caller, headers: Header
 }
 
 /// `DELETE /mcp`: the session ends.
-pub async fn delete(State(state): State<HttpState>, caller: Caller, headers: HeaderMap) -> Response {
+pub async fn delete(
+    State(state): State<HttpState>,
+    caller: Caller,
+    headers: HeaderMap,
+) -> Response {
     let session = header(&headers, SESSION_HEADER).unwrap_or_default();
     match state.mcp.sessions.close(&session, caller.principal.name()) {
         true => StatusCode::NO_CONTENT.into_response(),
-        false => rpc_error(StatusCode::NOT_FOUND, &Value::Null, jsonrpc::INVALID_REQUEST, "Session not found"),
+        false => rpc_error(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            "Session not found",
+        ),
     }
 }

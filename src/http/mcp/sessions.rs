@@ -97,7 +97,10 @@ impl Sessions {
             .collect();
         let mut evicted = false;
         if own.len() >= self.limits.per_principal {
-            let oldest = own.iter().min_by_key(|(_, t)| *t).map(|(id, _)| (*id).clone());
+            let oldest = own
+                .iter()
+                .min_by_key(|(_, t)| *t)
+                .map(|(id, _)| (*id).clone());
             if let Some(s) = oldest.and_then(|id| sessions.remove(&id)) {
                 s.ended.cancel();
                 evicted = true;

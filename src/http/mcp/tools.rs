@@ -46,12 +46,25 @@ const MAX_NAME: usize = 64;
 const MAX_PREFIX: usize = 24;
 
 /// TD keys that are not JSON Schema and mean nothing to a tool's schema.
-const NOT_SCHEMA: [&str; 6] = ["forms", "@type", "uriVariables", "observable", "titles", "descriptions"];
+const NOT_SCHEMA: [&str; 6] = [
+    "forms",
+    "@type",
+    "uriVariables",
+    "observable",
+    "titles",
+    "descriptions",
+];
 
 /// `[a-zA-Z0-9_-]` only; anything else becomes `_`.
 fn sanitize(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -61,9 +74,9 @@ fn fit(name: String) -> String {
     if name.len() <= MAX_NAME {
         return name;
     }
-    let hash = name
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
     format!("{}_{:08x}", &name[..MAX_NAME - 9], hash as u32)
 }
 
@@ -125,10 +138,18 @@ fn candidates(id: &str, td: &Value, may: &dyn Fn(Access, &str) -> bool) -> Vec<C
     }
     for (name, property) in td["properties"].as_object().into_iter().flatten() {
         if property["writeOnly"] != true && may(Access::Consume, id) {
-            push(format!("read_{name}"), Target::ReadProperty(name.clone()), property);
+            push(
+                format!("read_{name}"),
+                Target::ReadProperty(name.clone()),
+                property,
+            );
         }
         if property["readOnly"] != true && may(Access::Operate, id) {
-            push(format!("write_{name}"), Target::WriteProperty(name.clone()), property);
+            push(
+                format!("write_{name}"),
+                Target::WriteProperty(name.clone()),
+                property,
+            );
         }
     }
     out
@@ -223,7 +244,8 @@ fn tool(name: String, c: &Candidate) -> Tool {
         name: descriptor["name"].as_str().unwrap_or_default().to_owned(),
         thing: c.thing.clone(),
         target: c.target.clone(),
-        has_input: matches!(c.target, Target::Action(_)) && a.get("input").is_some_and(Value::is_object),
+        has_input: matches!(c.target, Target::Action(_))
+            && a.get("input").is_some_and(Value::is_object),
         wrapped_input,
         wrapped_output,
         has_output_schema: output.is_some(),
@@ -239,7 +261,9 @@ impl Tool {
             Target::Action(_) if self.wrapped_input => arguments.get("input").cloned(),
             Target::Action(_) if arguments.is_null() => Some(json!({})),
             Target::Action(_) => Some(arguments.clone()),
-            Target::WriteProperty(_) => Some(arguments.get("value").cloned().unwrap_or(Value::Null)),
+            Target::WriteProperty(_) => {
+                Some(arguments.get("value").cloned().unwrap_or(Value::Null))
+            }
             Target::ReadProperty(_) => None,
         }
     }
@@ -332,15 +356,31 @@ mod tests {
         let td = weather();
         let tools = tools([("urn:w", &td)], &everything);
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["getWeather", "read_modelConfiguration", "write_modelConfiguration"]);
+        assert_eq!(
+            names,
+            [
+                "getWeather",
+                "read_modelConfiguration",
+                "write_modelConfiguration"
+            ]
+        );
         let get = &tools[0];
-        assert_eq!(get.descriptor["inputSchema"]["required"], json!(["question", "interactionMode"]));
+        assert_eq!(
+            get.descriptor["inputSchema"]["required"],
+            json!(["question", "interactionMode"])
+        );
         // The string output is wrapped: MCP output schemas are objects.
-        assert_eq!(get.descriptor["outputSchema"]["properties"]["output"]["type"], "string");
+        assert_eq!(
+            get.descriptor["outputSchema"]["properties"]["output"]["type"],
+            "string"
+        );
         let r = get.success(Some(&json!("Sunny.")));
         assert_eq!(r["content"][0]["text"], "Sunny.");
         assert_eq!(r["structuredContent"], json!({"output": "Sunny."}));
-        assert!(get.descriptor["description"].as_str().unwrap().contains("Fetches weather"));
+        assert!(get.descriptor["description"]
+            .as_str()
+            .unwrap()
+            .contains("Fetches weather"));
     }
 
     #[test]
@@ -353,33 +393,48 @@ mod tests {
         assert!(names.contains(&"WeatherAgent_getWeather"), "{names:?}");
         assert!(names.contains(&"Weather_Two_getWeather"), "{names:?}");
         let same = tools_named([("urn:a", &td), ("urn:c", &td)]);
-        assert!(same.contains(&"WeatherAgent_getWeather_2".to_owned()), "{same:?}");
+        assert!(
+            same.contains(&"WeatherAgent_getWeather_2".to_owned()),
+            "{same:?}"
+        );
         let long = fit("x".repeat(100));
         assert_eq!(long.len(), 64);
         assert_ne!(long, fit(format!("{}y", "x".repeat(100))));
         for name in same {
-            assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+            assert!(name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
         }
     }
 
     fn tools_named<'a>(things: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Vec<String> {
-        tools(things, &everything).into_iter().map(|t| t.name).collect()
+        tools(things, &everything)
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
     }
 
     #[test]
     fn rights_decide_which_tools_exist() {
         let td = weather();
         let consume_only = |a: Access, _: &str| a == Access::Consume;
-        let names: Vec<String> = tools([("urn:w", &td)], &consume_only).into_iter().map(|t| t.name).collect();
+        let names: Vec<String> = tools([("urn:w", &td)], &consume_only)
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
         assert_eq!(names, ["read_modelConfiguration"]);
         assert!(tools([("urn:w", &td)], &|_, _| false).is_empty());
     }
 
     #[test]
     fn non_object_inputs_are_wrapped_and_unwrapped() {
-        let td = json!({"title": "T", "actions": {"say": {"input": {"type": "string"}}, "ping": {}}});
+        let td =
+            json!({"title": "T", "actions": {"say": {"input": {"type": "string"}}, "ping": {}}});
         let tools = tools([("urn:t", &td)], &everything);
-        assert_eq!(tools[0].descriptor["inputSchema"]["required"], json!(["input"]));
+        assert_eq!(
+            tools[0].descriptor["inputSchema"]["required"],
+            json!(["input"])
+        );
         assert_eq!(tools[0].input(&json!({"input": "hi"})), Some(json!("hi")));
         assert_eq!(tools[1].input(&json!({})), None);
         assert!(tools[1].descriptor.get("outputSchema").is_none());
@@ -388,7 +443,10 @@ mod tests {
     #[test]
     fn statuses_read_as_progress_and_errors() {
         let running = json!({"status": "running", "output": {"progress": "Looking at the sky..."}});
-        assert_eq!(progress_message(&running).as_deref(), Some("Looking at the sky..."));
+        assert_eq!(
+            progress_message(&running).as_deref(),
+            Some("Looking at the sky...")
+        );
         let chunk = json!({"status": "running", "stream": {"seq": 0, "data": "The "}});
         assert_eq!(progress_message(&chunk).as_deref(), Some("The "));
         let failed = json!({"status": "failed", "output": {"error": "no sky"}});

@@ -16,8 +16,8 @@ use crate::auth::Principal;
 use crate::gateway::Gateway;
 use crate::http::jsonrpc;
 use crate::http::rpc_io::{Offered, SseSender};
-use crate::telemetry::metrics;
 use crate::http::HttpState;
+use crate::telemetry::metrics;
 
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -79,7 +79,9 @@ async fn look(state: HttpState) {
             continue;
         }
         let now = fingerprint(&state).await;
-        watch.tx.send_if_modified(|old| std::mem::replace(old, now) != now);
+        watch
+            .tx
+            .send_if_modified(|old| std::mem::replace(old, now) != now);
     }
 }
 
@@ -121,10 +123,13 @@ pub async fn notify_changes(
         let now = names(tools_for(&state, &principal).await);
         if now != known {
             known = now;
-            let note = jsonrpc::notification("notifications/tools/list_changed", serde_json::json!({}));
+            let note =
+                jsonrpc::notification("notifications/tools/list_changed", serde_json::json!({}));
             match sse.offer(&note) {
                 Offered::Queued => {}
-                Offered::OverBudget => state.metrics.limit_hit(metrics::MCP, "max_stream_queue_bytes"),
+                Offered::OverBudget => state
+                    .metrics
+                    .limit_hit(metrics::MCP, "max_stream_queue_bytes"),
                 Offered::Gone => return,
             }
         }
