@@ -260,6 +260,8 @@ async fn a_principal_without_rights_sees_no_tools_and_gets_the_protocol_s_error(
     assert_eq!(report["errors"], json!([]), "{report:#}");
     assert_eq!(report["tools"], json!([]), "{report:#}");
     assert_eq!(report["call"]["code"], -32602, "{report:#}");
+    let invoked = tokio::time::timeout(Duration::from_millis(300), agent.recv()).await;
+    assert!(invoked.is_err(), "the agent got {invoked:?}");
     // Without credentials: HTTP's 401, before any JSON-RPC.
     let anonymous = node("denied", &mcp_url(&sidecar), &[]).report().await;
     assert!(

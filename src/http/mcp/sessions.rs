@@ -144,7 +144,7 @@ impl Sessions {
     /// Ends the session (`DELETE`); false when it is not `principal`'s.
     pub fn close(&self, id: &str, principal: &str) -> bool {
         let mut sessions = self.lock();
-        if !sessions.get(id).is_some_and(|s| s.principal == principal) {
+        if sessions.get(id).is_none_or(|s| s.principal != principal) {
             return false;
         }
         if let Some(s) = sessions.remove(id) {
@@ -184,6 +184,10 @@ impl Sessions {
 
     pub fn len(&self) -> usize {
         self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 }
 
