@@ -168,5 +168,111 @@ async fn bad_calls_get_a2a_s_error_objects_and_the_agent_is_not_invoked() {
     assert_eq!(done["result"]["kind"], "task", "{done}");
     assert_eq!(done["result"]["status"]["state"], "completed", "{done}");
     assert_eq!(done["result"]["artifacts"][0]["parts"][0]["kind"], "text");
+    let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"")
+        .await
+        .body;
+    let line =
+        r#"lmos_sidecar_messages_received_total{message_type="invokeAction",transport="a2a"} 2"#;
+    assert!(metrics.contains(line), "{metrics}");
+    sidecar.stop().await;
+}
+
+fn basic(name: &str) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{name}:pw"));
+    format!("Basic {encoded}")
+}
+
+#[tokio::test]
+async fn a_principal_without_rights_gets_no_card_and_a2a_s_error() {
+    use lmos_sidecar::auth::credentials::hash_password;
+    use lmos_sidecar::config::{Grants, HttpScheme, PrincipalConfig};
+    let mut config = test_config();
+    config.http.authentication = vec![HttpScheme::Basic];
+    config.auth.anonymous = Grants::default();
+    let principal = |name: &str, rights: &[&str], host: &[&str]| PrincipalConfig {
+        name: name.into(),
+        password_hash: hash_password("pw"),
+        host: host.iter().map(|s| s.to_string()).collect(),
+        consume: rights.iter().map(|s| s.to_string()).collect(),
+        operate: rights.iter().map(|s| s.to_string()).collect(),
+        ..PrincipalConfig::default()
+    };
+    config.auth.principals = vec![
+        principal("agent", &[THING_ID], &[THING_ID]),
+        principal("operator", &[THING_ID], &[]),
+        principal("stranger", &[], &[]),
+    ];
+    let sidecar = TestSidecar::start_with(config).await;
+    // The agent registers its TD with its own credentials.
+    let put = common::http_with(
+        sidecar.http,
+        "PUT",
+        &format!("/things/{THING_ID}"),
+        &[
+            ("Authorization", &basic("agent")),
+            ("Content-Type", "application/td+json"),
+        ],
+        weather_agent::THING_DESCRIPTION.as_bytes(),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{put:?}");
+    let card = |who: &'static str| {
+        let addr = sidecar.http;
+        async move {
+            let auth = basic(who);
+            common::http_with(
+                addr,
+                "GET",
+                "/.well-known/agent-card.json",
+                &[("Authorization", &auth)],
+                b"",
+            )
+            .await
+        }
+    };
+    let seen = card("operator").await;
+    assert_eq!(seen.status, 200, "{seen:?}");
+    let seen = seen.json();
+    assert_eq!(
+        seen["securitySchemes"]["basic"]["httpAuthSecurityScheme"]["scheme"],
+        "Basic"
+    );
+    assert_eq!(
+        seen["securityRequirements"][0]["schemes"]["basic"],
+        json!({"list": []})
+    );
+    assert_eq!(card("stranger").await.status, 404);
+    let anonymous = common::http(
+        sidecar.http,
+        "GET",
+        "/.well-known/agent-card.json",
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!(anonymous.status, 401);
+
+    let send = json!({"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"question": "in Oslo", "interactionMode": "text"}}]}}});
+    let path = format!("/a2a/{}", urlencode(THING_ID));
+    let auth = basic("stranger");
+    let refused = common::http_with(
+        sidecar.http,
+        "POST",
+        &path,
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        send.to_string().as_bytes(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        (refused["id"].clone(), refused["error"]["code"].clone()),
+        (json!(7), json!(-32602)),
+        "{refused}"
+    );
     sidecar.stop().await;
 }

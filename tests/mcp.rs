@@ -156,6 +156,13 @@ async fn the_typescript_sdk_lists_and_calls_the_weather_agent_with_progress() {
     assert!(!text.contains("ended"), "the agent was invoked: {text}");
 
     assert_eq!(report["unknown"]["code"], -32602, "{report:#}");
+    // Counted as MCP in the metrics (and so on the console's transport chart).
+    let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"")
+        .await
+        .body;
+    let line =
+        r#"lmos_sidecar_messages_received_total{message_type="invokeAction",transport="mcp"}"#;
+    assert!(metrics.contains(line), "{metrics}");
     assert!(
         report["cancel"]
             .as_str()
