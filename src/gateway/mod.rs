@@ -335,6 +335,13 @@ impl Gateway {
         answer.await.unwrap_or_default()
     }
 
+    /// The Things an agent hosts now.
+    pub async fn hosted(&self) -> Vec<String> {
+        let (reply, answer) = oneshot::channel();
+        self.shared.command(Command::Hosted { reply }).await;
+        answer.await.unwrap_or_default()
+    }
+
     /// One line per global memory budget reached in the last seconds (see
     /// [`budget`]), for `/readyz`.
     pub fn budget_report(&self) -> Vec<String> {

@@ -43,6 +43,9 @@ fn may_see(principal: &Principal, thing: &str) -> bool {
 /// The agent's TD, if the caller may see it and it is an agent.
 pub(crate) fn agent_td(state: &HttpState, principal: &Principal, thing: &str) -> Option<Value> {
     if !may_see(principal, thing) {
+        state
+            .metrics
+            .denied(crate::telemetry::metrics::A2A, Access::Consume.as_str());
         return None;
     }
     let directory = state.directory.directory();

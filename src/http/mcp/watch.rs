@@ -24,7 +24,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The Things an agent hosts now.
 pub async fn hosted(gateway: &Gateway) -> BTreeSet<String> {
-    gateway.activity().await.hosts.into_keys().collect()
+    gateway.hosted().await.into_iter().collect()
 }
 
 /// A fingerprint of what tools are made of, changed when an agent comes or
