@@ -457,3 +457,59 @@ async fn the_python_sdk_sees_the_tools_vanish_with_the_agent() {
     assert_eq!(report["after"], json!([]), "{report:#}");
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn sessions_are_bounded_per_principal_and_end_on_delete() {
+    let mut config = test_config();
+    config.mcp.max_sessions = 3;
+    config.mcp.max_sessions_per_principal = 2;
+    let sidecar = TestSidecar::start_with(config).await;
+    let post = |body: Value, session: Option<String>| {
+        let addr = sidecar.http;
+        async move {
+            let mut headers = vec![("Content-Type", "application/json".to_owned())];
+            if let Some(s) = session {
+                headers.push(("Mcp-Session-Id", s));
+            }
+            let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            common::http_with(addr, "POST", "/mcp", &h, body.to_string().as_bytes()).await
+        }
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let r = post(init.clone(), None).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        sessions.push(r.header("mcp-session-id").unwrap().to_owned());
+    }
+    // The principal's third closed its least recently used one.
+    assert_eq!(
+        post(ping.clone(), Some(sessions[0].clone())).await.status,
+        404
+    );
+    assert_eq!(
+        post(ping.clone(), Some(sessions[2].clone())).await.json()["result"],
+        json!({})
+    );
+    let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"")
+        .await
+        .body;
+    assert!(
+        metrics.contains(r#"limit="max_sessions_per_principal",transport="mcp"} 1"#),
+        "{metrics}"
+    );
+    // DELETE ends one; the others stay.
+    let deleted = common::http_with(
+        sidecar.http,
+        "DELETE",
+        "/mcp",
+        &[("Mcp-Session-Id", &sessions[1])],
+        b"",
+    )
+    .await;
+    assert_eq!(deleted.status, 204);
+    assert_eq!(post(ping, Some(sessions[1].clone())).await.status, 404);
+    sidecar.stop().await;
+}
