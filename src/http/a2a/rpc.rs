@@ -18,6 +18,10 @@ use crate::http::HttpState;
 use crate::lmos::{Body as Lmos, Message, Problem};
 use crate::telemetry::metrics;
 
+/// How long a message waits for its invocation's first status before it
+/// is answered as submitted (streams) or waits on (`SendMessage`).
+const FIRST_STATUS: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One JSON-RPC call's context.
 struct Call {
     state: HttpState,
@@ -178,8 +182,12 @@ async fn send(call: Call, params: &Value, method: Method) -> Response {
         Ok(r) => r,
         Err(p) => return call.problem(&p, method),
     };
-    let Some(first) = replies.next().await else {
-        return call.error(jsonrpc::INTERNAL_ERROR, "The sidecar is shutting down.");
+    // A refusal comes at once; an agent slow to say `pending` does not
+    // hold the answer's head back longer than this.
+    let first = match tokio::time::timeout(FIRST_STATUS, replies.next()).await {
+        Ok(Some(first)) => first,
+        Ok(None) => return call.error(jsonrpc::INTERNAL_ERROR, "The sidecar is shutting down."),
+        Err(_) => json!({"status": "pending"}),
     };
     // Refused before the agent saw it (a bad input, no agent, a quota):
     // the protocol's error, not a task.
