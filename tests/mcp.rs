@@ -513,3 +513,93 @@ async fn sessions_are_bounded_per_principal_and_end_on_delete() {
     assert_eq!(post(ping, Some(sessions[1].clone())).await.status, 404);
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn a_tool_call_is_a_server_span_after_the_mcp_conventions_parent_of_the_invocation() {
+    use lmos_sidecar::telemetry::Tracing;
+    use opentelemetry::trace::SpanKind;
+    use opentelemetry_sdk::trace::InMemorySpanExporter;
+    let exporter = InMemorySpanExporter::default();
+    let tracing = Tracing::with_exporter(exporter.clone(), false);
+    let sidecar = TestSidecar::start_traced(test_config(), tracing).await;
+    let mut agent = sidecar.ws_agent(THING_ID).await;
+    agent
+        .send(serde_json::from_str(THING_DESCRIPTION).unwrap())
+        .await;
+    common::wait_for_td(&sidecar, THING_ID).await;
+    let (trace_id, client_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let run = node(
+        "trace",
+        &mcp_url(&sidecar),
+        &[format!("traceparent=00-{trace_id}-{client_span}-01")],
+    );
+    let invoke = loop {
+        let m = agent.recv().await;
+        if m["messageType"] == "invokeAction" {
+            break m;
+        }
+    };
+    let mut done = json!({
+        "thingID": THING_ID, "messageID": "done", "messageType": "actionStatus",
+        "action": "getWeather", "status": "completed", "output": "Sunny.",
+    });
+    done["correlationID"] = invoke["correlationID"].clone();
+    agent.send(done).await;
+    let report = run.report().await;
+    assert_eq!(report["errors"], json!([]), "{report:#}");
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let call = spans
+        .iter()
+        .find(|s| s.name == "tools/call getWeather")
+        .unwrap_or_else(|| {
+            panic!(
+                "no MCP span in {:?}",
+                spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+            )
+        });
+    assert_eq!(call.span_kind, SpanKind::Server);
+    assert_eq!(call.span_context.trace_id().to_string(), trace_id);
+    assert_eq!(call.parent_span_id.to_string(), client_span);
+    assert!(call.end_time > call.start_time, "the span lasts the call");
+    let attribute = |key: &str| {
+        call.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    };
+    assert_eq!(attribute("mcp.method.name").as_deref(), Some("tools/call"));
+    assert_eq!(attribute("gen_ai.tool.name").as_deref(), Some("getWeather"));
+    assert_eq!(
+        attribute("gen_ai.operation.name").as_deref(),
+        Some("execute_tool")
+    );
+    assert_eq!(
+        attribute("mcp.session.id").as_deref(),
+        report["sessionId"].as_str()
+    );
+    assert_eq!(
+        attribute("mcp.protocol.version").as_deref(),
+        Some("2025-11-25")
+    );
+    // The invocation's hops are its children: one trace from the client
+    // through the MCP call to the agent.
+    let call_id = call.span_context.span_id();
+    assert!(
+        spans.iter().any(|s| s.parent_span_id == call_id),
+        "no span under the MCP call"
+    );
+    let (_, parent_on_the_agent) = {
+        let tp = invoke["traceparent"].as_str().unwrap();
+        let parts: Vec<&str> = tp.split('-').collect();
+        (parts[1].to_owned(), parts[2].to_owned())
+    };
+    assert!(
+        spans.iter().any(
+            |s| s.span_context.span_id().to_string() == parent_on_the_agent
+                && s.span_context.trace_id().to_string() == trace_id
+        ),
+        "the agent's parent span is one of the trace's"
+    );
+    sidecar.stop().await;
+}

@@ -335,6 +335,11 @@ impl Gateway {
         answer.await.unwrap_or_default()
     }
 
+    /// The tracer, for the spans of MCP and A2A calls.
+    pub fn tracer(&self) -> &MessageTracer {
+        &self.shared.tracer
+    }
+
     /// The Things an agent hosts now.
     pub async fn hosted(&self) -> Vec<String> {
         let (reply, answer) = oneshot::channel();

@@ -286,7 +286,7 @@ impl MessageTracer {
                 let result = sampler.should_sample(
                     Some(&parent.context()),
                     parent.trace_id,
-                    &span_name(operation, destination),
+                    &span_name((operation.name(), destination)),
                     &operation.kind().1,
                     &[],
                     &[],
@@ -296,6 +296,7 @@ impl MessageTracer {
             }
         };
         let traceparent = traceparent(parent.trace_id, span_id, flags);
+        let time = SystemTime::now();
         if flags.is_sampled() && sink.takes_span() {
             sink.record(&Hop {
                 span_id,
@@ -308,7 +309,9 @@ impl MessageTracer {
                 error,
                 // A hop has no duration of its own worth a second clock
                 // reading.
-                time: SystemTime::now(),
+                time,
+                start: time,
+                rpc: None,
             });
         }
         Some(TraceContext {
@@ -316,6 +319,72 @@ impl MessageTracer {
             // Passed on as it came, not as the propagator re-encodes it.
             tracestate: parent.tracestate.clone(),
         })
+    }
+}
+
+impl MessageTracer {
+    /// Begins an MCP or A2A call's SERVER span under the request's
+    /// `traceparent` (or a new trace, as for untraced messages); `None`
+    /// when tracing is off. The call's LMOS request carries its context.
+    pub fn begin_rpc(
+        &self,
+        incoming: Option<&str>,
+        incoming_state: Option<&str>,
+        name: &str,
+    ) -> Option<RpcSpan> {
+        let sink = self.sink.as_ref()?;
+        let parent = self.parent_of(incoming, incoming_state)?;
+        let span_id = ids().new_span_id();
+        let (flags, state) = match &sink.sampler {
+            None => (parent.flags, parent.state.clone()),
+            Some(sampler) => {
+                let result = sampler.should_sample(
+                    Some(&parent.context()),
+                    parent.trace_id,
+                    name,
+                    &SpanKind::Server,
+                    &[],
+                    &[],
+                );
+                let sampled = result.decision == SamplingDecision::RecordAndSample;
+                (parent.flags.with_sampled(sampled), result.trace_state)
+            }
+        };
+        let context = TraceContext {
+            traceparent: traceparent(parent.trace_id, span_id, flags),
+            tracestate: parent.tracestate.clone(),
+        };
+        Some(RpcSpan {
+            parent,
+            span_id,
+            flags,
+            state,
+            start: SystemTime::now(),
+            context,
+        })
+    }
+
+    /// Ends the span begun by [`MessageTracer::begin_rpc`] and records it.
+    pub fn end_rpc(&self, span: &RpcSpan, info: &RpcInfo<'_>, error: Option<&str>) {
+        let Some(sink) = self.sink.as_ref() else {
+            return;
+        };
+        if !span.flags.is_sampled() || !sink.takes_span() {
+            return;
+        }
+        sink.record(&Hop {
+            span_id: span.span_id,
+            flags: span.flags,
+            state: &span.state,
+            parent: &span.parent,
+            operation: Operation::Process,
+            destination: info.target,
+            info: &MessageInfo::default(),
+            error,
+            time: SystemTime::now(),
+            start: span.start,
+            rpc: Some(info),
+        });
     }
 }
 
@@ -337,6 +406,38 @@ pub(super) struct Hop<'a> {
     pub info: &'a MessageInfo<'a>,
     pub error: Option<&'a str>,
     pub time: SystemTime,
+    /// When the span began: `time` for a hop, earlier for an RPC span.
+    pub start: SystemTime,
+    /// An MCP or A2A call's SERVER span instead of a message hop.
+    pub rpc: Option<&'a RpcInfo<'a>>,
+}
+
+/// What an MCP or A2A call's span says, after OpenTelemetry's MCP
+/// conventions (`{mcp.method.name} {target}`, SERVER, `mcp.*`, `jsonrpc.*`,
+/// `gen_ai.tool.name`); A2A has none of its own and is written alike with
+/// `rpc.*`.
+#[derive(Debug, Clone, Copy)]
+pub struct RpcInfo<'a> {
+    /// `mcp` or `a2a`.
+    pub protocol: &'static str,
+    pub method: &'a str,
+    /// The tool (MCP) or the agent's Thing (A2A).
+    pub target: &'a str,
+    pub request_id: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    pub protocol_version: Option<&'a str>,
+}
+
+/// An RPC span begun: its context is the parent of what the call sends on.
+#[derive(Debug, Clone)]
+pub struct RpcSpan {
+    parent: Parent,
+    span_id: SpanId,
+    flags: TraceFlags,
+    state: TraceState,
+    start: SystemTime,
+    /// What the call's LMOS request carries.
+    pub context: TraceContext,
 }
 
 /// An attribute's value: the two kinds a hop has.
@@ -361,18 +462,54 @@ impl<'a> Hop<'a> {
     }
 
     pub fn kind(&self) -> SpanKind {
-        self.operation.kind().1
+        match self.rpc {
+            Some(_) => SpanKind::Server,
+            None => self.operation.kind().1,
+        }
     }
 
     /// The two parts of `{operation} {destination}`, as the messaging
-    /// conventions name spans.
-    pub fn name_parts(&self) -> (&'static str, &'a str) {
-        (self.operation.name(), self.destination)
+    /// conventions name spans (`{method} {target}` for an RPC).
+    pub fn name_parts(&self) -> (&'a str, &'a str) {
+        match self.rpc {
+            Some(rpc) => (rpc.method, rpc.target),
+            None => (self.operation.name(), self.destination),
+        }
     }
 
     /// In the order both sinks write them.
     pub fn attributes(&self) -> impl Iterator<Item = (&'static str, Attr<'a>)> + '_ {
         let info = self.info;
+        let hop = self.rpc.is_none();
+        let rpc = self.rpc;
+        let mcp = rpc.filter(|r| r.protocol == "mcp");
+        let tool = mcp.filter(|r| r.method == "tools/call");
+        let a2a = rpc.filter(|r| r.protocol != "mcp");
+        let rpc_attributes = [
+            ("mcp.method.name", mcp.map(|r| Attr::Str(r.method))),
+            (
+                "mcp.session.id",
+                mcp.and_then(|r| r.session_id).map(Attr::Str),
+            ),
+            (
+                "mcp.protocol.version",
+                mcp.and_then(|r| r.protocol_version).map(Attr::Str),
+            ),
+            ("gen_ai.tool.name", tool.map(|r| Attr::Str(r.target))),
+            (
+                "gen_ai.operation.name",
+                tool.map(|_| Attr::Str("execute_tool")),
+            ),
+            ("rpc.system", a2a.map(|_| Attr::Str("jsonrpc"))),
+            ("rpc.method", a2a.map(|r| Attr::Str(r.method))),
+            ("a2a.agent", a2a.map(|r| Attr::Str(r.target))),
+            (
+                "jsonrpc.request.id",
+                rpc.and_then(|r| r.request_id).map(Attr::Str),
+            ),
+            ("network.protocol.name", rpc.map(|_| Attr::Str("http"))),
+            ("network.transport", rpc.map(|_| Attr::Str("tcp"))),
+        ];
         let fixed = [
             ("messaging.system", Some(Attr::Str("lmos"))),
             (
@@ -399,6 +536,8 @@ impl<'a> Hop<'a> {
         ];
         fixed
             .into_iter()
+            .filter(move |_| hop)
+            .chain(rpc_attributes)
             .filter_map(|(key, value)| Some((key, value?)))
     }
 
@@ -423,8 +562,8 @@ impl<'a> Hop<'a> {
             parent_span_id: self.parent_span_id(),
             parent_span_is_remote: self.parent_is_remote(),
             span_kind: self.kind(),
-            name: Cow::Owned(span_name(self.operation, self.destination)),
-            start_time: self.time,
+            name: Cow::Owned(span_name(self.name_parts())),
+            start_time: self.start,
             end_time: self.time,
             attributes,
             dropped_attributes_count: 0,
@@ -439,9 +578,9 @@ impl<'a> Hop<'a> {
 }
 
 /// `{operation} {destination}`, as the messaging conventions name spans.
-fn span_name(operation: Operation, destination: &str) -> String {
-    let mut name = String::with_capacity(operation.name().len() + 1 + destination.len());
-    name.push_str(operation.name());
+fn span_name((operation, destination): (&str, &str)) -> String {
+    let mut name = String::with_capacity(operation.len() + 1 + destination.len());
+    name.push_str(operation);
     name.push(' ');
     name.push_str(destination);
     name

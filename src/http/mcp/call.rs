@@ -15,7 +15,7 @@ use crate::gateway::Replies;
 use crate::http::jsonrpc;
 use crate::http::rpc_io::{Offered, SseSender};
 use crate::lmos::{Body, Message};
-use crate::telemetry::metrics;
+use crate::telemetry::{metrics, RpcInfo};
 
 /// An SSE comment this often keeps a long call's stream open through
 /// proxies and idle timeouts.
@@ -43,6 +43,43 @@ impl Ctx {
             .await
             .map_err(|p| tools::tool_error(&format!("{}: {}", p.kind.title(), p.detail)))
     }
+}
+
+/// [`call`] inside the call's SERVER span (OpenTelemetry's MCP
+/// conventions), which is the parent of the LMOS request's spans.
+pub async fn traced(
+    mut ctx: Ctx,
+    request: &Value,
+    tool: &Tool,
+    arguments: &Value,
+    progress: Option<Progress>,
+) -> Option<Value> {
+    let tracer = ctx.state.gateway.tracer().clone();
+    let name = format!("tools/call {}", tool.name);
+    let span = tracer.begin_rpc(ctx.traceparent.as_deref(), ctx.tracestate.as_deref(), &name);
+    if let Some(span) = &span {
+        ctx.traceparent = Some(span.context.traceparent.clone());
+        ctx.tracestate = span.context.tracestate.clone();
+    }
+    let result = call(&ctx, request, tool, arguments, progress).await;
+    if let Some(span) = &span {
+        let request_id = request.to_string();
+        let info = RpcInfo {
+            protocol: "mcp",
+            method: "tools/call",
+            target: &tool.name,
+            request_id: Some(&request_id),
+            session_id: Some(&ctx.session),
+            protocol_version: Some(&ctx.version),
+        };
+        let error = match &result {
+            Some(r) if r["isError"] == true => Some("tool_error"),
+            None => Some("cancelled"),
+            _ => None,
+        };
+        tracer.end_rpc(span, &info, error);
+    }
+    result
 }
 
 /// The result of calling `tool`; `None` when the client cancelled the call

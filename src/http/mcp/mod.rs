@@ -77,6 +77,8 @@ pub struct Ctx {
     state: HttpState,
     principal: Principal,
     session: String,
+    /// The protocol version the session negotiated.
+    version: String,
     traceparent: Option<String>,
     tracestate: Option<String>,
 }
@@ -155,25 +157,21 @@ pub async fn post(
             text,
         );
     }
-    if state
-        .mcp
-        .sessions
-        .touch(&session, principal.name())
-        .is_none()
-    {
+    let Some(current) = state.mcp.sessions.touch(&session, principal.name()) else {
         return rpc_error(
             StatusCode::NOT_FOUND,
             &Value::Null,
             jsonrpc::INVALID_REQUEST,
             "Session not found; send `initialize` again",
         );
-    }
+    };
     let ctx = Ctx {
         traceparent: header(&headers, "traceparent"),
         tracestate: header(&headers, "tracestate"),
         state,
         principal,
         session,
+        version: current.version,
     };
     match message {
         Incoming::Request { id, method, params } => {
@@ -283,7 +281,7 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
     let token = params["_meta"].get("progressToken").cloned();
     match token.filter(|_| accepts_sse(headers)) {
         None => {
-            let result = call::call(&ctx, &id, &tool, &arguments, None).await;
+            let result = call::traced(ctx, &id, &tool, &arguments, None).await;
             match result {
                 Some(r) => rpc_io::json(StatusCode::OK, &jsonrpc::result(&id, r)),
                 None => StatusCode::ACCEPTED.into_response(),
@@ -296,7 +294,7 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
                     sse: sse.clone(),
                     token,
                 };
-                if let Some(r) = call::call(&ctx, &id, &tool, &arguments, Some(progress)).await {
+                if let Some(r) = call::traced(ctx, &id, &tool, &arguments, Some(progress)).await {
                     sse.send(&jsonrpc::result(&id, r));
                 }
             });
