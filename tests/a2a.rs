@@ -276,3 +276,49 @@ async fn a_principal_without_rights_gets_no_card_and_a2a_s_error() {
     );
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn a_message_is_a_server_span_parent_of_the_invocation() {
+    use lmos_sidecar::telemetry::Tracing;
+    use opentelemetry_sdk::trace::InMemorySpanExporter;
+    let exporter = InMemorySpanExporter::default();
+    let tracing = Tracing::with_exporter(exporter.clone(), false);
+    let sidecar = TestSidecar::start_traced(test_config(), tracing).await;
+    let url = sidecar.ws_url();
+    tokio::spawn(async move { weather_agent::serve(&url).await.map_err(|e| e.to_string()) });
+    common::wait_for_td(&sidecar, THING_ID).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let send = json!({"jsonrpc": "2.0", "id": "s1", "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"question": "in Oslo", "interactionMode": "text"}}]}}});
+    let traceparent = format!("00-{trace_id}-00f067aa0ba902b7-01");
+    let done = common::http_with(
+        sidecar.http,
+        "POST",
+        &format!("/a2a/{}", urlencode(THING_ID)),
+        &[
+            ("Content-Type", "application/json"),
+            ("traceparent", &traceparent),
+        ],
+        send.to_string().as_bytes(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        done["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{done}"
+    );
+    let spans = exporter.get_finished_spans().unwrap();
+    let name = format!("SendMessage {THING_ID}");
+    let call = spans
+        .iter()
+        .find(|s| s.name == name)
+        .expect("the A2A call's span");
+    assert_eq!(call.span_context.trace_id().to_string(), trace_id);
+    assert_eq!(call.parent_span_id.to_string(), "00f067aa0ba902b7");
+    let id = call.span_context.span_id();
+    assert!(
+        spans.iter().any(|s| s.parent_span_id == id),
+        "no span under the A2A call"
+    );
+    sidecar.stop().await;
+}

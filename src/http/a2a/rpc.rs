@@ -16,7 +16,7 @@ use crate::http::jsonrpc::{self, Incoming};
 use crate::http::rpc_io::{self, Offered, SseSender};
 use crate::http::HttpState;
 use crate::lmos::{Body as Lmos, Message, Problem};
-use crate::telemetry::metrics;
+use crate::telemetry::{metrics, RpcInfo};
 
 /// How long a message waits for its invocation's first status before it
 /// is answered as submitted (streams) or waits on (`SendMessage`).
@@ -124,20 +124,52 @@ pub async fn rpc(
         let text = format!("Method not found: `{name}`");
         return answer(jsonrpc::error(&id, jsonrpc::METHOD_NOT_FOUND, &text, None));
     };
+    // The call's SERVER span, parent of the invocation's; it lasts until
+    // the answer (for a stream: until the stream starts).
+    let tracer = state.gateway.tracer().clone();
+    let (incoming, incoming_state) = (
+        header(&headers, "traceparent"),
+        header(&headers, "tracestate"),
+    );
+    let span = tracer.begin_rpc(
+        incoming.as_deref(),
+        incoming_state.as_deref(),
+        &format!("{name} {thing}"),
+    );
+    let (traceparent, tracestate) = match &span {
+        Some(s) => (
+            Some(s.context.traceparent.clone()),
+            s.context.tracestate.clone(),
+        ),
+        None => (incoming, incoming_state),
+    };
+    let request_id = id.to_string();
     let call = Call {
         state,
         principal: caller.principal,
-        thing,
+        thing: thing.clone(),
         id,
         dialect,
-        traceparent: header(&headers, "traceparent"),
-        tracestate: header(&headers, "tracestate"),
+        traceparent,
+        tracestate,
     };
-    match method {
+    let response = match method {
         Method::Send | Method::Stream => send(call, &params, method).await,
         Method::Get => get(call, &params).await,
         Method::Cancel => cancel(call, &params).await,
+    };
+    if let Some(span) = &span {
+        let info = RpcInfo {
+            protocol: "a2a",
+            method: &name,
+            target: &thing,
+            request_id: Some(&request_id),
+            session_id: None,
+            protocol_version: Some(if dialect == Dialect::V1 { "1.0" } else { "0.3" }),
+        };
+        tracer.end_rpc(span, &info, None);
     }
+    response
 }
 
 /// The task the params name, and its action.
