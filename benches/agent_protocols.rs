@@ -98,7 +98,7 @@ impl Http {
 
 /// One way in: makes one call and checks its answer.
 enum Way {
-    WebSocket(lmos_testkit::WsClient),
+    WebSocket(Box<lmos_testkit::WsClient>),
     Binding(Http),
     Mcp(Http, String),
     A2a(Http),
@@ -169,7 +169,7 @@ async fn ways(sidecar: &TestSidecar) -> Result<Vec<Way>> {
         .context("a session")?
         .1;
     Ok(vec![
-        Way::WebSocket(sidecar.ws().await),
+        Way::WebSocket(Box::new(sidecar.ws().await)),
         Way::Binding(Http::connect(sidecar.http).await?),
         Way::Mcp(mcp, session),
         Way::A2a(Http::connect(sidecar.http).await?),
