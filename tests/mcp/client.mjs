@@ -57,6 +57,9 @@ async function weather() {
 
 async function vanish() {
   report.before = await names();
+  // The SDK opens its GET stream in the background after `initialized`;
+  // give it time to be up before the agent goes.
+  await new Promise((r) => setTimeout(r, 500));
   console.log("step: listed");
   await Promise.race([changedOnce, new Promise((r) => setTimeout(r, 10000))]);
   report.listChanged = listChanged;

@@ -43,6 +43,9 @@ async def main(scenario: str, url: str) -> dict:
                 report["missing"] = missing.model_dump(mode="json", by_alias=True, exclude_none=True)
             elif scenario == "vanish":
                 report["before"] = await names(client)
+                # The SDK opens its GET stream in the background; give it
+                # time to be up before the agent goes.
+                await asyncio.sleep(0.5)
                 print("step: listed", flush=True)
                 try:
                     await asyncio.wait_for(changed.wait(), 10)
