@@ -603,3 +603,19 @@ async fn a_tool_call_is_a_server_span_after_the_mcp_conventions_parent_of_the_in
     );
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn switched_off_the_agent_protocols_are_not_served() {
+    let mut config = test_config();
+    config.mcp.enabled = false;
+    config.a2a.enabled = false;
+    let sidecar = TestSidecar::start_with(config).await;
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    for path in ["/mcp", "/a2a/urn:x"] {
+        let r = common::http(sidecar.http, "POST", path, Some("application/json"), ping).await;
+        assert_eq!(r.status, 404, "{path}: {r:?}");
+    }
+    let card = common::http(sidecar.http, "GET", "/.well-known/agent-card.json", None, b"").await;
+    assert_eq!(card.status, 404);
+    sidecar.stop().await;
+}
