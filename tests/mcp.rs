@@ -615,7 +615,14 @@ async fn switched_off_the_agent_protocols_are_not_served() {
         let r = common::http(sidecar.http, "POST", path, Some("application/json"), ping).await;
         assert_eq!(r.status, 404, "{path}: {r:?}");
     }
-    let card = common::http(sidecar.http, "GET", "/.well-known/agent-card.json", None, b"").await;
+    let card = common::http(
+        sidecar.http,
+        "GET",
+        "/.well-known/agent-card.json",
+        None,
+        b"",
+    )
+    .await;
     assert_eq!(card.status, 404);
     sidecar.stop().await;
 }
