@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::results;
 use super::sessions::RunningCall;
-use super::tools::{self, Target, Tool};
+use super::tools::{Target, Tool};
 use super::Ctx;
 use crate::gateway::Replies;
 use crate::http::jsonrpc;
@@ -41,7 +42,7 @@ impl Ctx {
             .gateway
             .request_via(metrics::MCP, &self.principal, message)
             .await
-            .map_err(|p| tools::tool_error(&format!("{}: {}", p.kind.title(), p.detail)))
+            .map_err(|p| results::tool_error(&format!("{}: {}", p.kind.title(), p.detail)))
     }
 }
 
@@ -112,10 +113,10 @@ pub async fn call(
         Err(e) => return Some(e),
     };
     let Some(reply) = replies.next().await else {
-        return Some(tools::tool_error("The sidecar is shutting down."));
+        return Some(results::tool_error("The sidecar is shutting down."));
     };
     Some(match reply["messageType"].as_str() {
-        Some("error") => tools::tool_error(&tools::error_text(&reply)),
+        Some("error") => results::tool_error(&results::error_text(&reply)),
         _ if written => {
             json!({"content": [{"type": "text", "text": "Written."}], "isError": false})
         }
@@ -176,19 +177,19 @@ async fn invoke(
             }
         };
         let Some(status) = reply else {
-            break Some(tools::tool_error("The sidecar is shutting down."));
+            break Some(results::tool_error("The sidecar is shutting down."));
         };
         if status["messageType"] == "error" {
-            break Some(tools::tool_error(&tools::error_text(&status)));
+            break Some(results::tool_error(&results::error_text(&status)));
         }
         match status["status"].as_str().unwrap_or_default() {
             "completed" => break Some(tool.success(status.get("output"))),
             s if crate::lmos::is_terminal(s) => {
-                break Some(tools::tool_error(&tools::ended_text(&status)))
+                break Some(results::tool_error(&results::ended_text(&status)))
             }
             "pending" => {}
             _ => {
-                let (Some(p), Some(text)) = (&progress, tools::progress_message(&status)) else {
+                let (Some(p), Some(text)) = (&progress, results::progress_message(&status)) else {
                     continue;
                 };
                 sent += 1;

@@ -14,6 +14,7 @@
 //! (tools are only what the caller may use).
 
 mod call;
+pub mod results;
 pub mod sessions;
 pub mod tools;
 mod watch;
