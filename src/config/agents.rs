@@ -20,6 +20,9 @@ pub struct McpConfig {
     /// Bytes an SSE stream may have queued for a client that does not read;
     /// past it progress notifications are dropped (the result never is).
     pub max_stream_queue_bytes: usize,
+    /// Bytes all SSE streams (MCP and A2A) together may have queued for
+    /// clients that do not read: one client's many calls share it.
+    pub max_total_stream_bytes: usize,
 }
 
 impl Default for McpConfig {
@@ -30,6 +33,7 @@ impl Default for McpConfig {
             max_sessions_per_principal: 32,
             session_idle_ms: 30 * 60 * 1_000,
             max_stream_queue_bytes: 1024 * 1024,
+            max_total_stream_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -74,12 +74,39 @@ pub fn accepts_sse(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("text/event-stream"))
 }
 
+/// What every SSE stream together may have queued, and what one may.
+#[derive(Debug, Clone)]
+pub struct SseBudget {
+    per_stream: usize,
+    total: usize,
+    queued: Arc<AtomicUsize>,
+}
+
+impl SseBudget {
+    pub fn new(per_stream: usize, total: usize) -> SseBudget {
+        SseBudget {
+            per_stream,
+            total,
+            queued: Arc::default(),
+        }
+    }
+}
+
+/// Bytes one stream has queued; `None` once its client is gone. Kept
+/// under a lock so that what a stream gives back to the total on closing
+/// and what is pushed meanwhile cannot cross.
+type Queued = Arc<Mutex<Option<usize>>>;
+
 /// The sending half of an SSE stream.
 #[derive(Clone)]
 pub struct SseSender {
     tx: mpsc::UnboundedSender<Bytes>,
-    queued: Arc<AtomicUsize>,
-    budget: usize,
+    queued: Queued,
+    budget: SseBudget,
+}
+
+fn lock(queued: &Queued) -> MutexGuard<'_, Option<usize>> {
+    queued.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What became of an offered event.
@@ -95,7 +122,12 @@ pub enum Offered {
 impl SseSender {
     fn push(&self, text: String) -> bool {
         let bytes = Bytes::from(text);
-        self.queued.fetch_add(bytes.len(), Ordering::Relaxed);
+        let mut queued = lock(&self.queued);
+        let Some(n) = queued.as_mut() else {
+            return false;
+        };
+        *n += bytes.len();
+        self.budget.queued.fetch_add(bytes.len(), Ordering::Relaxed);
         self.tx.send(bytes).is_ok()
     }
 
@@ -105,7 +137,12 @@ impl SseSender {
         if self.tx.is_closed() {
             return Offered::Gone;
         }
-        if self.queued.load(Ordering::Relaxed) >= self.budget {
+        // This stream's share, and all streams' (many calls of one slow
+        // client would otherwise each hold a share).
+        let mine = lock(&self.queued).unwrap_or(0);
+        if mine >= self.budget.per_stream
+            || self.budget.queued.load(Ordering::Relaxed) >= self.budget.total
+        {
             return Offered::OverBudget;
         }
         match self.push(event(message)) {
@@ -136,17 +173,21 @@ fn event(message: &Value) -> String {
 
 /// A stream and the response that carries it; the response ends when
 /// every sender is dropped.
-pub fn sse(budget: usize) -> (SseSender, Response) {
+pub fn sse(budget: &SseBudget) -> (SseSender, Response) {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let counter = queued.clone();
-    let stream = futures_util::stream::unfold(rx, move |mut rx| {
-        let counter = counter.clone();
-        async move {
-            let bytes = rx.recv().await?;
-            counter.fetch_sub(bytes.len(), Ordering::Relaxed);
-            Some((Ok::<_, Infallible>(bytes), rx))
+    let queued: Queued = Arc::new(Mutex::new(Some(0)));
+    let reader = Reader {
+        rx,
+        stream: queued.clone(),
+        total: budget.queued.clone(),
+    };
+    let stream = futures_util::stream::unfold(reader, |mut reader| async move {
+        let bytes = reader.rx.recv().await?;
+        if let Some(n) = lock(&reader.stream).as_mut() {
+            *n -= bytes.len();
+            reader.total.fetch_sub(bytes.len(), Ordering::Relaxed);
         }
+        Some((Ok::<_, Infallible>(bytes), reader))
     });
     let response = Response::builder()
         .status(StatusCode::OK)
@@ -154,8 +195,28 @@ pub fn sse(budget: usize) -> (SseSender, Response) {
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(stream))
         .expect("static response parts are valid");
-    let sender = SseSender { tx, queued, budget };
+    let sender = SseSender {
+        tx,
+        queued,
+        budget: budget.clone(),
+    };
     (sender, response)
+}
+
+/// The receiving half: what it takes out is no longer queued, and what is
+/// left when the client goes is given back to the total.
+struct Reader {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    stream: Queued,
+    total: Arc<AtomicUsize>,
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let left = lock(&self.stream).take().unwrap_or(0);
+        self.total.fetch_sub(left, Ordering::Relaxed);
+        self.rx.close();
+    }
 }
 
 #[cfg(test)]
@@ -165,7 +226,7 @@ mod tests {
 
     #[tokio::test]
     async fn progress_past_the_budget_is_dropped_but_the_answer_is_not() {
-        let (tx, response) = sse(100);
+        let (tx, response) = sse(&SseBudget::new(100, 1000));
         let big = json!({"p": "x".repeat(80)});
         assert_eq!(tx.offer(&big), Offered::Queued);
         assert_eq!(tx.offer(&big), Offered::OverBudget);
@@ -177,5 +238,21 @@ mod tests {
         let text = String::from_utf8(body.to_vec()).unwrap();
         assert_eq!(text.matches("event: message").count(), 2, "{text}");
         assert!(text.ends_with("data: {\"result\":1}\n\n"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn many_streams_of_a_client_that_reads_none_share_one_total() {
+        let budget = SseBudget::new(100, 250);
+        let big = json!({"p": "x".repeat(80)});
+        let streams: Vec<_> = (0..5).map(|_| sse(&budget)).collect();
+        let queued = streams
+            .iter()
+            .filter(|(tx, _)| tx.offer(&big) == Offered::Queued)
+            .count();
+        assert_eq!(queued, 3, "each under its own 100, all under 250");
+        assert!(budget.queued.load(Ordering::Relaxed) <= 250 + 100);
+        // A client that goes gives its share back.
+        drop(streams);
+        assert_eq!(budget.queued.load(Ordering::Relaxed), 0);
     }
 }

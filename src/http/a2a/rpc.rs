@@ -227,7 +227,7 @@ async fn send(call: Call, params: &Value, method: Method) -> Response {
         return call.refused(status_of(&first), &tasks::error_text(&first), method);
     }
     if streaming {
-        let (sse, response) = rpc_io::sse(call.state.mcp.queue_bytes());
+        let (sse, response) = rpc_io::sse(call.state.mcp.streams());
         tokio::spawn(async move { stream(call, replies, first, sse, task, context, skill).await });
         return response;
     }

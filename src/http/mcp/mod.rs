@@ -47,16 +47,17 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 /// What `/mcp` keeps: the sessions, the limits, the watch on the agents.
 pub struct Mcp {
     sessions: Sessions,
-    queue_bytes: usize,
+    streams: rpc_io::SseBudget,
     /// Largest request body (`gateway.max_message_size`), for A2A too.
     pub body_limit: usize,
     watch: watch::HostWatch,
 }
 
 impl Mcp {
-    /// `mcp.max_stream_queue_bytes`, which bounds A2A's streams too.
-    pub fn queue_bytes(&self) -> usize {
-        self.queue_bytes
+    /// `mcp.max_stream_queue_bytes` and `mcp.max_total_stream_bytes`,
+    /// which bound A2A's streams too.
+    pub fn streams(&self) -> &rpc_io::SseBudget {
+        &self.streams
     }
 
     pub fn new(config: &McpConfig, body_limit: usize) -> Arc<Mcp> {
@@ -66,7 +67,10 @@ impl Mcp {
                 per_principal: config.max_sessions_per_principal,
                 idle: std::time::Duration::from_millis(config.session_idle_ms),
             }),
-            queue_bytes: config.max_stream_queue_bytes,
+            streams: rpc_io::SseBudget::new(
+                config.max_stream_queue_bytes,
+                config.max_total_stream_bytes,
+            ),
             body_limit,
             watch: watch::HostWatch::default(),
         })
@@ -289,7 +293,7 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
             }
         }
         Some(token) => {
-            let (sse, response) = rpc_io::sse(ctx.state.mcp.queue_bytes);
+            let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
             tokio::spawn(async move {
                 let progress = call::Progress {
                     sse: sse.clone(),
@@ -336,7 +340,7 @@ pub async fn get(State(state): State<HttpState>, caller: Caller, headers: Header
             "Session not found",
         );
     };
-    let (sse, response) = rpc_io::sse(state.mcp.queue_bytes);
+    let (sse, response) = rpc_io::sse(&state.mcp.streams);
     tokio::spawn(watch::notify_changes(state, principal, sse, ended));
     response
 }
