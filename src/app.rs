@@ -355,6 +355,11 @@ impl Application {
                 self.http_addr,
                 self.metrics.clone(),
             ),
+            mcp: http::mcp::Mcp::new(&self.config.mcp, self.config.gateway.max_message_size),
+            agent_protocols: http::AgentProtocols {
+                mcp: self.config.mcp.enabled,
+                a2a: self.config.a2a.enabled,
+            },
             auth: HttpAuth {
                 authority: self.authority,
                 schemes: self.config.http.authentication.clone(),

@@ -14,10 +14,12 @@ use serde::{Deserialize, Serialize};
 use crate::topics::Topics;
 
 mod address;
+mod agents;
 pub mod descriptors;
 mod quotas;
 mod store;
 pub use address::parse_listen_addr;
+pub use agents::{A2aConfig, McpConfig};
 pub use quotas::{QuotaOverrides, QuotasConfig};
 pub use store::{StoreConfig, SyncMode};
 
@@ -43,6 +45,8 @@ pub struct Config {
     pub console: ConsoleConfig,
     pub quotas: QuotasConfig,
     pub store: StoreConfig,
+    pub mcp: McpConfig,
+    pub a2a: A2aConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -859,6 +863,16 @@ impl Config {
             ),
             ("http.body_timeout_ms", self.http.body_timeout_ms as usize),
             ("auth.cache_entries", self.auth.cache_entries),
+            ("mcp.max_sessions", self.mcp.max_sessions),
+            (
+                "mcp.max_sessions_per_principal",
+                self.mcp.max_sessions_per_principal,
+            ),
+            ("mcp.session_idle_ms", self.mcp.session_idle_ms as usize),
+            (
+                "mcp.max_stream_queue_bytes",
+                self.mcp.max_stream_queue_bytes,
+            ),
         ];
         for (key, v) in positive {
             if v == 0 {

@@ -279,19 +279,29 @@ impl Gateway {
         principal: &Principal,
         message: Message,
     ) -> Result<Replies, Problem> {
+        self.request_via(crate::telemetry::metrics::HTTP, principal, message)
+            .await
+    }
+
+    /// As [`Gateway::http_request`], counted under `transport` (MCP and
+    /// A2A callers share the principal's consumer with the HTTP binding,
+    /// so `GetTask` or a status `GET` finds what either started).
+    pub async fn request_via(
+        &self,
+        transport: &'static str,
+        principal: &Principal,
+        message: Message,
+    ) -> Result<Replies, Problem> {
         if let Err((access, problem)) = authorize(principal, &message) {
-            self.shared
-                .metrics
-                .denied(crate::telemetry::metrics::HTTP, access.as_str());
+            self.shared.metrics.denied(transport, access.as_str());
             return Err(problem);
         }
         if let Some(problem) = inbound::unfit(&message, &self.shared.topics) {
             return Err(problem);
         }
-        self.shared.metrics.received(
-            crate::telemetry::metrics::HTTP,
-            message.message_type().as_str(),
-        );
+        self.shared
+            .metrics
+            .received(transport, message.message_type().as_str());
         let consumer = self.http_consumer(principal).await;
         let replies = consumer.wait_for(message.reply_correlation_id());
         let command = Command::Request {
@@ -338,6 +348,18 @@ impl Gateway {
     pub async fn activity(&self) -> Activity {
         let (reply, answer) = oneshot::channel();
         self.shared.command(Command::Activity { reply }).await;
+        answer.await.unwrap_or_default()
+    }
+
+    /// The tracer, for the spans of MCP and A2A calls.
+    pub fn tracer(&self) -> &MessageTracer {
+        &self.shared.tracer
+    }
+
+    /// The Things an agent hosts now.
+    pub async fn hosted(&self) -> Vec<String> {
+        let (reply, answer) = oneshot::channel();
+        self.shared.command(Command::Hosted { reply }).await;
         answer.await.unwrap_or_default()
     }
 

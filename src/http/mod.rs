@@ -4,10 +4,14 @@
 //! `/things/{id}/actions/...`), `/healthz`, `/readyz`, `/metrics` and the
 //! live console (`/console`).
 
+pub mod a2a;
 pub mod auth;
 pub mod console;
 pub mod directory;
 pub mod guard;
+pub mod jsonrpc;
+pub mod mcp;
+mod rpc_io;
 pub mod server;
 pub mod slow;
 mod things;
@@ -59,6 +63,17 @@ pub struct HttpState {
     pub console: console::ConsoleSettings,
     /// Host, Origin and Content-Type rules for every request.
     pub guard: guard::Guard,
+    /// MCP's sessions and limits (`/mcp`, when `mcp.enabled`).
+    pub mcp: Arc<mcp::Mcp>,
+    /// What the agent protocols serve (`mcp.enabled`, `a2a.enabled`).
+    pub agent_protocols: AgentProtocols,
+}
+
+/// Which agent protocols the port serves.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentProtocols {
+    pub mcp: bool,
+    pub a2a: bool,
 }
 
 pub fn router(state: HttpState) -> Router {
@@ -76,6 +91,19 @@ pub fn router(state: HttpState) -> Router {
     let auth = state.auth.clone();
     let guard = state.guard.clone();
     let console = console::routes(state.console.enabled);
+    let mut agents = Router::new();
+    if state.agent_protocols.mcp {
+        agents = agents.route("/mcp", post(mcp::post).get(mcp::get).delete(mcp::delete));
+    }
+    if state.agent_protocols.a2a {
+        agents = agents
+            .route("/.well-known/agent-card.json", get(a2a::only_agent_card))
+            .route(
+                "/a2a/{thing}/.well-known/agent-card.json",
+                get(a2a::agent_card),
+            )
+            .route("/a2a/{thing}", post(a2a::rpc));
+    }
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))
         .route("/healthz", get(healthz))
@@ -97,6 +125,7 @@ pub fn router(state: HttpState) -> Router {
             get(things::query_action).delete(things::cancel_action),
         )
         .merge(console)
+        .merge(agents)
         .with_state(state)
         .merge(things)
         .layer(Extension(auth))

@@ -402,6 +402,8 @@ mod tests {
                 info: &MessageInfo::default(),
                 error: None,
                 time: SystemTime::now(),
+                start: SystemTime::now(),
+                rpc: None,
             });
         }
     }

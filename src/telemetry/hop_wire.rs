@@ -55,9 +55,8 @@ fn put_span(out: &mut Vec<u8>, hop: &Hop<'_>) {
     out.push(b' ');
     out.extend_from_slice(destination.as_bytes());
     put_varint_field(out, 6, kind(&hop.kind()));
-    let time = nanos(hop.time);
-    put_fixed64(out, 7, time);
-    put_fixed64(out, 8, time);
+    put_fixed64(out, 7, nanos(hop.start));
+    put_fixed64(out, 8, nanos(hop.time));
     for (key, value) in hop.attributes() {
         put_attribute(out, key, value);
     }
@@ -195,6 +194,8 @@ mod tests {
             info,
             error,
             time,
+            start: time,
+            rpc: None,
         };
         let hops = [
             hop(&with_state, &state, Operation::Process, &full, None, 1),

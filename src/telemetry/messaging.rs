@@ -5,6 +5,10 @@
 //! parent; the message sent on carries the new span's `traceparent` and the
 //! incoming `tracestate`, unchanged.
 
+mod rpc;
+
+pub use rpc::{RpcInfo, RpcSpan};
+
 use std::borrow::Cow;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -286,7 +290,7 @@ impl MessageTracer {
                 let result = sampler.should_sample(
                     Some(&parent.context()),
                     parent.trace_id,
-                    &span_name(operation, destination),
+                    &span_name((operation.name(), destination)),
                     &operation.kind().1,
                     &[],
                     &[],
@@ -296,6 +300,7 @@ impl MessageTracer {
             }
         };
         let traceparent = traceparent(parent.trace_id, span_id, flags);
+        let time = SystemTime::now();
         if flags.is_sampled() && sink.takes_span() {
             sink.record(&Hop {
                 span_id,
@@ -308,7 +313,9 @@ impl MessageTracer {
                 error,
                 // A hop has no duration of its own worth a second clock
                 // reading.
-                time: SystemTime::now(),
+                time,
+                start: time,
+                rpc: None,
             });
         }
         Some(TraceContext {
@@ -337,6 +344,10 @@ pub(super) struct Hop<'a> {
     pub info: &'a MessageInfo<'a>,
     pub error: Option<&'a str>,
     pub time: SystemTime,
+    /// When the span began: `time` for a hop, earlier for an RPC span.
+    pub start: SystemTime,
+    /// An MCP or A2A call's SERVER span instead of a message hop.
+    pub rpc: Option<&'a RpcInfo<'a>>,
 }
 
 /// An attribute's value: the two kinds a hop has.
@@ -361,18 +372,54 @@ impl<'a> Hop<'a> {
     }
 
     pub fn kind(&self) -> SpanKind {
-        self.operation.kind().1
+        match self.rpc {
+            Some(_) => SpanKind::Server,
+            None => self.operation.kind().1,
+        }
     }
 
     /// The two parts of `{operation} {destination}`, as the messaging
-    /// conventions name spans.
-    pub fn name_parts(&self) -> (&'static str, &'a str) {
-        (self.operation.name(), self.destination)
+    /// conventions name spans (`{method} {target}` for an RPC).
+    pub fn name_parts(&self) -> (&'a str, &'a str) {
+        match self.rpc {
+            Some(rpc) => (rpc.method, rpc.target),
+            None => (self.operation.name(), self.destination),
+        }
     }
 
     /// In the order both sinks write them.
     pub fn attributes(&self) -> impl Iterator<Item = (&'static str, Attr<'a>)> + '_ {
         let info = self.info;
+        let hop = self.rpc.is_none();
+        let rpc = self.rpc;
+        let mcp = rpc.filter(|r| r.protocol == "mcp");
+        let tool = mcp.filter(|r| r.method == "tools/call");
+        let a2a = rpc.filter(|r| r.protocol != "mcp");
+        let rpc_attributes = [
+            ("mcp.method.name", mcp.map(|r| Attr::Str(r.method))),
+            (
+                "mcp.session.id",
+                mcp.and_then(|r| r.session_id).map(Attr::Str),
+            ),
+            (
+                "mcp.protocol.version",
+                mcp.and_then(|r| r.protocol_version).map(Attr::Str),
+            ),
+            ("gen_ai.tool.name", tool.map(|r| Attr::Str(r.target))),
+            (
+                "gen_ai.operation.name",
+                tool.map(|_| Attr::Str("execute_tool")),
+            ),
+            ("rpc.system", a2a.map(|_| Attr::Str("jsonrpc"))),
+            ("rpc.method", a2a.map(|r| Attr::Str(r.method))),
+            ("a2a.agent", a2a.map(|r| Attr::Str(r.target))),
+            (
+                "jsonrpc.request.id",
+                rpc.and_then(|r| r.request_id).map(Attr::Str),
+            ),
+            ("network.protocol.name", rpc.map(|_| Attr::Str("http"))),
+            ("network.transport", rpc.map(|_| Attr::Str("tcp"))),
+        ];
         let fixed = [
             ("messaging.system", Some(Attr::Str("lmos"))),
             (
@@ -399,6 +446,8 @@ impl<'a> Hop<'a> {
         ];
         fixed
             .into_iter()
+            .filter(move |_| hop)
+            .chain(rpc_attributes)
             .filter_map(|(key, value)| Some((key, value?)))
     }
 
@@ -423,8 +472,8 @@ impl<'a> Hop<'a> {
             parent_span_id: self.parent_span_id(),
             parent_span_is_remote: self.parent_is_remote(),
             span_kind: self.kind(),
-            name: Cow::Owned(span_name(self.operation, self.destination)),
-            start_time: self.time,
+            name: Cow::Owned(span_name(self.name_parts())),
+            start_time: self.start,
             end_time: self.time,
             attributes,
             dropped_attributes_count: 0,
@@ -439,9 +488,9 @@ impl<'a> Hop<'a> {
 }
 
 /// `{operation} {destination}`, as the messaging conventions name spans.
-fn span_name(operation: Operation, destination: &str) -> String {
-    let mut name = String::with_capacity(operation.name().len() + 1 + destination.len());
-    name.push_str(operation.name());
+fn span_name((operation, destination): (&str, &str)) -> String {
+    let mut name = String::with_capacity(operation.len() + 1 + destination.len());
+    name.push_str(operation);
     name.push(' ');
     name.push_str(destination);
     name

@@ -23,6 +23,10 @@ pub const WEBSOCKET: &str = "websocket";
 pub const MQTT: &str = "mqtt";
 /// The HTTP port: directory requests and WebSocket handshakes.
 pub const HTTP: &str = "http";
+/// MCP clients at `/mcp` (Streamable HTTP).
+pub const MCP: &str = "mcp";
+/// A2A clients at `/a2a/...`.
+pub const A2A: &str = "a2a";
 
 /// A message type as a label: one of the 17, or `unknown`.
 fn type_label(message_type: &str) -> &'static str {

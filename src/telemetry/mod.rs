@@ -22,7 +22,9 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat, TracingConfig};
 pub use log_fields::EscapedFields;
-pub use messaging::{MessageInfo, MessageTracer, Operation, SpanSink, TraceContext};
+pub use messaging::{
+    MessageInfo, MessageTracer, Operation, RpcInfo, RpcSpan, SpanSink, TraceContext,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {

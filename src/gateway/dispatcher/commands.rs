@@ -162,6 +162,9 @@ impl<D: Decisions> Core<D> {
                     running: self.requests.running_invocations(),
                 });
             }
+            Command::Hosted { reply } => {
+                let _ = reply.send(self.requests.hosts().map(|(t, _)| t.to_owned()).collect());
+            }
         }
     }
 

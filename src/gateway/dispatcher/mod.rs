@@ -100,6 +100,11 @@ pub enum Command {
     Activity {
         reply: oneshot::Sender<Activity>,
     },
+    /// The Things an agent hosts now (MCP's tools, A2A's agents): the
+    /// hosts alone, without walking the subscriptions as `Activity` does.
+    Hosted {
+        reply: oneshot::Sender<Vec<String>>,
+    },
 }
 
 /// What the console shows of the gateway, per Thing: who hosts it, how

@@ -1,0 +1,53 @@
+//! `[mcp]` and `[a2a]`: the agent protocols on the HTTP port (MCP at
+//! `/mcp`, A2A at `/a2a/...`), with what a client may make the sidecar hold.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Serve MCP (Streamable HTTP) at `/mcp`.
+    pub enabled: bool,
+    /// MCP sessions the sidecar holds at once; past it `initialize` is
+    /// refused (503) until sessions end or idle out.
+    pub max_sessions: usize,
+    /// Sessions one principal may hold; its next `initialize` closes its
+    /// least recently used one (a client that never says `DELETE` cannot
+    /// lock itself, or anyone else, out).
+    pub max_sessions_per_principal: usize,
+    /// A session unused this long (ms) is forgotten.
+    pub session_idle_ms: u64,
+    /// Bytes an SSE stream may have queued for a client that does not read;
+    /// past it progress notifications are dropped (the result never is).
+    pub max_stream_queue_bytes: usize,
+    /// Bytes all SSE streams (MCP and A2A) together may have queued for
+    /// clients that do not read: one client's many calls share it.
+    pub max_total_stream_bytes: usize,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            enabled: true,
+            max_sessions: 1_024,
+            max_sessions_per_principal: 32,
+            session_idle_ms: 30 * 60 * 1_000,
+            max_stream_queue_bytes: 1024 * 1024,
+            max_total_stream_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct A2aConfig {
+    /// Serve A2A (JSON-RPC, Agent Cards) at `/a2a/...` and
+    /// `/.well-known/agent-card.json`.
+    pub enabled: bool,
+}
+
+impl Default for A2aConfig {
+    fn default() -> Self {
+        A2aConfig { enabled: true }
+    }
+}

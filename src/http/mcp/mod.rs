@@ -1,0 +1,364 @@
+//! MCP (Model Context Protocol) at `/mcp`, Streamable HTTP transport: every
+//! hosted Thing's actions (and property reads and writes) are tools, called
+//! through the sidecar's router as the HTTP binding calls them.
+//!
+//! - `POST /mcp`: one JSON-RPC message. `initialize` opens a session
+//!   (`Mcp-Session-Id`); `tools/list`, `tools/call`, `ping` need it. A
+//!   `tools/call` with a progress token is answered on an SSE stream
+//!   (progress, then the result); everything else as JSON.
+//! - `GET /mcp`: the session's server stream: `notifications/tools/list_changed`
+//!   when the caller's tools change (agents come and go).
+//! - `DELETE /mcp`: ends the session.
+//!
+//! Same authentication as every handler on the port, same per-Thing rights
+//! (tools are only what the caller may use).
+
+mod call;
+pub mod results;
+pub mod sessions;
+pub mod tools;
+mod watch;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use super::auth::Caller;
+use super::jsonrpc::{self, Incoming};
+use super::rpc_io::{self, accepts_sse};
+use super::HttpState;
+use crate::auth::Principal;
+use crate::config::McpConfig;
+use crate::telemetry::metrics;
+use sessions::{SessionLimits, Sessions};
+
+/// Protocol versions the initialize handshake negotiates, newest first:
+/// those the official TypeScript and Python SDKs offer.
+pub const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// What `/mcp` keeps: the sessions, the limits, the watch on the agents.
+pub struct Mcp {
+    sessions: Sessions,
+    streams: rpc_io::SseBudget,
+    /// Largest request body (`gateway.max_message_size`), for A2A too.
+    pub body_limit: usize,
+    watch: watch::HostWatch,
+}
+
+impl Mcp {
+    /// `mcp.max_stream_queue_bytes` and `mcp.max_total_stream_bytes`,
+    /// which bound A2A's streams too.
+    pub fn streams(&self) -> &rpc_io::SseBudget {
+        &self.streams
+    }
+
+    pub fn new(config: &McpConfig, body_limit: usize) -> Arc<Mcp> {
+        Arc::new(Mcp {
+            sessions: Sessions::new(SessionLimits {
+                max: config.max_sessions,
+                per_principal: config.max_sessions_per_principal,
+                idle: std::time::Duration::from_millis(config.session_idle_ms),
+            }),
+            streams: rpc_io::SseBudget::new(
+                config.max_stream_queue_bytes,
+                config.max_total_stream_bytes,
+            ),
+            body_limit,
+            watch: watch::HostWatch::default(),
+        })
+    }
+}
+
+/// One request's context: who, in which session, continuing which trace.
+pub struct Ctx {
+    state: HttpState,
+    principal: Principal,
+    session: String,
+    /// The protocol version the session negotiated.
+    version: String,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
+impl Ctx {
+    fn sessions(&self) -> &Sessions {
+        &self.state.mcp.sessions
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The caller's tools now: hosted Things' TDs, what the caller may use.
+pub async fn tools_for(state: &HttpState, principal: &Principal) -> Vec<tools::Tool> {
+    let hosts = watch::hosted(&state.gateway).await;
+    let directory = state.directory.directory();
+    let things = hosts
+        .iter()
+        .filter_map(|id| directory.get(id).map(|td| (id.as_str(), td)));
+    tools::tools(things, &|access, thing| principal.may(access, thing))
+}
+
+fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
+    rpc_io::json(status, &jsonrpc::error(id, code, message, None))
+}
+
+pub async fn post(
+    State(state): State<HttpState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let bytes = match rpc_io::read_body(&headers, body, state.mcp.body_limit).await {
+        Ok(b) => b,
+        Err(refused) => {
+            state.metrics.limit_hit(metrics::MCP, "max_message_size");
+            return refused;
+        }
+    };
+    let message = match jsonrpc::parse(&bytes) {
+        Ok(m) => m,
+        Err(malformed) => {
+            state.metrics.error("mcp_malformed");
+            return rpc_io::json(StatusCode::BAD_REQUEST, &malformed.to_value());
+        }
+    };
+    if let Some(v) = header(&headers, VERSION_HEADER).filter(|v| !VERSIONS.contains(&v.as_str())) {
+        let text = format!(
+            "Bad Request: unsupported MCP-Protocol-Version `{v}`; this server speaks {VERSIONS:?}"
+        );
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            &text,
+        );
+    }
+    let principal = caller.principal;
+    if let Incoming::Request { id, method, params } = &message {
+        if method == "initialize" {
+            return initialize(&state, &principal, id, params);
+        }
+    }
+    let session = header(&headers, SESSION_HEADER).unwrap_or_default();
+    if session.is_empty() {
+        let text = "Bad Request: no Mcp-Session-Id header; send `initialize` first";
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            text,
+        );
+    }
+    let Some(current) = state.mcp.sessions.touch(&session, principal.name()) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            "Session not found; send `initialize` again",
+        );
+    };
+    let ctx = Ctx {
+        traceparent: header(&headers, "traceparent"),
+        tracestate: header(&headers, "tracestate"),
+        state,
+        principal,
+        session,
+        version: current.version,
+    };
+    match message {
+        Incoming::Request { id, method, params } => {
+            request(ctx, &headers, id, &method, params).await
+        }
+        Incoming::Notification { method, params } => {
+            if method == "notifications/cancelled" {
+                call::cancel(&ctx, &params).await;
+            }
+            StatusCode::ACCEPTED.into_response()
+        }
+        Incoming::Response => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Value) -> Response {
+    let asked = params["protocolVersion"].as_str().unwrap_or_default();
+    let version = VERSIONS
+        .iter()
+        .find(|v| **v == asked)
+        .unwrap_or(&VERSIONS[0]);
+    let (session, evicted) = match state.mcp.sessions.open(principal.name(), version) {
+        Ok(opened) => opened,
+        Err(full) => {
+            state.metrics.limit_hit(metrics::MCP, "max_sessions");
+            warn!(
+                max = full.0,
+                "MCP sessions at mcp.max_sessions; refusing initialize."
+            );
+            let text = format!("{full}; try again later");
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                jsonrpc::INTERNAL_ERROR,
+                &text,
+            );
+        }
+    };
+    if evicted {
+        state
+            .metrics
+            .limit_hit(metrics::MCP, "max_sessions_per_principal");
+        info!(principal = principal.name(), "Closed a principal's least recently used MCP session for its new one (mcp.max_sessions_per_principal).");
+    }
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": true}},
+        "serverInfo": {"name": "lmos-sidecar", "title": "LMOS sidecar", "version": env!("CARGO_PKG_VERSION")},
+        "instructions": "Each tool is an action (or a property read or write) of an LMOS agent behind this sidecar; calls go to the agent as LMOS invokeAction, and progress follows its statuses.",
+    });
+    let mut response = rpc_io::json(StatusCode::OK, &jsonrpc::result(id, result));
+    if let Ok(v) = HeaderValue::from_str(&session) {
+        response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    response
+}
+
+async fn request(
+    ctx: Ctx,
+    headers: &HeaderMap,
+    id: Value,
+    method: &str,
+    params: Value,
+) -> Response {
+    let answer = match method {
+        "ping" => jsonrpc::result(&id, json!({})),
+        "tools/list" => {
+            let tools: Vec<Value> = tools_for(&ctx.state, &ctx.principal)
+                .await
+                .into_iter()
+                .map(|t| t.descriptor)
+                .collect();
+            jsonrpc::result(&id, json!({"tools": tools}))
+        }
+        "tools/call" => return tools_call(ctx, headers, id, params).await,
+        other => {
+            let text = format!("Method not found: `{other}`");
+            jsonrpc::error(&id, jsonrpc::METHOD_NOT_FOUND, &text, None)
+        }
+    };
+    rpc_io::json(StatusCode::OK, &answer)
+}
+
+async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> Response {
+    let name = params["name"].as_str().unwrap_or_default();
+    let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
+    if !arguments.is_object() {
+        let answer = jsonrpc::error(
+            &id,
+            jsonrpc::INVALID_PARAMS,
+            "`arguments` must be an object",
+            None,
+        );
+        return rpc_io::json(StatusCode::OK, &answer);
+    }
+    // Unknown and not permitted read alike: the caller learns nothing of
+    // tools it may not use.
+    let Some(tool) = tools_for(&ctx.state, &ctx.principal)
+        .await
+        .into_iter()
+        .find(|t| t.name == name)
+    else {
+        let text = format!("Unknown tool: `{name}`");
+        let answer = jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &text, None);
+        return rpc_io::json(StatusCode::OK, &answer);
+    };
+    let token = params["_meta"].get("progressToken").cloned();
+    match token.filter(|_| accepts_sse(headers)) {
+        None => {
+            let result = call::traced(ctx, &id, &tool, &arguments, None).await;
+            match result {
+                Some(r) => rpc_io::json(StatusCode::OK, &jsonrpc::result(&id, r)),
+                None => StatusCode::ACCEPTED.into_response(),
+            }
+        }
+        Some(token) => {
+            let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
+            tokio::spawn(async move {
+                let progress = call::Progress {
+                    sse: sse.clone(),
+                    token,
+                };
+                if let Some(r) = call::traced(ctx, &id, &tool, &arguments, Some(progress)).await {
+                    sse.send(&jsonrpc::result(&id, r));
+                }
+            });
+            response
+        }
+    }
+}
+
+/// `GET /mcp`: the session's stream of server notifications.
+pub async fn get(State(state): State<HttpState>, caller: Caller, headers: HeaderMap) -> Response {
+    if !accepts_sse(&headers) {
+        return (
+            StatusCode::NOT_ACCEPTABLE,
+            "GET /mcp answers with text/event-stream only.\n",
+        )
+            .into_response();
+    }
+    let session = header(&headers, SESSION_HEADER).unwrap_or_default();
+    let principal = caller.principal;
+    if state
+        .mcp
+        .sessions
+        .touch(&session, principal.name())
+        .is_none()
+    {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            "Session not found; send `initialize` again",
+        );
+    }
+    let Some(ended) = state.mcp.sessions.listen(&session) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            "Session not found",
+        );
+    };
+    let (sse, response) = rpc_io::sse(&state.mcp.streams);
+    tokio::spawn(watch::notify_changes(state, principal, sse, ended));
+    response
+}
+
+/// `DELETE /mcp`: the session ends.
+pub async fn delete(
+    State(state): State<HttpState>,
+    caller: Caller,
+    headers: HeaderMap,
+) -> Response {
+    let session = header(&headers, SESSION_HEADER).unwrap_or_default();
+    match state.mcp.sessions.close(&session, caller.principal.name()) {
+        true => StatusCode::NO_CONTENT.into_response(),
+        false => rpc_error(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            "Session not found",
+        ),
+    }
+}

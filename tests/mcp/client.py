@@ -1,0 +1,62 @@
+"""The official MCP Python SDK's client (PyPI `mcp`) against a running
+sidecar, for tests/mcp.rs. Usage: python3 client.py <scenario> <url>
+Prints progress lines ("step: ...") and, last, one JSON report line."""
+
+import asyncio
+import json
+import sys
+
+from mcp import Client
+
+
+async def main(scenario: str, url: str) -> dict:
+    report = {"scenario": scenario, "errors": []}
+    changed = asyncio.Event()
+
+    async def on_message(message):
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            changed.set()
+
+    async def names(client):
+        listed = await client.list_tools(cache_mode="bypass")
+        return [t.name for t in listed.tools]
+
+    try:
+        async with Client(url, message_handler=on_message) as client:
+            report["protocolVersion"] = client.protocol_version
+            if scenario == "weather":
+                listed = await client.list_tools()
+                report["tools"] = [t.name for t in listed.tools]
+                progress = []
+
+                async def on_progress(value, total, message):
+                    progress.append({"progress": value, "message": message})
+
+                result = await client.call_tool(
+                    "getWeather",
+                    {"question": "What is the weather in Lisbon?", "interactionMode": "text"},
+                    progress_callback=on_progress,
+                )
+                report["progress"] = progress
+                report["result"] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+                missing = await client.call_tool("getWeather", {"interactionMode": "text"})
+                report["missing"] = missing.model_dump(mode="json", by_alias=True, exclude_none=True)
+            elif scenario == "vanish":
+                report["before"] = await names(client)
+                # The SDK opens its GET stream in the background; give it
+                # time to be up before the agent goes.
+                await asyncio.sleep(0.5)
+                print("step: listed", flush=True)
+                try:
+                    await asyncio.wait_for(changed.wait(), 10)
+                    report["listChanged"] = True
+                except asyncio.TimeoutError:
+                    report["listChanged"] = False
+                report["after"] = await names(client)
+    except BaseException as e:  # noqa: BLE001 - the report says what failed
+        report["errors"].append(repr(e))
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2]))), flush=True)
