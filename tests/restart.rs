@@ -247,10 +247,11 @@ fn numbers(range: std::ops::Range<u32>) -> Vec<String> {
 async fn a_kept_session_and_its_queued_messages_survive_sigkill_and_sigterm() {
     let dir = DataDir::new("sessions");
     let first = start(&dir);
-    let mut subscriber = MqttClient::connect_kept(first.mqtt, "kept").await;
-    subscriber.subscribe("sensors/#").await;
-    subscriber.client.disconnect().await.unwrap();
-    drop(subscriber);
+    for id in ["kept", "kept-too"] {
+        let mut subscriber = MqttClient::connect_kept(first.mqtt, id).await;
+        subscriber.subscribe("sensors/#").await;
+        subscriber.client.disconnect().await.unwrap();
+    }
     publish_numbers(first.mqtt, 0..5).await;
     first.kill();
 
@@ -259,6 +260,10 @@ async fn a_kept_session_and_its_queued_messages_survive_sigkill_and_sigterm() {
     let mut subscriber = MqttClient::connect_kept(second.mqtt, "kept").await;
     assert!(subscriber.session_present, "the session survived");
     assert_eq!(drain(&mut subscriber).await, numbers(0..5));
+    // Queued for two sessions, kept once, delivered to both.
+    let mut other = MqttClient::connect_kept(second.mqtt, "kept-too").await;
+    assert_eq!(drain(&mut other).await, numbers(0..5));
+    other.client.disconnect().await.unwrap();
     // Still subscribed: what comes next arrives too.
     publish_numbers(second.mqtt, 5..6).await;
     assert_eq!(drain(&mut subscriber).await, numbers(5..6));

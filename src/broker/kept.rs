@@ -184,13 +184,14 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
         .map_or(1, |r| r.wrapping_add(1));
     let run_saved = meta.put(b"run".to_vec(), run.to_be_bytes().to_vec());
     let (retained, stale_presence) = load_retained(&tables.retained, topics)?;
-    let (sessions, kept) = load_sessions(&tables)?;
+    let (sessions, publications, kept) = load_sessions(&tables)?;
     let queued = sessions.iter().map(|s| s.queued.len()).sum();
     Ok(Some(Recovered {
         retained: retained.len(),
         persistence: Persistence {
             retained,
             sessions,
+            publications,
             keeper: Box::new(Kept {
                 tables,
                 run,
@@ -231,7 +232,13 @@ fn load_retained(table: &Table, topics: &Topics) -> Result<Retained, StoreError>
 
 /// The sessions to restore (those that expired while the sidecar was
 /// stopped are forgotten here).
-fn load_sessions(tables: &Tables) -> Result<(Vec<RestoredSession>, Vec<KeptSession>), StoreError> {
+type Sessions = (
+    Vec<RestoredSession>,
+    Vec<RestoredPublication>,
+    Vec<KeptSession>,
+);
+
+fn load_sessions(tables: &Tables) -> Result<Sessions, StoreError> {
     let now = now_ms();
     // Client ID → expiry in, from the guard's records; a session without
     // one was kept by a 3.1.1 client (not clean): forever.
@@ -280,30 +287,45 @@ fn load_sessions(tables: &Tables) -> Result<(Vec<RestoredSession>, Vec<KeptSessi
             .subscriptions
             .push((String::from_utf8_lossy(filter).into_owned(), qos));
     }
-    for (key, value) in tables.queued.load()? {
-        let Some((client, position)) = split(&key) else {
-            continue;
+    // Each publication once, however many sessions it is queued for (the
+    // key after the client ID names it): start-up holds no more than the
+    // broker did before the restart.
+    let mut publications: BTreeMap<Bytes, RestoredPublication> = BTreeMap::new();
+    tables.queued.scan(|key, value| {
+        let Some((client, position)) = split(key) else {
+            return;
         };
         if expired.contains(client) {
-            continue;
+            return;
         }
-        let Some(len) = value
-            .get(..2)
-            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
-        else {
-            continue;
+        let known = publications.get_key_value(position).map(|(k, _)| k.clone());
+        let key = match known {
+            Some(key) => key,
+            None => {
+                let Some(len) = value
+                    .get(..2)
+                    .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+                else {
+                    return;
+                };
+                let (Some(filter), Some(packet)) = (value.get(2..2 + len), value.get(2 + len..))
+                else {
+                    return;
+                };
+                let key = Bytes::copy_from_slice(position);
+                publications.insert(
+                    key.clone(),
+                    RestoredPublication {
+                        key: key.clone(),
+                        filter: String::from_utf8_lossy(filter).into_owned(),
+                        packet: Bytes::copy_from_slice(packet),
+                    },
+                );
+                key
+            }
         };
-        let (Some(filter), Some(packet)) = (value.get(2..2 + len), value.get(2 + len..)) else {
-            continue;
-        };
-        entry(&mut by_client, client)
-            .queued
-            .push(RestoredPublication {
-                key: Bytes::copy_from_slice(position),
-                filter: String::from_utf8_lossy(filter).into_owned(),
-                packet: Bytes::copy_from_slice(packet),
-            });
-    }
+        entry(&mut by_client, client).queued.push(key);
+    })?;
     for client in expiry.keys() {
         entry(&mut by_client, client);
     }
@@ -315,7 +337,11 @@ fn load_sessions(tables: &Tables) -> Result<(Vec<RestoredSession>, Vec<KeptSessi
             expires_in: expiry.get(&s.client_id).copied().flatten(),
         })
         .collect();
-    Ok((by_client.into_values().collect(), kept))
+    Ok((
+        by_client.into_values().collect(),
+        publications.into_values().collect(),
+        kept,
+    ))
 }
 
 fn entry<'a>(

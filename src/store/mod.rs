@@ -297,8 +297,15 @@ impl Table {
     /// Everything in the table, ordered by key: for start-up, before
     /// anything writes to it.
     pub fn load(&self) -> Result<Vec<Entry>, StoreError> {
+        let mut out = Vec::new();
+        self.scan(|k, v| out.push((k.to_vec(), v.to_vec())))?;
+        Ok(out)
+    }
+
+    /// Each entry in key order, without holding them all: for start-up.
+    pub fn scan(&self, mut each: impl FnMut(&[u8], &[u8])) -> Result<(), StoreError> {
         let Some(inner) = &self.store.inner else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let read_error = |e: &dyn std::fmt::Display| StoreError::Corrupt {
             path: inner.path.clone(),
@@ -307,15 +314,14 @@ impl Table {
         let txn = inner.db.begin_read().map_err(|e| read_error(&e))?;
         let table = match txn.open_table(definition(self.name)) {
             Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
             Err(e) => return Err(read_error(&e)),
         };
-        let mut out = Vec::new();
         for entry in table.iter().map_err(|e| read_error(&e))? {
             let (k, v) = entry.map_err(|e| read_error(&e))?;
-            out.push((k.value().to_vec(), v.value().to_vec()));
+            each(k.value(), v.value());
         }
-        Ok(out)
+        Ok(())
     }
 }
 

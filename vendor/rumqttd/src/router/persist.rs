@@ -51,11 +51,11 @@ pub struct RestoredRetained {
     pub age: Duration,
 }
 
-/// A publication queued for a kept session in an earlier run.
+/// A publication queued for kept sessions in an earlier run, once however
+/// many sessions it is queued for.
 #[derive(Debug, Clone)]
 pub struct RestoredPublication {
-    /// The keeper's name for it: equal keys are one publication queued
-    /// for several sessions, placed in its filter's log once.
+    /// The keeper's name for it, in the order the publications were queued.
     pub key: Bytes,
     pub filter: String,
     pub packet: Bytes,
@@ -67,14 +67,16 @@ pub struct RestoredSession {
     pub client_id: String,
     /// Filters and their QoS.
     pub subscriptions: Vec<(String, u8)>,
-    /// In the order they were queued.
-    pub queued: Vec<RestoredPublication>,
+    /// The keys of the publications still queued for it.
+    pub queued: Vec<Bytes>,
 }
 
 /// What to start with, and the keeper of what follows.
 pub struct Persistence {
     pub retained: Vec<RestoredRetained>,
     pub sessions: Vec<RestoredSession>,
+    /// Ordered by key.
+    pub publications: Vec<RestoredPublication>,
     pub keeper: Box<dyn Keeper>,
 }
 

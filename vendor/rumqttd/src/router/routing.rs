@@ -152,10 +152,11 @@ impl Router {
         let crate::Persistence {
             retained,
             sessions,
+            publications,
             keeper,
         } = persistence;
         self.datalog.restore_retained(retained, keeper);
-        let placed = self.place_restored(&sessions);
+        let placed = self.place_restored(&sessions, publications);
         for session in sessions {
             let mut tracker = Tracker::new(session.client_id.clone());
             let mut subscriptions = HashSet::new();
@@ -166,8 +167,8 @@ impl Router {
                 let cursor = session
                     .queued
                     .iter()
-                    .filter(|p| &p.filter == filter)
-                    .filter_map(|p| placed.get(&(p.filter.clone(), p.key.clone())))
+                    .filter_map(|key| placed.get(key))
+                    .filter(|(idx, _)| *idx == filter_idx)
                     .map(|(_, offset)| *offset)
                     .min()
                     .unwrap_or(end);
@@ -196,25 +197,25 @@ impl Router {
         }
     }
 
-    /// Each restored publication once in its filter's log, in the order
-    /// of the keeper's keys (the order they were queued in); their
-    /// positions.
+    /// Each restored publication once in its filter's log, in key order
+    /// (the order they were queued in); their positions by key.
     fn place_restored(
         &mut self,
         sessions: &[crate::RestoredSession],
-    ) -> HashMap<(String, bytes::Bytes), (FilterIdx, Offset)> {
-        let mut unique: std::collections::BTreeMap<(bytes::Bytes, String), (&crate::RestoredPublication, u32)> =
-            Default::default();
-        for publication in sessions.iter().flat_map(|s| &s.queued) {
-            unique
-                .entry((publication.key.clone(), publication.filter.clone()))
-                .or_insert((publication, 0))
-                .1 += 1;
+        publications: Vec<crate::RestoredPublication>,
+    ) -> HashMap<bytes::Bytes, (FilterIdx, Offset)> {
+        let mut holders: HashMap<&bytes::Bytes, u32> = HashMap::new();
+        for key in sessions.iter().flat_map(|s| &s.queued) {
+            *holders.entry(key).or_default() += 1;
         }
-        let mut placed = HashMap::new();
-        for ((key, filter), (publication, count)) in unique {
+        let mut placed = HashMap::with_capacity(publications.len());
+        for publication in &publications {
+            let Some(&count) = holders.get(&publication.key) else {
+                continue;
+            };
+            let filter = publication.filter.clone();
             if let Some(position) = self.datalog.append_restored(&filter, publication, count) {
-                placed.insert((filter, key), position);
+                placed.insert(publication.key.clone(), position);
             }
         }
         placed
