@@ -43,6 +43,7 @@ impl Mode {
 
 fn config(mode: Mode) -> Config {
     let mut c = Config::default();
+    c.store.dir = lmos_testkit::bench::store_dir("auth");
     c.mqtt.listen = "127.0.0.1:0".parse().unwrap();
     c.mqtt.listen_v5 = "127.0.0.1:0".parse().unwrap();
     c.http.listen = "127.0.0.1:0".parse().unwrap();

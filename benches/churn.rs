@@ -580,6 +580,7 @@ struct Running {
 
 async fn start_sidecar(configure: impl FnOnce(&mut Config)) -> Result<Running> {
     let mut config = Config::default();
+    config.store.dir = lmos_testkit::bench::store_dir("churn");
     config.mqtt.listen = "127.0.0.1:0".parse()?;
     config.mqtt.listen_v5 = "127.0.0.1:0".parse()?;
     config.http.listen = "127.0.0.1:0".parse()?;

@@ -722,6 +722,7 @@ async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
         Mode::Down => (format!("http://{}", closed_port()?), None),
     };
     let mut config = Config::default();
+    config.store.dir = lmos_testkit::bench::store_dir("fanout");
     config.mqtt.listen = "127.0.0.1:0".parse()?;
     config.mqtt.listen_v5 = "127.0.0.1:0".parse()?;
     config.http.listen = "127.0.0.1:0".parse()?;

@@ -118,6 +118,7 @@ fn main() -> Result<()> {
 
 fn config() -> Result<Config> {
     let mut c = Config::default();
+    c.store.dir = lmos_testkit::bench::store_dir("streaming");
     c.mqtt.listen = "127.0.0.1:0".parse()?;
     c.mqtt.listen_v5 = "127.0.0.1:0".parse()?;
     c.http.listen = "127.0.0.1:0".parse()?;

@@ -181,3 +181,14 @@ pub async fn subscribed_feed(mut ws: Ws, subscribe: Value, setup: Duration) -> R
         Err(_) => anyhow::bail!("the barrier did not come back within {setup:?}"),
     }
 }
+
+/// A data directory for a bench's in-process sidecar: the store on, as by
+/// default, but not in the working directory (where a second bench would
+/// find it locked).
+pub fn store_dir(bench: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "lmos-bench-{bench}-{}-{}",
+        std::process::id(),
+        now_ns()
+    ))
+}
