@@ -241,6 +241,9 @@ impl EmbeddedBroker {
             None => None,
         };
         let mut broker = Broker::with_persistence(rumqttd_config, persistence);
+        // What recovery read and let go goes back to the system, so that a
+        // restart does not leave the sidecar bigger than before it.
+        crate::telemetry::memory::trim();
         let engine = Engine::new(
             broker
                 .direct(V5_SERVER)

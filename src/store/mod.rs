@@ -399,8 +399,9 @@ fn prepare_directory(dir: &Path) -> Result<(), StoreError> {
 
 fn open_database(path: &Path) -> Result<redb::Database, StoreError> {
     let open = redb::Database::builder()
-        // Start-up reads everything once; the writer touches recent pages.
-        .set_cache_size(32 * 1024 * 1024)
+        // Start-up reads everything once and the writer touches recent
+        // pages: a small cache (redb's default grows to 1 GiB).
+        .set_cache_size(16 * 1024 * 1024)
         // A damaged page is a typed error instead of a panic later (about
         // 0.5 s per 300 MB at start-up, benches/store-engines).
         .set_check_integrity_on_open(true)
