@@ -206,7 +206,20 @@ fn every_configuration_key_the_docs_name_exists() {
             let file_name = [".rs", ".md", ".toml", ".json", ".yaml", ".redb"]
                 .iter()
                 .any(|e| key.ends_with(e));
-            if !sections.contains(section) || !plain(rest) || key.ends_with('.') || file_name {
+            // Span attributes that share a section's name.
+            let attribute = [
+                "mcp.method.name",
+                "mcp.session.id",
+                "mcp.protocol.version",
+                "a2a.agent",
+            ]
+            .contains(&key);
+            if !sections.contains(section)
+                || !plain(rest)
+                || key.ends_with('.')
+                || file_name
+                || attribute
+            {
                 continue;
             }
             // `quotas.*`-style families and sub-tables of arrays
