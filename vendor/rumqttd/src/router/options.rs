@@ -159,13 +159,11 @@ pub struct Chosen {
 pub fn choose(
     publishes: &mut Vec<Candidate>,
     request: &DataRequest,
+    subscription: Option<SubscriptionOptions>,
     datalog: &mut DataLog,
     connection: &Connection,
 ) -> Chosen {
-    let nolocal = connection
-        .subscription_options
-        .get(&request.filter)
-        .is_some_and(|o| o.nolocal);
+    let nolocal = subscription.is_some_and(|o| o.nolocal);
     let shared = request.group.is_some();
     let single = |(_, offset, source): &Candidate| offset.is_none() || source.filters <= 1;
     if !nolocal && (shared || publishes.iter().all(single)) {

@@ -1767,7 +1767,11 @@ fn forward_device_data(
 
     // lmos-sidecar patch 14: No Local, and one delivery of a publication
     // matching several of the connection's subscriptions
-    let chosen = options::choose(&mut publishes, request, datalog, connection);
+    let subscription = connection
+        .subscription_options
+        .get(&request.filter)
+        .copied();
+    let chosen = options::choose(&mut publishes, request, subscription, datalog, connection);
     dropped |= chosen.dropped;
 
     if publishes.is_empty() {
@@ -1792,7 +1796,6 @@ fn forward_device_data(
             .and_then(|broker_aliases| broker_aliases.set_new_alias(&request.filter))
     }
 
-    let subscription = connection.subscription_options.get(&request.filter);
     let subscription_id = subscription.and_then(|o| o.id);
     let preserve_retain = subscription.is_some_and(|o| o.preserve_retain);
 
