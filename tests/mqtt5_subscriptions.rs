@@ -171,6 +171,14 @@ async fn a_repeated_subscribe_replaces_the_subscription() {
         assert_eq!(got.qos, 1, "the new QoS: {got:?}");
         assert_eq!(got.props.all(SUBSCRIPTION_ID), vec![6], "{got:?}");
         nothing_more(&mut c, "the subscriber").await;
+        // Caught up and waiting for news, the subscription is replaced
+        // once more (no retained messages asked for) and still delivers.
+        subscribe_with_id(&mut c, 3, 7, &topic, options(2, false, false, 1)).await;
+        nothing_more(&mut c, "the subscriber").await;
+        p.publish_acked(&plain(&topic, 2, false, 2, b"y")).await;
+        let got = c.next_publish(true).await;
+        assert_eq!((got.qos, got.payload.as_slice()), (2, &b"y"[..]), "{got:?}");
+        assert_eq!(got.props.all(SUBSCRIPTION_ID), vec![7], "{got:?}");
     })
     .await;
 }
