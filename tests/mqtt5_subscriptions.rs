@@ -43,7 +43,8 @@ fn plain(topic: &str, qos: u8, retain: bool, pkid: u16, payload: &[u8]) -> Vec<u
 /// SUBSCRIBE with a Subscription Identifier, asserting the QoS granted.
 async fn subscribe_with_id(c: &mut Client, pkid: u16, id: u32, filter: &str, opts: u8) {
     let props = Props::new().int(SUBSCRIPTION_ID, id);
-    c.send(&m5::subscribe(pkid, &props, &[(filter, opts)])).await;
+    c.send(&m5::subscribe(pkid, &props, &[(filter, opts)]))
+        .await;
     let ack = c.recv().await.expect("SUBACK");
     assert_eq!(ack[0], 0x90, "SUBACK: {ack:?}");
     assert_eq!(ack[ack.len() - 1], opts & 3, "granted: {ack:?}");
@@ -61,14 +62,17 @@ async fn no_local_keeps_a_clients_own_publications_from_it() {
         let topic = unique("nolocal");
         let mut a = client(addr, "a").await;
         let mut b = client(addr, "b").await;
-        a.subscribe_ok(1, &[(&topic, options(1, true, false, 0))]).await;
+        a.subscribe_ok(1, &[(&topic, options(1, true, false, 0))])
+            .await;
         b.subscribe_ok(1, &[(&topic, options(1, false, false, 0))])
             .await;
-        a.publish_acked(&plain(&topic, 1, false, 7, b"from a")).await;
+        a.publish_acked(&plain(&topic, 1, false, 7, b"from a"))
+            .await;
         assert_eq!(b.next_publish(true).await.payload, b"from a");
         nothing_more(&mut a, "a, with No Local,").await;
         // No Local leaves out only the client's own publications.
-        b.publish_acked(&plain(&topic, 1, false, 8, b"from b")).await;
+        b.publish_acked(&plain(&topic, 1, false, 8, b"from b"))
+            .await;
         assert_eq!(a.next_publish(true).await.payload, b"from b");
         assert_eq!(b.next_publish(true).await.payload, b"from b");
     })
