@@ -1165,6 +1165,8 @@ impl Router {
         if let Some(mut request) = self.datalog.remove_waiters_for_id(id, &filter.to_owned()) {
             update(&mut request);
             // Out of the waiters, it must be read again to be parked again
+            // (the SUBACK's `force_ack` schedules the connection too; this
+            // does not rely on it)
             self.scheduler.track(id, request);
             self.scheduler.reschedule(id, ScheduleReason::NewFilter);
         } else if let Some(request) = self
