@@ -267,3 +267,45 @@ async fn a_publication_right_after_the_suback_reaches_the_subscription() {
     })
     .await;
 }
+
+/// One delivery for overlapping subscriptions up to 32 filters matching the
+/// topic; beyond, one per subscription (each with its own identifier), so
+/// that a client holding many overlapping filters cannot make the broker
+/// compare each of them with all the others for every publication.
+#[tokio::test]
+async fn many_overlapping_subscriptions_get_a_copy_each() {
+    on_sidecar(|addr| async move {
+        let root = unique("many");
+        let topic = format!("{root}/a/b/c/d/e");
+        let mut c = client(addr, "sub").await;
+        for mask in 0..32u32 {
+            let levels: Vec<&str> = ["a", "b", "c", "d", "e"]
+                .iter()
+                .enumerate()
+                .map(|(i, l)| if mask & (1 << i) != 0 { "+" } else { *l })
+                .collect();
+            let filter = format!("{root}/{}", levels.join("/"));
+            let pkid = 1 + mask as u16;
+            subscribe_with_id(&mut c, pkid, 1 + mask, &filter, options(1, false, false, 0)).await;
+        }
+        let mut p = client(addr, "pub").await;
+        p.publish_acked(&plain(&topic, 1, false, 1, b"32")).await;
+        let once = c.next_publish(true).await;
+        assert_eq!(once.props.all(SUBSCRIPTION_ID).len(), 32, "{once:?}");
+        nothing_more(&mut c, "32 overlapping subscriptions").await;
+        let wide = format!("{root}/#");
+        subscribe_with_id(&mut c, 100, 100, &wide, options(1, false, false, 0)).await;
+        p.publish_acked(&plain(&topic, 1, false, 2, b"33")).await;
+        let mut ids = Vec::new();
+        for _ in 0..33 {
+            let copy = c.next_publish(true).await;
+            assert_eq!(copy.props.all(SUBSCRIPTION_ID).len(), 1, "{copy:?}");
+            ids.extend(copy.props.all(SUBSCRIPTION_ID));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 33, "every identifier once: {ids:?}");
+        nothing_more(&mut c, "33 overlapping subscriptions").await;
+    })
+    .await;
+}

@@ -309,14 +309,9 @@ impl DataLog {
         }
     }
 
-    /// lmos-sidecar patch 14: the filters a topic's publications are
-    /// appended to, by name (as `matches`, cached).
-    pub fn matching_filters(&mut self, topic: &str) -> Vec<Filter> {
-        let idxs = self.matches(topic).unwrap_or_default();
-        idxs.iter()
-            .filter_map(|idx| self.native.get(idx))
-            .map(|data| data.filter.clone())
-            .collect()
+    /// lmos-sidecar patch 14: a filter's name by its index.
+    pub fn filter_name(&self, idx: FilterIdx) -> Option<&Filter> {
+        self.native.get(&idx).map(|data| &data.filter)
     }
 
     pub fn next_native_offset(&mut self, filter: &str) -> (FilterIdx, Offset) {

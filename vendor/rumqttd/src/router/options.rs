@@ -140,6 +140,15 @@ pub fn overlap<'a>(
     }
 }
 
+/// Publications appended to more filters than this are delivered once per
+/// matching subscription, each copy with its own identifier, as rumqttd
+/// did (§3.3.4 allows it). Deciding on one delivery costs each of a
+/// connection's matching subscriptions a look at every filter the topic
+/// matches: with a cap, a client holding many overlapping filters
+/// (`mqtt.max_subscriptions`, 1 000 by default) cannot make the router's
+/// one thread do that a million times per publication.
+pub const MAX_OVERLAP: usize = 32;
+
 /// What [`choose`] left of a batch.
 #[derive(Debug, Default)]
 pub struct Chosen {
@@ -165,7 +174,9 @@ pub fn choose(
 ) -> Chosen {
     let nolocal = subscription.is_some_and(|o| o.nolocal);
     let shared = request.group.is_some();
-    let single = |(_, offset, source): &Candidate| offset.is_none() || source.filters <= 1;
+    let single = |(_, offset, source): &Candidate| {
+        offset.is_none() || !(2..=MAX_OVERLAP).contains(&source.filters)
+    };
     if !nolocal && (shared || publishes.iter().all(single)) {
         return Chosen::default();
     }
@@ -179,13 +190,14 @@ pub fn choose(
         let own = source.origin != 0 && source.origin == connection.origin;
         let chosen = if nolocal && own {
             None
-        } else if shared || source.filters <= 1 {
+        } else if shared || !(2..=MAX_OVERLAP).contains(&source.filters) {
             Some(None)
         } else {
             let topic = String::from_utf8_lossy(&publish.topic);
-            let matching = datalog.matching_filters(&topic);
+            let idxs = datalog.matches(&topic).unwrap_or_default();
+            let matching = idxs.iter().filter_map(|&idx| datalog.filter_name(idx));
             let options = &connection.subscription_options;
-            overlap(&request.filter, &matching, options, own).map(Some)
+            overlap(&request.filter, matching, options, own).map(Some)
         };
         match chosen {
             Some(overlap) => {
