@@ -491,8 +491,8 @@ impl Inspector<'_> {
         // subscriptions belong to, and then ignores their UNSUBSCRIBE (and
         // goes on delivering). Subscribing again first ties them to this
         // connection; for a filter already tied it changes nothing (no new
-        // delivery cursor, no retained messages).
-        let again: Vec<(&str, u8)> = forwarded.iter().map(|f| (*f, 0)).collect();
+        // delivery cursor, and Retain Handling 2: no retained messages).
+        let again: Vec<(&str, u8)> = forwarded.iter().map(|f| (*f, 0x20)).collect();
         let mut upstream = BytesMut::new();
         upstream.extend_from_slice(&packet::encode_subscribe(Version::V5, u.pkid, &[], &again));
         upstream.extend_from_slice(&packet::encode_unsubscribe(

@@ -5,6 +5,7 @@ use crate::Filter;
 use crate::{protocol::LastWill, Topic};
 use std::collections::{HashMap, HashSet};
 
+use super::options::SubscriptionOptions;
 use super::ConnectionEvents;
 
 /// Used to register a new connection with the router
@@ -31,8 +32,13 @@ pub struct Connection {
     pub(crate) topic_aliases: HashMap<u16, Topic>,
     /// Topic aliases used by broker
     pub(crate) broker_topic_aliases: Option<BrokerAliases>,
-    /// subscription IDs for a connection
-    pub(crate) subscription_ids: HashMap<Filter, usize>,
+    /// lmos-sidecar patch 14: each subscription's options (its ID, QoS, No
+    /// Local, Retain As Published), as its last SUBSCRIBE said; was
+    /// `subscription_ids`, the IDs alone
+    pub(crate) subscription_options: HashMap<Filter, SubscriptionOptions>,
+    /// lmos-sidecar patch 14: the client ID's stand-in in what it publishes
+    /// (No Local)
+    pub(crate) origin: u64,
     /// lmos-sidecar patch: the embedding application's own link, whose
     /// publications go at each subscription's QoS, whatever QoS they came
     /// with (see `LinkBuilder::uncapped`)
@@ -57,6 +63,7 @@ impl Connection {
             }
             None => (client_id, None),
         };
+        let origin = super::options::origin(&client_id);
 
         Connection {
             client_id,
@@ -69,7 +76,8 @@ impl Connection {
             events: ConnectionEvents::default(),
             topic_aliases: HashMap::new(),
             broker_topic_aliases: None,
-            subscription_ids: HashMap::new(),
+            subscription_options: HashMap::new(),
+            origin,
             uncapped: false,
         }
     }

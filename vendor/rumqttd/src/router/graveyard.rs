@@ -1,6 +1,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::{
+    options::SubscriptionOptions,
     scheduler::{PauseReason, Tracker},
     ConnectionEvents,
 };
@@ -27,6 +28,7 @@ impl Graveyard {
         &mut self,
         mut tracker: Tracker,
         subscriptions: HashSet<String>,
+        options: HashMap<String, SubscriptionOptions>,
         metrics: ConnectionEvents,
         unacked_pubrels: VecDeque<u16>,
     ) {
@@ -36,6 +38,7 @@ impl Graveyard {
         let session_state = SessionState {
             tracker,
             subscriptions,
+            options,
             unacked_pubrels,
         };
 
@@ -70,6 +73,9 @@ pub struct SavedState {
 pub struct SessionState {
     pub tracker: Tracker,
     pub subscriptions: HashSet<String>,
+    /// lmos-sidecar patch 14: their options, IDs among them, for the
+    /// session's next connection
+    pub options: HashMap<String, SubscriptionOptions>,
     // used for pubrel in qos2
     pub unacked_pubrels: VecDeque<u16>,
 }

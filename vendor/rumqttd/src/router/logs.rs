@@ -6,6 +6,7 @@ use crate::protocol::{
     PublishProperties, SubAck, UnsubAck,
 };
 use crate::router::persist::{self, Keeper, Position as KeptPosition, RestoredPublication, RestoredRetained};
+use crate::router::options::Source;
 use crate::router::{log_filter, DataRequest, FilterIdx, SubscriptionMeter, Waiters};
 use crate::{ConnectionId, Filter, Offset, RouterConfig, Topic};
 
@@ -22,6 +23,8 @@ pub struct PublishData {
     pub publish: Publish,
     pub properties: Option<PublishProperties>,
     pub timestamp: Instant,
+    /// lmos-sidecar patch 14: who published it, on how many filters
+    pub source: Source,
 }
 
 impl From<PubWithProp> for PublishData {
@@ -30,9 +33,14 @@ impl From<PubWithProp> for PublishData {
             publish,
             properties,
             timestamp: Instant::now(),
+            source: Source::NONE,
         }
     }
 }
+
+/// A publication read from a filter's log: where it stands in the log, and
+/// where it came from (lmos-sidecar patch 14).
+pub type ReadPublication = (PubWithProp, Offset, Source);
 
 // TODO: remove this from here
 impl Storage for PublishData {
@@ -122,6 +130,7 @@ impl DataLog {
                         publish,
                         properties,
                         timestamp,
+                        source: Source::NONE,
                     };
                     self.retained_publishes.insert(topic, data);
                 }
@@ -300,6 +309,11 @@ impl DataLog {
         }
     }
 
+    /// lmos-sidecar patch 14: a filter's name by its index.
+    pub fn filter_name(&self, idx: FilterIdx) -> Option<&Filter> {
+        self.native.get(&idx).map(|data| &data.filter)
+    }
+
     pub fn next_native_offset(&mut self, filter: &str) -> (FilterIdx, Offset) {
         let publish_filters = &mut self.publish_filters;
         let filter_indexes = &mut self.filter_indexes;
@@ -380,7 +394,7 @@ impl DataLog {
         filter_idx: FilterIdx,
         offset: Offset,
         len: u64,
-    ) -> io::Result<(Position, Vec<(PubWithProp, Offset)>)> {
+    ) -> io::Result<(Position, Vec<ReadPublication>)> {
         // lmos-sidecar patch: no unwrap. A filter is removed once no
         // subscription holds it (`release`); should a request outlive it,
         // reading it is an error, which `forward_device_data` takes for
@@ -424,7 +438,9 @@ impl DataLog {
         // no need to include timestamp when returning
         let o = o
             .into_iter()
-            .map(|(pubdata, offset)| ((pubdata.publish, pubdata.properties), offset))
+            .map(|(pubdata, offset)| {
+                ((pubdata.publish, pubdata.properties), offset, pubdata.source)
+            })
             .collect();
 
         Ok((next, o))

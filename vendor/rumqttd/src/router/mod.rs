@@ -20,6 +20,8 @@ mod connection;
 mod graveyard;
 pub mod iobufs;
 mod logs;
+// lmos-sidecar patch 14
+pub(crate) mod options;
 // lmos-sidecar patch 12
 pub mod persist;
 mod routing;

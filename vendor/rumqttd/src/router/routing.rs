@@ -24,6 +24,8 @@ use super::iobufs::{Incoming, Outgoing};
 use super::logs::{AckLog, DataLog};
 use super::scheduler::{ScheduleReason, Scheduler};
 use super::shared_subs::SharedGroup;
+use super::logs::PublishData;
+use super::options::{self, Source, SubscriptionOptions};
 use super::{
     packetid, Connection, DataRequest, Event, FilterIdx, Meter, Notification, Print, RouterMeter,
     ShadowRequest, MAX_CHANNEL_CAPACITY, MAX_SCHEDULE_ITERATIONS,
@@ -160,6 +162,7 @@ impl Router {
         for session in sessions {
             let mut tracker = Tracker::new(session.client_id.clone());
             let mut subscriptions = HashSet::new();
+            let mut options = HashMap::new();
             for (filter, qos) in &session.subscriptions {
                 let (filter_idx, end) = self.datalog.next_native_offset(filter);
                 // From its first publication still to deliver on, or what
@@ -176,6 +179,8 @@ impl Router {
                 self.datalog
                     .restore_kept(filter_idx, &session.client_id, *qos);
                 subscriptions.insert(filter.clone());
+                // lmos-sidecar patch 14
+                options.insert(filter.clone(), SubscriptionOptions::restored(*qos));
                 tracker.register_data_request(DataRequest {
                     filter: filter.clone(),
                     filter_idx,
@@ -191,6 +196,7 @@ impl Router {
             self.graveyard.save_state(
                 tracker,
                 subscriptions,
+                options,
                 ConnectionEvents::default(),
                 VecDeque::new(),
             );
@@ -402,6 +408,8 @@ impl Router {
                 || Tracker::new(client_id.clone()),
                 |session_state| {
                     connection.subscriptions = session_state.subscriptions;
+                    // lmos-sidecar patch 14
+                    connection.subscription_options = session_state.options;
                     // for using in acklog
                     pending_acks.clone_from(&session_state.unacked_pubrels);
                     outgoing.unacked_pubrels = session_state.unacked_pubrels;
@@ -617,6 +625,7 @@ impl Router {
             self.graveyard.save_state(
                 tracker,
                 connection.subscriptions,
+                connection.subscription_options,
                 connection.events,
                 outgoing.unacked_pubrels,
             );
@@ -858,8 +867,9 @@ impl Router {
                                 broker_aliases.remove_alias(filter);
                             }
 
-                            // remove the subscription id
-                            connection.subscription_ids.remove(filter);
+                            // remove the subscription's options
+                            // (lmos-sidecar patch 14)
+                            connection.subscription_options.remove(filter);
 
                             let unsuback = UnsubAck {
                                 pkid,
@@ -1090,16 +1100,16 @@ impl Router {
             shared_group.add_client(client_id);
         };
 
-        if let Some(subscription_id) = subscription_id {
-            connection
-                .subscription_ids
-                .insert(filter_path.clone(), subscription_id);
-        }
-
-        // check is group is None because retained messages aren't sent
-        // for shared subscriptions
-        // TODO: use retain forward rules
-        let forward_retained = group.is_none();
+        // lmos-sidecar patch 14: the subscription's options, replacing an
+        // earlier SUBSCRIBE's of the same filter (§3.8.4)
+        connection.subscription_options.insert(
+            filter_path.clone(),
+            SubscriptionOptions::of(filter, subscription_id),
+        );
+        let new = !connection.subscriptions.contains(filter_path);
+        // retained messages aren't sent for shared subscriptions;
+        // lmos-sidecar patch 14: and as Retain Handling says
+        let forward_retained = options::forwards_retained(filter, new, group.is_some());
 
         // call to `insert(_)` returns `true` if it didn't contain the filter_path already
         // i.e. its a new subscription
@@ -1135,12 +1145,48 @@ impl Router {
             debug_assert!(self.scheduler.check_tracker_duplicates(id).is_none())
         }
 
-        // TODO: figure out how we can update existing DataRequest
-        // helpful in re-subscriptions and forwarding retained messages on
-        // every subscribe
-
         let meter = &mut self.ibufs.get_mut(id).unwrap().meter;
         meter.register_subscription(filter_path.clone());
+
+        if !new {
+            self.resubscribed(id, filter_path, filter.qos as u8, forward_retained);
+        }
+    }
+
+    /// lmos-sidecar patch 14: a SUBSCRIBE of a filter the connection holds
+    /// replaces the subscription (§3.8.4): its request takes the new QoS
+    /// and, with Retain Handling 0, sends the retained messages again. The
+    /// request is parked (caught up), tracked, or about to be tracked
+    /// (woken by a publication earlier in the same batch).
+    fn resubscribed(&mut self, id: ConnectionId, filter: &str, qos: u8, forward_retained: bool) {
+        let update = |request: &mut DataRequest| {
+            request.qos = qos;
+            request.forward_retained |= forward_retained;
+        };
+        if let Some(mut request) = self.datalog.remove_waiters_for_id(id, &filter.to_owned()) {
+            update(&mut request);
+            // Out of the waiters, it must be read again to be parked again
+            // (the SUBACK's `force_ack` schedules the connection too; this
+            // does not rely on it)
+            self.scheduler.track(id, request);
+            self.scheduler.reschedule(id, ScheduleReason::NewFilter);
+        } else if let Some(request) = self
+            .scheduler
+            .trackers
+            .get_mut(id)
+            .and_then(|t| t.data_requests.iter_mut().find(|r| r.filter == filter))
+        {
+            update(request);
+        } else if let Some((_, request)) = self
+            .notifications
+            .iter_mut()
+            .find(|(c, r)| *c == id && r.filter == filter)
+        {
+            update(request);
+        }
+        if forward_retained {
+            self.scheduler.reschedule(id, ScheduleReason::NewFilter);
+        }
     }
 
     /// When a connection is ready, it should sweep native data from 'datalog',
@@ -1386,9 +1432,9 @@ fn append_to_commitlog(
         datalog.insert_to_retained_publishes(publish.clone(), properties.clone(), topic.to_owned());
     }
 
-    // after recording retained message, we also send that message to existing subscribers
-    // as normal publish message. Therefore we are setting retain to false
-    publish.retain = false;
+    // lmos-sidecar patch 14: the retain flag stays in the log, for
+    // subscriptions with Retain As Published; `forward_device_data` clears
+    // it for the others
     let pkid = publish.pkid;
 
     let filter_idxs = datalog.matches(topic);
@@ -1403,11 +1449,18 @@ fn append_to_commitlog(
         None => return Err(RouterError::NoMatchingFilters(topic.to_owned())),
     };
 
+    // lmos-sidecar patch 14: who published it (No Local), on how many
+    // filters (overlapping subscriptions)
+    let source = Source {
+        origin: connection.origin,
+        filters: filter_idxs.len(),
+    };
     let mut o = (0, 0);
     for filter_idx in filter_idxs {
         let data = datalog.native.get_mut(&filter_idx).unwrap();
-        let publish_data = (publish.clone(), properties.clone());
-        let (offset, filter) = data.append(publish_data.into(), notifications);
+        let mut publish_data: PublishData = (publish.clone(), properties.clone()).into();
+        publish_data.source = source;
+        let (offset, filter) = data.append(publish_data, notifications);
         debug!(
             pkid,
             "Appended to commitlog: {}[{}, {})", filter, offset.0, offset.1,
@@ -1423,7 +1476,7 @@ fn append_to_commitlog(
 }
 
 fn append_will_message(
-    mut publish: Publish,
+    publish: Publish,
     properties: Option<PublishProperties>,
     datalog: &mut DataLog,
     notifications: &mut VecDeque<(ConnectionId, DataRequest)>,
@@ -1459,9 +1512,8 @@ fn append_will_message(
         datalog.insert_to_retained_publishes(publish.clone(), properties.clone(), topic.to_owned());
     }
 
-    // after recording retained message, we also send that message to existing subscribers
-    // as normal publish message. Therefore we are setting retain to false
-    publish.retain = false;
+    // lmos-sidecar patch 14: the retain flag stays (see
+    // `append_to_commitlog`)
     let pkid = publish.pkid;
 
     let filter_idxs = datalog.matches(topic);
@@ -1471,11 +1523,17 @@ fn append_will_message(
         None => return Err(RouterError::NoMatchingFilters(topic.to_owned())),
     };
 
+    // lmos-sidecar patch 14: no publishing connection, several filters
+    let source = Source {
+        origin: 0,
+        filters: filter_idxs.len(),
+    };
     let mut o = (0, 0);
     for filter_idx in filter_idxs {
         let data = datalog.native.get_mut(&filter_idx).unwrap();
-        let publish_data = (publish.clone(), properties.clone());
-        let (offset, filter) = data.append(publish_data.into(), notifications);
+        let mut publish_data: PublishData = (publish.clone(), properties.clone()).into();
+        publish_data.source = source;
+        let (offset, filter) = data.append(publish_data, notifications);
         debug!(
             pkid,
             "Appended to commitlog: {}[{}, {})", filter, offset.0, offset.1,
@@ -1625,7 +1683,11 @@ fn forward_device_data(
         let mut retained_publishes = datalog.read_retained_messages(&request.filter);
         retained_publishes.truncate(inflight_slots as usize);
 
-        publishes.extend(retained_publishes.into_iter().map(|p| (p, None)));
+        publishes.extend(
+            retained_publishes
+                .into_iter()
+                .map(|p| (p, None, Source::NONE)),
+        );
         inflight_slots -= publishes.len() as u64;
 
         // we only want to forward retained messages once
@@ -1644,7 +1706,7 @@ fn forward_device_data(
     publishes.extend(
         publishes_from_datalog
             .into_iter()
-            .map(|(p, offset)| (p, Some(offset))),
+            .map(|(p, offset, source)| (p, Some(offset), source)),
     );
 
     let (start, next, caughtup) = match next {
@@ -1699,7 +1761,7 @@ fn forward_device_data(
     let mut dropped = false;
     if let Some(until) = request.resend_to {
         let before = publishes.len();
-        publishes.retain(|((p, _), offset)| {
+        publishes.retain(|((p, _), offset, _)| {
             !(offset.is_some_and(|o| o < until) && qos.min(p.qos as u8) == 0)
         });
         dropped = publishes.len() < before;
@@ -1707,6 +1769,15 @@ fn forward_device_data(
             request.resend_to = None;
         }
     }
+
+    // lmos-sidecar patch 14: No Local, and one delivery of a publication
+    // matching several of the connection's subscriptions
+    let subscription = connection
+        .subscription_options
+        .get(&request.filter)
+        .copied();
+    let chosen = options::choose(&mut publishes, request, subscription, datalog, connection);
+    dropped |= chosen.dropped;
 
     if publishes.is_empty() {
         return if dropped && !caughtup {
@@ -1730,16 +1801,27 @@ fn forward_device_data(
             .and_then(|broker_aliases| broker_aliases.set_new_alias(&request.filter))
     }
 
-    let subscription_id = connection.subscription_ids.get(&request.filter);
+    let subscription_id = subscription.and_then(|o| o.id);
+    let preserve_retain = subscription.is_some_and(|o| o.preserve_retain);
 
     // Fill and notify device data
     let forwards = publishes
         .into_iter()
-        .map(|((mut publish, mut properties), offset)| {
+        .zip(chosen.overlaps.into_iter().chain(std::iter::repeat(None)))
+        .map(|(((mut publish, mut properties), offset, _), overlap)| {
             // lmos-sidecar patch: delivered at the lower of the
             // publication's and the subscription's QoS (MQTT 5 §3.8.4,
             // 3.1.1 §3.3.5), not always at the subscription's.
             publish.qos = protocol::qos(qos.min(publish.qos as u8)).unwrap();
+            // lmos-sidecar patch 14: a retained message sent for the
+            // subscription keeps its flag, others as Retain As Published
+            // says (§3.3.1.3)
+            if offset.is_some() {
+                let keep = overlap
+                    .as_ref()
+                    .map_or(preserve_retain, |o| o.preserve_retain);
+                publish.retain &= keep;
+            }
 
             // if there is some topic alias to use, set it in publish properties
             if topic_alias.is_some() {
@@ -1753,10 +1835,15 @@ fn forward_device_data(
                 publish.topic.clear()
             }
 
-            if let Some(&subscription_id) = subscription_id {
+            // lmos-sidecar patch 14: every matching subscription's
+            let ids = match overlap {
+                Some(o) => o.ids,
+                None => subscription_id.into_iter().collect(),
+            };
+            if !ids.is_empty() {
                 // create new props if not already exists
                 let mut props = properties.unwrap_or_default();
-                props.subscription_identifiers.push(subscription_id);
+                props.subscription_identifiers.extend(ids);
                 properties = Some(props);
             }
 
