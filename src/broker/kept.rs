@@ -108,10 +108,7 @@ impl Keeper for Kept {
     }
 
     fn ended(&mut self, client_id: &str) {
-        let prefix = client_prefix(client_id);
-        let _ = self.tables.subscriptions.delete_prefix(prefix.clone());
-        let _ = self.tables.queued.delete_prefix(prefix);
-        let _ = self.tables.sessions.delete(client_id.as_bytes().to_vec());
+        forget(&self.tables, client_id);
     }
 
     fn queued(&mut self, client_id: &str, position: Position, filter: &str, packet: &Bytes) {
@@ -362,6 +359,7 @@ fn split(key: &[u8]) -> Option<(&str, &[u8])> {
     Some((client, &key[at + 1..]))
 }
 
+/// Everything of a session: its subscriptions, its queue, its expiry.
 fn forget(tables: &Tables, client: &str) {
     let prefix = client_prefix(client);
     let _ = tables.subscriptions.delete_prefix(prefix.clone());

@@ -126,12 +126,9 @@ pub(super) fn lock(delivery: &Mutex<Delivery>) -> std::sync::MutexGuard<'_, Deli
     delivery.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Unix time in milliseconds, the clock Message Expiry is kept in.
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+/// Unix time in milliseconds, the clock Message Expiry is kept in (and
+/// the kept sessions' records).
+pub(super) use crate::broker::kept::now_ms;
 
 /// Ends a session that nobody resumed in time (see [`super::sessions`]).
 pub(super) async fn expire(
@@ -316,10 +313,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 opened.generation,
                 inspector.expiry,
                 |expiry| {
-                    let _ticket =
-                        shared
-                            .records
-                            .record(&client_id, expiry.0, Some(super::kept_now_ms()));
+                    let _ticket = shared.records.record(&client_id, expiry.0, Some(now_ms()));
                 },
             ),
         };

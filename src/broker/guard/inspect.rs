@@ -184,7 +184,7 @@ impl Inspector<'_> {
                     self.generation,
                     self.expiry,
                     |expiry| {
-                        let ended = Some(super::kept_now_ms());
+                        let ended = Some(now_ms());
                         let _ticket = shared.records.record(client_id, expiry.0, ended);
                     },
                 ));

@@ -240,10 +240,6 @@ struct Shared {
     records: crate::broker::kept::SessionRecords,
 }
 
-fn kept_now_ms() -> u64 {
-    crate::broker::kept::now_ms()
-}
-
 /// Serves listeners until the cancellation token fires; cheap to clone.
 #[derive(Clone)]
 pub struct Guard {
