@@ -355,3 +355,133 @@ async fn an_mqtt5_session_expiry_counts_across_the_restart() {
     }
     second.terminate();
 }
+
+/// An MQTT 5 client on a kept session (expiry one hour): not clean.
+async fn connect_v5_kept(
+    mqtt: std::net::SocketAddr,
+    id: &str,
+) -> (rumqttc::v5::AsyncClient, rumqttc::v5::EventLoop, bool) {
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    let mut options = MqttOptions::new(id, mqtt.ip().to_string(), mqtt.port());
+    options.set_clean_start(false);
+    options.set_session_expiry_interval(Some(3_600));
+    let (client, mut events) = AsyncClient::new(options, 10);
+    let present = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Event::Incoming(Packet::ConnAck(a)) = events.poll().await.unwrap() {
+                return a.session_present;
+            }
+        }
+    })
+    .await
+    .expect("CONNACK in time");
+    (client, events, present)
+}
+
+/// The next PUBLISH `events` gets within 700 ms, if any.
+async fn next_v5(
+    events: &mut rumqttc::v5::EventLoop,
+) -> Option<rumqttc::v5::mqttbytes::v5::Publish> {
+    use rumqttc::v5::Event;
+    tokio::time::timeout(Duration::from_millis(700), async {
+        loop {
+            if let Event::Incoming(Packet::Publish(p)) = events.poll().await.unwrap() {
+                return p;
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+#[tokio::test]
+async fn a_restored_subscription_keeps_its_identifier_and_no_local() {
+    use rumqttc::v5::mqttbytes::v5::{Filter, SubscribeProperties};
+    use rumqttc::v5::Event;
+    let dir = DataDir::new("options");
+    let first = start(&dir);
+    let (client, mut events, _) = connect_v5_kept(first.mqtt, "opts").await;
+    let mut filter = Filter::new("sensors/#", QoS::AtLeastOnce);
+    filter.nolocal = true;
+    let properties = SubscribeProperties {
+        id: Some(7),
+        user_properties: Vec::new(),
+    };
+    client
+        .subscribe_many_with_properties(vec![filter], properties)
+        .await
+        .unwrap();
+    loop {
+        if let Event::Incoming(Packet::SubAck(_)) = events.poll().await.unwrap() {
+            break;
+        }
+    }
+    client.disconnect().await.unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(1), events.poll()).await;
+    first.terminate();
+
+    let second = start(&dir);
+    let (client, mut events, present) = connect_v5_kept(second.mqtt, "opts").await;
+    assert!(present, "the session survived");
+    // No Local: what it publishes itself does not come back.
+    client
+        .publish("sensors/own", QoS::AtLeastOnce, false, "own")
+        .await
+        .unwrap();
+    assert!(next_v5(&mut events).await.is_none(), "No Local was kept");
+    // Another client's publication carries the subscription identifier.
+    publish_numbers(second.mqtt, 1..2).await;
+    let p = next_v5(&mut events)
+        .await
+        .expect("the subscription was kept");
+    assert_eq!(&p.payload[..], b"1");
+    let ids = p.properties.map(|p| p.subscription_identifiers);
+    assert_eq!(ids, Some(vec![7]), "the identifier was kept");
+    second.terminate();
+}
+
+#[tokio::test]
+async fn what_the_broker_drops_from_a_full_filter_buffer_the_disk_drops_too() {
+    // Each filter buffers two segments of 1 KiB: a session away for 200
+    // publications keeps only the last few in memory, and must find no
+    // more than those after a restart (the disk does not keep what memory
+    // let go, so it cannot grow without bound either).
+    let dir = DataDir::new("dropped");
+    let small = |cmd: &mut std::process::Command| {
+        cmd.env("LMOS_SIDECAR_MQTT__MAX_PAYLOAD_SIZE", "1024")
+            .env("LMOS_SIDECAR_MQTT__SEGMENT_SIZE", "1024")
+            .env("LMOS_SIDECAR_MQTT__SEGMENT_COUNT", "2");
+    };
+    let mut cmd = sidecar!();
+    small(on_directory(&mut cmd, &dir.0));
+    let first = Started::start(&mut cmd);
+    let mut subscriber = MqttClient::connect_kept(first.mqtt, "away").await;
+    subscriber.subscribe("sensors/#").await;
+    subscriber.client.disconnect().await.unwrap();
+    drop(subscriber);
+    publish_numbers(first.mqtt, 0..200).await;
+    first.terminate();
+
+    let mut cmd = sidecar!();
+    small(on_directory(&mut cmd, &dir.0));
+    let second = Started::start(&mut cmd);
+    let metrics = common::http(second.http, "GET", "/metrics", None, b"").await;
+    let recovered: usize = metrics
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("lmos_sidecar_store{what=\"recovered_queued\"} "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the recovered_queued metric");
+    assert!(
+        (1..100).contains(&recovered),
+        "only what the buffers held is kept: {recovered}"
+    );
+    let mut subscriber = MqttClient::connect_kept(second.mqtt, "away").await;
+    assert!(subscriber.session_present);
+    let got = drain(&mut subscriber).await;
+    // The newest ones, in order, ending with the last.
+    assert_eq!(got.len(), recovered);
+    let first_kept: u32 = got[0].parse().unwrap();
+    assert_eq!(got, numbers(first_kept..200));
+    second.terminate();
+}

@@ -6,7 +6,7 @@ use crate::protocol::{
     PublishProperties, SubAck, UnsubAck,
 };
 use crate::router::persist::{self, Keeper, Position as KeptPosition, RestoredPublication, RestoredRetained};
-use crate::router::options::Source;
+use crate::router::options::{Source, SubscriptionOptions};
 use crate::router::{log_filter, DataRequest, FilterIdx, SubscriptionMeter, Waiters};
 use crate::{ConnectionId, Filter, Offset, RouterConfig, Topic};
 
@@ -80,6 +80,9 @@ pub struct DataLog {
     /// Kept sessions (not clean, live or in the graveyard) by filter: their
     /// client IDs and QoS (lmos-sidecar patch 13)
     kept: HashMap<FilterIdx, HashMap<String, u8>>,
+    /// The first segment still in memory of each filter a kept session
+    /// holds, as the keeper last knew it (lmos-sidecar patch 19)
+    kept_head: HashMap<FilterIdx, u64>,
     /// List of filters associated with a topic
     publish_filters: HashMap<Topic, Vec<FilterIdx>>,
 }
@@ -114,6 +117,7 @@ impl DataLog {
             retained_publishes,
             keeper: None,
             kept: HashMap::new(),
+            kept_head: HashMap::new(),
         })
     }
 
@@ -142,13 +146,16 @@ impl DataLog {
     }
 
     /// lmos-sidecar patch 13: a kept session's new subscription.
-    pub fn keep_subscription(&mut self, idx: FilterIdx, client_id: &str, filter: &str, qos: u8) {
-        self.kept
-            .entry(idx)
-            .or_default()
-            .insert(client_id.to_owned(), qos);
+    pub fn keep_subscription(
+        &mut self,
+        idx: FilterIdx,
+        client_id: &str,
+        filter: &str,
+        options: &SubscriptionOptions,
+    ) {
+        self.restore_kept(idx, client_id, options.qos);
         if let Some(keeper) = &mut self.keeper {
-            keeper.subscribed(client_id, filter, qos);
+            keeper.subscribed(client_id, filter, options);
         }
     }
 
@@ -159,6 +166,10 @@ impl DataLog {
             .entry(idx)
             .or_default()
             .insert(client_id.to_owned(), qos);
+        if let Some(data) = self.native.get(&idx) {
+            let (head, _) = data.log._head_and_tail();
+            self.kept_head.entry(idx).or_insert(head);
+        }
     }
 
     /// lmos-sidecar patch 13: a kept session left `filter` (before the
@@ -198,26 +209,34 @@ impl DataLog {
         publish: &Publish,
         properties: &Option<PublishProperties>,
     ) {
+        let (Some(keeper), Some(clients), Some(data)) =
+            (&mut self.keeper, self.kept.get(&idx), self.native.get(&idx))
+        else {
+            return;
+        };
+        // lmos-sidecar patch 19: the segments this append pushed out of
+        // memory are gone for the kept sessions too
+        let (head, _) = data.log._head_and_tail();
+        let known = self.kept_head.entry(idx).or_insert(head);
+        for segment in *known..head {
+            keeper.dropped(idx, segment, &mut clients.keys().map(String::as_str));
+        }
+        *known = head;
         if publish.qos == crate::protocol::QoS::AtMostOnce {
             return;
         }
         // `append` answers the offset after the publication's
         let offset = (offset.0, offset.1.saturating_sub(1));
-        let (Some(keeper), Some(clients)) = (&mut self.keeper, self.kept.get(&idx)) else {
+        let mut waiting = clients
+            .iter()
+            .filter(|(_, &qos)| qos > 0)
+            .map(|(client, _)| client.as_str())
+            .peekable();
+        if waiting.peek().is_none() {
             return;
-        };
-        let mut packet = None;
-        for (client_id, &qos) in clients {
-            if qos == 0 {
-                continue;
-            }
-            if packet.is_none() {
-                packet = persist::encode(publish, properties, false);
-            }
-            let (Some(packet), Some(data)) = (&packet, self.native.get(&idx)) else {
-                return;
-            };
-            keeper.queued(client_id, (idx, offset), &data.filter, packet);
+        }
+        if let Some(packet) = persist::encode(publish, properties, false) {
+            keeper.queued((idx, offset), &data.filter, &packet, &mut waiting);
         }
     }
 
@@ -375,7 +394,12 @@ impl DataLog {
             data.holders = data.holders.saturating_sub(1);
             if data.holders == 0 {
                 self.native.remove(&idx);
-                self.kept.remove(&idx);
+                if self.kept.remove(&idx).is_some() {
+                    self.kept_head.remove(&idx);
+                    if let Some(keeper) = &mut self.keeper {
+                        keeper.released(idx);
+                    }
+                }
                 self.filter_indexes.remove(filter);
                 removed.insert(idx);
             }

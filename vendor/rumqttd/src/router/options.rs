@@ -40,13 +40,6 @@ impl SubscriptionOptions {
         }
     }
 
-    /// A subscription restored from a previous run, which kept its QoS only.
-    pub fn restored(qos: u8) -> SubscriptionOptions {
-        SubscriptionOptions {
-            qos,
-            ..SubscriptionOptions::default()
-        }
-    }
 }
 
 /// Whether a SUBSCRIBE sends the retained messages matching its filter:

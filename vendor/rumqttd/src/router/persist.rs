@@ -4,7 +4,10 @@
 //! connection (not clean): their subscriptions, each QoS 1 or 2
 //! publication queued for them and its delivery; and a broker can start
 //! with what an earlier run kept. Publications go as MQTT 5 PUBLISH
-//! packets, properties included.
+//! packets, properties included, once however many kept sessions they are
+//! queued for; what the router drops from its memory (a filter's oldest
+//! segment, a filter's whole log) the keeper is told to drop too, so that
+//! what is kept never outgrows what the router holds (patch 19).
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +15,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::protocol::v5::publish;
 use crate::protocol::{Publish, PublishProperties, QoS};
+pub use crate::router::options::SubscriptionOptions;
 use crate::router::FilterIdx;
 use crate::Offset;
 
@@ -24,15 +28,27 @@ pub trait Keeper: Send + 'static {
     /// `packet`: the retained message, or `None` once it is removed (also
     /// when it expired).
     fn retained(&mut self, topic: &str, packet: Option<Bytes>);
-    /// A session that is kept subscribed to `filter` (again: `qos` may
-    /// have changed).
-    fn subscribed(&mut self, client_id: &str, filter: &str, qos: u8);
+    /// A session that is kept subscribed to `filter` (again: its options
+    /// may have changed).
+    fn subscribed(&mut self, client_id: &str, filter: &str, options: &SubscriptionOptions);
     fn unsubscribed(&mut self, client_id: &str, filter: &str);
     /// A kept session ended (a clean CONNECT of its client ID): everything
     /// of it goes.
     fn ended(&mut self, client_id: &str);
-    /// A QoS 1 or 2 publication queued for a kept session at `position`.
-    fn queued(&mut self, client_id: &str, position: Position, filter: &str, packet: &Bytes);
+    /// A QoS 1 or 2 publication at `position`, queued for each of the kept
+    /// sessions `clients`.
+    fn queued(
+        &mut self,
+        position: Position,
+        filter: &str,
+        packet: &Bytes,
+        clients: &mut dyn Iterator<Item = &str>,
+    );
+    /// The router dropped segment `segment` of filter `idx`'s log (it was
+    /// full): what it held is gone for the kept sessions `clients` too.
+    fn dropped(&mut self, idx: FilterIdx, segment: u64, clients: &mut dyn Iterator<Item = &str>);
+    /// No session holds filter `idx` any more: its log is gone.
+    fn released(&mut self, idx: FilterIdx);
     /// The session acknowledged the publication at `position` (PUBACK,
     /// PUBREC).
     fn delivered(&mut self, client_id: &str, position: Position);
@@ -65,8 +81,8 @@ pub struct RestoredPublication {
 #[derive(Debug, Clone)]
 pub struct RestoredSession {
     pub client_id: String,
-    /// Filters and their QoS.
-    pub subscriptions: Vec<(String, u8)>,
+    /// Filters and their options.
+    pub subscriptions: Vec<(String, SubscriptionOptions)>,
     /// The keys of the publications still queued for it.
     pub queued: Vec<Bytes>,
 }

@@ -163,7 +163,8 @@ impl Router {
             let mut tracker = Tracker::new(session.client_id.clone());
             let mut subscriptions = HashSet::new();
             let mut options = HashMap::new();
-            for (filter, qos) in &session.subscriptions {
+            for (filter, kept) in &session.subscriptions {
+                let qos = &kept.qos;
                 let (filter_idx, end) = self.datalog.next_native_offset(filter);
                 // From its first publication still to deliver on, or what
                 // comes next
@@ -179,8 +180,8 @@ impl Router {
                 self.datalog
                     .restore_kept(filter_idx, &session.client_id, *qos);
                 subscriptions.insert(filter.clone());
-                // lmos-sidecar patch 14
-                options.insert(filter.clone(), SubscriptionOptions::restored(*qos));
+                // lmos-sidecar patch 14, kept by patch 19
+                options.insert(filter.clone(), *kept);
                 tracker.register_data_request(DataRequest {
                     filter: filter.clone(),
                     filter_idx,
@@ -1102,10 +1103,10 @@ impl Router {
 
         // lmos-sidecar patch 14: the subscription's options, replacing an
         // earlier SUBSCRIBE's of the same filter (§3.8.4)
-        connection.subscription_options.insert(
-            filter_path.clone(),
-            SubscriptionOptions::of(filter, subscription_id),
-        );
+        let subscription_options = SubscriptionOptions::of(filter, subscription_id);
+        connection
+            .subscription_options
+            .insert(filter_path.clone(), subscription_options);
         let new = !connection.subscriptions.contains(filter_path);
         // retained messages aren't sent for shared subscriptions;
         // lmos-sidecar patch 14: and as Retain Handling says
@@ -1120,7 +1121,7 @@ impl Router {
                 filter_idx,
                 &connection.client_id,
                 filter_path,
-                filter.qos as u8,
+                &subscription_options,
             );
         }
         if connection.subscriptions.insert(filter_path.clone()) {

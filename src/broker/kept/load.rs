@@ -1,0 +1,238 @@
+//! Reading back what the last run kept (see the tables in `mod.rs`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rumqttd::{RestoredPublication, RestoredRetained, RestoredSession};
+use tracing::warn;
+
+use super::{client_prefix, forget, now_ms, read_options, KeptSession, Tables};
+use crate::broker::guard::packet::{self, Version};
+use crate::broker::Publication;
+use crate::store::{StoreError, Table};
+use crate::topics::{Route, Topics};
+
+pub(super) type Retained = (Vec<RestoredRetained>, Vec<Publication>);
+
+pub(super) fn retained(table: &Table, topics: &Topics) -> Result<Retained, StoreError> {
+    let now = now_ms();
+    let mut restored = Vec::new();
+    let mut stale = Vec::new();
+    for (key, value) in table.load()? {
+        if value.len() < 8 {
+            warn!(topic = %String::from_utf8_lossy(&key), "Dropped a kept retained message too short to read.");
+            let _ = table.delete(key);
+            continue;
+        }
+        let (at, packet) = value.split_at(8);
+        let at = u64::from_be_bytes(at.try_into().unwrap_or_default());
+        if let Some(offline) = stale_presence(packet, topics) {
+            stale.push(offline);
+        }
+        restored.push(RestoredRetained {
+            packet: Bytes::copy_from_slice(packet),
+            age: Duration::from_millis(now.saturating_sub(at)),
+        });
+    }
+    Ok((restored, stale))
+}
+
+/// The sessions to restore (those that expired while the sidecar was
+/// stopped are forgotten here), their publications, and the guard's view.
+pub(super) type Sessions = (
+    Vec<RestoredSession>,
+    Vec<RestoredPublication>,
+    Vec<KeptSession>,
+);
+
+pub(super) fn sessions(tables: &Tables) -> Result<Sessions, StoreError> {
+    let (expiry, expired) = expiries(tables)?;
+    let mut by_client = subscriptions(tables, &expired)?;
+    let publications = queued(tables, &expired, &mut by_client)?;
+    for client in expiry.keys() {
+        entry(&mut by_client, client);
+    }
+    let kept = by_client
+        .values()
+        .map(|s| KeptSession {
+            client_id: s.client_id.clone(),
+            filters: s.subscriptions.iter().map(|(f, _)| f.clone()).collect(),
+            expires_in: expiry.get(&s.client_id).copied().flatten(),
+        })
+        .collect();
+    Ok((
+        by_client.into_values().collect(),
+        publications.into_values().collect(),
+        kept,
+    ))
+}
+
+/// Client ID → expiry in, from the guard's records (a session without one
+/// was kept by a 3.1.1 client, not clean: forever); and those that expired
+/// while the sidecar was stopped, forgotten.
+type Expiries = (HashMap<String, Option<Duration>>, HashSet<String>);
+
+fn expiries(tables: &Tables) -> Result<Expiries, StoreError> {
+    let now = now_ms();
+    let mut expiry = HashMap::new();
+    let mut expired = HashSet::new();
+    for (key, value) in tables.sessions.load()? {
+        let client = String::from_utf8_lossy(&key).into_owned();
+        let (Some(secs), Some(ended)) = (
+            value
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes),
+            value
+                .get(4..12)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes),
+        ) else {
+            continue;
+        };
+        // Connected when the last run stopped: its expiry counts from now.
+        let ended = if ended == 0 { now } else { ended };
+        let left = match secs {
+            u32::MAX => None,
+            secs => {
+                let until = ended.saturating_add(u64::from(secs) * 1_000);
+                if until <= now {
+                    forget(tables, &client);
+                    expired.insert(client);
+                    continue;
+                }
+                Some(Duration::from_millis(until - now))
+            }
+        };
+        expiry.insert(client, left);
+    }
+    Ok((expiry, expired))
+}
+
+type ByClient = BTreeMap<String, RestoredSession>;
+
+fn subscriptions(tables: &Tables, expired: &HashSet<String>) -> Result<ByClient, StoreError> {
+    let mut by_client = BTreeMap::new();
+    for (key, value) in tables.subscriptions.load()? {
+        let Some((client, filter)) = split(&key) else {
+            continue;
+        };
+        let Some(options) = read_options(&value) else {
+            continue;
+        };
+        if expired.contains(client) {
+            continue;
+        }
+        entry(&mut by_client, client)
+            .subscriptions
+            .push((String::from_utf8_lossy(filter).into_owned(), options));
+    }
+    Ok(by_client)
+}
+
+/// Each queued publication once, however many sessions wait for it (the
+/// position after the client ID names it): start-up holds no more than the
+/// broker did before the restart. Publications no session waits for any
+/// more, and queue entries whose publication is gone, are deleted.
+fn queued(
+    tables: &Tables,
+    expired: &HashSet<String>,
+    by_client: &mut ByClient,
+) -> Result<BTreeMap<Bytes, RestoredPublication>, StoreError> {
+    let mut publications: BTreeMap<Bytes, RestoredPublication> = BTreeMap::new();
+    let mut waiting: Vec<(String, Bytes)> = Vec::new();
+    tables.queued.scan(|key, value| {
+        let Some((client, position)) = split(key) else {
+            return;
+        };
+        if expired.contains(client) {
+            return;
+        }
+        let position = match publications.get_key_value(position) {
+            Some((known, _)) => known.clone(),
+            None => Bytes::copy_from_slice(position),
+        };
+        // Written before patch 19, with its publication
+        if !value.is_empty() && !publications.contains_key(&position) {
+            if let Some(publication) = read_publication(&position, value) {
+                publications.insert(position.clone(), publication);
+            }
+        }
+        waiting.push((client.to_owned(), position));
+    })?;
+    let referenced: HashSet<Bytes> = waiting.iter().map(|(_, p)| p.clone()).collect();
+    tables.data.scan(|key, value| {
+        if !referenced.contains(key) {
+            let _ = tables.data.delete(key.to_vec());
+            return;
+        }
+        if !publications.contains_key(key) {
+            let position = Bytes::copy_from_slice(key);
+            if let Some(publication) = read_publication(&position, value) {
+                publications.insert(position, publication);
+            }
+        }
+    })?;
+    for (client, position) in waiting {
+        if publications.contains_key(&position) {
+            entry(by_client, &client).queued.push(position);
+        } else {
+            let mut key = client_prefix(&client);
+            key.extend_from_slice(&position);
+            let _ = tables.queued.delete(key);
+        }
+    }
+    Ok(publications)
+}
+
+/// A publication as `mqtt_queued_data` keeps it.
+fn read_publication(position: &Bytes, value: &[u8]) -> Option<RestoredPublication> {
+    let len = usize::from(u16::from_be_bytes([*value.first()?, *value.get(1)?]));
+    let filter = value.get(2..2 + len)?;
+    let packet = value.get(2 + len..)?;
+    Some(RestoredPublication {
+        key: position.clone(),
+        filter: String::from_utf8_lossy(filter).into_owned(),
+        packet: Bytes::copy_from_slice(packet),
+    })
+}
+
+fn entry<'a>(
+    map: &'a mut BTreeMap<String, RestoredSession>,
+    client: &str,
+) -> &'a mut RestoredSession {
+    map.entry(client.to_owned())
+        .or_insert_with(|| RestoredSession {
+            client_id: client.to_owned(),
+            subscriptions: Vec::new(),
+            queued: Vec::new(),
+        })
+}
+
+fn split(key: &[u8]) -> Option<(&str, &[u8])> {
+    let at = key.iter().position(|&b| b == 0)?;
+    let client = std::str::from_utf8(&key[..at]).ok()?;
+    Some((client, &key[at + 1..]))
+}
+
+/// An agent's retained "online" presence, as its offline successor (the
+/// same message with `status` offline).
+fn stale_presence(packet: &[u8], topics: &Topics) -> Option<Publication> {
+    let header = packet::frame(packet, usize::MAX).ok()??;
+    let body = packet.get(header.header_len..header.size())?;
+    let publish = packet::publish(header.first, body, Version::V5).ok()?;
+    let Some(Route::AgentStatus { .. }) = topics.parse(publish.topic) else {
+        return None;
+    };
+    let mut status: serde_json::Value = serde_json::from_slice(publish.payload).ok()?;
+    if status["status"] != "online" {
+        return None;
+    }
+    status["status"] = "offline".into();
+    Some(Publication::new(
+        publish.topic.to_owned(),
+        status.to_string(),
+        true,
+    ))
+}

@@ -1,0 +1,328 @@
+//! What the embedded broker keeps across restarts (rumqttd patches 12 and
+//! 13): retained messages, the sessions that outlive their connection
+//! (their subscriptions, expiry and the QoS 1/2 publications queued for
+//! them), in the store's tables:
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `mqtt_retained` | topic | retained at (Unix ms, u64 BE) + MQTT 5 PUBLISH |
+//! | `mqtt_subscriptions` | client ID, 0, filter | QoS, then flags (1 No Local, 2 Retain As Published, 4 identifier) and the subscription identifier (u32 BE) |
+//! | `mqtt_queued_data` | position: run (u32 BE), filter index, segment, offset (u64 BE each) | filter length (u16 BE), filter, MQTT 5 PUBLISH |
+//! | `mqtt_queued` | client ID, 0, position | empty (before patch 19: the publication, as in `mqtt_queued_data`) |
+//! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected) |
+//! | `mqtt_meta` | `run` | this run's number (u32 BE) |
+//!
+//! A publication is written once however many kept sessions wait for it,
+//! and each session's queue holds its position only. The position names
+//! where it sat in its run's logs, so it takes no lookup to forget it once
+//! delivered; only those restored from an earlier run are looked up
+//! (`placed`). A publication stays in `mqtt_queued_data` until the router
+//! drops its segment or its filter (patch 19), so the disk holds no more
+//! than the router's memory; those no session waits for any more are
+//! dropped at the next start. Client IDs and filters never hold a NUL (MQTT
+//! forbids U+0000), hence the separator.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rumqttd::{Keeper, Persistence, Position, SubscriptionOptions};
+
+use crate::broker::Publication;
+use crate::store::{Store, StoreError, Table, Ticket};
+use crate::topics::Topics;
+
+mod load;
+
+const RETAINED: &str = "mqtt_retained";
+const SUBSCRIPTIONS: &str = "mqtt_subscriptions";
+const QUEUED: &str = "mqtt_queued";
+const QUEUED_DATA: &str = "mqtt_queued_data";
+const SESSIONS: &str = "mqtt_sessions";
+const META: &str = "mqtt_meta";
+
+struct Tables {
+    retained: Table,
+    subscriptions: Table,
+    queued: Table,
+    data: Table,
+    sessions: Table,
+}
+
+impl Tables {
+    fn of(store: &Store) -> Tables {
+        Tables {
+            retained: store.table(RETAINED),
+            subscriptions: store.table(SUBSCRIPTIONS),
+            queued: store.table(QUEUED),
+            data: store.table(QUEUED_DATA),
+            sessions: store.table(SESSIONS),
+        }
+    }
+}
+
+/// rumqttd's keeper: every change goes to the store, queued and never
+/// blocking the router's thread. Durability is awaited where something is
+/// acknowledged: the guard holds a publisher's PUBACK (PUBREC, PUBCOMP) and
+/// a SUBACK until the store's barrier.
+struct Kept {
+    tables: Tables,
+    run: u32,
+    /// Publications restored from an earlier run: their key, and how many
+    /// sessions have yet to get them.
+    placed: BTreeMap<Position, (Bytes, u32)>,
+}
+
+fn client_prefix(client_id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(client_id.len() + 1);
+    key.extend_from_slice(client_id.as_bytes());
+    key.push(0);
+    key
+}
+
+fn position_key(run: u32, (filter_idx, (segment, offset)): Position) -> [u8; 28] {
+    let mut key = [0; 28];
+    key[..4].copy_from_slice(&run.to_be_bytes());
+    key[4..12].copy_from_slice(&(filter_idx as u64).to_be_bytes());
+    key[12..20].copy_from_slice(&segment.to_be_bytes());
+    key[20..].copy_from_slice(&offset.to_be_bytes());
+    key
+}
+
+impl Keeper for Kept {
+    fn retained(&mut self, topic: &str, packet: Option<Bytes>) {
+        let _ticket = match packet {
+            Some(packet) => {
+                let mut value = Vec::with_capacity(8 + packet.len());
+                value.extend_from_slice(&now_ms().to_be_bytes());
+                value.extend_from_slice(&packet);
+                self.tables.retained.put(topic.as_bytes().to_vec(), value)
+            }
+            None => self.tables.retained.delete(topic.as_bytes().to_vec()),
+        };
+    }
+
+    fn subscribed(&mut self, client_id: &str, filter: &str, options: &SubscriptionOptions) {
+        let mut key = client_prefix(client_id);
+        key.extend_from_slice(filter.as_bytes());
+        let _ticket = self.tables.subscriptions.put(key, write_options(options));
+    }
+
+    fn unsubscribed(&mut self, client_id: &str, filter: &str) {
+        let mut key = client_prefix(client_id);
+        key.extend_from_slice(filter.as_bytes());
+        let _ticket = self.tables.subscriptions.delete(key);
+    }
+
+    fn ended(&mut self, client_id: &str) {
+        forget(&self.tables, client_id);
+    }
+
+    fn queued(
+        &mut self,
+        position: Position,
+        filter: &str,
+        packet: &Bytes,
+        clients: &mut dyn Iterator<Item = &str>,
+    ) {
+        let at = position_key(self.run, position);
+        let mut value = Vec::with_capacity(2 + filter.len() + packet.len());
+        value.extend_from_slice(&(filter.len() as u16).to_be_bytes());
+        value.extend_from_slice(filter.as_bytes());
+        value.extend_from_slice(packet);
+        let _ticket = self.tables.data.put(at.to_vec(), value);
+        for client_id in clients {
+            let mut key = client_prefix(client_id);
+            key.extend_from_slice(&at);
+            let _ticket = self.tables.queued.put(key, Vec::new());
+        }
+    }
+
+    fn delivered(&mut self, client_id: &str, position: Position) {
+        let mut key = client_prefix(client_id);
+        match self.placed.get_mut(&position) {
+            Some((restored, left)) => {
+                key.extend_from_slice(restored);
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    let _ticket = self.tables.data.delete(restored.to_vec());
+                    self.placed.remove(&position);
+                }
+            }
+            None => key.extend_from_slice(&position_key(self.run, position)),
+        }
+        let _ticket = self.tables.queued.delete(key);
+    }
+
+    fn placed(&mut self, position: Position, key: &Bytes, sessions: u32) {
+        self.placed.insert(position, (key.clone(), sessions));
+    }
+
+    fn dropped(&mut self, idx: usize, segment: u64, clients: &mut dyn Iterator<Item = &str>) {
+        let prefix = &position_key(self.run, (idx, (segment, 0)))[..20];
+        let clients: Vec<&str> = clients.collect();
+        let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
+        for client_id in &clients {
+            let mut key = client_prefix(client_id);
+            key.extend_from_slice(prefix);
+            let _ticket = self.tables.queued.delete_prefix(key);
+        }
+        let restored: Vec<Position> = self
+            .placed
+            .range((idx, (segment, 0))..(idx, (segment + 1, 0)))
+            .map(|(position, _)| *position)
+            .collect();
+        for position in restored {
+            let Some((old, _)) = self.placed.remove(&position) else {
+                continue;
+            };
+            let _ticket = self.tables.data.delete(old.to_vec());
+            for client_id in &clients {
+                let mut key = client_prefix(client_id);
+                key.extend_from_slice(&old);
+                let _ticket = self.tables.queued.delete(key);
+            }
+        }
+    }
+
+    fn released(&mut self, idx: usize) {
+        let prefix = &position_key(self.run, (idx, (0, 0)))[..12];
+        let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
+        let restored: Vec<Position> = self
+            .placed
+            .range((idx, (0, 0))..=(idx, (u64::MAX, u64::MAX)))
+            .map(|(position, _)| *position)
+            .collect();
+        for position in restored {
+            if let Some((old, _)) = self.placed.remove(&position) {
+                let _ticket = self.tables.data.delete(old.to_vec());
+            }
+        }
+    }
+}
+
+/// A subscription's options as `mqtt_subscriptions` keeps them.
+fn write_options(options: &SubscriptionOptions) -> Vec<u8> {
+    let flags = u8::from(options.nolocal)
+        | u8::from(options.preserve_retain) << 1
+        | u8::from(options.id.is_some()) << 2;
+    let mut value = vec![options.qos, flags];
+    if let Some(id) = options.id {
+        value.extend_from_slice(&(id as u32).to_be_bytes());
+    }
+    value
+}
+
+/// Read back; a value of one byte (before patch 19) is the QoS alone.
+fn read_options(value: &[u8]) -> Option<SubscriptionOptions> {
+    let qos = *value.first()?;
+    let flags = value.get(1).copied().unwrap_or(0);
+    let id = match value.get(2..6) {
+        Some(id) if flags & 4 != 0 => Some(u32::from_be_bytes(id.try_into().ok()?) as usize),
+        _ => None,
+    };
+    Some(SubscriptionOptions {
+        id,
+        qos,
+        nolocal: flags & 1 != 0,
+        preserve_retain: flags & 2 != 0,
+    })
+}
+
+/// A kept session, for the guard (which keeps its expiry).
+#[derive(Debug, Clone)]
+pub struct KeptSession {
+    pub client_id: String,
+    pub filters: HashSet<String>,
+    /// `None`: kept until the client ends it.
+    pub expires_in: Option<Duration>,
+}
+
+/// What the last run left.
+pub struct Recovered {
+    /// rumqttd's start, and its keeper for this run.
+    pub persistence: Persistence,
+    pub retained: usize,
+    pub sessions: Vec<KeptSession>,
+    pub queued: usize,
+    /// Agents whose retained presence says online: every connection ended
+    /// with the last run, so they are not, until they come back.
+    pub stale_presence: Vec<Publication>,
+    /// This run's number, on disk: no key of this run can be one of an
+    /// earlier run's.
+    pub run_saved: Ticket,
+}
+
+/// What the last run kept, and the keeper for this one; `None` when
+/// nothing is kept.
+pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, StoreError> {
+    if !store.is_durable() {
+        return Ok(None);
+    }
+    let tables = Tables::of(store);
+    let meta = store.table(META);
+    let run = meta
+        .load()?
+        .into_iter()
+        .find(|(k, _)| k == b"run")
+        .and_then(|(_, v)| Some(u32::from_be_bytes(v.get(..4)?.try_into().ok()?)))
+        .map_or(1, |r| r.wrapping_add(1));
+    let run_saved = meta.put(b"run".to_vec(), run.to_be_bytes().to_vec());
+    let (retained, stale_presence) = load::retained(&tables.retained, topics)?;
+    let (sessions, publications, kept) = load::sessions(&tables)?;
+    let queued = sessions.iter().map(|s| s.queued.len()).sum();
+    Ok(Some(Recovered {
+        retained: retained.len(),
+        persistence: Persistence {
+            retained,
+            sessions,
+            publications,
+            keeper: Box::new(Kept {
+                tables,
+                run,
+                placed: BTreeMap::new(),
+            }),
+        },
+        sessions: kept,
+        queued,
+        stale_presence,
+        run_saved,
+    }))
+}
+
+/// Everything of a session: its subscriptions, its queue, its expiry.
+fn forget(tables: &Tables, client: &str) {
+    let prefix = client_prefix(client);
+    let _ = tables.subscriptions.delete_prefix(prefix.clone());
+    let _ = tables.queued.delete_prefix(prefix);
+    let _ = tables.sessions.delete(client.as_bytes().to_vec());
+}
+
+/// The guard's records of kept sessions' expiry.
+#[derive(Clone)]
+pub struct SessionRecords {
+    table: Table,
+}
+
+impl SessionRecords {
+    pub fn new(store: &Store) -> SessionRecords {
+        SessionRecords {
+            table: store.table(SESSIONS),
+        }
+    }
+
+    /// A kept session's connection opened (`ended`: `None`) or ended; its
+    /// expiry in seconds (`u32::MAX`: never).
+    pub fn record(&self, client_id: &str, expiry: u32, ended: Option<u64>) -> Ticket {
+        let mut value = Vec::with_capacity(12);
+        value.extend_from_slice(&expiry.to_be_bytes());
+        value.extend_from_slice(&ended.unwrap_or(0).to_be_bytes());
+        self.table.put(client_id.as_bytes().to_vec(), value)
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
