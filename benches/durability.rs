@@ -158,6 +158,11 @@ async fn fanin(addr: std::net::SocketAddr) -> Result<f64> {
 fn sidecar(dir: &DataDir, env: &[(&str, &str)]) -> Started {
     let mut cmd = lmos_testkit::sidecar_command!();
     on_directory(&mut cmd, &dir.0).env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    // The restart row's 10 000 kept sessions are all anonymous: one
+    // principal, past `mqtt.max_kept_sessions_per_principal`'s default.
+    for key in ["MAX_KEPT_SESSIONS", "MAX_KEPT_SESSIONS_PER_PRINCIPAL"] {
+        cmd.env(format!("LMOS_SIDECAR_MQTT__{key}"), "1000000");
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -96,8 +96,13 @@ pub struct MqttConfig {
     pub max_outgoing_packet_count: u64,
     /// Subscription filters one MQTT connection may hold.
     pub max_subscriptions: usize,
-    /// Require a username and password (or token) of a principal in
-    /// `[auth]` in every CONNECT.
+    /// Sessions that may outlive their connection (3.1.1 clean session
+    /// off, MQTT 5 Session Expiry Interval > 0), in all and per principal
+    /// (anonymous clients count as one): each holds memory and disk until
+    /// it expires. A CONNECT asking for one more is refused (MQTT 5: Quota
+    /// exceeded; 3.1.1: server unavailable).
+    pub max_kept_sessions: usize,
+    pub max_kept_sessions_per_principal: usize,
     /// The longest keep-alive, in seconds, an MQTT 5 client may use: one
     /// asking for more, or for none (0), is told this in its CONNACK's
     /// Server Keep Alive and held to it. 0: clients keep what they ask.
@@ -105,6 +110,8 @@ pub struct MqttConfig {
     /// Topic filters no client may subscribe to, as written (no wildcard
     /// matching); the SUBACK refuses them with `0x80`.
     pub refused_filters: Vec<String>,
+    /// Require a username and password (or token) of a principal in
+    /// `[auth]` in every CONNECT.
     pub authentication: bool,
     /// PEM certificate chain and private key: both set, the MQTT listeners
     /// speak TLS only (mqtts).
@@ -125,6 +132,8 @@ impl Default for MqttConfig {
             segment_count: 4,
             max_outgoing_packet_count: 200,
             max_subscriptions: 1_000,
+            max_kept_sessions: 10_000,
+            max_kept_sessions_per_principal: 1_000,
             max_keep_alive_s: 0,
             refused_filters: Vec::new(),
             authentication: false,
@@ -855,6 +864,11 @@ impl Config {
                 self.gateway.idle_timeout_ms as usize,
             ),
             ("mqtt.max_subscriptions", self.mqtt.max_subscriptions),
+            ("mqtt.max_kept_sessions", self.mqtt.max_kept_sessions),
+            (
+                "mqtt.max_kept_sessions_per_principal",
+                self.mqtt.max_kept_sessions_per_principal,
+            ),
             ("http.max_connections", self.http.max_connections),
             ("discovery.max_td_size", self.discovery.max_td_size),
             (

@@ -441,3 +441,142 @@ async fn an_invocation_made_over_mqtt_is_found_by_its_principal_only() {
     );
     sidecar.stop().await;
 }
+
+/// A CONNECT's refusal code, or `None` when it is accepted; `configure`
+/// names the client, its credentials and session.
+async fn connects(
+    sidecar: &TestSidecar,
+    configure: impl FnOnce(&mut MqttOptions),
+) -> Option<ConnectReturnCode> {
+    let mut o = MqttOptions::new("unnamed", "127.0.0.1", sidecar.mqtt.port());
+    configure(&mut o);
+    let (_client, mut eventloop) = rumqttc::AsyncClient::new(o, 10);
+    loop {
+        match tokio::time::timeout(WAIT, eventloop.poll())
+            .await
+            .expect("an answer in time")
+        {
+            Err(ConnectionError::ConnectionRefused(code)) => return Some(code),
+            Ok(Event::Incoming(Packet::ConnAck(_))) => return None,
+            Ok(_) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_principal_cannot_take_over_resume_or_end_anothers_session() {
+    let sidecar = secured().await;
+    let as_reader = |o: &mut MqttOptions| {
+        o.set_credentials("reader", "reader-pw");
+        o.set_clean_session(false);
+    };
+    let mut reader = MqttClient::connect_with(sidecar.mqtt, "reader-1", as_reader).await;
+    reader.subscribe(&format!("lmos/{THING}/events/+")).await;
+    // Another principal naming the reader's client ID, kept or clean, is
+    // refused (3.1.1: identifier rejected), and the reader stays connected.
+    for clean in [false, true] {
+        let code = connects(&sidecar, |o| {
+            o.set_client_id("reader-1".into());
+            o.set_credentials("operator", "operator-pw");
+            o.set_clean_session(clean);
+        })
+        .await;
+        assert_eq!(code, Some(ConnectReturnCode::BadClientId), "clean {clean}");
+    }
+    let mut agent = agent(&sidecar).await;
+    let topic = format!("lmos/{THING}/events/alarm");
+    agent.publish(&topic, &json!({"level": 1}), false).await;
+    let got = tokio::time::timeout(WAIT, reader.publishes.recv()).await;
+    assert!(matches!(got, Ok(Some(_))), "the reader was not cut off");
+    // Its session kept while away: still not another's to resume.
+    reader.client.disconnect().await.unwrap();
+    drop(reader);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    agent.publish(&topic, &json!({"level": 2}), false).await;
+    let code = connects(&sidecar, |o| {
+        o.set_client_id("reader-1".into());
+        o.set_credentials("operator", "operator-pw");
+        o.set_clean_session(false);
+    })
+    .await;
+    assert_eq!(code, Some(ConnectReturnCode::BadClientId));
+    let mut reader = MqttClient::connect_with(sidecar.mqtt, "reader-1", as_reader).await;
+    assert!(reader.session_present);
+    let missed = tokio::time::timeout(WAIT, reader.publishes.recv()).await;
+    let missed = missed.expect("what it missed").expect("connected");
+    assert_eq!(missed.payload, json!({"level": 2}).to_string());
+    let metrics = http(sidecar.http, "GET", "/metrics", None, b"").await;
+    assert!(
+        metrics
+            .body
+            .contains("lmos_sidecar_denied_total{access=\"session\",transport=\"mqtt\"} 3"),
+        "{}",
+        metrics.body
+    );
+}
+
+#[tokio::test]
+async fn kept_sessions_are_bounded_per_principal() {
+    let mut c = test_config();
+    c.mqtt.max_kept_sessions_per_principal = 2;
+    let sidecar = TestSidecar::start_with(c).await;
+    for id in ["k1", "k2"] {
+        let code = connects(&sidecar, |o| {
+            o.set_client_id(id.into());
+            o.set_clean_session(false);
+        })
+        .await;
+        assert_eq!(code, None, "{id}");
+    }
+    // One more kept session: refused (3.1.1: server unavailable; MQTT 5:
+    // quota exceeded). A clean one, or resuming a kept one, is fine.
+    let third = |clean: bool| {
+        move |o: &mut MqttOptions| {
+            o.set_client_id("k3".into());
+            o.set_clean_session(clean);
+        }
+    };
+    assert_eq!(
+        connects(&sidecar, third(false)).await,
+        Some(ConnectReturnCode::ServiceUnavailable)
+    );
+    assert_eq!(connects(&sidecar, third(true)).await, None);
+    let again = connects(&sidecar, |o| {
+        o.set_client_id("k1".into());
+        o.set_clean_session(false);
+    });
+    assert_eq!(again.await, None);
+    let mut o = rumqttc::v5::MqttOptions::new("k5", "127.0.0.1", sidecar.mqtt.port());
+    o.set_clean_start(false);
+    o.set_session_expiry_interval(Some(60));
+    let (_client, mut events) = rumqttc::v5::AsyncClient::new(o, 10);
+    let refused = tokio::time::timeout(WAIT, async {
+        loop {
+            match events.poll().await {
+                Err(rumqttc::v5::ConnectionError::ConnectionRefused(code)) => return code,
+                Ok(rumqttc::v5::Event::Incoming(rumqttc::v5::mqttbytes::v5::Packet::ConnAck(
+                    a,
+                ))) => {
+                    panic!("accepted: {a:?}")
+                }
+                Ok(_) => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await
+    .expect("an answer in time");
+    assert_eq!(
+        refused,
+        rumqttc::v5::mqttbytes::v5::ConnectReturnCode::QuotaExceeded
+    );
+    let metrics = http(sidecar.http, "GET", "/metrics", None, b"").await;
+    assert!(
+        metrics.body.contains(
+            "lmos_sidecar_limit_hits_total{limit=\"max_kept_sessions\",transport=\"mqtt\"} 2"
+        ),
+        "{}",
+        metrics.body
+    );
+}

@@ -330,9 +330,11 @@ impl Policy for MqttPolicy {
                     GuardLimit::Subscriptions => "max_subscriptions",
                     GuardLimit::PacketSize => "max_payload_size",
                     GuardLimit::HandshakeTimeout => "connection_timeout_ms",
+                    GuardLimit::KeptSessions => "max_kept_sessions",
                 },
             ),
             GuardEvent::PayloadRefused => self.metrics.dropped("thing_mismatch"),
+            GuardEvent::SessionDenied => self.metrics.denied(MQTT, "session"),
             // Counted per access in the session, which knows it.
             GuardEvent::SubscribeDenied | GuardEvent::PublishDenied => {}
         }

@@ -377,7 +377,7 @@ impl MqttClient {
         .await
     }
 
-    async fn connect_with(
+    pub async fn connect_with(
         addr: SocketAddr,
         client_id: &str,
         configure: impl FnOnce(&mut MqttOptions),

@@ -29,7 +29,7 @@ use super::inspect::Inspector;
 use super::packet;
 use super::reason::*;
 use super::relay::relay;
-use super::sessions::{AfterClose, Expiry, Opened};
+use super::sessions::{AfterClose, Expiry, Opened, Refused};
 use super::upstream;
 use super::{GuardEvent, GuardLimit, Shared};
 use crate::broker::engine::EngineStream;
@@ -214,18 +214,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             k => k,
         };
 
+        // Another principal's session is not this one's to take over.
+        let keeps = !(connect.clean && asked.expiry.0 == 0);
+        if let Err(refused) = shared.sessions.check(&client_id, session.name(), keeps) {
+            return refuse_session(&shared, version, refused, &mut client_tx).await;
+        }
         // A connection still holding the client ID first reads what its
         // client sent before this CONNECT (see `sessions::Handover`).
         if let Some(old) = shared.sessions.holder(&client_id) {
             old.asked.cancel();
             let _ = tokio::time::timeout(HANDOVER_WAIT, old.done.cancelled()).await;
         }
-        let Some((upstream, opened)) =
-            open_upstream(&shared, &connect, &asked, keep_alive, &client_id).await
-        else {
-            let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
-            return farewell(&mut client_tx, &ack).await;
-        };
+        let owner = session.name();
+        let (upstream, opened) =
+            match open_upstream(&shared, &connect, &asked, keep_alive, &client_id, owner).await {
+                Ok(opened) => opened,
+                Err(Unopened::Refused(refused)) => {
+                    return refuse_session(&shared, version, refused, &mut client_tx).await;
+                }
+                Err(Unopened::Unreachable) => {
+                    let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
+                    return farewell(&mut client_tx, &ack).await;
+                }
+            };
         inbound.advance(header.size());
         let (mut up_rx, mut up_tx) = upstream.into_split();
 
@@ -312,8 +323,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 &client_id,
                 opened.generation,
                 inspector.expiry,
-                |expiry| {
-                    let _ticket = shared.records.record(&client_id, expiry.0, Some(now_ms()));
+                |expiry, owner| {
+                    let ended = Some(now_ms());
+                    let _ticket = shared.records.record(&client_id, expiry.0, ended, owner);
                 },
             ),
         };
@@ -327,21 +339,56 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     }
 }
 
-/// Opens the client's session in rumqttd: a CONNECT on a new link, after
+/// Why a session could not be opened.
+enum Unopened {
+    Refused(Refused),
+    /// rumqttd cannot be reached (the session is closed again).
+    Unreachable,
+}
+
+/// Refuses a CONNECT whose session is another principal's, or one kept
+/// session too many; counted and logged (at debug: a flood must not fill
+/// the log).
+async fn refuse_session<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    version: packet::Version,
+    refused: Refused,
+    client_tx: &mut W,
+) {
+    debug!(reason = %refused, "Refused an MQTT connection.");
+    let ack = match refused {
+        Refused::OtherOwner => {
+            shared.policy.observe(GuardEvent::SessionDenied);
+            admission::refusal(version, V4_IDENTIFIER_REJECTED, CLIENT_IDENTIFIER_NOT_VALID)
+        }
+        Refused::TooManyKept | Refused::TooManyKeptForPrincipal => {
+            shared
+                .policy
+                .observe(GuardEvent::Limit(GuardLimit::KeptSessions));
+            admission::refusal(version, V4_SERVER_UNAVAILABLE, QUOTA_EXCEEDED)
+        }
+    };
+    farewell(client_tx, &ack).await;
+}
+
+/// Opens `owner`'s session in rumqttd: a CONNECT on a new link, after
 /// wiping the session there first where the guard's session state says so.
-/// `None` when rumqttd cannot be reached (the session is closed again).
 async fn open_upstream(
     shared: &Shared,
     connect: &packet::Connect<'_>,
     asked: &handshake::Asked,
     keep_alive: u16,
     client_id: &str,
-) -> Option<(EngineStream, Opened)> {
+    owner: &str,
+) -> Result<(EngineStream, Opened), Unopened> {
     // The session's gate stays held until rumqttd has the CONNECT, so
     // that no wipe of this client ID overtakes it.
     let gate = shared.sessions.gate(client_id);
     let _held = gate.lock().await;
-    let opened = shared.sessions.open(client_id, connect.clean, asked.expiry);
+    let opened = shared
+        .sessions
+        .open(client_id, connect.clean, asked.expiry, owner)
+        .map_err(Unopened::Refused)?;
     if opened.wipe_first {
         if let Err(e) = upstream::wipe(&shared.upstream, client_id).await {
             warn!(error = %e, "Could not end an MQTT session in the embedded broker.");
@@ -351,16 +398,18 @@ async fn open_upstream(
     match shared.upstream.open(&connect_packet).await {
         Ok(stream) => {
             if !opened.clean_upstream && !client_id.is_empty() {
-                let _ticket = shared.records.record(client_id, asked.expiry.0, None);
+                let _ticket = shared
+                    .records
+                    .record(client_id, asked.expiry.0, None, owner);
             }
-            Some((stream, opened))
+            Ok((stream, opened))
         }
         Err(e) => {
             warn!(error = %e, "Cannot reach the embedded MQTT broker.");
             shared
                 .sessions
                 .close(client_id, opened.generation, Expiry(0));
-            None
+            Err(Unopened::Unreachable)
         }
     }
 }

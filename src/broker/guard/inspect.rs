@@ -183,9 +183,9 @@ impl Inspector<'_> {
                     client_id,
                     self.generation,
                     self.expiry,
-                    |expiry| {
+                    |expiry, owner| {
                         let ended = Some(now_ms());
-                        let _ticket = shared.records.record(client_id, expiry.0, ended);
+                        let _ticket = shared.records.record(client_id, expiry.0, ended, owner);
                     },
                 ));
                 Verdict::Forward

@@ -133,6 +133,8 @@ pub enum GuardEvent {
     PublishDenied,
     /// A publication refused by [`Policy::payload_fits`].
     PayloadRefused,
+    /// A CONNECT naming another principal's session (its client ID).
+    SessionDenied,
     Limit(GuardLimit),
 }
 
@@ -146,6 +148,9 @@ pub enum GuardLimit {
     PacketSize,
     /// No CONNECT within `mqtt.connection_timeout_ms`.
     HandshakeTimeout,
+    /// `mqtt.max_kept_sessions` or `mqtt.max_kept_sessions_per_principal`
+    /// reached by a CONNECT asking for a session to be kept.
+    KeptSessions,
 }
 
 /// Who published a delivery, when the guard named them (see
@@ -206,6 +211,9 @@ pub struct Limits {
     pub max_keep_alive: u16,
     /// Filters no client may subscribe to (`mqtt.refused_filters`).
     pub refused_filters: Vec<String>,
+    /// Sessions that may outlive their connection, in all and per
+    /// principal (`mqtt.max_kept_sessions`, `..._per_principal`).
+    pub kept: sessions::KeptLimits,
 }
 
 impl Limits {
@@ -218,6 +226,10 @@ impl Limits {
             handshake_timeout: Duration::from_millis(u64::from(config.connection_timeout_ms)),
             max_keep_alive: config.max_keep_alive_s,
             refused_filters: config.refused_filters.clone(),
+            kept: sessions::KeptLimits {
+                total: config.max_kept_sessions,
+                per_principal: config.max_kept_sessions_per_principal,
+            },
         }
     }
 }
@@ -263,7 +275,7 @@ impl Guard {
         Guard {
             shared: Arc::new(Shared {
                 upstream,
-                sessions: sessions::Sessions::default(),
+                sessions: sessions::Sessions::new(limits.kept),
                 policy,
                 prerequisite,
                 limits,
@@ -279,9 +291,12 @@ impl Guard {
     /// Knows again the sessions an earlier run kept (before serving).
     pub fn restore_sessions(&self, kept: Vec<crate::broker::kept::KeptSession>) {
         for session in kept {
-            self.shared
-                .sessions
-                .restore(&session.client_id, session.filters, session.expires_in);
+            self.shared.sessions.restore(
+                &session.client_id,
+                session.filters,
+                session.expires_in,
+                session.owner.as_deref(),
+            );
             if let Some(after) = session.expires_in {
                 tokio::spawn(connection::expire(
                     self.shared.clone(),

@@ -2,6 +2,7 @@
 
 // MQTT 3.1.1 CONNACK return codes.
 pub(super) const V4_UNACCEPTABLE_PROTOCOL: u8 = 1;
+pub(super) const V4_IDENTIFIER_REJECTED: u8 = 2;
 pub(super) const V4_SERVER_UNAVAILABLE: u8 = 3;
 pub(super) const V4_BAD_CREDENTIALS: u8 = 4;
 pub(super) const V4_NOT_AUTHORIZED: u8 = 5;
@@ -12,6 +13,7 @@ pub(super) const V4_FAILURE: u8 = 0x80;
 pub(super) const UNSPECIFIED_ERROR: u8 = 0x80;
 pub(super) const MALFORMED_PACKET: u8 = 0x81;
 pub(super) const PROTOCOL_ERROR: u8 = 0x82;
+pub(super) const CLIENT_IDENTIFIER_NOT_VALID: u8 = 0x85;
 pub(super) const BAD_CREDENTIALS: u8 = 0x86;
 pub(super) const NOT_AUTHORIZED: u8 = 0x87;
 pub(super) const SERVER_UNAVAILABLE: u8 = 0x88;

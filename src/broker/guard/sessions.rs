@@ -88,6 +88,9 @@ struct Entry {
     kept_by_broker: bool,
     /// The live connection's.
     handover: Handover,
+    /// The principal whose connection opened it (`None`: restored from a
+    /// store written before sessions had owners; the next one claims it).
+    owner: Option<Arc<str>>,
 }
 
 impl Entry {
@@ -102,6 +105,103 @@ impl Entry {
             gate: Gate::default(),
             kept_by_broker: false,
             handover: Handover::default(),
+            owner: None,
+        }
+    }
+
+    /// Whether `owner` may take it: it is nobody's, or `owner`'s, or over
+    /// (neither connected nor kept any more).
+    fn claimable_by(&self, owner: &str, now: Instant) -> bool {
+        let over = match self.state {
+            State::Live => false,
+            State::Kept { until } => !self.kept_by_broker || until.is_some_and(|t| t <= now),
+        };
+        over || self.owner.as_deref().is_none_or(|o| o == owner)
+    }
+}
+
+/// Why a CONNECT may not open the session it asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// Another principal's connection or kept session holds the client ID.
+    #[error("the client ID is another principal's session")]
+    OtherOwner,
+    /// `mqtt.max_kept_sessions` sessions are kept already.
+    #[error("mqtt.max_kept_sessions sessions are kept already")]
+    TooManyKept,
+    /// The principal keeps `mqtt.max_kept_sessions_per_principal` already.
+    #[error("the principal keeps mqtt.max_kept_sessions_per_principal sessions already")]
+    TooManyKeptForPrincipal,
+}
+
+/// How many sessions may outlive their connection (disk and memory each
+/// one holds until it expires).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptLimits {
+    pub total: usize,
+    pub per_principal: usize,
+}
+
+impl Default for KeptLimits {
+    fn default() -> KeptLimits {
+        KeptLimits {
+            total: usize::MAX,
+            per_principal: usize::MAX,
+        }
+    }
+}
+
+/// The sessions rumqttd keeps beyond their connection, counted.
+#[derive(Debug, Default)]
+struct KeptCount {
+    total: usize,
+    by_owner: HashMap<Arc<str>, usize>,
+}
+
+impl KeptCount {
+    fn add(&mut self, owner: &Option<Arc<str>>) {
+        self.total += 1;
+        if let Some(owner) = owner {
+            *self.by_owner.entry(owner.clone()).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, owner: &Option<Arc<str>>) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(owner) = owner {
+            if let Some(n) = self.by_owner.get_mut(owner) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.by_owner.remove(owner);
+                }
+            }
+        }
+    }
+
+    fn check(&self, owner: &str, limits: KeptLimits) -> Result<(), Refused> {
+        if self.total >= limits.total {
+            return Err(Refused::TooManyKept);
+        }
+        if self.by_owner.get(owner).copied().unwrap_or(0) >= limits.per_principal {
+            return Err(Refused::TooManyKeptForPrincipal);
+        }
+        Ok(())
+    }
+}
+
+/// The guard's sessions and their count, under one lock.
+#[derive(Debug, Default)]
+struct Table {
+    by_client: HashMap<String, Entry>,
+    kept: KeptCount,
+}
+
+impl Table {
+    fn remove(&mut self, client_id: &str) {
+        if let Some(entry) = self.by_client.remove(client_id) {
+            if entry.kept_by_broker {
+                self.kept.remove(&entry.owner);
+            }
         }
     }
 }
@@ -134,12 +234,39 @@ pub enum AfterClose {
 /// Sessions by client ID.
 #[derive(Debug, Default)]
 pub struct Sessions {
-    by_client: Mutex<HashMap<String, Entry>>,
+    table: Mutex<Table>,
+    limits: KeptLimits,
 }
 
 impl Sessions {
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
-        self.by_client.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn new(limits: KeptLimits) -> Sessions {
+        Sessions {
+            table: Mutex::default(),
+            limits,
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Before a CONNECT takes over a connection of `client_id`: whether
+    /// `owner` may have its session at all, and keep it if `keeps`. A
+    /// principal never takes over, resumes or ends another's session.
+    pub fn check(&self, client_id: &str, owner: &str, keeps: bool) -> Result<(), Refused> {
+        if client_id.is_empty() {
+            return Ok(());
+        }
+        let table = self.table();
+        let entry = table.by_client.get(client_id);
+        if entry.is_some_and(|e| !e.claimable_by(owner, Instant::now())) {
+            return Err(Refused::OtherOwner);
+        }
+        let kept_already = entry.is_some_and(|e| e.kept_by_broker);
+        if keeps && !kept_already {
+            table.kept.check(owner, self.limits)?;
+        }
+        Ok(())
     }
 
     /// The gate a connection or wipe of `client_id` holds while it talks
@@ -149,7 +276,8 @@ impl Sessions {
             // Never resumed: nothing to serialise.
             return Gate::default();
         }
-        self.map()
+        self.table()
+            .by_client
             .entry(client_id.to_owned())
             .or_insert_with(Entry::unknown)
             .gate
@@ -158,49 +286,75 @@ impl Sessions {
 
     /// The gate of a client ID the guard knows.
     pub fn existing_gate(&self, client_id: &str) -> Option<Gate> {
-        self.map().get(client_id).map(|e| e.gate.clone())
+        self.table()
+            .by_client
+            .get(client_id)
+            .map(|e| e.gate.clone())
     }
 
-    /// A CONNECT, under the gate. An empty client ID gets a session of its
-    /// own that is never kept (the broker assigns it an ID nobody can
-    /// resume).
-    pub fn open(&self, client_id: &str, clean_start: bool, expiry: Expiry) -> Opened {
+    /// A CONNECT of `owner`'s, under the gate. An empty client ID gets a
+    /// session of its own that is never kept (the broker assigns it an ID
+    /// nobody can resume). Checks again what [`Sessions::check`] did, now
+    /// that no other connection of the client ID can come in between.
+    pub fn open(
+        &self,
+        client_id: &str,
+        clean_start: bool,
+        expiry: Expiry,
+        owner: &str,
+    ) -> Result<Opened, Refused> {
         let clean_upstream = clean_start && expiry.0 == 0;
         if client_id.is_empty() {
-            return Opened {
+            return Ok(Opened {
                 filters: Arc::default(),
                 generation: 0,
                 wipe_first: false,
                 clean_upstream: clean_start,
                 handover: Handover::default(),
-            };
+            });
         }
         let now = Instant::now();
-        let mut map = self.map();
-        let entry = map
+        let mut table = self.table();
+        let Table { by_client, kept } = &mut *table;
+        let entry = by_client
             .entry(client_id.to_owned())
             .or_insert_with(Entry::unknown);
+        if !entry.claimable_by(owner, now) {
+            return Err(Refused::OtherOwner);
+        }
         let expired = match entry.state {
             State::Live => false,
             State::Kept { until } => until.is_some_and(|t| t <= now),
         };
+        if !clean_upstream && !entry.kept_by_broker {
+            kept.check(owner, self.limits)?;
+        }
         // rumqttd has a session to end when it kept one; a clean CONNECT
         // ends it anyway.
         let wipe_first = entry.kept_by_broker && !clean_upstream && (clean_start || expired);
         if clean_start || expired {
             entry.filters = Arc::default();
         }
+        if entry.kept_by_broker {
+            kept.remove(&entry.owner);
+        }
+        if entry.owner.as_deref() != Some(owner) {
+            entry.owner = Some(Arc::from(owner));
+        }
         entry.generation += 1;
         entry.state = State::Live;
         entry.kept_by_broker = !clean_upstream;
+        if entry.kept_by_broker {
+            kept.add(&entry.owner);
+        }
         entry.handover = Handover::default();
-        Opened {
+        Ok(Opened {
             filters: entry.filters.clone(),
             generation: entry.generation,
             wipe_first,
             clean_upstream,
             handover: entry.handover.clone(),
-        }
+        })
     }
 
     /// The handover of the connection holding `client_id`, if one does.
@@ -208,8 +362,8 @@ impl Sessions {
         if client_id.is_empty() {
             return None;
         }
-        let map = self.map();
-        let entry = map.get(client_id)?;
+        let table = self.table();
+        let entry = table.by_client.get(client_id)?;
         (entry.state == State::Live).then(|| entry.handover.clone())
     }
 
@@ -217,10 +371,10 @@ impl Sessions {
     /// DISCONNECT, which fixes the expiry): from now the session is kept
     /// for `expiry`.
     pub fn close(&self, client_id: &str, generation: u64, expiry: Expiry) -> AfterClose {
-        self.close_kept(client_id, generation, expiry, |_| {})
+        self.close_kept(client_id, generation, expiry, |_, _| {})
     }
 
-    /// [`Sessions::close`], calling `kept` with the expiry while the
+    /// [`Sessions::close`], calling `kept` with the expiry and the owner while the
     /// session is still this connection's and rumqttd keeps it: so that
     /// what it records comes before anything a later connection of the
     /// client ID does.
@@ -229,13 +383,13 @@ impl Sessions {
         client_id: &str,
         generation: u64,
         expiry: Expiry,
-        kept: impl FnOnce(Expiry),
+        kept: impl FnOnce(Expiry, &str),
     ) -> AfterClose {
         if client_id.is_empty() {
             return AfterClose::Nothing;
         }
-        let mut map = self.map();
-        let Some(entry) = map.get_mut(client_id) else {
+        let mut table = self.table();
+        let Some(entry) = table.by_client.get_mut(client_id) else {
             return AfterClose::Nothing;
         };
         if entry.generation != generation || entry.state != State::Live {
@@ -246,12 +400,12 @@ impl Sessions {
             until: expiry.after(now),
         };
         if entry.kept_by_broker {
-            kept(expiry);
+            kept(expiry, entry.owner.as_deref().unwrap_or_default());
         }
         if !entry.kept_by_broker {
             // rumqttd ends a clean session itself.
             if Arc::strong_count(&entry.gate) == 1 {
-                map.remove(client_id);
+                table.remove(client_id);
             }
             return AfterClose::Nothing;
         }
@@ -268,14 +422,14 @@ impl Sessions {
     /// still the one that closed and has expired, and must be wiped now.
     /// It is forgotten here; the caller wipes rumqttd's.
     pub fn expire(&self, client_id: &str, generation: u64) -> bool {
-        let mut map = self.map();
-        let Some(entry) = map.get(client_id) else {
+        let mut table = self.table();
+        let Some(entry) = table.by_client.get(client_id) else {
             return false;
         };
         let due = entry.generation == generation
             && matches!(entry.state, State::Kept { until: Some(t) } if t <= Instant::now());
         if due {
-            map.remove(client_id);
+            table.remove(client_id);
         }
         due
     }
@@ -283,7 +437,13 @@ impl Sessions {
     /// A session kept by an earlier run (rumqttd has it again, in its
     /// graveyard): resumable until `expires_in` has passed (`None`:
     /// forever). Its generation is 0; the caller arms its expiry.
-    pub fn restore(&self, client_id: &str, filters: HashSet<String>, expires_in: Option<Duration>) {
+    pub fn restore(
+        &self,
+        client_id: &str,
+        filters: HashSet<String>,
+        expires_in: Option<Duration>,
+        owner: Option<&str>,
+    ) {
         let now = Instant::now();
         let entry = Entry {
             filters: Arc::new(Filters(Mutex::new(filters))),
@@ -294,15 +454,19 @@ impl Sessions {
             gate: Gate::default(),
             kept_by_broker: true,
             handover: Handover::default(),
+            owner: owner.map(Arc::from),
         };
-        self.map().insert(client_id.to_owned(), entry);
+        let mut table = self.table();
+        table.remove(client_id);
+        table.kept.add(&entry.owner);
+        table.by_client.insert(client_id.to_owned(), entry);
     }
 
     /// Sessions currently known (connected, or kept for a client that
     /// will resume).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.map().len()
+        self.table().by_client.len()
     }
 }
 
@@ -316,13 +480,13 @@ mod tests {
     async fn only_a_live_connection_is_asked_to_hand_over() {
         let sessions = Sessions::default();
         assert!(sessions.holder("c").is_none());
-        let first = sessions.open("c", false, NONE);
+        let first = sessions.open("c", false, NONE, "p").unwrap();
         let holder = sessions.holder("c").expect("live");
         holder.asked.cancel();
         assert!(first.handover.asked.is_cancelled(), "the same handover");
         sessions.close("c", first.generation, NONE);
         assert!(sessions.holder("c").is_none(), "closed");
-        let second = sessions.open("c", false, NONE);
+        let second = sessions.open("c", false, NONE, "p").unwrap();
         assert!(!second.handover.asked.is_cancelled(), "a fresh one");
         assert!(sessions.holder("").is_none(), "empty IDs are never resumed");
     }
@@ -330,7 +494,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_kept_session_keeps_its_filters_until_it_expires() {
         let sessions = Sessions::default();
-        let first = sessions.open("c", true, Expiry(10));
+        let first = sessions.open("c", true, Expiry(10), "p").unwrap();
         assert!(!first.clean_upstream);
         assert!(!first.wipe_first, "nothing to wipe yet");
         first.filters.lock().insert("a/#".into());
@@ -343,7 +507,7 @@ mod tests {
             }
         );
         tokio::time::advance(Duration::from_secs(5)).await;
-        let again = sessions.open("c", false, Expiry(10));
+        let again = sessions.open("c", false, Expiry(10), "p").unwrap();
         assert!(!again.wipe_first);
         assert!(again.filters.lock().contains("a/#"));
         // The first close's wipe finds another generation.
@@ -358,7 +522,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_expired_session_is_wiped_before_it_could_be_resumed() {
         let sessions = Sessions::default();
-        let s = sessions.open("c", false, NONE);
+        let s = sessions.open("c", false, NONE, "p").unwrap();
         s.filters.lock().insert("x".into());
         // Not clean: rumqttd keeps it, so expiry 0 takes a wipe.
         assert!(!s.clean_upstream);
@@ -370,7 +534,7 @@ mod tests {
             }
         );
         // The client is back before the wipe ran: it must not resume.
-        let back = sessions.open("c", false, NONE);
+        let back = sessions.open("c", false, NONE, "p").unwrap();
         assert!(back.wipe_first);
         assert!(back.filters.lock().is_empty());
     }
@@ -378,13 +542,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn clean_start_with_an_expiry_ends_what_was_kept() {
         let sessions = Sessions::default();
-        let s = sessions.open("c", false, Expiry::NEVER);
+        let s = sessions.open("c", false, Expiry::NEVER, "p").unwrap();
         s.filters.lock().insert("x".into());
         assert_eq!(
             sessions.close("c", s.generation, Expiry::NEVER),
             AfterClose::Nothing
         );
-        let clean = sessions.open("c", true, Expiry(5));
+        let clean = sessions.open("c", true, Expiry(5), "p").unwrap();
         assert!(clean.wipe_first);
         assert!(!clean.clean_upstream);
         assert!(clean.filters.lock().is_empty());
@@ -393,19 +557,19 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn clean_sessions_are_rumqttds_to_end() {
         let sessions = Sessions::default();
-        let s = sessions.open("c", true, NONE);
+        let s = sessions.open("c", true, NONE, "p").unwrap();
         assert!(s.clean_upstream && !s.wipe_first);
         assert_eq!(sessions.close("c", s.generation, NONE), AfterClose::Nothing);
         assert_eq!(sessions.len(), 0);
-        let again = sessions.open("c", false, NONE);
+        let again = sessions.open("c", false, NONE, "p").unwrap();
         assert!(!again.wipe_first, "rumqttd kept nothing");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_takeover_is_not_undone_by_the_old_connection_ending() {
         let sessions = Sessions::default();
-        let old = sessions.open("c", true, NONE);
-        let new = sessions.open("c", true, NONE);
+        let old = sessions.open("c", true, NONE, "p").unwrap();
+        let new = sessions.open("c", true, NONE, "p").unwrap();
         new.filters.lock().insert("x".into());
         assert_eq!(
             sessions.close("c", old.generation, NONE),
@@ -416,14 +580,86 @@ mod tests {
         assert_eq!(sessions.len(), 0);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_principal_never_takes_anothers_session() {
+        let sessions = Sessions::default();
+        let a = sessions.open("c", false, Expiry(60), "alice").unwrap();
+        // Connected: neither a takeover nor a clean start by another.
+        assert_eq!(
+            sessions.check("c", "mallory", false),
+            Err(Refused::OtherOwner)
+        );
+        assert_eq!(
+            sessions.open("c", true, NONE, "mallory").unwrap_err(),
+            Refused::OtherOwner
+        );
+        // Kept: not resumed by another either, until it expires.
+        sessions.close("c", a.generation, Expiry(60));
+        assert_eq!(
+            sessions.check("c", "mallory", true),
+            Err(Refused::OtherOwner)
+        );
+        assert!(sessions.check("c", "alice", true).is_ok());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(
+            sessions.check("c", "mallory", true).is_ok(),
+            "expired: anyone's"
+        );
+        // A clean session, once closed, was nobody's to keep.
+        let b = sessions.open("d", true, NONE, "bob").unwrap();
+        sessions.close("d", b.generation, NONE);
+        assert!(sessions.open("d", true, NONE, "carol").is_ok());
+        // Restored from a store without owners: the first one claims it.
+        sessions.restore("old", HashSet::new(), None, None);
+        assert!(sessions.open("old", false, Expiry::NEVER, "dave").is_ok());
+        assert_eq!(
+            sessions.check("old", "erin", false),
+            Err(Refused::OtherOwner)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn kept_sessions_are_counted_per_principal_and_in_all() {
+        let sessions = Sessions::new(KeptLimits {
+            total: 3,
+            per_principal: 2,
+        });
+        let keep = Expiry(60);
+        let a1 = sessions.open("a1", false, keep, "alice").unwrap();
+        sessions.open("a2", false, keep, "alice").unwrap();
+        assert_eq!(
+            sessions.open("a3", false, keep, "alice").unwrap_err(),
+            Refused::TooManyKeptForPrincipal
+        );
+        // Clean sessions are not counted; resuming one's own is not a new one.
+        assert!(sessions.open("a3", true, NONE, "alice").is_ok());
+        sessions.close("a1", a1.generation, keep);
+        assert!(sessions.open("a1", false, keep, "alice").is_ok());
+        sessions.open("b1", false, keep, "bob").unwrap();
+        assert_eq!(
+            sessions.open("b2", false, keep, "bob").unwrap_err(),
+            Refused::TooManyKept
+        );
+        // One that expires makes room.
+        let b1 = sessions.open("b1", false, keep, "bob").unwrap();
+        sessions.close("b1", b1.generation, Expiry(1));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(sessions.expire("b1", b1.generation));
+        assert!(sessions.open("b2", false, keep, "bob").is_ok());
+        // Ending a kept session with a clean start makes room too.
+        sessions.open("a1", true, NONE, "alice").unwrap();
+        assert!(sessions.open("a4", false, keep, "alice").is_ok());
+    }
+
     #[test]
     fn empty_client_ids_are_never_kept() {
         let sessions = Sessions::default();
-        let s = sessions.open("", false, Expiry::NEVER);
+        let s = sessions.open("", false, Expiry::NEVER, "p").unwrap();
         s.filters.lock().insert("x".into());
         assert_eq!(sessions.len(), 0);
         assert!(sessions
-            .open("", false, Expiry::NEVER)
+            .open("", false, Expiry::NEVER, "p")
+            .unwrap()
             .filters
             .lock()
             .is_empty());

@@ -55,10 +55,17 @@ pub(super) fn sessions(tables: &Tables) -> Result<Sessions, StoreError> {
     }
     let kept = by_client
         .values()
-        .map(|s| KeptSession {
-            client_id: s.client_id.clone(),
-            filters: s.subscriptions.iter().map(|(f, _)| f.clone()).collect(),
-            expires_in: expiry.get(&s.client_id).copied().flatten(),
+        .map(|s| {
+            let (expires_in, owner) = match expiry.get(&s.client_id) {
+                Some((expires_in, owner)) => (*expires_in, owner.clone()),
+                None => (None, None),
+            };
+            KeptSession {
+                client_id: s.client_id.clone(),
+                filters: s.subscriptions.iter().map(|(f, _)| f.clone()).collect(),
+                expires_in,
+                owner,
+            }
         })
         .collect();
     Ok((
@@ -68,10 +75,13 @@ pub(super) fn sessions(tables: &Tables) -> Result<Sessions, StoreError> {
     ))
 }
 
-/// Client ID → expiry in, from the guard's records (a session without one
-/// was kept by a 3.1.1 client, not clean: forever); and those that expired
-/// while the sidecar was stopped, forgotten.
-type Expiries = (HashMap<String, Option<Duration>>, HashSet<String>);
+/// Client ID → expiry in (a session without one was kept by a 3.1.1
+/// client, not clean: forever) and owner, from the guard's records; and
+/// those that expired while the sidecar was stopped, forgotten.
+type Expiries = (
+    HashMap<String, (Option<Duration>, Option<String>)>,
+    HashSet<String>,
+);
 
 fn expiries(tables: &Tables) -> Result<Expiries, StoreError> {
     let now = now_ms();
@@ -105,7 +115,11 @@ fn expiries(tables: &Tables) -> Result<Expiries, StoreError> {
                 Some(Duration::from_millis(until - now))
             }
         };
-        expiry.insert(client, left);
+        let owner = value
+            .get(12..)
+            .filter(|o| !o.is_empty())
+            .map(|o| String::from_utf8_lossy(o).into_owned());
+        expiry.insert(client, (left, owner));
     }
     Ok((expiry, expired))
 }

@@ -9,7 +9,7 @@
 //! | `mqtt_subscriptions` | client ID, 0, filter | QoS, then flags (1 No Local, 2 Retain As Published, 4 identifier) and the subscription identifier (u32 BE) |
 //! | `mqtt_queued_data` | position: run (u32 BE), filter index, segment, offset (u64 BE each) | filter length (u16 BE), filter, MQTT 5 PUBLISH |
 //! | `mqtt_queued` | client ID, 0, position | empty (before patch 19: the publication, as in `mqtt_queued_data`) |
-//! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected) |
+//! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected), the principal whose session it is |
 //! | `mqtt_meta` | `run` | this run's number (u32 BE) |
 //!
 //! A publication is written once however many kept sessions wait for it,
@@ -236,6 +236,9 @@ pub struct KeptSession {
     pub filters: HashSet<String>,
     /// `None`: kept until the client ends it.
     pub expires_in: Option<Duration>,
+    /// The principal whose session it is (`None`: recorded before
+    /// sessions had owners).
+    pub owner: Option<String>,
 }
 
 /// What the last run left.
@@ -311,12 +314,13 @@ impl SessionRecords {
         }
     }
 
-    /// A kept session's connection opened (`ended`: `None`) or ended; its
-    /// expiry in seconds (`u32::MAX`: never).
-    pub fn record(&self, client_id: &str, expiry: u32, ended: Option<u64>) -> Ticket {
-        let mut value = Vec::with_capacity(12);
+    /// `owner`'s kept session's connection opened (`ended`: `None`) or
+    /// ended; its expiry in seconds (`u32::MAX`: never).
+    pub fn record(&self, client_id: &str, expiry: u32, ended: Option<u64>, owner: &str) -> Ticket {
+        let mut value = Vec::with_capacity(12 + owner.len());
         value.extend_from_slice(&expiry.to_be_bytes());
         value.extend_from_slice(&ended.unwrap_or(0).to_be_bytes());
+        value.extend_from_slice(owner.as_bytes());
         self.table.put(client_id.as_bytes().to_vec(), value)
     }
 }
