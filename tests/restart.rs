@@ -485,3 +485,109 @@ async fn what_the_broker_drops_from_a_full_filter_buffer_the_disk_drops_too() {
     assert_eq!(got, numbers(first_kept..200));
     second.terminate();
 }
+
+/// An MQTT 5 client with a retained will on `wills/{id}` after `delay` s,
+/// on a session kept a minute (not started clean), kept connected by a
+/// task; its event loop ends when the returned sender is dropped.
+async fn v5_with_will(
+    mqtt: std::net::SocketAddr,
+    id: &str,
+    delay: u32,
+    clean_start: bool,
+) -> (
+    rumqttc::v5::AsyncClient,
+    tokio::sync::oneshot::Sender<()>,
+    bool,
+) {
+    use rumqttc::v5::mqttbytes::v5::{LastWill, LastWillProperties};
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    let mut options = MqttOptions::new(id, mqtt.ip().to_string(), mqtt.port());
+    options.set_clean_start(clean_start);
+    options.set_session_expiry_interval(Some(60));
+    let properties = LastWillProperties {
+        delay_interval: Some(delay),
+        payload_format_indicator: None,
+        message_expiry_interval: None,
+        content_type: None,
+        response_topic: None,
+        correlation_data: None,
+        user_properties: Vec::new(),
+    };
+    let will = LastWill::new(
+        format!("wills/{id}"),
+        "gone",
+        QoS::AtLeastOnce,
+        true,
+        Some(properties),
+    );
+    options.set_last_will(will);
+    let (client, mut events) = AsyncClient::new(options, 10);
+    let present = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Event::Incoming(Packet::ConnAck(a)) = events.poll().await.unwrap() {
+                return a.session_present;
+            }
+        }
+    })
+    .await
+    .expect("CONNACK in time");
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stopped => {}
+            _ = async { while events.poll().await.is_ok() {} } => {}
+        }
+    });
+    (client, stop, present)
+}
+
+#[tokio::test]
+async fn the_wills_of_clients_connected_at_a_crash_go_out_after_the_restart() {
+    let dir = DataDir::new("wills");
+    let first = start(&dir);
+    // 3.1.1, no delay: due at once after the restart.
+    let v4 = MqttClient::connect_with(first.mqtt, "now", |o| {
+        o.set_last_will(rumqttc::LastWill::new(
+            "wills/now",
+            "gone",
+            rumqttc::QoS::AtLeastOnce,
+            true,
+        ));
+    })
+    .await;
+    // MQTT 5 with a delay of 2 s: due 2 s after the restart, unless the
+    // client comes back first; one that comes back starting clean ends its
+    // session, and its will goes out at once.
+    let later = v5_with_will(first.mqtt, "later", 2, true).await;
+    let back = v5_with_will(first.mqtt, "back", 2, true).await;
+    let clean = v5_with_will(first.mqtt, "clean", 30, true).await;
+    // One that said goodbye has no will to send.
+    let bye = v5_with_will(first.mqtt, "bye", 0, true).await;
+    bye.0.disconnect().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.kill();
+    drop((v4, later, back, bye));
+
+    let second = start(&dir);
+    let (_back, _back_stop, present) = v5_with_will(second.mqtt, "back", 2, false).await;
+    assert!(present, "its session was kept");
+    let _clean = v5_with_will(second.mqtt, "clean", 30, true).await;
+    drop(clean);
+    let wills = |got: Vec<(String, String)>| got.into_iter().map(|(t, _)| t).collect::<Vec<_>>();
+    assert_eq!(
+        wills(retained(second.mqtt, "early").await),
+        vec!["wills/clean".to_owned(), "wills/now".to_owned()],
+        "at once: the one without delay and the one whose session ended"
+    );
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(
+        wills(retained(second.mqtt, "late").await),
+        vec![
+            "wills/clean".to_owned(),
+            "wills/later".to_owned(),
+            "wills/now".to_owned()
+        ],
+        "after its delay; never for the one that came back or said goodbye"
+    );
+    second.terminate();
+}

@@ -223,6 +223,7 @@ impl EmbeddedBroker {
             Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
             None => (Vec::new(), Vec::new()),
         };
+        let wills_due = recovered.as_ref().map(|r| r.wills_due.clone());
         let persistence = match recovered {
             Some(r) => {
                 r.run_saved.durable().await?;
@@ -241,6 +242,7 @@ impl EmbeddedBroker {
             None => None,
         };
         let mut broker = Broker::with_persistence(rumqttd_config, persistence);
+        crate::broker::kept::schedule_wills(broker.will_trigger(), wills_due.unwrap_or_default());
         // What recovery read and let go goes back to the system, so that a
         // restart does not leave the sidecar bigger than before it.
         crate::telemetry::memory::trim();

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rumqttd::{RestoredPublication, RestoredRetained, RestoredSession};
+use rumqttd::{RestoredPublication, RestoredRetained, RestoredSession, RestoredWill};
 use tracing::warn;
 
 use super::{client_prefix, forget, now_ms, read_options, KeptSession, Tables};
@@ -249,4 +249,37 @@ fn stale_presence(packet: &[u8], topics: &Topics) -> Option<Publication> {
         status.to_string(),
         true,
     ))
+}
+
+pub(super) type Wills = (Vec<RestoredWill>, Vec<(String, Duration)>);
+
+/// The wills kept, and when each is due: at once for a connection whose
+/// session ended with it, after its delay for a kept session (sooner if
+/// the session expires first, §3.1.3.2.2).
+pub(super) fn wills(table: &Table, kept: &[KeptSession]) -> Result<Wills, StoreError> {
+    let sessions: HashMap<&str, Option<Duration>> = kept
+        .iter()
+        .map(|s| (s.client_id.as_str(), s.expires_in))
+        .collect();
+    let mut wills = Vec::new();
+    let mut due = Vec::new();
+    for (key, value) in table.load()? {
+        let client_id = String::from_utf8_lossy(&key).into_owned();
+        let Some(delay) = value.get(..4).and_then(|d| d.try_into().ok()) else {
+            let _ = table.delete(key);
+            continue;
+        };
+        let delay = Duration::from_secs(u64::from(u32::from_be_bytes(delay)));
+        let after = match sessions.get(client_id.as_str()) {
+            Some(Some(expires_in)) => delay.min(*expires_in),
+            Some(None) => delay,
+            None => Duration::ZERO,
+        };
+        due.push((client_id.clone(), after));
+        wills.push(RestoredWill {
+            client_id,
+            packet: Bytes::copy_from_slice(&value[4..]),
+        });
+    }
+    Ok((wills, due))
 }

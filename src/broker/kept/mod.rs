@@ -10,6 +10,7 @@
 //! | `mqtt_queued_data` | position: run (u32 BE), filter index, segment, offset (u64 BE each) | filter length (u16 BE), filter, MQTT 5 PUBLISH |
 //! | `mqtt_queued` | client ID, 0, position | empty (before patch 19: the publication, as in `mqtt_queued_data`) |
 //! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected), the principal whose session it is |
+//! | `mqtt_wills` | client ID | will delay (s, u32 BE), the will as an MQTT 5 PUBLISH |
 //! | `mqtt_meta` | `run` | this run's number (u32 BE) |
 //!
 //! A publication is written once however many kept sessions wait for it,
@@ -39,6 +40,7 @@ const SUBSCRIPTIONS: &str = "mqtt_subscriptions";
 const QUEUED: &str = "mqtt_queued";
 const QUEUED_DATA: &str = "mqtt_queued_data";
 const SESSIONS: &str = "mqtt_sessions";
+const WILLS: &str = "mqtt_wills";
 const META: &str = "mqtt_meta";
 
 struct Tables {
@@ -47,6 +49,7 @@ struct Tables {
     queued: Table,
     data: Table,
     sessions: Table,
+    wills: Table,
 }
 
 impl Tables {
@@ -57,6 +60,7 @@ impl Tables {
             queued: store.table(QUEUED),
             data: store.table(QUEUED_DATA),
             sessions: store.table(SESSIONS),
+            wills: store.table(WILLS),
         }
     }
 }
@@ -185,6 +189,19 @@ impl Keeper for Kept {
         }
     }
 
+    fn will(&mut self, client_id: &str, will: Option<(&Bytes, u32)>) {
+        let key = client_id.as_bytes().to_vec();
+        let _ticket = match will {
+            Some((packet, delay)) => {
+                let mut value = Vec::with_capacity(4 + packet.len());
+                value.extend_from_slice(&delay.to_be_bytes());
+                value.extend_from_slice(packet);
+                self.tables.wills.put(key, value)
+            }
+            None => self.tables.wills.delete(key),
+        };
+    }
+
     fn released(&mut self, idx: usize) {
         let prefix = &position_key(self.run, (idx, (0, 0)))[..12];
         let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
@@ -254,6 +271,22 @@ pub struct Recovered {
     /// This run's number, on disk: no key of this run can be one of an
     /// earlier run's.
     pub run_saved: Ticket,
+    /// The wills of connections the last run did not see end, and when
+    /// each is due (see [`schedule_wills`]).
+    pub wills_due: Vec<(String, Duration)>,
+}
+
+/// Publishes each restored will when due, unless its client came back
+/// first: a connection open when the last run stopped ended then, as far
+/// as its client can tell, without DISCONNECT.
+pub fn schedule_wills(trigger: rumqttd::WillTrigger, due: Vec<(String, Duration)>) {
+    for (client_id, after) in due {
+        let trigger = trigger.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            trigger.fire(client_id);
+        });
+    }
 }
 
 /// What the last run kept, and the keeper for this one; `None` when
@@ -273,6 +306,7 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
     let run_saved = meta.put(b"run".to_vec(), run.to_be_bytes().to_vec());
     let (retained, stale_presence) = load::retained(&tables.retained, topics)?;
     let (sessions, publications, kept) = load::sessions(&tables)?;
+    let (wills, wills_due) = load::wills(&tables.wills, &kept)?;
     let queued = sessions.iter().map(|s| s.queued.len()).sum();
     Ok(Some(Recovered {
         retained: retained.len(),
@@ -280,6 +314,7 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
             retained,
             sessions,
             publications,
+            wills,
             keeper: Box::new(Kept {
                 tables,
                 run,
@@ -290,6 +325,7 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
         queued,
         stale_presence,
         run_saved,
+        wills_due,
     }))
 }
 

@@ -26,7 +26,7 @@ pub use link::meters;
 // lmos-sidecar patch 12
 pub use router::persist::{
     Keeper, Persistence, Position, RestoredPublication, RestoredRetained, RestoredSession,
-    SubscriptionOptions,
+    RestoredWill, SubscriptionOptions, WillTrigger,
 };
 pub use router::{Alert, Forward, IncomingMeter, Meter, Notification, OutgoingMeter, Router};
 use segments::Storage;

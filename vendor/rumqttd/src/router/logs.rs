@@ -240,6 +240,26 @@ impl DataLog {
         }
     }
 
+    /// lmos-sidecar patch 20: `client_id`'s will registered (`Some`) or
+    /// gone.
+    pub fn keep_will(
+        &mut self,
+        client_id: &str,
+        will: Option<(&Publish, &Option<PublishProperties>, u32)>,
+    ) {
+        let Some(keeper) = &mut self.keeper else {
+            return;
+        };
+        match will {
+            Some((publish, properties, delay)) => {
+                if let Some(packet) = persist::encode(publish, properties, publish.retain) {
+                    keeper.will(client_id, Some((&packet, delay)));
+                }
+            }
+            None => keeper.will(client_id, None),
+        }
+    }
+
     /// lmos-sidecar patch 13: a kept session acknowledged what it got from
     /// `idx` at `cursor`.
     pub fn keep_delivered(&mut self, client_id: &str, idx: FilterIdx, cursor: Offset) {

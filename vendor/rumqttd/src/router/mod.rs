@@ -99,6 +99,9 @@ pub enum Event {
     PrintStatus(Print),
     /// Publish Will message
     PublishWill((String, Option<String>)),
+    /// lmos-sidecar patch 20: publish the will an earlier run kept for
+    /// this client ID, if no connection of it came since
+    PublishRestoredWill(String),
 }
 
 /// Notification from router to connection

@@ -49,6 +49,10 @@ pub trait Keeper: Send + 'static {
     fn dropped(&mut self, idx: FilterIdx, segment: u64, clients: &mut dyn Iterator<Item = &str>);
     /// No session holds filter `idx` any more: its log is gone.
     fn released(&mut self, idx: FilterIdx);
+    /// A connection of `client_id` with a last will registered (the will as
+    /// a PUBLISH packet, and its delay in seconds), or its will is gone
+    /// (`None`: published, or its client sent DISCONNECT) (patch 20).
+    fn will(&mut self, client_id: &str, will: Option<(&Bytes, u32)>);
     /// The session acknowledged the publication at `position` (PUBACK,
     /// PUBREC).
     fn delivered(&mut self, client_id: &str, position: Position);
@@ -87,13 +91,64 @@ pub struct RestoredSession {
     pub queued: Vec<Bytes>,
 }
 
+/// The last will of a connection of an earlier run that had not ended
+/// (patch 20): the router holds it until [`WillTrigger::fire`] or a
+/// connection of its client ID (which publishes it when it starts clean,
+/// and drops it when it resumes the session).
+#[derive(Debug, Clone)]
+pub struct RestoredWill {
+    pub client_id: String,
+    /// As the keeper was given it.
+    pub packet: Bytes,
+}
+
 /// What to start with, and the keeper of what follows.
 pub struct Persistence {
     pub retained: Vec<RestoredRetained>,
     pub sessions: Vec<RestoredSession>,
     /// Ordered by key.
     pub publications: Vec<RestoredPublication>,
+    pub wills: Vec<RestoredWill>,
     pub keeper: Box<dyn Keeper>,
+}
+
+/// Publishes restored wills when their time comes (patch 20).
+#[derive(Clone)]
+pub struct WillTrigger(pub(crate) flume::Sender<(crate::ConnectionId, crate::router::Event)>);
+
+impl WillTrigger {
+    /// Publishes the restored will of `client_id`, unless a connection of
+    /// the client ID came since.
+    pub fn fire(&self, client_id: String) {
+        let _ = self
+            .0
+            .try_send((0, crate::router::Event::PublishRestoredWill(client_id)));
+    }
+}
+
+/// A will as the PUBLISH it becomes.
+pub(crate) fn will_publication(
+    will: crate::protocol::LastWill,
+    props: Option<crate::protocol::LastWillProperties>,
+) -> (Publish, Option<PublishProperties>) {
+    let publish = Publish {
+        dup: false,
+        qos: will.qos,
+        retain: will.retain,
+        topic: will.topic,
+        pkid: 0,
+        payload: will.message,
+    };
+    let properties = props.map(|props| PublishProperties {
+        payload_format_indicator: props.payload_format_indicator,
+        message_expiry_interval: props.message_expiry_interval,
+        response_topic: props.response_topic,
+        correlation_data: props.correlation_data,
+        user_properties: props.user_properties,
+        content_type: props.content_type,
+        ..Default::default()
+    });
+    (publish, properties)
 }
 
 /// `publish` as an MQTT 5 PUBLISH packet, with the retain flag `retain`.

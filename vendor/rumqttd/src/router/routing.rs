@@ -104,6 +104,10 @@ pub struct Router {
     shared_subscriptions: HashMap<String, SharedGroup>,
     /// Will messages per client_id
     last_wills: HashMap<String, (LastWill, Option<LastWillProperties>)>,
+    /// lmos-sidecar patch 20: wills of connections an earlier run had not
+    /// seen end, until `Event::PublishRestoredWill` or their client ID
+    /// connects again
+    restored_wills: HashMap<String, (Publish, Option<PublishProperties>)>,
 }
 
 impl Router {
@@ -145,6 +149,7 @@ impl Router {
             cache: Some(VecDeque::with_capacity(MAX_CHANNEL_CAPACITY)),
             shared_subscriptions: HashMap::new(),
             last_wills: HashMap::new(),
+            restored_wills: HashMap::new(),
         }
     }
 
@@ -155,9 +160,16 @@ impl Router {
             retained,
             sessions,
             publications,
+            wills,
             keeper,
         } = persistence;
         self.datalog.restore_retained(retained, keeper);
+        // lmos-sidecar patch 20
+        for will in wills {
+            if let Some(publication) = crate::router::persist::read(&will.packet) {
+                self.restored_wills.insert(will.client_id, publication);
+            }
+        }
         let placed = self.place_restored(&sessions, publications);
         for session in sessions {
             let mut tracker = Tracker::new(session.client_id.clone());
@@ -349,6 +361,17 @@ impl Router {
                 #[cfg(feature = "validate-tenant-prefix")]
                 _tenant_id,
             ),
+            Event::PublishRestoredWill(client_id) => {
+                if let Some((publish, properties)) = self.restored_wills.remove(&client_id) {
+                    self.datalog.keep_will(&client_id, None);
+                    self.publish_will(
+                        publish,
+                        properties,
+                        #[cfg(feature = "validate-tenant-prefix")]
+                        None,
+                    );
+                }
+            }
         }
     }
 
@@ -447,11 +470,36 @@ impl Router {
             connection.events.events.pop_front();
         }
 
+        // lmos-sidecar patch 20: the client of a will an earlier run kept
+        // is back: its old session ended if it starts clean (the will goes
+        // out now), else it resumed (the will is cancelled)
+        if let Some((publish, properties)) = self.restored_wills.remove(&client_id) {
+            if connection.last_will.is_none() {
+                self.datalog.keep_will(&client_id, None);
+            }
+            if clean_session {
+                self.publish_will(
+                    publish,
+                    properties,
+                    #[cfg(feature = "validate-tenant-prefix")]
+                    None,
+                );
+            }
+        }
         if let Some(will) = connection.last_will.take() {
-            self.last_wills.insert(
-                client_id.clone(),
-                (will, connection.last_will_properties.take()),
-            );
+            let properties = connection.last_will_properties.take();
+            // lmos-sidecar patch 20: kept until it is published or its
+            // client says DISCONNECT
+            let delay = properties
+                .as_ref()
+                .and_then(|p| p.delay_interval)
+                .unwrap_or(0);
+            let (publish, publish_properties) =
+                crate::router::persist::will_publication(will.clone(), properties.clone());
+            self.datalog
+                .keep_will(&client_id, Some((&publish, &publish_properties, delay)));
+            self.last_wills
+                .insert(client_id.clone(), (will, properties));
         }
 
         let connection_id = self.connections.insert(connection);
@@ -1021,7 +1069,9 @@ impl Router {
                     let _guard = span.enter();
                     disconnect = true;
                     // delete the last will message
-                    self.last_wills.remove(&client_id);
+                    if self.last_wills.remove(&client_id).is_some() {
+                        self.datalog.keep_will(&client_id, None);
+                    }
                     break;
                 }
                 incoming => {
@@ -1303,26 +1353,23 @@ impl Router {
         let Some((will, will_props)) = self.last_wills.remove(&client_id) else {
             return;
         };
+        // lmos-sidecar patch 20
+        self.datalog.keep_will(&client_id, None);
+        let (publish, properties) = crate::router::persist::will_publication(will, will_props);
+        self.publish_will(
+            publish,
+            properties,
+            #[cfg(feature = "validate-tenant-prefix")]
+            tenant_prefix,
+        );
+    }
 
-        let publish = Publish {
-            dup: false,
-            qos: will.qos,
-            retain: will.retain,
-            topic: will.topic,
-            pkid: 0,
-            payload: will.message,
-        };
-
-        let properties = will_props.map(|props| PublishProperties {
-            payload_format_indicator: props.payload_format_indicator,
-            message_expiry_interval: props.message_expiry_interval,
-            response_topic: props.response_topic,
-            correlation_data: props.correlation_data,
-            user_properties: props.user_properties,
-            content_type: props.content_type,
-            ..Default::default()
-        });
-
+    fn publish_will(
+        &mut self,
+        publish: Publish,
+        properties: Option<PublishProperties>,
+        #[cfg(feature = "validate-tenant-prefix")] tenant_prefix: Option<String>,
+    ) {
         match append_will_message(
             publish,
             properties,

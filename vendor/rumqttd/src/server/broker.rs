@@ -187,6 +187,12 @@ impl Broker {
         Ok((link_tx, link_rx))
     }
 
+    /// lmos-sidecar patch 20: publishes the wills restored from an earlier
+    /// run when the embedding process says their delay has passed.
+    pub fn will_trigger(&self) -> crate::WillTrigger {
+        crate::WillTrigger(self.router_tx.clone())
+    }
+
     /// lmos-sidecar patch: direct links to the router with the settings of
     /// the MQTT 5 server named `server` (see `link::direct`), for
     /// connections the embedding process terminates itself. `None` without
