@@ -167,7 +167,7 @@ fn queued(
             Some((known, _)) => known.clone(),
             None => Bytes::copy_from_slice(position),
         };
-        // Written before patch 19, with its publication
+        // The publication in its one session's entry
         if !value.is_empty() && !publications.contains_key(&position) {
             if let Some(publication) = read_publication(&position, value) {
                 publications.insert(position.clone(), publication);

@@ -8,13 +8,14 @@
 //! | `mqtt_retained` | topic | retained at (Unix ms, u64 BE) + MQTT 5 PUBLISH |
 //! | `mqtt_subscriptions` | client ID, 0, filter | QoS, then flags (1 No Local, 2 Retain As Published, 4 identifier) and the subscription identifier (u32 BE) |
 //! | `mqtt_queued_data` | position: run (u32 BE), filter index, segment, offset (u64 BE each) | filter length (u16 BE), filter, MQTT 5 PUBLISH |
-//! | `mqtt_queued` | client ID, 0, position | empty (before patch 19: the publication, as in `mqtt_queued_data`) |
+//! | `mqtt_queued` | client ID, 0, position | the publication, as in `mqtt_queued_data`, when it is queued for this session alone; else empty |
 //! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected), the principal whose session it is |
 //! | `mqtt_wills` | client ID | will delay (s, u32 BE), the will as an MQTT 5 PUBLISH |
 //! | `mqtt_meta` | `run` | this run's number (u32 BE) |
 //!
-//! A publication is written once however many kept sessions wait for it,
-//! and each session's queue holds its position only. The position names
+//! A publication is written once however many kept sessions wait for it:
+//! in the one session's queue entry when only one does, else in
+//! `mqtt_queued_data` with each session's entry holding its position only. The position names
 //! where it sat in its run's logs, so it takes no lookup to forget it once
 //! delivered; only those restored from an earlier run are looked up
 //! (`placed`). A publication stays in `mqtt_queued_data` until the router
@@ -134,8 +135,20 @@ impl Keeper for Kept {
         value.extend_from_slice(&(filter.len() as u16).to_be_bytes());
         value.extend_from_slice(filter.as_bytes());
         value.extend_from_slice(packet);
+        let Some(first) = clients.next() else {
+            return;
+        };
+        let mut clients = clients.peekable();
+        // One session waiting (the common case): one write, the publication
+        // in its queue entry.
+        if clients.peek().is_none() {
+            let mut key = client_prefix(first);
+            key.extend_from_slice(&at);
+            let _ticket = self.tables.queued.put(key, value);
+            return;
+        }
         let _ticket = self.tables.data.put(at.to_vec(), value);
-        for client_id in clients {
+        for client_id in std::iter::once(first).chain(clients) {
             let mut key = client_prefix(client_id);
             key.extend_from_slice(&at);
             let _ticket = self.tables.queued.put(key, Vec::new());
