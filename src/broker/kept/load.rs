@@ -50,6 +50,14 @@ pub(super) fn sessions(tables: &Tables) -> Result<Sessions, StoreError> {
     let (expiry, expired) = expiries(tables)?;
     let mut by_client = subscriptions(tables, &expired)?;
     let publications = queued(tables, &expired, &mut by_client)?;
+    for (key, packet) in tables.received.load()? {
+        match split(&key) {
+            Some((client, _)) if !expired.contains(client) => {
+                entry(&mut by_client, client).received.push(packet.into());
+            }
+            _ => {}
+        }
+    }
     for client in expiry.keys() {
         entry(&mut by_client, client);
     }
@@ -221,6 +229,7 @@ fn entry<'a>(
             client_id: client.to_owned(),
             subscriptions: Vec::new(),
             queued: Vec::new(),
+            received: Vec::new(),
         })
 }
 

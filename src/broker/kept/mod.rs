@@ -10,6 +10,7 @@
 //! | `mqtt_queued_data` | position: run (u32 BE), filter index, segment, offset (u64 BE each) | filter length (u16 BE), filter, MQTT 5 PUBLISH |
 //! | `mqtt_queued` | client ID, 0, position | the publication, as in `mqtt_queued_data`, when it is queued for this session alone; else empty |
 //! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected), the principal whose session it is |
+//! | `mqtt_received` | client ID, 0, packet identifier (u16 BE) | a QoS 2 publication its client got PUBREC for, awaiting PUBREL: MQTT 5 PUBLISH |
 //! | `mqtt_wills` | client ID | will delay (s, u32 BE), the will as an MQTT 5 PUBLISH |
 //! | `mqtt_meta` | `run` | this run's number (u32 BE) |
 //!
@@ -42,6 +43,7 @@ const QUEUED: &str = "mqtt_queued";
 const QUEUED_DATA: &str = "mqtt_queued_data";
 const SESSIONS: &str = "mqtt_sessions";
 const WILLS: &str = "mqtt_wills";
+const RECEIVED: &str = "mqtt_received";
 const META: &str = "mqtt_meta";
 
 struct Tables {
@@ -51,6 +53,7 @@ struct Tables {
     data: Table,
     sessions: Table,
     wills: Table,
+    received: Table,
 }
 
 impl Tables {
@@ -62,6 +65,7 @@ impl Tables {
             data: store.table(QUEUED_DATA),
             sessions: store.table(SESSIONS),
             wills: store.table(WILLS),
+            received: store.table(RECEIVED),
         }
     }
 }
@@ -215,6 +219,15 @@ impl Keeper for Kept {
         };
     }
 
+    fn received(&mut self, client_id: &str, pkid: u16, packet: Option<&Bytes>) {
+        let mut key = client_prefix(client_id);
+        key.extend_from_slice(&pkid.to_be_bytes());
+        let _ticket = match packet {
+            Some(packet) => self.tables.received.put(key, packet.to_vec()),
+            None => self.tables.received.delete(key),
+        };
+    }
+
     fn released(&mut self, idx: usize) {
         let prefix = &position_key(self.run, (idx, (0, 0)))[..12];
         let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
@@ -346,7 +359,8 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
 fn forget(tables: &Tables, client: &str) {
     let prefix = client_prefix(client);
     let _ = tables.subscriptions.delete_prefix(prefix.clone());
-    let _ = tables.queued.delete_prefix(prefix);
+    let _ = tables.queued.delete_prefix(prefix.clone());
+    let _ = tables.received.delete_prefix(prefix);
     let _ = tables.sessions.delete(client.as_bytes().to_vec());
 }
 

@@ -1,5 +1,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use crate::protocol::{Publish, PublishProperties};
+
 use super::{
     options::SubscriptionOptions,
     scheduler::{PauseReason, Tracker},
@@ -31,6 +33,7 @@ impl Graveyard {
         options: HashMap<String, SubscriptionOptions>,
         metrics: ConnectionEvents,
         unacked_pubrels: VecDeque<u16>,
+        received: VecDeque<(Publish, Option<PublishProperties>)>,
     ) {
         tracker.pause(PauseReason::Busy);
         let id = tracker.id.clone();
@@ -40,6 +43,7 @@ impl Graveyard {
             subscriptions,
             options,
             unacked_pubrels,
+            received,
         };
 
         self.connections.insert(
@@ -78,4 +82,7 @@ pub struct SessionState {
     pub options: HashMap<String, SubscriptionOptions>,
     // used for pubrel in qos2
     pub unacked_pubrels: VecDeque<u16>,
+    /// lmos-sidecar patch 21: QoS 2 publications the client sent and the
+    /// broker acknowledged with PUBREC, awaiting their PUBREL
+    pub received: VecDeque<(Publish, Option<PublishProperties>)>,
 }

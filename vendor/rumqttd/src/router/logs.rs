@@ -2,8 +2,8 @@ use super::Ack;
 use tracing::{info, trace};
 
 use crate::protocol::{
-    matches, ConnAck, ConnAckProperties, PingResp, PubAck, PubComp, PubRec, PubRel, Publish,
-    PublishProperties, SubAck, UnsubAck,
+    matches, ConnAck, ConnAckProperties, PingResp, PubAck, PubComp, PubCompReason, PubRec, PubRel,
+    Publish, PublishProperties, SubAck, UnsubAck,
 };
 use crate::router::persist::{self, Keeper, Position as KeptPosition, RestoredPublication, RestoredRetained};
 use crate::router::options::{Source, SubscriptionOptions};
@@ -257,6 +257,27 @@ impl DataLog {
                 }
             }
             None => keeper.will(client_id, None),
+        }
+    }
+
+    /// lmos-sidecar patch 21: a kept session's QoS 2 publication
+    /// acknowledged with PUBREC (`Some`), or completed by its PUBREL.
+    pub fn keep_received(
+        &mut self,
+        client_id: &str,
+        pkid: u16,
+        publication: Option<(&Publish, &Option<PublishProperties>)>,
+    ) {
+        let Some(keeper) = &mut self.keeper else {
+            return;
+        };
+        match publication {
+            Some((publish, properties)) => {
+                if let Some(packet) = persist::encode(publish, properties, publish.retain) {
+                    keeper.received(client_id, pkid, Some(&packet));
+                }
+            }
+            None => keeper.received(client_id, pkid, None),
         }
     }
 
@@ -697,10 +718,33 @@ impl AckLog {
         self.committed.push_back(ack);
     }
 
-    pub fn pubcomp(&mut self, ack: PubComp) -> Option<(Publish, Option<PublishProperties>)> {
-        let ack = Ack::PubComp(ack);
-        self.committed.push_back(ack);
-        self.recorded.pop_front()
+    /// lmos-sidecar patch 21: the publication `ack` completes, by its packet
+    /// identifier (PUBRELs may come in another order than their PUBLISHes);
+    /// a PUBREL for none the broker knows is answered too, with
+    /// `PacketIdentifierNotFound`, as MQTT 5 §4.3.3 asks, rather than by
+    /// disconnecting.
+    pub fn pubcomp(&mut self, mut ack: PubComp) -> Option<(Publish, Option<PublishProperties>)> {
+        let found = self.recorded.iter().position(|(p, _)| p.pkid == ack.pkid);
+        let publication = found.and_then(|at| self.recorded.remove(at));
+        if publication.is_none() {
+            ack.reason = PubCompReason::PacketIdentifierNotFound;
+        }
+        self.committed.push_back(Ack::PubComp(ack));
+        publication
+    }
+
+    /// lmos-sidecar patch 21: a resumed session's QoS 2 publications still
+    /// awaiting their PUBREL.
+    pub fn with_recorded(recorded: VecDeque<(Publish, Option<PublishProperties>)>) -> AckLog {
+        AckLog {
+            committed: VecDeque::new(),
+            recorded,
+        }
+    }
+
+    /// lmos-sidecar patch 21: kept with the session when its connection ends.
+    pub fn into_recorded(self) -> VecDeque<(Publish, Option<PublishProperties>)> {
+        self.recorded
     }
 
     pub fn pingresp(&mut self, ack: PingResp) {

@@ -53,6 +53,10 @@ pub trait Keeper: Send + 'static {
     /// a PUBLISH packet, and its delay in seconds), or its will is gone
     /// (`None`: published, or its client sent DISCONNECT) (patch 20).
     fn will(&mut self, client_id: &str, will: Option<(&Bytes, u32)>);
+    /// A kept session's QoS 2 publication `pkid`, acknowledged with PUBREC
+    /// (`Some`: as a PUBLISH packet) and not yet appended, or completed by
+    /// its PUBREL (`None`) (patch 21).
+    fn received(&mut self, client_id: &str, pkid: u16, packet: Option<&Bytes>);
     /// The session acknowledged the publication at `position` (PUBACK,
     /// PUBREC).
     fn delivered(&mut self, client_id: &str, position: Position);
@@ -89,6 +93,9 @@ pub struct RestoredSession {
     pub subscriptions: Vec<(String, SubscriptionOptions)>,
     /// The keys of the publications still queued for it.
     pub queued: Vec<Bytes>,
+    /// QoS 2 publications its client sent and got PUBREC for, awaiting
+    /// their PUBREL (patch 21), as the keeper was given them.
+    pub received: Vec<Bytes>,
 }
 
 /// The last will of a connection of an earlier run that had not ended

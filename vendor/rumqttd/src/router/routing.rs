@@ -206,12 +206,19 @@ impl Router {
                     resend_to: None,
                 });
             }
+            // lmos-sidecar patch 21
+            let received = session
+                .received
+                .iter()
+                .filter_map(crate::router::persist::read)
+                .collect();
             self.graveyard.save_state(
                 tracker,
                 subscriptions,
                 options,
                 ConnectionEvents::default(),
                 VecDeque::new(),
+                received,
             );
         }
     }
@@ -417,6 +424,8 @@ impl Router {
         let previous_session = saved.as_ref().is_some_and(|s| s.session_state.is_some());
         // for qos2 pending pubrels
         let mut pending_acks = VecDeque::new();
+        // lmos-sidecar patch 21: QoS 2 publications awaiting their PUBREL
+        let mut received = VecDeque::new();
 
         let tracker = if !clean_session {
             // if there was some saved state, restore the metrics
@@ -437,6 +446,7 @@ impl Router {
                     // for using in acklog
                     pending_acks.clone_from(&session_state.unacked_pubrels);
                     outgoing.unacked_pubrels = session_state.unacked_pubrels;
+                    received = session_state.received;
                     session_state.tracker
                 },
             )
@@ -456,7 +466,7 @@ impl Router {
             Tracker::new(client_id.clone())
         };
 
-        let ackslog = AckLog::new();
+        let ackslog = AckLog::with_recorded(received);
 
         let time = match SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
             Ok(v) => v.as_millis().to_string(),
@@ -604,7 +614,7 @@ impl Router {
         let outgoing = self.obufs.remove(id);
         let mut tracker = self.scheduler.remove(id);
         self.connection_map.remove(&client_id);
-        self.ackslog.remove(id);
+        let ackslog = self.ackslog.remove(id);
 
         // Don't remove connection id from readyqueue with index. This will
         // remove wrong connection from readyqueue. Instead just leave disconnected
@@ -677,6 +687,7 @@ impl Router {
                 connection.subscription_options,
                 connection.events,
                 outgoing.unacked_pubrels,
+                ackslog.into_recorded(),
             );
         } else {
             // lmos-sidecar patch: the session ends with the connection, and
@@ -757,6 +768,16 @@ impl Router {
                                 reason: PubRecReason::Success,
                             };
 
+                            // lmos-sidecar patch 21: a kept session keeps it
+                            // until its PUBREL, across a restart too
+                            let connection = &self.connections[id];
+                            if !connection.clean {
+                                self.datalog.keep_received(
+                                    &connection.client_id,
+                                    pkid,
+                                    Some((&publish, &properties)),
+                                );
+                            }
                             let ackslog = self.ackslog.get_mut(id).unwrap();
                             ackslog.pubrec(publish, properties, pubrec);
                             force_ack = true;
@@ -1008,13 +1029,16 @@ impl Router {
                     // on reconnection ( with clean session false )
                     // we try to retrive publish assuming broker saved the previous state
                     // successfully in graveyard.
-                    let (publish, props) = match ackslog.pubcomp(pubcomp) {
-                        Some(v) => v,
-                        None => {
-                            disconnect = true;
-                            break;
-                        }
+                    // lmos-sidecar patch 21: answered whether known or not
+                    let Some((publish, props)) = ackslog.pubcomp(pubcomp) else {
+                        force_ack = true;
+                        continue;
                     };
+                    let connection = &self.connections[id];
+                    if !connection.clean {
+                        self.datalog
+                            .keep_received(&connection.client_id, pubrel.pkid, None);
+                    }
 
                     // Try to append publish to commitlog
                     match append_to_commitlog(
