@@ -2,10 +2,15 @@
 //! functions over byte slices: no I/O, no allocation beyond what an encoded
 //! packet needs, and no panics on any input (the proptests below hold that).
 //!
-//! Decoders borrow from the frame they are given; the guard forwards the
-//! original bytes of everything it does not change.
+//! SUBSCRIBE and UNSUBSCRIBE are read and written with rumqttd's codec
+//! (`rumqttd::protocol`, patched where it was lenient: see
+//! `vendor/rumqttd/PATCHES.md`); the guard only adds its own policy on
+//! what they hold. The other decoders borrow from the frame they are
+//! given; the guard forwards the original bytes of everything it does
+//! not change.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use rumqttd::protocol::{self as wire, v4::V4, v5::V5, Protocol};
 
 use super::properties;
 
@@ -41,6 +46,8 @@ pub enum PacketError {
     TooLarge { size: usize, limit: usize },
     #[error("malformed {0} packet")]
     Malformed(&'static str),
+    #[error("malformed {what} packet: {why}")]
+    Codec { what: &'static str, why: String },
     #[error("unsupported protocol {name:?} level {level}")]
     Protocol { name: String, level: u8 },
 }
@@ -177,10 +184,6 @@ impl<'a> Reader<'a> {
         let (content, _) = properties::list(self.properties()?)?;
         properties::all(content)?;
         Ok(content)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.buf.is_empty()
     }
 }
 
@@ -374,68 +377,111 @@ fn has_control(s: &str) -> bool {
     })
 }
 
-/// A SUBSCRIBE: packet identifier, raw MQTT 5 properties (empty on 3.1.1),
-/// and each filter with its options byte.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subscribe<'a> {
-    pub pkid: u16,
-    pub properties: &'a [u8],
-    pub filters: Vec<(&'a str, u8)>,
-}
-
-pub fn subscribe(body: &[u8], version: Version) -> Result<Subscribe<'_>, PacketError> {
-    let (pkid, properties, filters) = filter_list(body, version, "SUBSCRIBE", |r| {
-        let filter = r.topic()?;
-        Ok((filter, r.u8()?))
-    })?;
-    Ok(Subscribe {
-        pkid,
-        properties,
-        filters,
-    })
-}
-
-/// What SUBSCRIBE and UNSUBSCRIBE share: a packet identifier, properties
-/// (MQTT 5), then entries to the end of the packet, at least one (3.1.1
-/// 3.8.3-3 and 3.10.3-2, MQTT 5 3.8.3-2 and 3.10.3-2).
-fn filter_list<'a, T>(
-    body: &'a [u8],
-    version: Version,
-    kind: &'static str,
-    mut entry: impl FnMut(&mut Reader<'a>) -> Result<T, PacketError>,
-) -> Result<(u16, &'a [u8], Vec<T>), PacketError> {
-    let mut r = Reader::new(body, kind);
-    let pkid = r.u16()?;
-    let properties = match version {
-        Version::V4 => &[][..],
-        Version::V5 => r.properties()?,
+/// Decodes one whole packet (fixed header included) with rumqttd's codec.
+fn decode(version: Version, raw: &[u8], what: &'static str) -> Result<wire::Packet, PacketError> {
+    let mut buf = BytesMut::from(raw);
+    let read = match version {
+        Version::V4 => V4.read_mut(&mut buf, usize::MAX),
+        Version::V5 => V5.read_mut(&mut buf, usize::MAX),
     };
-    let mut entries = Vec::new();
-    while !r.is_empty() {
-        entries.push(entry(&mut r)?);
-    }
-    if entries.is_empty() {
-        return Err(r.malformed());
-    }
-    Ok((pkid, properties, entries))
-}
-
-/// An UNSUBSCRIBE: packet identifier, raw MQTT 5 properties (empty on
-/// 3.1.1) and its filters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unsubscribe<'a> {
-    pub pkid: u16,
-    pub properties: &'a [u8],
-    pub filters: Vec<&'a str>,
-}
-
-pub fn unsubscribe(body: &[u8], version: Version) -> Result<Unsubscribe<'_>, PacketError> {
-    let (pkid, properties, filters) = filter_list(body, version, "UNSUBSCRIBE", |r| r.topic())?;
-    Ok(Unsubscribe {
-        pkid,
-        properties,
-        filters,
+    read.map_err(|e| PacketError::Codec {
+        what,
+        why: e.to_string(),
     })
+}
+
+/// Encodes an MQTT 5 packet with rumqttd's codec.
+fn encode(packet: wire::Packet, what: &'static str) -> Result<Bytes, PacketError> {
+    let mut out = BytesMut::new();
+    match V5.write(packet, &mut out) {
+        Ok(_) => Ok(out.freeze()),
+        Err(e) => Err(PacketError::Codec {
+            what,
+            why: e.to_string(),
+        }),
+    }
+}
+
+/// Filters with control characters are malformed (see [`Reader::topic`]).
+fn no_control<'a>(
+    mut filters: impl Iterator<Item = &'a str>,
+    what: &'static str,
+) -> Result<(), PacketError> {
+    match filters.any(has_control) {
+        true => Err(PacketError::Malformed(what)),
+        false => Ok(()),
+    }
+}
+
+/// A SUBSCRIBE: packet identifier, MQTT 5 properties (none on 3.1.1), and
+/// each filter with its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscribe {
+    pub pkid: u16,
+    pub properties: Option<wire::SubscribeProperties>,
+    pub filters: Vec<wire::Filter>,
+}
+
+/// Decodes a whole SUBSCRIBE packet (`raw`, fixed header included).
+pub fn subscribe(raw: &[u8], version: Version) -> Result<Subscribe, PacketError> {
+    match decode(version, raw, "SUBSCRIBE")? {
+        wire::Packet::Subscribe(s, properties) => {
+            no_control(s.filters.iter().map(|f| f.path.as_str()), "SUBSCRIBE")?;
+            Ok(Subscribe {
+                pkid: s.pkid,
+                properties,
+                filters: s.filters,
+            })
+        }
+        _ => Err(PacketError::Malformed("SUBSCRIBE")),
+    }
+}
+
+/// An UNSUBSCRIBE: packet identifier, MQTT 5 properties (none on 3.1.1)
+/// and its filters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsubscribe {
+    pub pkid: u16,
+    pub properties: Option<wire::UnsubscribeProperties>,
+    pub filters: Vec<String>,
+}
+
+/// Decodes a whole UNSUBSCRIBE packet (`raw`, fixed header included).
+pub fn unsubscribe(raw: &[u8], version: Version) -> Result<Unsubscribe, PacketError> {
+    match decode(version, raw, "UNSUBSCRIBE")? {
+        wire::Packet::Unsubscribe(u, properties) => {
+            no_control(u.filters.iter().map(String::as_str), "UNSUBSCRIBE")?;
+            Ok(Unsubscribe {
+                pkid: u.pkid,
+                properties,
+                filters: u.filters,
+            })
+        }
+        _ => Err(PacketError::Malformed("UNSUBSCRIBE")),
+    }
+}
+
+/// An MQTT 5 SUBSCRIBE of `filters`.
+pub fn encode_subscribe(
+    pkid: u16,
+    properties: Option<wire::SubscribeProperties>,
+    filters: Vec<wire::Filter>,
+) -> Result<Bytes, PacketError> {
+    let subscribe = wire::Subscribe { pkid, filters };
+    encode(wire::Packet::Subscribe(subscribe, properties), "SUBSCRIBE")
+}
+
+/// An MQTT 5 UNSUBSCRIBE of `filters`.
+pub fn encode_unsubscribe(
+    pkid: u16,
+    properties: Option<wire::UnsubscribeProperties>,
+    filters: Vec<String>,
+) -> Result<Bytes, PacketError> {
+    let unsubscribe = wire::Unsubscribe { pkid, filters };
+    encode(
+        wire::Packet::Unsubscribe(unsubscribe, properties),
+        "UNSUBSCRIBE",
+    )
 }
 
 /// The packet identifier of an UNSUBACK.
@@ -568,42 +614,6 @@ pub fn encode_unsuback(version: Version, pkid: u16, codes: &[u8]) -> Bytes {
         body.extend_from_slice(codes);
     }
     packet(0xB0, &body)
-}
-
-/// An MQTT 5 UNSUBSCRIBE with the given filters and raw properties (empty
-/// means none).
-pub fn encode_unsubscribe(pkid: u16, properties: &[u8], filters: &[&str]) -> Bytes {
-    let mut body = pkid.to_be_bytes().to_vec();
-    push_properties(&mut body, properties);
-    for filter in filters {
-        // Filters come from a decoded packet, so they fit in 16 bits.
-        body.extend_from_slice(&(filter.len() as u16).to_be_bytes());
-        body.extend_from_slice(filter.as_bytes());
-    }
-    packet(0xA2, &body)
-}
-
-/// A SUBSCRIBE with the given filters; `properties` as in [`encode_suback`].
-pub fn encode_subscribe(
-    version: Version,
-    pkid: u16,
-    properties: &[u8],
-    filters: &[(&str, u8)],
-) -> Bytes {
-    let mut body = Vec::with_capacity(
-        3 + properties.len() + filters.iter().map(|(f, _)| f.len() + 3).sum::<usize>(),
-    );
-    body.extend_from_slice(&pkid.to_be_bytes());
-    if version == Version::V5 {
-        push_properties(&mut body, properties);
-    }
-    for (filter, options) in filters {
-        // Filters come from a decoded packet, so they fit in 16 bits.
-        body.extend_from_slice(&(filter.len() as u16).to_be_bytes());
-        body.extend_from_slice(filter.as_bytes());
-        body.push(*options);
-    }
-    packet(0x82, &body)
 }
 
 /// Merges the broker's codes for the filters it was sent into the codes
@@ -765,25 +775,81 @@ mod tests {
         assert!(publish(0x36, &[0, 1, b'a', 0, 1], Version::V4).is_err());
     }
 
+    /// A SUBSCRIBE written byte by byte: pkid 9, MQTT 5 properties
+    /// `props` (their length first), each filter with its options byte.
+    fn raw_subscribe(version: Version, props: &[u8], filters: &[(&str, u8)]) -> Vec<u8> {
+        let mut body = vec![0, 9];
+        if version == Version::V5 {
+            body.extend_from_slice(props);
+        }
+        for (filter, options) in filters {
+            body.extend((filter.len() as u16).to_be_bytes());
+            body.extend(filter.as_bytes());
+            body.push(*options);
+        }
+        packet(0x82, &body).to_vec()
+    }
+
+    fn paths(s: &Subscribe) -> Vec<(&str, wire::QoS)> {
+        s.filters.iter().map(|f| (f.path.as_str(), f.qos)).collect()
+    }
+
     #[test]
     fn subscribe_round_trips_with_fewer_filters() {
+        use wire::QoS::{AtLeastOnce, AtMostOnce};
         for version in [Version::V4, Version::V5] {
-            let props: &[u8] = match version {
-                Version::V4 => &[],
-                Version::V5 => &[2, 0x0B, 5],
-            };
-            let encoded = encode_subscribe(version, 9, props, &[("a/#", 1), ("b", 0)]);
-            let (h, b) = body(&encoded);
-            assert_eq!(h.first, 0x82);
-            let s = subscribe(b, version).unwrap();
+            let props: &[u8] = &[2, 0x0B, 5];
+            let raw = raw_subscribe(version, props, &[("a/#", 1), ("b", 0)]);
+            let s = subscribe(&raw, version).unwrap();
             assert_eq!(s.pkid, 9);
-            assert_eq!(s.filters, vec![("a/#", 1), ("b", 0)]);
-            let again = encode_subscribe(version, s.pkid, s.properties, &s.filters[1..]);
-            let s = subscribe(body(&again).1, version).unwrap();
-            assert_eq!(s.filters, vec![("b", 0)]);
+            assert_eq!(paths(&s), vec![("a/#", AtLeastOnce), ("b", AtMostOnce)]);
+            let again = encode_subscribe(s.pkid, s.properties.clone(), s.filters[1..].to_vec());
+            let s2 = subscribe(&again.unwrap(), Version::V5).unwrap();
+            assert_eq!(paths(&s2), vec![("b", AtMostOnce)]);
             if version == Version::V5 {
-                assert_eq!(s.properties, props);
+                assert_eq!(s2.properties.and_then(|p| p.id), Some(5));
             }
+        }
+        // MQTT 5 options survive the round trip: no local, retain as
+        // published, retain handling 2.
+        let raw = raw_subscribe(Version::V5, &[0], &[("c", 0x2E)]);
+        let s = subscribe(&raw, Version::V5).unwrap();
+        let again = encode_subscribe(s.pkid, None, s.filters).unwrap();
+        assert_eq!(again[again.len() - 1], 0x2E);
+    }
+
+    #[test]
+    fn subscribe_options_reserved_bits() {
+        for (version, options, ok) in [
+            (Version::V4, 2, true),
+            (Version::V4, 3, false),
+            (Version::V4, 0x04, false),
+            (Version::V5, 0x2E, true),
+            (Version::V5, 0x30, false),
+            (Version::V5, 0x40, false),
+            (Version::V5, 0x03, false),
+        ] {
+            let raw = raw_subscribe(version, &[0], &[("t", options)]);
+            assert_eq!(
+                subscribe(&raw, version).is_ok(),
+                ok,
+                "{version:?} {options:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn unsubscribe_needs_a_filter_and_round_trips() {
+        for version in [Version::V4, Version::V5] {
+            let props: &[u8] = if version == Version::V5 { &[0] } else { &[] };
+            let mut body = vec![0, 3];
+            body.extend_from_slice(props);
+            assert!(unsubscribe(&packet(0xA2, &body), version).is_err());
+            body.extend([0, 3, b'a', b'/', b'b']);
+            let u = unsubscribe(&packet(0xA2, &body), version).unwrap();
+            assert_eq!((u.pkid, u.filters.clone()), (3, vec!["a/b".to_string()]));
+            let again = encode_unsubscribe(u.pkid, u.properties, u.filters).unwrap();
+            assert_eq!(&again[..], &[0xA2, 8, 0, 3, 0, 0, 3, b'a', b'/', b'b']);
         }
     }
 
@@ -792,11 +858,12 @@ mod tests {
         assert!(publish(0x30, &[0, 3, b'a', b'\t', b'b', b'x'], Version::V4).is_err());
         assert!(publish(0x30, &[0, 3, b'a', b'-', b'b', b'x'], Version::V4).is_ok());
         for filter in ["a\nb", "a\rb", "\u{7f}", "a\u{85}"] {
-            let encoded = encode_subscribe(Version::V4, 1, &[], &[(filter, 1)]);
-            assert!(
-                subscribe(body(&encoded).1, Version::V4).is_err(),
-                "{filter:?}"
-            );
+            let raw = raw_subscribe(Version::V4, &[], &[(filter, 1)]);
+            assert!(subscribe(&raw, Version::V4).is_err(), "{filter:?}");
+            let mut body = vec![0, 1];
+            body.extend((filter.len() as u16).to_be_bytes());
+            body.extend(filter.as_bytes());
+            assert!(unsubscribe(&packet(0xA2, &body), Version::V4).is_err());
         }
     }
 
@@ -857,6 +924,13 @@ mod tests {
                 let _ = subscribe(&bytes, version);
                 let _ = unsubscribe(&bytes, version);
                 let _ = suback(&bytes, version);
+                // Every packet type through rumqttd's decoder, past its
+                // framing: a CONNACK or UNSUBACK once panicked it (patch 16).
+                for kind in 0..16u8 {
+                    for flags in [0, 2] {
+                        let _ = decode(version, &packet(kind << 4 | flags, &bytes), "any");
+                    }
+                }
             }
             let _ = pubrel(&bytes);
             let _ = suback_pkid(&bytes);
@@ -889,10 +963,13 @@ mod tests {
         ) {
             let filters: Vec<(&str, u8)> = filters.iter().map(|(f, o)| (f.as_str(), *o)).collect();
             for version in [Version::V4, Version::V5] {
-                let encoded = encode_subscribe(version, 1, &[], &filters);
-                let (h, b) = body(&encoded);
-                prop_assert_eq!(subscribe(b, version).unwrap().filters, filters.clone());
-                let _ = subscribe(&b[..cut.min(h.remaining)], version);
+                let raw = raw_subscribe(version, &[0], &filters);
+                let (h, b) = body(&raw);
+                let decoded = subscribe(&raw, version).unwrap();
+                let got: Vec<(&str, u8)> =
+                    decoded.filters.iter().map(|f| (f.path.as_str(), f.qos as u8)).collect();
+                prop_assert_eq!(got, filters.clone());
+                let _ = subscribe(&packet(0x82, &b[..cut.min(h.remaining)]), version);
             }
         }
     }
