@@ -5,9 +5,12 @@
 //! SUBSCRIBE and UNSUBSCRIBE are read and written with rumqttd's codec
 //! (`rumqttd::protocol`, patched where it was lenient: see
 //! `vendor/rumqttd/PATCHES.md`); the guard only adds its own policy on
-//! what they hold. The other decoders borrow from the frame they are
-//! given; the guard forwards the original bytes of everything it does
-//! not change.
+//! what they hold. Kept here: the framing; PUBLISH, a view borrowed from
+//! the frame, because every publication and delivery is read (rumqttd's
+//! decoder copies topic, payload and properties); and CONNECT, because
+//! rumqttd's holds the password as a `String` and so refuses a binary one,
+//! which MQTT allows and [`super::Policy::connect`] takes. The guard
+//! forwards the original bytes of everything it does not change.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use rumqttd::protocol::{self as wire, v4::V4, v5::V5, Protocol};
