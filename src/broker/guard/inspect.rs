@@ -19,7 +19,6 @@ use super::packet::{self, Header, PacketError, Version};
 use super::publication;
 use super::reason::*;
 use super::sessions::{AfterClose, Expiry, Filters};
-use super::v4;
 use super::validate::{self, Violation};
 use super::{GuardEvent, GuardLimit, Session, Shared};
 use rumqttd::protocol as wire;
@@ -149,7 +148,7 @@ impl Inspector<'_> {
         }
         match header.kind() {
             packet::PUBLISH => self.publish(header.first, body),
-            packet::SUBSCRIBE => self.subscribe(raw, body),
+            packet::SUBSCRIBE => self.subscribe(raw),
             packet::UNSUBSCRIBE => self.unsubscribe(raw),
             packet::PUBREL if !self.denied_qos2.is_empty() => match packet::pubrel(body) {
                 Ok(pkid) if self.denied_qos2.remove(&pkid) => {
@@ -353,9 +352,9 @@ impl Inspector<'_> {
         }
     }
 
-    /// `raw` is the whole packet, `body` what follows its fixed header.
-    /// Reserved options are malformed (rumqttd's decoder, patch 17).
-    pub(super) fn subscribe(&mut self, raw: &[u8], body: &[u8]) -> Verdict {
+    /// `raw` is the whole packet. Reserved options are malformed
+    /// (rumqttd's decoder, patch 17).
+    pub(super) fn subscribe(&mut self, raw: &[u8]) -> Verdict {
         let s = match packet::subscribe(raw, self.version) {
             Ok(s) => s,
             Err(e) => return self.malformed(&e),
@@ -425,7 +424,8 @@ impl Inspector<'_> {
         }
         drop(held);
         if allowed.len() == s.filters.len() {
-            return self.upstream(|| v4::with_properties_after_pkid(0x82, body));
+            // As it came (MQTT 5), or re-encoded as MQTT 5 (3.1.1).
+            return self.upstream(|| packet::encode_subscribe(s.pkid, None, allowed));
         }
         if allowed.is_empty() {
             let codes: Vec<u8> = plan.iter().map(|c| c.unwrap_or(denied)).collect();
