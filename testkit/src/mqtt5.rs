@@ -1,15 +1,26 @@
-//! A raw MQTT 5 kit for the features the guard emulates in front of
-//! rumqttd (expiry, topic aliases, flow control, packet size limits): every
-//! property written and read byte by byte, with no client library in
-//! between that could resolve an alias, drop an expired message or hold
-//! back an acknowledgement on the test's behalf. Framing, sending and
-//! receiving are [`super::raw_mqtt`]'s; this adds only what MQTT 5 puts
-//! inside the packets.
+//! An MQTT 5 kit for the features the guard emulates in front of rumqttd
+//! (expiry, topic aliases, flow control, packet size limits): packet by
+//! packet, with no client between that could resolve an alias, drop an
+//! expired message or hold back an acknowledgement on the test's behalf.
+//! Packets are written and read with rumqttc's codec (`mqttbytes`), which
+//! the sidecar does not use, so a bug in the sidecar's codec cannot hide
+//! itself by being in the tests' too. Framing, sending and receiving are
+//! [`super::raw_mqtt`]'s; properties are [`Props`], in the tests' terms.
+
+mod codes;
+mod props;
+
+use props::{int, read_varint, text};
+pub use props::{Props, Value};
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::raw_mqtt::{packet, string, Client};
+use bytes::{Bytes, BytesMut};
+use rumqttc::v5::mqttbytes::v5 as wire;
+use rumqttc::v5::mqttbytes::QoS;
+
+use super::raw_mqtt::Client;
 
 // Property identifiers (MQTT 5, 2.2.2.2), as the tests name them.
 pub const PAYLOAD_FORMAT: u8 = 0x01;
@@ -22,6 +33,7 @@ pub const TOPIC_ALIAS_MAXIMUM: u8 = 0x22;
 pub const TOPIC_ALIAS: u8 = 0x23;
 pub const USER_PROPERTY: u8 = 0x26;
 pub const MAXIMUM_PACKET_SIZE: u8 = 0x27;
+const SERVER_KEEP_ALIVE: u8 = 0x13;
 
 // First bytes of the acknowledgements (PUBREL has its required flags).
 pub const PUBACK: u8 = 0x40;
@@ -29,205 +41,52 @@ pub const PUBREC: u8 = 0x50;
 pub const PUBREL: u8 = 0x62;
 pub const PUBCOMP: u8 = 0x70;
 
-/// A property's value: every integer width as `Int`, strings and binary
-/// data as `Bytes`, a user property as `Pair`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
-    Int(u32),
-    Bytes(Vec<u8>),
-    Pair(String, String),
+/// Encodes with rumqttc; a test packet it cannot write is a test bug.
+fn encoded(packet: wire::Packet) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    packet
+        .write(&mut out, None)
+        .unwrap_or_else(|e| panic!("rumqttc cannot write {packet:?}: {e:?}"));
+    out.to_vec()
 }
 
-/// How the specification encodes a property's value: an integer of 1, 2
-/// or 4 bytes, a variable byte integer, a string or binary data, a pair.
-enum Kind {
-    Int(usize),
-    VarInt,
-    Bytes,
-    Pair,
+/// Decodes one whole packet with rumqttc.
+fn decoded(p: &[u8]) -> wire::Packet {
+    wire::Packet::read(&mut BytesMut::from(p), None)
+        .unwrap_or_else(|e| panic!("rumqttc cannot read {p:?}: {e:?}"))
 }
 
-/// Every property MQTT 5 defines; anything else is a test or server bug.
-fn kind(id: u8) -> Kind {
-    match id {
-        0x01 | 0x17 | 0x19 | 0x24 | 0x25 | 0x28 | 0x29 | 0x2A => Kind::Int(1),
-        0x13 | 0x21 | 0x22 | 0x23 => Kind::Int(2),
-        0x02 | 0x11 | 0x18 | 0x27 => Kind::Int(4),
-        0x0B => Kind::VarInt,
-        0x26 => Kind::Pair,
-        0x03 | 0x08 | 0x09 | 0x12 | 0x15 | 0x16 | 0x1A | 0x1C | 0x1F => Kind::Bytes,
-        _ => panic!("property {id:#04x} does not exist in MQTT 5"),
-    }
-}
-
-fn varint(mut n: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    while n >= 128 {
-        out.push((n % 128) as u8 | 0x80);
-        n /= 128;
-    }
-    out.push(n as u8);
-    out
-}
-
-/// A variable byte integer at the start of `buf`: its value and length.
-fn read_varint(buf: &[u8]) -> (usize, usize) {
-    let mut n = 0;
-    for (i, byte) in buf.iter().take(4).enumerate() {
-        n |= usize::from(byte & 0x7F) << (7 * i);
-        if byte & 0x80 == 0 {
-            return (n, i + 1);
-        }
-    }
-    panic!("a variable byte integer longer than 4 bytes: {buf:?}")
-}
-
-/// The next `n` bytes of `r`, which moves past them.
-fn take<'a>(r: &mut &'a [u8], n: usize) -> &'a [u8] {
-    let (head, rest) = r.split_at(n);
-    *r = rest;
-    head
-}
-
-/// A big-endian integer of `n` bytes.
-fn int(r: &mut &[u8], n: usize) -> u32 {
-    take(r, n).iter().fold(0, |acc, b| acc << 8 | u32::from(*b))
-}
-
-/// A length-prefixed string or binary data.
-fn bytes<'a>(r: &mut &'a [u8]) -> &'a [u8] {
-    let n = int(r, 2) as usize;
-    take(r, n)
-}
-
-fn text(r: &mut &[u8]) -> String {
-    String::from_utf8(bytes(r).to_vec()).expect("UTF-8")
-}
-
-/// A property list in wire order. Repeats stay repeated: user properties
-/// and subscription identifiers may occur several times, and the order of
-/// user properties is something a server must keep.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Props(pub Vec<(u8, Value)>);
-
-impl Props {
-    pub fn new() -> Props {
-        Props::default()
-    }
-
-    /// Adds an integer property of any width.
-    pub fn int(mut self, id: u8, v: u32) -> Props {
-        self.0.push((id, Value::Int(v)));
-        self
-    }
-
-    /// Adds a string (or binary) property.
-    pub fn text(mut self, id: u8, v: &str) -> Props {
-        self.0.push((id, Value::Bytes(v.as_bytes().to_vec())));
-        self
-    }
-
-    pub fn user(mut self, key: &str, value: &str) -> Props {
-        self.0
-            .push((USER_PROPERTY, Value::Pair(key.into(), value.into())));
-        self
-    }
-
-    /// The first integer property `id`.
-    pub fn get(&self, id: u8) -> Option<u32> {
-        self.all(id).into_iter().next()
-    }
-
-    /// Every integer property `id` (subscription identifiers), in order.
-    pub fn all(&self, id: u8) -> Vec<u32> {
-        self.0
-            .iter()
-            .filter_map(|(i, v)| match v {
-                Value::Int(n) if *i == id => Some(*n),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The string property `id`.
-    pub fn text_of(&self, id: u8) -> Option<String> {
-        self.0.iter().find_map(|(i, v)| match v {
-            Value::Bytes(b) if *i == id => Some(String::from_utf8_lossy(b).into_owned()),
-            _ => None,
-        })
-    }
-
-    /// The user properties, in order.
-    pub fn users(&self) -> Vec<(String, String)> {
-        self.0
-            .iter()
-            .filter_map(|(_, v)| match v {
-                Value::Pair(k, v) => Some((k.clone(), v.clone())),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The distinct identifiers present, sorted: what a server added.
-    pub fn ids(&self) -> Vec<u8> {
-        let mut ids: Vec<u8> = self.0.iter().map(|(i, _)| *i).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
-    }
-
-    /// The list with its length in front, as it goes into a packet.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut body = Vec::new();
-        for (id, value) in &self.0 {
-            body.push(*id);
-            match (kind(*id), value) {
-                (Kind::Int(n), Value::Int(v)) => body.extend(&v.to_be_bytes()[4 - n..]),
-                (Kind::VarInt, Value::Int(v)) => body.extend(varint(*v as usize)),
-                (Kind::Bytes, Value::Bytes(b)) => body.extend(string(b)),
-                (Kind::Pair, Value::Pair(k, v)) => {
-                    body.extend(string(k.as_bytes()));
-                    body.extend(string(v.as_bytes()));
-                }
-                _ => panic!("property {id:#04x} cannot hold {value:?}"),
-            }
-        }
-        let mut out = varint(body.len());
-        out.extend(body);
-        out
-    }
-
-    /// The length-prefixed list at the start of `r`, which moves past it.
-    pub fn decode(r: &mut &[u8]) -> Props {
-        let (len, used) = read_varint(r);
-        take(r, used);
-        let mut list = take(r, len);
-        let mut props = Props::new();
-        while !list.is_empty() {
-            let id = take(&mut list, 1)[0];
-            let value = match kind(id) {
-                Kind::Int(n) => Value::Int(int(&mut list, n)),
-                Kind::VarInt => {
-                    let (v, used) = read_varint(list);
-                    take(&mut list, used);
-                    Value::Int(v as u32)
-                }
-                Kind::Bytes => Value::Bytes(bytes(&mut list).to_vec()),
-                Kind::Pair => Value::Pair(text(&mut list), text(&mut list)),
-            };
-            props.0.push((id, value));
-        }
-        props
-    }
+fn qos(n: u8) -> QoS {
+    rumqttc::v5::mqttbytes::qos(n).unwrap_or_else(|| panic!("no QoS {n}"))
 }
 
 /// CONNECT at protocol level 5 without credentials, keep-alive 60 s.
 pub fn connect(client_id: &str, clean_start: bool, props: &Props) -> Vec<u8> {
-    let mut body = string(b"MQTT");
-    body.extend([5, if clean_start { 0x02 } else { 0 }, 0, 60]);
-    body.extend(props.encode());
-    body.extend(string(client_id.as_bytes()));
-    packet(0x10, &body)
+    props.only(
+        &[
+            SESSION_EXPIRY,
+            RECEIVE_MAXIMUM,
+            MAXIMUM_PACKET_SIZE,
+            TOPIC_ALIAS_MAXIMUM,
+            USER_PROPERTY,
+        ],
+        "CONNECT",
+    );
+    let properties = (!props.0.is_empty()).then(|| wire::ConnectProperties {
+        session_expiry_interval: props.get(SESSION_EXPIRY),
+        receive_maximum: props.u16_of(RECEIVE_MAXIMUM),
+        max_packet_size: props.get(MAXIMUM_PACKET_SIZE),
+        topic_alias_max: props.u16_of(TOPIC_ALIAS_MAXIMUM),
+        user_properties: props.users(),
+        ..wire::ConnectProperties::new()
+    });
+    let connect = wire::Connect {
+        keep_alive: 60,
+        client_id: client_id.into(),
+        clean_start,
+        properties,
+    };
+    encoded(wire::Packet::Connect(connect, None, None))
 }
 
 /// PUBLISH; `topic` may be empty when `props` carry a Topic Alias.
@@ -239,13 +98,33 @@ pub fn publish(
     props: &Props,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut body = string(topic.as_bytes());
-    if qos > 0 {
-        body.extend(pkid.to_be_bytes());
-    }
-    body.extend(props.encode());
-    body.extend_from_slice(payload);
-    packet(0x30 | (qos << 1) | u8::from(retain), &body)
+    props.only(
+        &[
+            PAYLOAD_FORMAT,
+            MESSAGE_EXPIRY,
+            CONTENT_TYPE,
+            TOPIC_ALIAS,
+            USER_PROPERTY,
+        ],
+        "PUBLISH",
+    );
+    let properties = (!props.0.is_empty()).then(|| wire::PublishProperties {
+        payload_format_indicator: props.get(PAYLOAD_FORMAT).map(|v| v as u8),
+        message_expiry_interval: props.get(MESSAGE_EXPIRY),
+        topic_alias: props.u16_of(TOPIC_ALIAS),
+        user_properties: props.users(),
+        content_type: props.text_of(CONTENT_TYPE),
+        ..Default::default()
+    });
+    encoded(wire::Packet::Publish(wire::Publish {
+        dup: false,
+        qos: self::qos(qos),
+        retain,
+        topic: Bytes::copy_from_slice(topic.as_bytes()),
+        pkid,
+        payload: Bytes::copy_from_slice(payload),
+        properties,
+    }))
 }
 
 /// Subscription options (3.8.3.1): maximum QoS, No Local, Retain As
@@ -254,33 +133,60 @@ pub fn options(qos: u8, no_local: bool, retain_as_published: bool, retain_handli
     qos | u8::from(no_local) << 2 | u8::from(retain_as_published) << 3 | retain_handling << 4
 }
 
+/// A filter with its options byte as rumqttc holds it.
+fn filter(path: &str, options: u8) -> wire::Filter {
+    wire::Filter {
+        path: path.into(),
+        qos: qos(options & 0x03),
+        nolocal: options & 0x04 != 0,
+        preserve_retain: options & 0x08 != 0,
+        retain_forward_rule: match (options >> 4) & 0x03 {
+            0 => wire::RetainForwardRule::OnEverySubscribe,
+            1 => wire::RetainForwardRule::OnNewSubscribe,
+            2 => wire::RetainForwardRule::Never,
+            _ => panic!("no retain handling 3 (options {options:#04x})"),
+        },
+    }
+}
+
 /// SUBSCRIBE of `filters`, each with its options byte.
 pub fn subscribe(pkid: u16, props: &Props, filters: &[(&str, u8)]) -> Vec<u8> {
-    let mut body = pkid.to_be_bytes().to_vec();
-    body.extend(props.encode());
-    for (filter, options) in filters {
-        body.extend(string(filter.as_bytes()));
-        body.push(*options);
-    }
-    packet(0x82, &body)
+    props.only(&[SUBSCRIPTION_ID, USER_PROPERTY], "SUBSCRIBE");
+    let properties = (!props.0.is_empty()).then(|| wire::SubscribeProperties {
+        id: props.get(SUBSCRIPTION_ID).map(|id| id as usize),
+        user_properties: props.users(),
+    });
+    encoded(wire::Packet::Subscribe(wire::Subscribe {
+        pkid,
+        filters: filters.iter().map(|(f, o)| filter(f, *o)).collect(),
+        properties,
+    }))
 }
 
 /// PUBACK, PUBREC, PUBREL or PUBCOMP (`first`), reason Success.
 pub fn ack(first: u8, pkid: u16) -> Vec<u8> {
-    packet(first, &pkid.to_be_bytes())
+    encoded(match first {
+        PUBACK => wire::Packet::PubAck(wire::PubAck::new(pkid, None)),
+        PUBREC => wire::Packet::PubRec(wire::PubRec::new(pkid, None)),
+        PUBREL => wire::Packet::PubRel(wire::PubRel::new(pkid, None)),
+        PUBCOMP => wire::Packet::PubComp(wire::PubComp::new(pkid, None)),
+        _ => panic!("{first:#04x} is no acknowledgement of a publication"),
+    })
 }
 
 /// DISCONNECT with a reason code and properties (Session Expiry Interval).
 pub fn disconnect(reason: u8, props: &Props) -> Vec<u8> {
-    let mut body = vec![reason];
-    body.extend(props.encode());
-    packet(0xE0, &body)
-}
-
-/// The variable header and payload of a packet.
-fn body(p: &[u8]) -> &[u8] {
-    let (_, used) = read_varint(&p[1..]);
-    &p[1 + used..]
+    props.only(&[SESSION_EXPIRY, USER_PROPERTY], "DISCONNECT");
+    let properties = (!props.0.is_empty()).then(|| wire::DisconnectProperties {
+        session_expiry_interval: props.get(SESSION_EXPIRY),
+        reason_string: None,
+        user_properties: props.users(),
+        server_reference: None,
+    });
+    encoded(wire::Packet::Disconnect(wire::Disconnect {
+        reason_code: reason.try_into().expect("a DISCONNECT reason code"),
+        properties,
+    }))
 }
 
 #[derive(Debug)]
@@ -291,14 +197,40 @@ pub struct Connack {
 }
 
 pub fn connack(p: &[u8]) -> Connack {
-    assert_eq!(p[0], 0x20, "a CONNACK: {p:?}");
-    let mut r = body(p);
-    let flags = take(&mut r, 2);
+    let wire::Packet::ConnAck(ack) = decoded(p) else {
+        panic!("a CONNACK: {p:?}")
+    };
+    let props = ack.properties.map_or_else(Props::new, connack_props);
     Connack {
-        session_present: flags[0] & 1 == 1,
-        reason: flags[1],
-        props: Props::decode(&mut r),
+        session_present: ack.session_present,
+        reason: codes::connect(ack.code),
+        props,
     }
+}
+
+/// A CONNACK's properties, in the order of their identifiers.
+fn connack_props(p: wire::ConnAckProperties) -> Props {
+    Props::new()
+        .maybe(SESSION_EXPIRY, p.session_expiry_interval)
+        .maybe_text(
+            0x12,
+            p.assigned_client_identifier.as_deref().map(str::as_bytes),
+        )
+        .maybe(SERVER_KEEP_ALIVE, p.server_keep_alive)
+        .maybe_text(0x15, p.authentication_method.as_deref().map(str::as_bytes))
+        .maybe_text(0x16, p.authentication_data.as_deref())
+        .maybe_text(0x1A, p.response_information.as_deref().map(str::as_bytes))
+        .maybe_text(0x1C, p.server_reference.as_deref().map(str::as_bytes))
+        .maybe_text(0x1F, p.reason_string.as_deref().map(str::as_bytes))
+        .maybe(RECEIVE_MAXIMUM, p.receive_max)
+        .maybe(TOPIC_ALIAS_MAXIMUM, p.topic_alias_max)
+        .maybe(0x24, p.max_qos)
+        .maybe(0x25, p.retain_available)
+        .users_from(&p.user_properties)
+        .maybe(MAXIMUM_PACKET_SIZE, p.max_packet_size)
+        .maybe(0x28, p.wildcard_subscription_available)
+        .maybe(0x29, p.subscription_identifiers_available)
+        .maybe(0x2A, p.shared_subscription_available)
 }
 
 #[derive(Debug, Clone)]
@@ -312,10 +244,16 @@ pub struct Publish {
     pub payload: Vec<u8>,
 }
 
+/// A PUBLISH, read byte by byte: rumqttc 0.25 miscounts a PUBLISH's
+/// Subscription Identifiers (each one byte more than it takes), and so
+/// misreads any delivery with one and loses the payload's first bytes after
+/// several.
 pub fn publication(p: &[u8]) -> Publish {
     assert_eq!(p[0] >> 4, 3, "a PUBLISH: {p:?}");
     let qos = (p[0] >> 1) & 3;
-    let mut r = body(p);
+    let (len, used) = read_varint(&p[1..]);
+    let mut r = &p[1 + used..];
+    assert_eq!(r.len(), len, "one whole PUBLISH: {p:?}");
     Publish {
         qos,
         retain: p[0] & 1 == 1,
@@ -329,14 +267,43 @@ pub fn publication(p: &[u8]) -> Publish {
 
 /// A DISCONNECT's reason code (0 when the packet omits it).
 pub fn disconnect_reason(p: &[u8]) -> u8 {
-    assert_eq!(p[0], 0xE0, "a DISCONNECT: {p:?}");
-    body(p).first().copied().unwrap_or(0)
+    // A reason code alone, without a property length, is a whole DISCONNECT
+    // (MQTT 5 3.14.2.2.1), which rumqttc 0.25 reads as cut short (rumqttd had
+    // the same bug: its patch 11). Given the empty property list it implies:
+    let whole;
+    let p = match p {
+        [0xE0, 1, reason] => {
+            whole = [0xE0, 2, *reason, 0];
+            &whole[..]
+        }
+        _ => p,
+    };
+    let wire::Packet::Disconnect(d) = decoded(p) else {
+        panic!("a DISCONNECT: {p:?}")
+    };
+    d.reason_code as u8
 }
 
 /// An acknowledgement's packet identifier and reason code (0 if omitted).
 pub fn ack_of(p: &[u8]) -> (u16, u8) {
-    let mut r = body(p);
-    (int(&mut r, 2) as u16, r.first().copied().unwrap_or(0))
+    match decoded(p) {
+        wire::Packet::PubAck(a) => (a.pkid, codes::puback(a.reason)),
+        wire::Packet::PubRec(a) => (a.pkid, codes::pubrec(a.reason)),
+        wire::Packet::PubRel(a) => (a.pkid, codes::pubrel(a.reason)),
+        wire::Packet::PubComp(a) => (a.pkid, codes::pubcomp(a.reason)),
+        other => panic!("an acknowledgement of a publication: {other:?}"),
+    }
+}
+
+/// A SUBACK's packet identifier and reason codes.
+pub fn suback(p: &[u8]) -> (u16, Vec<u8>) {
+    let wire::Packet::SubAck(ack) = decoded(p) else {
+        panic!("a SUBACK: {p:?}")
+    };
+    (
+        ack.pkid,
+        ack.return_codes.into_iter().map(codes::subscribe).collect(),
+    )
 }
 
 /// Connects and asserts the CONNACK accepts; the client and its CONNACK.
@@ -394,9 +361,9 @@ impl Client {
     /// SUBSCRIBE, then the SUBACK's reason codes.
     pub async fn subscribe_ok(&mut self, pkid: u16, filters: &[(&str, u8)]) -> Vec<u8> {
         self.send(&subscribe(pkid, &Props::new(), filters)).await;
-        let ack = self.recv().await.expect("SUBACK");
-        assert_eq!((ack[0], ack_of(&ack).0), (0x90, pkid), "SUBACK: {ack:?}");
-        ack[ack.len() - filters.len()..].to_vec()
+        let (id, codes) = suback(&self.recv().await.expect("SUBACK"));
+        assert_eq!(id, pkid, "SUBACK: {codes:?}");
+        codes
     }
 
     /// Waits `d`, then every packet that came before the answer to a

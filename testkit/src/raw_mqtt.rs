@@ -1,11 +1,18 @@
 //! A raw MQTT client for packets no library would send: exact bytes out,
-//! whole packets in.
+//! whole packets in. Well-formed packets are written and read with
+//! rumqttc's codec (`mqttbytes`, which the sidecar does not use); [`packet`],
+//! [`string`], [`subscribe`] and [`publish`] write bytes as given, for the
+//! reserved bits and raw properties tests send on purpose.
 
 use std::net::SocketAddr;
 
+use bytes::{Bytes, BytesMut};
+use rumqttc::mqttbytes::{v4, Protocol};
+use rumqttc::v5::mqttbytes::v5 as wire;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::mqtt5::{self, Props};
 use super::WAIT;
 
 /// The length of the whole packet at the start of `buf`, once it is there.
@@ -46,35 +53,67 @@ pub fn packet(first: u8, body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A v4 packet as rumqttc writes it.
+fn encoded4(packet: v4::Packet) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    packet
+        .write(&mut out, usize::MAX)
+        .unwrap_or_else(|e| panic!("rumqttc cannot write {packet:?}: {e:?}"));
+    out.to_vec()
+}
+
+/// A v5 packet as rumqttc writes it.
+fn encoded5(packet: wire::Packet) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    packet
+        .write(&mut out, None)
+        .unwrap_or_else(|e| panic!("rumqttc cannot write {packet:?}: {e:?}"));
+    out.to_vec()
+}
+
+/// A CONNECT at protocol `level` 4 or 5; `login` as user name and password.
+fn connect_packet(
+    level: u8,
+    client_id: &str,
+    clean: bool,
+    keep_alive: u16,
+    login: Option<(&str, &str)>,
+) -> Vec<u8> {
+    match level {
+        4 => encoded4(v4::Packet::Connect(v4::Connect {
+            protocol: Protocol::V4,
+            keep_alive,
+            client_id: client_id.into(),
+            clean_session: clean,
+            last_will: None,
+            login: login.map(|(u, p)| v4::Login::new(u, p)),
+        })),
+        5 => {
+            let connect = wire::Connect {
+                keep_alive,
+                client_id: client_id.into(),
+                clean_start: clean,
+                properties: None,
+            };
+            let login = login.map(|(u, p)| wire::Login::new(u, p));
+            encoded5(wire::Packet::Connect(connect, None, login))
+        }
+        _ => panic!("no MQTT protocol level {level}"),
+    }
+}
+
 /// CONNECT as `user`/pw, clean session, keep-alive 60 s.
 pub fn connect(level: u8, client_id: &str, user: &str) -> Vec<u8> {
-    let mut body = string(b"MQTT");
-    body.extend([level, 0b1100_0010, 0, 60]);
-    if level == 5 {
-        body.push(0);
-    }
-    body.extend(string(client_id.as_bytes()));
-    body.extend(string(user.as_bytes()));
-    body.extend(string(b"pw"));
-    packet(0x10, &body)
+    connect_packet(level, client_id, true, 60, Some((user, "pw")))
 }
 
 /// An MQTT 5 PUBLISH with an optional Topic Alias.
 pub fn publish5(topic: &str, qos: u8, pkid: u16, alias: Option<u16>, payload: &[u8]) -> Vec<u8> {
-    let mut body = string(topic.as_bytes());
-    if qos > 0 {
-        body.extend(pkid.to_be_bytes());
-    }
-    match alias {
-        Some(a) => {
-            body.push(3);
-            body.push(0x23);
-            body.extend(a.to_be_bytes());
-        }
-        None => body.push(0),
-    }
-    body.extend_from_slice(payload);
-    packet(0x30 | (qos << 1), &body)
+    let props = match alias {
+        Some(a) => Props::new().int(mqtt5::TOPIC_ALIAS, u32::from(a)),
+        None => Props::new(),
+    };
+    mqtt5::publish(topic, qos, false, pkid, &props, payload)
 }
 
 pub struct Client {
@@ -126,14 +165,7 @@ impl Client {
 /// CONNECT without credentials: `level` 4 or 5, `clean`, `keep_alive`
 /// seconds.
 pub fn connect_with(level: u8, client_id: &str, clean: bool, keep_alive: u16) -> Vec<u8> {
-    let mut body = string(b"MQTT");
-    body.extend([level, if clean { 0x02 } else { 0 }]);
-    body.extend(keep_alive.to_be_bytes());
-    if level == 5 {
-        body.push(0);
-    }
-    body.extend(string(client_id.as_bytes()));
-    packet(0x10, &body)
+    connect_packet(level, client_id, clean, keep_alive, None)
 }
 
 /// A PUBLISH: MQTT 5 (`level` 5) with raw `properties` (without their
@@ -158,7 +190,8 @@ pub fn publish(
     packet(0x30 | (qos << 1), &body)
 }
 
-/// A SUBSCRIBE of `filters`, each with its options byte.
+/// A SUBSCRIBE of `filters`, each with its options byte as given (reserved
+/// bits too, which no codec would write).
 pub fn subscribe(level: u8, pkid: u16, filters: &[(&str, u8)]) -> Vec<u8> {
     let mut body = pkid.to_be_bytes().to_vec();
     if level == 5 {
@@ -173,35 +206,35 @@ pub fn subscribe(level: u8, pkid: u16, filters: &[(&str, u8)]) -> Vec<u8> {
 
 /// An UNSUBSCRIBE of `filters`.
 pub fn unsubscribe(level: u8, pkid: u16, filters: &[&str]) -> Vec<u8> {
-    let mut body = pkid.to_be_bytes().to_vec();
-    if level == 5 {
-        body.push(0);
+    let filters: Vec<String> = filters.iter().map(|f| f.to_string()).collect();
+    match level {
+        4 => encoded4(v4::Packet::Unsubscribe(v4::Unsubscribe {
+            pkid,
+            topics: filters,
+        })),
+        _ => encoded5(wire::Packet::Unsubscribe(wire::Unsubscribe {
+            pkid,
+            filters,
+            properties: None,
+        })),
     }
-    for filter in filters {
-        body.extend(string(filter.as_bytes()));
-    }
-    packet(0xA2, &body)
 }
 
 /// The topic and payload of a PUBLISH packet, properties skipped.
 pub fn published(level: u8, p: &[u8]) -> (String, Vec<u8>) {
-    assert_eq!(p[0] >> 4, 3, "a PUBLISH: {p:?}");
-    let mut at = 1;
-    while p[at] & 0x80 != 0 {
-        at += 1;
-    }
-    at += 1;
-    let n = usize::from(u16::from_be_bytes([p[at], p[at + 1]]));
-    let topic = String::from_utf8(p[at + 2..at + 2 + n].to_vec()).unwrap();
-    at += 2 + n;
-    if (p[0] >> 1) & 3 > 0 {
-        at += 2;
-    }
-    if level == 5 {
-        // Property lengths in these tests stay below 128.
-        at += 1 + usize::from(p[at]);
-    }
-    (topic, p[at..].to_vec())
+    let mut buf = BytesMut::from(p);
+    let (topic, payload): (String, Bytes) = match level {
+        4 => match v4::Packet::read(&mut buf, usize::MAX) {
+            Ok(v4::Packet::Publish(publish)) => (publish.topic, publish.payload),
+            other => panic!("a PUBLISH: {p:?} ({other:?})"),
+        },
+        // See [`mqtt5::publication`] for why not rumqttc.
+        _ => {
+            let publish = mqtt5::publication(p);
+            (publish.topic, publish.payload.into())
+        }
+    };
+    (topic, payload.to_vec())
 }
 
 impl Client {

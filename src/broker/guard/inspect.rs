@@ -19,9 +19,9 @@ use super::packet::{self, Header, PacketError, Version};
 use super::publication;
 use super::reason::*;
 use super::sessions::{AfterClose, Expiry, Filters};
-use super::v4;
 use super::validate::{self, Violation};
 use super::{GuardEvent, GuardLimit, Session, Shared};
+use rumqttd::protocol as wire;
 
 /// What becomes of one packet from the client.
 pub(super) enum Verdict {
@@ -148,8 +148,8 @@ impl Inspector<'_> {
         }
         match header.kind() {
             packet::PUBLISH => self.publish(header.first, body),
-            packet::SUBSCRIBE => self.subscribe(body),
-            packet::UNSUBSCRIBE => self.unsubscribe(body),
+            packet::SUBSCRIBE => self.subscribe(raw),
+            packet::UNSUBSCRIBE => self.unsubscribe(raw),
             packet::PUBREL if !self.denied_qos2.is_empty() => match packet::pubrel(body) {
                 Ok(pkid) if self.denied_qos2.remove(&pkid) => {
                     self.pending.push(ToClient::Packet(packet::pubcomp(pkid)));
@@ -352,22 +352,13 @@ impl Inspector<'_> {
         }
     }
 
-    pub(super) fn subscribe(&mut self, body: &[u8]) -> Verdict {
-        let s = match packet::subscribe(body, self.version) {
+    /// `raw` is the whole packet. Reserved options are malformed
+    /// (rumqttd's decoder, patch 17).
+    pub(super) fn subscribe(&mut self, raw: &[u8]) -> Verdict {
+        let s = match packet::subscribe(raw, self.version) {
             Ok(s) => s,
             Err(e) => return self.malformed(&e),
         };
-        if let Some(&(_, options)) = s
-            .filters
-            .iter()
-            .find(|(_, options)| !validate::subscribe_options(self.version, *options))
-        {
-            debug!(
-                options,
-                "Closed an MQTT connection that sent a SUBSCRIBE with reserved options."
-            );
-            return self.close(MALFORMED_PACKET);
-        }
         let (denied, quota, invalid, refused) = match self.version {
             Version::V4 => (V4_FAILURE, V4_FAILURE, V4_FAILURE, V4_FAILURE),
             Version::V5 => (
@@ -382,7 +373,8 @@ impl Inspector<'_> {
         let mut allowed = Vec::with_capacity(s.filters.len());
         let subscriptions = self.subscriptions.clone();
         let mut held = subscriptions.lock();
-        for &(filter, options) in &s.filters {
+        for f in &s.filters {
+            let filter = f.path.as_str();
             if !validate::topic_filter(filter) || validate::reserved_filter(filter) {
                 info!(
                     principal = self.session.name(),
@@ -427,12 +419,13 @@ impl Inspector<'_> {
                     self.prepare_first |= p.needed_for(packet::shared_filter(filter));
                 }
                 plan.push(None);
-                allowed.push((filter, options));
+                allowed.push(f.clone());
             }
         }
         drop(held);
         if allowed.len() == s.filters.len() {
-            return self.upstream(|| v4::with_properties_after_pkid(0x82, body));
+            // As it came (MQTT 5), or re-encoded as MQTT 5 (3.1.1).
+            return self.upstream(|| packet::encode_subscribe(s.pkid, None, allowed));
         }
         if allowed.is_empty() {
             let codes: Vec<u8> = plan.iter().map(|c| c.unwrap_or(denied)).collect();
@@ -444,15 +437,19 @@ impl Inspector<'_> {
             )));
             return Verdict::Drop;
         }
-        let rewritten = packet::encode_subscribe(Version::V5, s.pkid, s.properties, &allowed);
-        self.pending.push(ToClient::SubAck { pkid: s.pkid, plan });
-        Verdict::Replace(rewritten)
+        match packet::encode_subscribe(s.pkid, s.properties, allowed) {
+            Ok(rewritten) => {
+                self.pending.push(ToClient::SubAck { pkid: s.pkid, plan });
+                Verdict::Replace(rewritten)
+            }
+            Err(e) => self.malformed(&e),
+        }
     }
 
     /// Forwards what the session holds and answers for the rest: rumqttd
     /// acknowledges only the filters it removed, one UNSUBACK each.
-    pub(super) fn unsubscribe(&mut self, body: &[u8]) -> Verdict {
-        let u = match packet::unsubscribe(body, self.version) {
+    pub(super) fn unsubscribe(&mut self, raw: &[u8]) -> Verdict {
+        let u = match packet::unsubscribe(raw, self.version) {
             Ok(u) => u,
             Err(e) => return self.malformed(&e),
         };
@@ -467,7 +464,8 @@ impl Inspector<'_> {
         let mut forwarded = Vec::with_capacity(u.filters.len());
         {
             let mut held = self.subscriptions.lock();
-            for &filter in &u.filters {
+            for filter in &u.filters {
+                let filter = filter.as_str();
                 if held.remove(filter) {
                     forwarded.push(filter);
                     codes.push(0);
@@ -492,18 +490,29 @@ impl Inspector<'_> {
         // goes on delivering). Subscribing again first ties them to this
         // connection; for a filter already tied it changes nothing (no new
         // delivery cursor, and Retain Handling 2: no retained messages).
-        let again: Vec<(&str, u8)> = forwarded.iter().map(|f| (*f, 0x20)).collect();
+        let again = forwarded.iter().map(|f| wire::Filter {
+            path: f.to_string(),
+            qos: wire::QoS::AtMostOnce,
+            nolocal: false,
+            preserve_retain: false,
+            retain_forward_rule: wire::RetainForwardRule::Never,
+        });
+        let again: Vec<wire::Filter> = again.collect();
+        let forwarded_count = forwarded.len();
+        let forwarded = forwarded.into_iter().map(str::to_owned).collect();
+        let encoded = packet::encode_subscribe(u.pkid, None, again).and_then(|sub| {
+            let unsub = packet::encode_unsubscribe(u.pkid, u.properties, forwarded)?;
+            Ok([sub, unsub])
+        });
         let mut upstream = BytesMut::new();
-        upstream.extend_from_slice(&packet::encode_subscribe(Version::V5, u.pkid, &[], &again));
-        upstream.extend_from_slice(&packet::encode_unsubscribe(
-            u.pkid,
-            u.properties,
-            &forwarded,
-        ));
+        match encoded {
+            Ok(packets) => packets.iter().for_each(|p| upstream.extend_from_slice(p)),
+            Err(e) => return self.malformed(&e),
+        }
         self.pending.push(ToClient::SwallowSubAck(u.pkid));
         self.pending.push(ToClient::UnsubAck {
             pkid: u.pkid,
-            forwarded: forwarded.len(),
+            forwarded: forwarded_count,
             codes,
         });
         Verdict::Replace(upstream.freeze())

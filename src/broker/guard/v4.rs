@@ -5,18 +5,16 @@
 //! (a user property, a content type, ...) to an MQTT 3.1.1 connection, and
 //! the panic poisons a lock every later CONNECT of that listener takes. So
 //! every client reaches the broker as MQTT 5: the guard rewrites what a
-//! 3.1.1 client sends into MQTT 5 (an empty property list where MQTT 5 has
-//! one) and what the broker sends back into 3.1.1 (properties dropped,
-//! reason codes mapped). MQTT 5 publishers' properties then reach MQTT 5
+//! 3.1.1 client sends into MQTT 5 (a SUBSCRIBE or UNSUBSCRIBE re-encoded by
+//! rumqttd's codec, see `packet.rs`; a CONNECT by `handshake.rs`) and, here,
+//! what the broker sends back into 3.1.1 (properties dropped, reason codes
+//! mapped). MQTT 5 publishers' properties then reach MQTT 5
 //! subscribers intact and 3.1.1 subscribers without them, as MQTT 5 §3.3.2
 //! intends.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::packet::{self, PacketError};
-
-/// The property list MQTT 5 needs where 3.1.1 has none.
-const NO_PROPERTIES: u8 = 0;
 
 /// Builds a packet from its first byte and the pieces of its body.
 fn assemble(first: u8, parts: &[&[u8]]) -> Bytes {
@@ -32,15 +30,6 @@ fn assemble(first: u8, parts: &[&[u8]]) -> Bytes {
 
 fn short(what: &'static str) -> PacketError {
     PacketError::Malformed(what)
-}
-
-/// A 3.1.1 SUBSCRIBE or UNSUBSCRIBE as MQTT 5: an empty property list
-/// after the packet identifier.
-pub fn with_properties_after_pkid(first: u8, body: &[u8]) -> Result<Bytes, PacketError> {
-    if body.len() < 2 {
-        return Err(short("SUBSCRIBE"));
-    }
-    Ok(assemble(first, &[&body[..2], &[NO_PROPERTIES], &body[2..]]))
 }
 
 /// The length of an MQTT 5 property list (its own length field included)
@@ -155,6 +144,5 @@ mod tests {
     #[test]
     fn truncated_packets_are_errors() {
         assert!(downstream(0x90, &[0]).is_err());
-        assert!(with_properties_after_pkid(0x82, &[0]).is_err());
     }
 }

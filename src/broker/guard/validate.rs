@@ -1,6 +1,8 @@
 //! What a client may send at all, before any policy: packet types that only
 //! a server sends, the fixed header's reserved flags, topic names and topic
 //! filters as MQTT 3.1.1 §4.7 and MQTT 5 §4.7 define them. Pure functions.
+//! (A SUBSCRIBE's reserved options bits are refused by rumqttd's decoder,
+//! patched for it: see `packet::subscribe`.)
 //!
 //! rumqttd 0.20 trusts its clients on every one of these points: a CONNACK
 //! or UNSUBACK from an MQTT 5 client panics its connection task (and then,
@@ -119,17 +121,6 @@ pub fn reserved_filter(filter: &str) -> bool {
     filter.starts_with('$') && !filter.starts_with("$share/")
 }
 
-/// A SUBSCRIBE options byte: MQTT 3.1.1 has only the QoS (reserved bits
-/// zero); MQTT 5 adds no-local, retain-as-published and retain handling
-/// (the top two bits reserved, retain handling 3 and QoS 3 malformed).
-pub fn subscribe_options(version: Version, options: u8) -> bool {
-    let qos_ok = options & 0x03 != 3;
-    match version {
-        Version::V4 => options & !0x03 == 0 && qos_ok,
-        Version::V5 => options & 0xC0 == 0 && (options >> 4) & 0x03 != 3 && qos_ok,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,17 +213,6 @@ mod tests {
         assert!(!topic_name("a/+"));
         assert!(!topic_name("a/#"));
         assert!(!topic_name("a+b"));
-    }
-
-    #[test]
-    fn subscribe_options_reserved_bits() {
-        assert!(subscribe_options(Version::V4, 2));
-        assert!(!subscribe_options(Version::V4, 3));
-        assert!(!subscribe_options(Version::V4, 0x04));
-        assert!(subscribe_options(Version::V5, 0x2E));
-        assert!(!subscribe_options(Version::V5, 0x30));
-        assert!(!subscribe_options(Version::V5, 0x40));
-        assert!(!subscribe_options(Version::V5, 0x03));
     }
 
     #[test]

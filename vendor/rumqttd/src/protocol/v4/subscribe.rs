@@ -54,6 +54,10 @@ mod filter {
             let path = read_mqtt_bytes(bytes)?;
             let path = std::str::from_utf8(&path)?.to_owned();
             let options = read_u8(bytes)?;
+            // lmos-sidecar patch 17: bits 2-7 are reserved (MQTT-3.8.3-4).
+            if options & !0b0000_0011 != 0 {
+                return Err(Error::MalformedPacket);
+            }
             let requested_qos = options & 0b0000_0011;
 
             filters.push(Filter {

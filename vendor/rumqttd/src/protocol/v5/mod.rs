@@ -426,7 +426,9 @@ impl Protocol for V5 {
                 let (pubcomp, properties) = pubcomp::read(fixed_header, packet)?;
                 Packet::PubComp(pubcomp, properties)
             }
-            _ => unreachable!(),
+            // lmos-sidecar patch 16: CONNACK and UNSUBACK (server packets
+            // this reader has no decoder for) are errors, not a panic.
+            _ => return Err(Error::InvalidPacketType(packet_type as u8)),
         };
 
         Ok(packet)

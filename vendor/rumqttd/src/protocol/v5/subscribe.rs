@@ -33,6 +33,10 @@ pub fn read(
     while bytes.has_remaining() {
         let path = read_mqtt_string(&mut bytes)?;
         let options = read_u8(&mut bytes)?;
+        // lmos-sidecar patch 17: bits 6 and 7 are reserved (MQTT-3.8.3-5).
+        if options & 0b1100_0000 != 0 {
+            return Err(Error::MalformedPacket);
+        }
         let requested_qos = options & 0b0000_0011;
 
         let nolocal = ((options >> 2) & 0b0000_0001);

@@ -34,6 +34,10 @@ pub fn read(
         filters.push(filter);
     }
 
+    // lmos-sidecar patch 18: at least one filter (MQTT-3.10.3-2).
+    if filters.is_empty() {
+        return Err(Error::EmptySubscription);
+    }
     let unsubscribe = Unsubscribe { pkid, filters };
     Ok((unsubscribe, properties))
 }
