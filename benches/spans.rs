@@ -25,8 +25,9 @@ use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use lmos_sidecar::telemetry::batches::{Batches, Request, Settings, Transport};
-use lmos_sidecar::telemetry::hop_wire::Envelope;
+use lmos_sidecar::telemetry::batches::{Batches, Settings};
+use lmos_sidecar::telemetry::envelope::Envelope;
+use lmos_sidecar::telemetry::transport::{Request, Transport};
 use lmos_sidecar::telemetry::metrics::SpanCounters;
 use lmos_sidecar::telemetry::{
     messaging, MessageInfo, MessageTracer, Operation, SpanSink, TraceContext,

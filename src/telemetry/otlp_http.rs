@@ -1,0 +1,136 @@
+//! OTLP/HTTP export (`http/protobuf`) of the batches [`super::batches`]
+//! makes: one `POST /v1/traces` per batch, its body the request as encoded,
+//! through hyper's pooled HTTP/1.1 client (connections kept alive between
+//! exports, reopened when the collector closed them).
+//!
+//! What `opentelemetry-otlp`'s HTTP exporter did and the sidecar relied on
+//! is done here too: the traces path appended to a base endpoint, the
+//! headers variables, a 5 s bound on each export, any 2xx a success. Plain
+//! `http://` only, as before (that exporter was built without TLS too).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::{HeaderMap, Method, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::sync::Arc;
+
+use super::transport::{self, Request, Transport};
+use super::TelemetryError;
+
+/// The most of a collector's answer read (an `ExportTraceServiceResponse`,
+/// a few bytes, or a `Status` with an error message); the rest is left
+/// unread, and the connection with it.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// One `POST` per batch.
+#[derive(Debug, Clone)]
+pub struct Http {
+    client: Client<HttpConnector, Body>,
+    url: Uri,
+    headers: HeaderMap,
+    timeout: Duration,
+}
+
+impl Http {
+    /// `endpoint` is the collector's base URL, or its traces URL; each
+    /// export gives up after `timeout`. Must be built inside a Tokio
+    /// runtime.
+    pub fn new(endpoint: &str, timeout: Duration) -> Result<Http, TelemetryError> {
+        let url = transport::plain_http(&traces_url(endpoint))?;
+        let headers = headers(&transport::headers_from_env()?)?;
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Ok(Http {
+            client,
+            url,
+            headers,
+            timeout,
+        })
+    }
+
+    async fn post(&self, body: Vec<u8>) -> Result<(), String> {
+        let mut request = hyper::Request::new(Body::from(body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.url.clone();
+        *request.headers_mut() = self.headers.clone();
+        request.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/x-protobuf"),
+        );
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| format!("transport error: {e}"))?;
+        let status = response.status();
+        let answer = axum::body::to_bytes(Body::new(response.into_body()), MAX_ANSWER).await;
+        if status.is_success() {
+            return Ok(());
+        }
+        let detail = answer
+            .map(|b| String::from_utf8_lossy(&b[..b.len().min(200)]).into_owned())
+            .unwrap_or_default();
+        Err(format!("export failed with HTTP status {status}: {detail}"))
+    }
+}
+
+impl Transport for Http {
+    async fn send(&self, request: Arc<Request>) -> Result<(), String> {
+        // One copy of the batch into the body: hyper takes its body by
+        // value, and the request's buffers go back to the batches after.
+        // (gRPC, the default and the measured path, writes them directly.)
+        let body = [&request.header[..], &request.spans, &request.trailer].concat();
+        tokio::time::timeout(self.timeout, self.post(body))
+            .await
+            .map_err(|_| format!("no answer within {:?}", self.timeout))?
+    }
+}
+
+/// An OTLP/HTTP endpoint given as a base URL gets the traces path, as the
+/// OpenTelemetry specification does for `OTEL_EXPORTER_OTLP_ENDPOINT`.
+fn traces_url(endpoint: &str) -> String {
+    let trimmed = endpoint.trim_end_matches('/');
+    if trimmed.ends_with("/v1/traces") {
+        trimmed.to_owned()
+    } else {
+        format!("{trimmed}/v1/traces")
+    }
+}
+
+fn headers(pairs: &[(String, String)]) -> Result<HeaderMap, TelemetryError> {
+    let mut map = HeaderMap::new();
+    for (key, value) in pairs {
+        let bad = || transport::bad_header(&format!("{key}={value}"));
+        let name = HeaderName::from_bytes(key.as_bytes()).map_err(|_| bad())?;
+        let value = HeaderValue::from_str(value).map_err(|_| bad())?;
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{headers, traces_url};
+    use crate::telemetry::transport::header_pairs;
+
+    #[test]
+    fn http_endpoints_get_the_traces_path_once() {
+        assert_eq!(traces_url("http://c:4318"), "http://c:4318/v1/traces");
+        assert_eq!(traces_url("http://c:4318/"), "http://c:4318/v1/traces");
+        assert_eq!(
+            traces_url("http://c:4318/v1/traces"),
+            "http://c:4318/v1/traces"
+        );
+    }
+
+    #[test]
+    fn headers_go_on_every_post() {
+        let map = headers(&header_pairs("api-key=s%3Dcret , X-Tenant=a b,").unwrap()).unwrap();
+        assert_eq!(map.get("api-key").unwrap(), "s=cret");
+        assert_eq!(map.get("x-tenant").unwrap(), "a b");
+        assert!(headers(&header_pairs("bad key=v").unwrap()).is_err());
+    }
+}
