@@ -113,8 +113,64 @@ fn headers(pairs: &[(String, String)]) -> Result<HeaderMap, TelemetryError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{headers, traces_url};
-    use crate::telemetry::transport::header_pairs;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::{headers, traces_url, Http};
+    use crate::telemetry::transport::{header_pairs, Request, Transport};
+
+    /// A collector on a real socket: answers each POST with the next status
+    /// of `statuses` (then 200), keeping the bodies and content types.
+    async fn collector(statuses: &[u16]) -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let statuses = statuses.to_vec();
+        let kept = got.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(
+                move |headers: hyper::HeaderMap, body: axum::body::Bytes| async move {
+                    let content_type = headers[hyper::header::CONTENT_TYPE].to_str().unwrap();
+                    let mut got = kept.lock().unwrap();
+                    got.push((content_type.to_owned(), body.to_vec()));
+                    let status = statuses.get(got.len() - 1).copied().unwrap_or(200);
+                    (hyper::StatusCode::from_u16(status).unwrap(), "why")
+                },
+            ),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), got)
+    }
+
+    fn request(spans: &[u8]) -> Arc<Request> {
+        Arc::new(Request {
+            header: vec![1, 2],
+            spans: spans.to_vec(),
+            trailer: vec![3],
+        })
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_one_protobuf_post_and_only_2xx_is_a_success() {
+        let (endpoint, got) = collector(&[503]).await;
+        let http = Http::new(&endpoint, Duration::from_secs(5)).unwrap();
+        let refused = http.send(request(b"ab")).await.unwrap_err();
+        assert!(refused.contains("503") && refused.contains("why"), "{refused}");
+        http.send(request(b"cd")).await.unwrap();
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].0, "application/x-protobuf");
+        assert_eq!(got[1].1, [1, 2, b'c', b'd', 3], "header, spans, trailer");
+    }
+
+    #[tokio::test]
+    async fn https_and_schemeless_endpoints_are_refused_at_start() {
+        for endpoint in ["https://c:4318", "127.0.0.1:4318"] {
+            let e = Http::new(endpoint, Duration::from_secs(5)).unwrap_err();
+            assert!(e.to_string().contains(endpoint), "{e}");
+        }
+    }
 
     #[test]
     fn http_endpoints_get_the_traces_path_once() {
