@@ -40,8 +40,7 @@ impl Transport for Recorder {
     async fn send(&self, request: Arc<Request>) -> Result<(), String> {
         let _pass = self.gate.acquire().await.unwrap();
         let bytes = [&request.header[..], &request.spans, &request.trailer].concat();
-        let decoded =
-            ExportTraceServiceRequest::decode(&bytes[..]).map_err(|e| e.to_string())?;
+        let decoded = ExportTraceServiceRequest::decode(&bytes[..]).map_err(|e| e.to_string())?;
         self.sent.lock().unwrap().push(decoded);
         if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
             return Err("refused".into());
@@ -50,11 +49,7 @@ impl Transport for Recorder {
     }
 }
 
-fn start(
-    recorder: &Recorder,
-    max_batch: usize,
-    max_queue: usize,
-) -> (Arc<Batches>, SpanCounters) {
+fn start(recorder: &Recorder, max_batch: usize, max_queue: usize) -> (Arc<Batches>, SpanCounters) {
     let counters = SpanCounters::default();
     let settings = Settings {
         max_batch,

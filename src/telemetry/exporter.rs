@@ -16,7 +16,7 @@ use super::transport::{Request, Transport};
 /// Counts an export's `n` spans, and logs the first failed export
 /// (collector down, wrong address) and the recovery, not every batch in
 /// between. Spans of failed batches are dropped; messages are never held
-/// back for them. 
+/// back for them.
 pub(super) fn account<E: std::fmt::Display>(
     counters: &SpanCounters,
     target: &str,
@@ -105,4 +105,3 @@ impl<T: Transport> Exporter<T> {
         Arc::new(parts)
     }
 }
-

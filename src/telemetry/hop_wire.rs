@@ -103,17 +103,42 @@ mod tests {
     use super::*;
     use crate::telemetry::envelope::Envelope;
     use crate::telemetry::messaging::{self, MessageInfo, Operation, Parent};
-    use opentelemetry_sdk::Resource;
     use opentelemetry::trace::{TraceFlags, TraceState};
     use opentelemetry::KeyValue;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
     use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+    use opentelemetry_sdk::Resource;
     use prost::Message as _;
     use std::str::FromStr;
     use std::time::{Duration, SystemTime};
 
     const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    /// The request the exporter sends for `hops`, decoded.
+    fn encoded(
+        hops: &[Hop<'_>],
+        resource: &Resource,
+        scope: &opentelemetry::InstrumentationScope,
+    ) -> ExportTraceServiceRequest {
+        let (mut spans, mut scratch) = (Vec::new(), Vec::new());
+        for h in hops {
+            put_hop(&mut spans, &mut scratch, h);
+        }
+        let (mut header, mut trailer) = (Vec::new(), Vec::new());
+        Envelope::new(resource, scope).wrap(spans.len(), &mut header, &mut trailer);
+        ExportTraceServiceRequest::decode(&[header, spans, trailer].concat()[..]).unwrap()
+    }
+
+    /// The SDK gathers the resource's attributes in a hash map.
+    fn sorted(mut request: ExportTraceServiceRequest) -> ExportTraceServiceRequest {
+        for rs in &mut request.resource_spans {
+            if let Some(resource) = &mut rs.resource {
+                resource.attributes.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+        }
+        request
+    }
 
     /// Every shape a hop's span takes: remote parent with and without
     /// trace state, a new trace's root, an error, each kind, every
@@ -167,29 +192,13 @@ mod tests {
             .build();
         let scope = messaging::scope();
 
-        let (mut spans, mut scratch) = (Vec::new(), Vec::new());
-        for h in &hops {
-            put_hop(&mut spans, &mut scratch, h);
-        }
-        let (mut header, mut trailer) = (Vec::new(), Vec::new());
-        Envelope::new(&resource, &scope).wrap(spans.len(), &mut header, &mut trailer);
-        let ours = [header, spans, trailer].concat();
-        let mut decoded = ExportTraceServiceRequest::decode(&ours[..]).unwrap();
-
-        let mut expected = ExportTraceServiceRequest {
+        let decoded = sorted(encoded(&hops, &resource, &scope));
+        let expected = sorted(ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(
                 hops.iter().map(|h| h.span_data(&scope)).collect(),
                 &ResourceAttributesWithSchema::from(&resource),
             ),
-        };
-        // The SDK gathers the resource's attributes in a hash map.
-        for r in [&mut decoded, &mut expected] {
-            for rs in &mut r.resource_spans {
-                if let Some(resource) = &mut rs.resource {
-                    resource.attributes.sort_by(|a, b| a.key.cmp(&b.key));
-                }
-            }
-        }
+        });
         assert_eq!(decoded, expected);
         let spans = &decoded.resource_spans[0].scope_spans[0].spans;
         assert_eq!(spans.len(), 3);

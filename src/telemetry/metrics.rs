@@ -114,14 +114,22 @@ impl Metrics {
 
     /// `kind` is a problem slug (`invalid-json`, `timeout`, ...).
     pub fn error(&self, kind: &'static str) {
-        self.0.messages.errors.get_or_create(&[("kind", kind)]).inc();
+        self.0
+            .messages
+            .errors
+            .get_or_create(&[("kind", kind)])
+            .inc();
     }
 
     /// `reason`: `slow_consumer`, `slow_consumer_disconnected`,
     /// `invalid_payload`, `too_large`, `reply_topic_refused`,
     /// `unanswerable_request`.
     pub fn dropped(&self, reason: &'static str) {
-        self.0.messages.dropped.get_or_create(&[("reason", reason)]).inc();
+        self.0
+            .messages
+            .dropped
+            .get_or_create(&[("reason", reason)])
+            .inc();
     }
 
     pub fn request_done(&self, message_type: &str, elapsed: Duration) {
@@ -160,7 +168,11 @@ impl Metrics {
 
     pub fn set_history(&self, things: usize, events: usize, bytes: usize) {
         for (of, n) in [("things", things), ("events", events), ("bytes", bytes)] {
-            self.0.kept.history.get_or_create(&[("of", of)]).set(n as i64);
+            self.0
+                .kept
+                .history
+                .get_or_create(&[("of", of)])
+                .set(n as i64);
         }
     }
 
@@ -172,13 +184,21 @@ impl Metrics {
 
     /// `result`: `hit`, `miss`.
     pub fn auth_cache(&self, result: &'static str) {
-        self.0.access.auth_cache.get_or_create(&[("result", result)]).inc();
+        self.0
+            .access
+            .auth_cache
+            .get_or_create(&[("result", result)])
+            .inc();
     }
 
     /// `outcome`: `queued`, `busy`, `throttled`.
     pub fn auth_verification(&self, outcome: &'static str) {
         let labels = [("outcome", outcome)];
-        self.0.access.auth_verifications.get_or_create(&labels).inc();
+        self.0
+            .access
+            .auth_verifications
+            .get_or_create(&labels)
+            .inc();
     }
 
     /// `access`: `host`, `consume`, `operate`.

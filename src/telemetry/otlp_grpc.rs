@@ -125,7 +125,9 @@ mod tests {
     use super::metadata;
     use crate::telemetry::transport::header_pairs;
 
-    fn headers(list: &str) -> Result<tonic::metadata::MetadataMap, crate::telemetry::TelemetryError> {
+    fn headers(
+        list: &str,
+    ) -> Result<tonic::metadata::MetadataMap, crate::telemetry::TelemetryError> {
         metadata(&header_pairs(list)?)
     }
 

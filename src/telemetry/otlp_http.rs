@@ -156,7 +156,10 @@ mod tests {
         let (endpoint, got) = collector(&[503]).await;
         let http = Http::new(&endpoint, Duration::from_secs(5)).unwrap();
         let refused = http.send(request(b"ab")).await.unwrap_err();
-        assert!(refused.contains("503") && refused.contains("why"), "{refused}");
+        assert!(
+            refused.contains("503") && refused.contains("why"),
+            "{refused}"
+        );
         http.send(request(b"cd")).await.unwrap();
         let got = got.lock().unwrap();
         assert_eq!(got.len(), 2);

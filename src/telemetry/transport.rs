@@ -34,7 +34,6 @@ impl Request {
     }
 }
 
-
 /// The collector's address as a URI, refused unless plain `http://`: the
 /// sidecar was built without TLS for OTLP (put a collector beside it).
 pub(super) fn plain_http(endpoint: &str) -> Result<Uri, TelemetryError> {
@@ -46,7 +45,9 @@ pub(super) fn plain_http(endpoint: &str) -> Result<Uri, TelemetryError> {
             "no scheme; add http://, e.g. http://{endpoint}"
         )));
     }
-    let uri: Uri = endpoint.parse().map_err(|e: InvalidUri| invalid(e.to_string()))?;
+    let uri: Uri = endpoint
+        .parse()
+        .map_err(|e: InvalidUri| invalid(e.to_string()))?;
     if uri.scheme_str() != Some("http") {
         return Err(invalid(
             "the OTLP exporter speaks plain `http://` (no TLS); put a collector beside the sidecar"

@@ -33,7 +33,10 @@ impl Parent {
     /// further part after a `-`; IDs not all zeros. An unreadable
     /// `tracestate` is kept in the message but not in the span, as the
     /// SDK's propagator did.
-    pub(in crate::telemetry) fn remote(traceparent: &str, tracestate: Option<&str>) -> Option<Parent> {
+    pub(in crate::telemetry) fn remote(
+        traceparent: &str,
+        tracestate: Option<&str>,
+    ) -> Option<Parent> {
         let (trace_id, span_id, flags) = read_traceparent(traceparent.trim())?;
         Some(Parent {
             trace_id,
