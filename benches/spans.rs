@@ -27,8 +27,8 @@ use std::time::Instant;
 
 use lmos_sidecar::telemetry::batches::{Batches, Settings};
 use lmos_sidecar::telemetry::envelope::Envelope;
-use lmos_sidecar::telemetry::transport::{Request, Transport};
 use lmos_sidecar::telemetry::metrics::SpanCounters;
+use lmos_sidecar::telemetry::transport::{ExportError, Request, Transport};
 use lmos_sidecar::telemetry::{
     messaging, MessageInfo, MessageTracer, Operation, SpanSink, TraceContext,
 };
@@ -244,7 +244,7 @@ impl SpanProcessor for Shared {
 struct Discard;
 
 impl Transport for Discard {
-    async fn send(&self, _request: Arc<Request>) -> Result<(), String> {
+    async fn send(&self, _request: Arc<Request>) -> Result<(), ExportError> {
         Ok(())
     }
 }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::telemetry::envelope::Envelope;
 use crate::telemetry::messaging::{self, MessageInfo, Operation, Parent};
-use crate::telemetry::transport::Request;
+use crate::telemetry::transport::{ExportError, Request};
 use opentelemetry::trace::{SpanId, TraceFlags, TraceState};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_sdk::Resource;
@@ -37,13 +37,13 @@ impl Recorder {
 }
 
 impl Transport for Recorder {
-    async fn send(&self, request: Arc<Request>) -> Result<(), String> {
+    async fn send(&self, request: Arc<Request>) -> Result<(), ExportError> {
         let _pass = self.gate.acquire().await.unwrap();
         let bytes = [&request.header[..], &request.spans, &request.trailer].concat();
-        let decoded = ExportTraceServiceRequest::decode(&bytes[..]).map_err(|e| e.to_string())?;
+        let decoded = ExportTraceServiceRequest::decode(&bytes[..]).expect("OTLP protobuf");
         self.sent.lock().unwrap().push(decoded);
         if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err("refused".into());
+            return Err(ExportError::Transport("refused".into()));
         }
         Ok(())
     }

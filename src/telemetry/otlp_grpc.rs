@@ -18,7 +18,7 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
-use super::transport::{self, Request, Transport};
+use super::transport::{self, ExportError, Request, Transport};
 use super::TelemetryError;
 
 const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -44,23 +44,20 @@ impl Grpc {
 }
 
 impl Transport for Grpc {
-    async fn send(&self, body: Arc<Request>) -> Result<(), String> {
+    async fn send(&self, body: Arc<Request>) -> Result<(), ExportError> {
         let mut client = tonic::client::Grpc::new(self.channel.clone());
         client
             .ready()
             .await
-            .map_err(|e| format!("transport error: {e}"))?;
+            .map_err(|e| ExportError::Transport(e.to_string()))?;
         let mut request = tonic::Request::new(body);
         *request.metadata_mut() = self.metadata.clone();
         client
             .unary::<Arc<Request>, (), Raw>(request, PathAndQuery::from_static(EXPORT), Raw)
             .await
-            .map_err(|status| {
-                format!(
-                    "export failed with gRPC code {:?}: {}",
-                    status.code(),
-                    status.message()
-                )
+            .map_err(|status| ExportError::Grpc {
+                code: status.code(),
+                message: status.message().to_owned(),
             })?;
         Ok(())
     }

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::sync::Arc;
 
-use super::transport::{self, Request, Transport};
+use super::transport::{self, ExportError, Request, Transport};
 use super::TelemetryError;
 
 /// The most of a collector's answer read (an `ExportTraceServiceResponse`,
@@ -51,7 +51,7 @@ impl Http {
         })
     }
 
-    async fn post(&self, body: Vec<u8>) -> Result<(), String> {
+    async fn post(&self, body: Vec<u8>) -> Result<(), ExportError> {
         let mut request = hyper::Request::new(Body::from(body));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.url.clone();
@@ -64,7 +64,7 @@ impl Http {
             .client
             .request(request)
             .await
-            .map_err(|e| format!("transport error: {e}"))?;
+            .map_err(|e| ExportError::Transport(e.to_string()))?;
         let status = response.status();
         let answer = axum::body::to_bytes(Body::new(response.into_body()), MAX_ANSWER).await;
         if status.is_success() {
@@ -73,19 +73,19 @@ impl Http {
         let detail = answer
             .map(|b| String::from_utf8_lossy(&b[..b.len().min(200)]).into_owned())
             .unwrap_or_default();
-        Err(format!("export failed with HTTP status {status}: {detail}"))
+        Err(ExportError::Http { status, detail })
     }
 }
 
 impl Transport for Http {
-    async fn send(&self, request: Arc<Request>) -> Result<(), String> {
+    async fn send(&self, request: Arc<Request>) -> Result<(), ExportError> {
         // One copy of the batch into the body: hyper takes its body by
         // value, and the request's buffers go back to the batches after.
         // (gRPC, the default and the measured path, writes them directly.)
         let body = [&request.header[..], &request.spans, &request.trailer].concat();
         tokio::time::timeout(self.timeout, self.post(body))
             .await
-            .map_err(|_| format!("no answer within {:?}", self.timeout))?
+            .map_err(|_| ExportError::Timeout(self.timeout))?
     }
 }
 
@@ -155,7 +155,7 @@ mod tests {
     async fn a_batch_is_one_protobuf_post_and_only_2xx_is_a_success() {
         let (endpoint, got) = collector(&[503]).await;
         let http = Http::new(&endpoint, Duration::from_secs(5)).unwrap();
-        let refused = http.send(request(b"ab")).await.unwrap_err();
+        let refused = http.send(request(b"ab")).await.unwrap_err().to_string();
         assert!(
             refused.contains("503") && refused.contains("why"),
             "{refused}"

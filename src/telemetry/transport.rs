@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::http::uri::InvalidUri;
 use hyper::Uri;
@@ -13,7 +14,26 @@ use super::TelemetryError;
 
 /// Sends one `ExportTraceServiceRequest`: `header`, `spans`, `trailer`.
 pub trait Transport: Send + Sync + 'static {
-    fn send(&self, request: Arc<Request>) -> impl Future<Output = Result<(), String>> + Send;
+    fn send(&self, request: Arc<Request>) -> impl Future<Output = Result<(), ExportError>> + Send;
+}
+
+/// Why an export failed: logged once, its spans counted as
+/// `export_failed`.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// No connection, or it broke.
+    #[error("transport error: {0}")]
+    Transport(String),
+    #[error("export failed with gRPC code {code:?}: {message}")]
+    Grpc { code: tonic::Code, message: String },
+    #[error("export failed with HTTP status {status}: {detail}")]
+    Http {
+        status: hyper::StatusCode,
+        /// The start of the collector's answer, for the log.
+        detail: String,
+    },
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
 }
 
 /// One request's bytes, in three parts.
