@@ -67,7 +67,7 @@ impl Tracing {
             return Ok(Tracing::off());
         };
         let spans = metrics::SpanCounters::default();
-        let sink = otlp::sink(&export, &config.service_name, &spans).await?;
+        let sink = otlp::sink(&export, &config.service_name, &spans)?;
         tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "Exporting traces over OTLP.");
         Ok(Tracing {
             sink: Some(sink),

@@ -1,6 +1,7 @@
 //! Where the message spans go: the collector's address and protocol, and
 //! the one batcher ([`Batches`]) feeding the transport for that protocol.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry_sdk::Resource;
@@ -53,8 +54,9 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the message spans go: written straight into batches the sidecar
 /// sends itself, over gRPC or HTTP/protobuf alike. Must run inside a Tokio
-/// runtime.
-pub async fn sink(
+/// runtime (the exporting task is spawned on it; connections open lazily,
+/// at the first export).
+pub fn sink(
     export: &Export,
     service_name: &str,
     counters: &SpanCounters,
@@ -84,7 +86,7 @@ fn start<T: Transport>(
     export: &Export,
     envelope: Envelope,
     counters: &SpanCounters,
-) -> std::sync::Arc<Batches> {
+) -> Arc<Batches> {
     Batches::start(
         transport,
         &export.endpoint,

@@ -13,8 +13,9 @@ use crate::telemetry::batches::Batches;
 use crate::telemetry::metrics::SpanCounters;
 
 /// Where finished message spans go: written into the OTLP batches the
-/// sidecar exports itself (gRPC), or handed to an SDK span processor (the
-/// HTTP exporter's, the tests' in-memory one) as `SpanData`.
+/// sidecar exports itself (gRPC or HTTP/protobuf), or handed to an SDK span
+/// processor as `SpanData` (the tests' in-memory exporter, through
+/// [`crate::telemetry::Tracing::with_exporter`]).
 #[derive(Debug, Clone)]
 pub struct SpanSink {
     target: Target,
