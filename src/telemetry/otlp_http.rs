@@ -167,6 +167,55 @@ mod tests {
         assert_eq!(got[1].1, [1, 2, b'c', b'd', 3], "header, spans, trailer");
     }
 
+    /// The whole path over HTTP: hops written into batches, each batch one
+    /// POST the collector decodes, every span counted, exported or failed.
+    #[tokio::test]
+    async fn batches_over_http_are_decoded_by_the_collector_and_counted() {
+        use crate::telemetry::batches::{Batches, Settings};
+        use crate::telemetry::envelope::Envelope;
+        use crate::telemetry::messaging::{self, MessageInfo, MessageTracer, Operation};
+        use crate::telemetry::metrics::{Metrics, SpanCounters};
+        use crate::telemetry::SpanSink;
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message as _;
+
+        let (endpoint, got) = collector(&[200, 503]).await;
+        let counters = SpanCounters::default();
+        let settings = Settings {
+            max_batch: 4,
+            delay: Duration::from_secs(3600),
+            max_queue: 64,
+        };
+        let resource = opentelemetry_sdk::Resource::builder().build();
+        let envelope = Envelope::new(&resource, &messaging::scope());
+        let http = Http::new(&endpoint, Duration::from_secs(5)).unwrap();
+        let batches = Batches::start(http, &endpoint, envelope, settings, counters.clone());
+        let sink = SpanSink::batches(batches.clone()).with_counters(counters.clone());
+        let tracer = MessageTracer::new(Some(sink), true, false);
+        let info = MessageInfo::default();
+        for round in 0..2 {
+            for _ in 0..4 {
+                tracer.hop(Operation::Publish, "lmos/urn:t/events/e", None, &info, None);
+            }
+            batches.flush(Duration::from_secs(5)).await.unwrap();
+            assert_eq!(got.lock().unwrap().len(), round + 1, "one POST per batch");
+        }
+        let first = ExportTraceServiceRequest::decode(&got.lock().unwrap()[0].1[..]).unwrap();
+        let spans = &first.resource_spans[0].scope_spans[0].spans;
+        assert_eq!(spans.len(), 4);
+        assert_eq!(spans[0].name, "publish lmos/urn:t/events/e");
+        let metrics = Metrics::with_spans(&counters).render();
+        assert!(
+            metrics.contains("lmos_sidecar_spans_exported_total 4\n"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains(r#"lmos_sidecar_spans_dropped_total{reason="export_failed"} 4"#),
+            "{metrics}"
+        );
+        assert!(counters.failing(), "the 503 is known");
+    }
+
     #[tokio::test]
     async fn https_and_schemeless_endpoints_are_refused_at_start() {
         for endpoint in ["https://c:4318", "127.0.0.1:4318"] {
