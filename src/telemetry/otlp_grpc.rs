@@ -68,7 +68,9 @@ fn metadata(pairs: &[(String, String)]) -> Result<MetadataMap, TelemetryError> {
     for (key, value) in pairs {
         let bad = || transport::bad_header(&format!("{key}={value}"));
         let key = MetadataKey::from_bytes(key.as_bytes()).map_err(|_| bad())?;
-        let value = MetadataValue::try_from(value.as_str()).map_err(|_| bad())?;
+        let mut value = MetadataValue::try_from(value.as_str()).map_err(|_| bad())?;
+        // Often an API key: never in a `Debug` print.
+        value.set_sensitive(true);
         metadata.insert(key, value);
     }
     Ok(metadata)

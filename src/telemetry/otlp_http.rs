@@ -105,7 +105,9 @@ fn headers(pairs: &[(String, String)]) -> Result<HeaderMap, TelemetryError> {
     for (key, value) in pairs {
         let bad = || transport::bad_header(&format!("{key}={value}"));
         let name = HeaderName::from_bytes(key.as_bytes()).map_err(|_| bad())?;
-        let value = HeaderValue::from_str(value).map_err(|_| bad())?;
+        let mut value = HeaderValue::from_str(value).map_err(|_| bad())?;
+        // Often an API key: never in a `Debug` print.
+        value.set_sensitive(true);
         map.insert(name, value);
     }
     Ok(map)
@@ -240,5 +242,6 @@ mod tests {
         assert_eq!(map.get("api-key").unwrap(), "s=cret");
         assert_eq!(map.get("x-tenant").unwrap(), "a b");
         assert!(headers(&header_pairs("bad key=v").unwrap()).is_err());
+        assert!(!format!("{map:?}").contains("cret"), "kept out of Debug");
     }
 }
