@@ -25,9 +25,10 @@ use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use lmos_sidecar::telemetry::batches::{Batches, Request, Settings, Transport};
-use lmos_sidecar::telemetry::hop_wire::Envelope;
+use lmos_sidecar::telemetry::batches::{Batches, Settings};
+use lmos_sidecar::telemetry::envelope::Envelope;
 use lmos_sidecar::telemetry::metrics::SpanCounters;
+use lmos_sidecar::telemetry::transport::{ExportError, Request, Transport};
 use lmos_sidecar::telemetry::{
     messaging, MessageInfo, MessageTracer, Operation, SpanSink, TraceContext,
 };
@@ -243,7 +244,7 @@ impl SpanProcessor for Shared {
 struct Discard;
 
 impl Transport for Discard {
-    async fn send(&self, _request: Arc<Request>) -> Result<(), String> {
+    async fn send(&self, _request: Arc<Request>) -> Result<(), ExportError> {
         Ok(())
     }
 }

@@ -10,16 +10,17 @@
 //! a batch beyond that are dropped and counted (`queue_full`). One export
 //! at a time, as the SDK's.
 
-use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tracing::{info, warn};
 
-use super::hop_wire::{self, Envelope};
+use super::envelope::Envelope;
+use super::exporter::Exporter;
+use super::hop_wire;
 use super::messaging::Hop;
-use super::metrics::{SpanCounters, EXPORT_FAILED};
+use super::metrics::SpanCounters;
+use super::transport::Transport;
 
 /// `reason` of `lmos_sidecar_spans_dropped_total` for spans that found the
 /// queue full.
@@ -80,31 +81,8 @@ impl Settings {
 /// Spans encoded, `count` of them, each a `ScopeSpans.spans` entry.
 #[derive(Debug, Default)]
 pub struct Batch {
-    spans: Vec<u8>,
-    count: usize,
-}
-
-/// Sends one `ExportTraceServiceRequest`: `header`, `spans`, `trailer`.
-pub trait Transport: Send + Sync + 'static {
-    fn send(&self, request: Arc<Request>) -> impl Future<Output = Result<(), String>> + Send;
-}
-
-/// One request's bytes, in three parts.
-#[derive(Debug, Default)]
-pub struct Request {
-    pub header: Vec<u8>,
-    pub spans: Vec<u8>,
-    pub trailer: Vec<u8>,
-}
-
-impl Request {
-    pub fn len(&self) -> usize {
-        self.header.len() + self.spans.len() + self.trailer.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    pub(super) spans: Vec<u8>,
+    pub(super) count: usize,
 }
 
 /// The hops' side: the open batch, and the way to the exporting task.
@@ -192,12 +170,12 @@ impl Batches {
     }
 
     /// The open batch, if it has spans.
-    fn take_open(&self) -> Option<Batch> {
+    pub(super) fn take_open(&self) -> Option<Batch> {
         let mut open = self.lock();
         (open.batch.count > 0).then(|| open.take())
     }
 
-    fn recycle(&self, mut spans: Vec<u8>) {
+    pub(super) fn recycle(&self, mut spans: Vec<u8>) {
         spans.clear();
         let mut open = self.lock();
         if open.spare.len() < SPARE_BUFFERS {
@@ -223,270 +201,6 @@ impl Batches {
     }
 }
 
-/// Counts an export's `n` spans, and logs the first failed export
-/// (collector down, wrong address) and the recovery, not every batch in
-/// between. Spans of failed batches are dropped; messages are never held
-/// back for them. Both exporting paths account this way.
-pub(super) fn account<E: std::fmt::Display>(
-    counters: &SpanCounters,
-    target: &str,
-    n: u64,
-    result: &Result<(), E>,
-) {
-    match result {
-        Ok(()) => counters.exported(n),
-        Err(_) => counters.dropped_many(EXPORT_FAILED, n),
-    }
-    match result {
-        Err(e) if !counters.set_failing(true) => warn!(
-            endpoint = %target,
-            error = %e,
-            "Cannot export spans to the OTLP collector; dropping them until it answers again."
-        ),
-        Ok(()) if counters.set_failing(false) => {
-            info!(endpoint = %target, "Exporting spans to the OTLP collector again.")
-        }
-        _ => {}
-    }
-}
-
-/// The exporting task's state.
-struct Exporter<T> {
-    /// Weak: the task ends with the sidecar's tracing.
-    batches: Weak<Batches>,
-    transport: T,
-    /// The collector's address, for the logs.
-    target: String,
-    envelope: Envelope,
-    counters: SpanCounters,
-}
-
-impl<T: Transport> Exporter<T> {
-    async fn run(
-        self,
-        mut queued: mpsc::Receiver<Batch>,
-        mut flush_asked: mpsc::Receiver<oneshot::Sender<()>>,
-        delay: Duration,
-    ) {
-        let start = tokio::time::Instant::now() + delay;
-        let mut every = tokio::time::interval_at(start, delay);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut request = Arc::new(Request::default());
-        loop {
-            tokio::select! {
-                batch = queued.recv() => match batch {
-                    Some(batch) => request = self.export(batch, request).await,
-                    None => return,
-                },
-                _ = every.tick() => {
-                    let Some(batches) = self.batches.upgrade() else { return };
-                    if let Some(batch) = batches.take_open() {
-                        request = self.export(batch, request).await;
-                    }
-                }
-                asked = flush_asked.recv() => {
-                    let Some(done) = asked else { return };
-                    while let Ok(batch) = queued.try_recv() {
-                        request = self.export(batch, request).await;
-                    }
-                    if let Some(batch) = self.batches.upgrade().and_then(|b| b.take_open()) {
-                        request = self.export(batch, request).await;
-                    }
-                    let _ = done.send(());
-                }
-            }
-        }
-    }
-
-    /// Sends one batch; returns the request's buffers for the next one
-    /// (fresh ones if the transport still holds them).
-    async fn export(&self, batch: Batch, request: Arc<Request>) -> Arc<Request> {
-        let mut parts = Arc::try_unwrap(request).unwrap_or_default();
-        self.envelope
-            .wrap(batch.spans.len(), &mut parts.header, &mut parts.trailer);
-        parts.spans = batch.spans;
-        let request = Arc::new(parts);
-        let result = self.transport.send(request.clone()).await;
-        account(&self.counters, &self.target, batch.count as u64, &result);
-        let mut parts = Arc::try_unwrap(request).unwrap_or_default();
-        if let Some(batches) = self.batches.upgrade() {
-            batches.recycle(std::mem::take(&mut parts.spans));
-        }
-        Arc::new(parts)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::telemetry::messaging::{self, MessageInfo, Operation, Parent};
-    use opentelemetry::trace::{SpanId, TraceFlags, TraceState};
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_sdk::Resource;
-    use prost::Message as _;
-    use std::time::SystemTime;
-    use tokio::sync::Semaphore;
-
-    /// Keeps what it is sent, decoded; answers as told, once allowed to.
-    #[derive(Clone)]
-    struct Recorder {
-        sent: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
-        fail: Arc<std::sync::atomic::AtomicBool>,
-        gate: Arc<Semaphore>,
-    }
-
-    impl Recorder {
-        fn open() -> Recorder {
-            Recorder {
-                sent: Arc::default(),
-                fail: Arc::default(),
-                gate: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
-            }
-        }
-
-        fn spans(&self) -> Vec<usize> {
-            let sent = self.sent.lock().unwrap();
-            sent.iter()
-                .map(|r| r.resource_spans[0].scope_spans[0].spans.len())
-                .collect()
-        }
-    }
-
-    impl Transport for Recorder {
-        async fn send(&self, request: Arc<Request>) -> Result<(), String> {
-            let _pass = self.gate.acquire().await.unwrap();
-            let bytes = [&request.header[..], &request.spans, &request.trailer].concat();
-            let decoded =
-                ExportTraceServiceRequest::decode(&bytes[..]).map_err(|e| e.to_string())?;
-            self.sent.lock().unwrap().push(decoded);
-            if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err("refused".into());
-            }
-            Ok(())
-        }
-    }
-
-    fn start(
-        recorder: &Recorder,
-        max_batch: usize,
-        max_queue: usize,
-    ) -> (Arc<Batches>, SpanCounters) {
-        let counters = SpanCounters::default();
-        let settings = Settings {
-            max_batch,
-            delay: Duration::from_secs(3600),
-            max_queue,
-        };
-        let envelope = Envelope::new(&Resource::builder().build(), &messaging::scope());
-        let batches = Batches::start(
-            recorder.clone(),
-            "test",
-            envelope,
-            settings,
-            counters.clone(),
-        );
-        (batches, counters)
-    }
-
-    fn push(batches: &Batches, n: usize) {
-        let parent = Parent::root();
-        let state = TraceState::default();
-        for i in 0..n {
-            batches.push(&Hop {
-                span_id: SpanId::from(i as u64 + 1),
-                flags: TraceFlags::SAMPLED,
-                state: &state,
-                parent: &parent,
-                operation: Operation::Process,
-                destination: "lmos/urn:t/events/e",
-                info: &MessageInfo::default(),
-                error: None,
-                time: SystemTime::now(),
-                start: SystemTime::now(),
-                rpc: None,
-            });
-        }
-    }
-
-    fn metric(counters: &SpanCounters, line: &str) -> u64 {
-        let rendered = crate::telemetry::metrics::Metrics::with_spans(counters).render();
-        rendered
-            .lines()
-            .find_map(|l| l.strip_prefix(line))
-            .map_or(0, |n| n.trim().parse().unwrap())
-    }
-
-    const EXPORTED: &str = "lmos_sidecar_spans_exported_total ";
-    const QUEUE_FULL_LINE: &str = r#"lmos_sidecar_spans_dropped_total{reason="queue_full"} "#;
-    const FAILED_LINE: &str = r#"lmos_sidecar_spans_dropped_total{reason="export_failed"} "#;
-
-    #[tokio::test]
-    async fn full_batches_go_at_once_and_a_flush_sends_the_rest() {
-        let recorder = Recorder::open();
-        let (batches, counters) = start(&recorder, 4, 64);
-        push(&batches, 10);
-        batches.flush(Duration::from_secs(5)).await.unwrap();
-        assert_eq!(recorder.spans(), [4, 4, 2]);
-        assert_eq!(metric(&counters, EXPORTED), 10);
-        // Buffers went round: a second round sends the same way.
-        push(&batches, 5);
-        batches.flush(Duration::from_secs(5)).await.unwrap();
-        assert_eq!(recorder.spans(), [4, 4, 2, 4, 1]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_partial_batch_goes_after_the_delay() {
-        let recorder = Recorder::open();
-        let counters = SpanCounters::default();
-        let settings = Settings {
-            max_batch: 512,
-            delay: Duration::from_secs(5),
-            max_queue: 4096,
-        };
-        let envelope = Envelope::new(&Resource::builder().build(), &messaging::scope());
-        let batches = Batches::start(recorder.clone(), "test", envelope, settings, counters);
-        push(&batches, 3);
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        assert!(recorder.spans().is_empty());
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(recorder.spans(), [3]);
-    }
-
-    #[tokio::test]
-    async fn spans_beyond_the_queue_are_counted_as_dropped() {
-        let recorder = Recorder::open();
-        recorder.gate.forget_permits(Semaphore::MAX_PERMITS);
-        // Two batches may wait while the exporter is stuck on one.
-        let (batches, counters) = start(&recorder, 4, 8);
-        push(&batches, 4);
-        tokio::task::yield_now().await;
-        push(&batches, 20);
-        recorder.gate.add_permits(Semaphore::MAX_PERMITS);
-        batches.flush(Duration::from_secs(5)).await.unwrap();
-        let exported = metric(&counters, EXPORTED);
-        let dropped = metric(&counters, QUEUE_FULL_LINE);
-        assert_eq!(exported + dropped, 24, "every span accounted for");
-        assert!((8..=12).contains(&exported), "{exported} exported");
-        assert_eq!(recorder.spans().iter().sum::<usize>() as u64, exported);
-    }
-
-    #[tokio::test]
-    async fn spans_of_a_failed_export_are_counted_and_the_failure_is_known() {
-        let recorder = Recorder::open();
-        let (batches, counters) = start(&recorder, 4, 64);
-        recorder
-            .fail
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        push(&batches, 6);
-        batches.flush(Duration::from_secs(5)).await.unwrap();
-        assert_eq!(metric(&counters, FAILED_LINE), 6);
-        assert!(counters.failing());
-        recorder
-            .fail
-            .store(false, std::sync::atomic::Ordering::Relaxed);
-        push(&batches, 1);
-        batches.flush(Duration::from_secs(5)).await.unwrap();
-        assert_eq!(metric(&counters, EXPORTED), 1);
-        assert!(!counters.failing());
-    }
-}
+#[path = "batches_tests.rs"]
+mod tests;

@@ -1,5 +1,5 @@
-//! Message spans written straight from the hop into OTLP protobuf, and the
-//! request around a batch of them.
+//! Message spans written straight from the hop into OTLP protobuf (the
+//! request around a batch of them is [`super::envelope`]'s).
 //!
 //! Through the SDK's processor, each span was built as `SpanData` on the
 //! thread the message passed (a string for the name, the attribute list,
@@ -13,17 +13,15 @@
 //!
 //! The tests decode what is written with the generated OTLP types and
 //! compare it with the SDK's own conversion of the `SpanData` the other
-//! path (HTTP export, the tests' in-memory exporter) makes of the same hop.
+//! path (the tests' in-memory exporter) makes of the same hop.
 
 use opentelemetry::trace::SpanId;
-use opentelemetry::InstrumentationScope;
-use opentelemetry_sdk::Resource;
 
 use super::messaging::{Attr, Hop};
 use super::otlp_wire::{
-    self, kind, len_delimited, nanos, put_bytes, put_fixed32, put_fixed64, put_string, put_tag,
-    put_varint, put_varint_field, string_len, tag_len, varint_len, EncodedResource,
-    CONTEXT_HAS_IS_REMOTE, CONTEXT_IS_REMOTE, LEN,
+    kind, nanos, put_bytes, put_fixed32, put_fixed64, put_string, put_tag, put_varint,
+    put_varint_field, string_len, tag_len, varint_len, CONTEXT_HAS_IS_REMOTE, CONTEXT_IS_REMOTE,
+    LEN,
 };
 
 /// Appends `hop` as one entry of `ScopeSpans.spans` (field 2), its fields
@@ -34,8 +32,7 @@ pub(super) fn put_hop(out: &mut Vec<u8>, scratch: &mut Vec<u8>, hop: &Hop<'_>) {
     put_bytes(out, 2, scratch);
 }
 
-/// A `Span` message's fields, in the order `otlp_wire::put_span` writes
-/// them.
+/// A `Span` message's fields, in their numbers' order.
 fn put_span(out: &mut Vec<u8>, hop: &Hop<'_>) {
     put_bytes(out, 1, &hop.trace_id().to_bytes());
     put_bytes(out, 2, &hop.span_id.to_bytes());
@@ -101,67 +98,47 @@ fn put_attribute(out: &mut Vec<u8>, key: &str, value: Attr<'_>) {
     }
 }
 
-/// What goes around a batch of spans to make an `ExportTraceServiceRequest`:
-/// one `ResourceSpans` with one `ScopeSpans`.
-#[derive(Debug, Clone)]
-pub struct Envelope {
-    resource: EncodedResource,
-    /// `ScopeSpans.scope` (field 1), tag included.
-    scope: Vec<u8>,
-    scope_schema_url: Option<String>,
-}
-
-impl Envelope {
-    pub fn new(resource: &Resource, scope: &InstrumentationScope) -> Envelope {
-        let mut encoded = Vec::new();
-        otlp_wire::put_scope(&mut encoded, scope);
-        Envelope {
-            resource: EncodedResource::new(resource),
-            scope: encoded,
-            scope_schema_url: scope.schema_url().map(str::to_owned),
-        }
-    }
-
-    /// The bytes before and after `spans_len` bytes of spans.
-    pub fn wrap(&self, spans_len: usize, header: &mut Vec<u8>, trailer: &mut Vec<u8>) {
-        header.clear();
-        trailer.clear();
-        let scope_schema = self.scope_schema_url.as_deref();
-        let resource_schema = self.resource.schema_url.as_deref();
-        let scope_spans_len =
-            self.scope.len() + spans_len + scope_schema.map_or(0, |u| string_len(3, u));
-        let resource_spans_len = len_delimited(1, self.resource.fields.len())
-            + len_delimited(2, scope_spans_len)
-            + resource_schema.map_or(0, |u| string_len(3, u));
-        put_tag(header, 1, LEN);
-        put_varint(header, resource_spans_len as u64);
-        put_bytes(header, 1, &self.resource.fields);
-        put_tag(header, 2, LEN);
-        put_varint(header, scope_spans_len as u64);
-        header.extend_from_slice(&self.scope);
-        if let Some(url) = scope_schema {
-            put_string(trailer, 3, url);
-        }
-        if let Some(url) = resource_schema {
-            put_string(trailer, 3, url);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::envelope::Envelope;
     use crate::telemetry::messaging::{self, MessageInfo, Operation, Parent};
     use opentelemetry::trace::{TraceFlags, TraceState};
     use opentelemetry::KeyValue;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
     use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+    use opentelemetry_sdk::Resource;
     use prost::Message as _;
     use std::str::FromStr;
     use std::time::{Duration, SystemTime};
 
     const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    /// The request the exporter sends for `hops`, decoded.
+    fn encoded(
+        hops: &[Hop<'_>],
+        resource: &Resource,
+        scope: &opentelemetry::InstrumentationScope,
+    ) -> ExportTraceServiceRequest {
+        let (mut spans, mut scratch) = (Vec::new(), Vec::new());
+        for h in hops {
+            put_hop(&mut spans, &mut scratch, h);
+        }
+        let (mut header, mut trailer) = (Vec::new(), Vec::new());
+        Envelope::new(resource, scope).wrap(spans.len(), &mut header, &mut trailer);
+        ExportTraceServiceRequest::decode(&[header, spans, trailer].concat()[..]).unwrap()
+    }
+
+    /// The SDK gathers the resource's attributes in a hash map.
+    fn sorted(mut request: ExportTraceServiceRequest) -> ExportTraceServiceRequest {
+        for rs in &mut request.resource_spans {
+            if let Some(resource) = &mut rs.resource {
+                resource.attributes.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+        }
+        request
+    }
 
     /// Every shape a hop's span takes: remote parent with and without
     /// trace state, a new trace's root, an error, each kind, every
@@ -215,29 +192,13 @@ mod tests {
             .build();
         let scope = messaging::scope();
 
-        let (mut spans, mut scratch) = (Vec::new(), Vec::new());
-        for h in &hops {
-            put_hop(&mut spans, &mut scratch, h);
-        }
-        let (mut header, mut trailer) = (Vec::new(), Vec::new());
-        Envelope::new(&resource, &scope).wrap(spans.len(), &mut header, &mut trailer);
-        let ours = [header, spans, trailer].concat();
-        let mut decoded = ExportTraceServiceRequest::decode(&ours[..]).unwrap();
-
-        let mut expected = ExportTraceServiceRequest {
+        let decoded = sorted(encoded(&hops, &resource, &scope));
+        let expected = sorted(ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(
                 hops.iter().map(|h| h.span_data(&scope)).collect(),
                 &ResourceAttributesWithSchema::from(&resource),
             ),
-        };
-        // The SDK gathers the resource's attributes in a hash map.
-        for r in [&mut decoded, &mut expected] {
-            for rs in &mut r.resource_spans {
-                if let Some(resource) = &mut rs.resource {
-                    resource.attributes.sort_by(|a, b| a.key.cmp(&b.key));
-                }
-            }
-        }
+        });
         assert_eq!(decoded, expected);
         let spans = &decoded.resource_spans[0].scope_spans[0].spans;
         assert_eq!(spans.len(), 3);

@@ -2,6 +2,8 @@
 //! behind the message spans.
 
 pub mod batches;
+pub mod envelope;
+mod exporter;
 pub mod hop_wire;
 pub mod log_fields;
 pub mod memory;
@@ -9,7 +11,9 @@ pub mod messaging;
 pub mod metrics;
 pub mod otlp;
 pub mod otlp_grpc;
+pub mod otlp_http;
 pub mod otlp_wire;
+pub mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,7 +67,7 @@ impl Tracing {
             return Ok(Tracing::off());
         };
         let spans = metrics::SpanCounters::default();
-        let sink = otlp::sink(&export, &config.service_name, &spans).await?;
+        let sink = otlp::sink(&export, &config.service_name, &spans)?;
         tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "Exporting traces over OTLP.");
         Ok(Tracing {
             sink: Some(sink),

@@ -4,9 +4,9 @@
 //!
 //! What `opentelemetry-otlp`'s gRPC exporter read from the environment and
 //! the sidecar relied on is read here too: `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
-//! / `OTEL_EXPORTER_OTLP_HEADERS` (`key=value` pairs, comma-separated, values
-//! URL-encoded). The sidecar was built without TLS and compression for OTLP
-//! before, and still is: an `https` endpoint is refused at start.
+//! / `OTEL_EXPORTER_OTLP_HEADERS` ([`transport::headers_from_env`]). The
+//! sidecar was built without TLS and compression for OTLP before, and still
+//! is: an `https` endpoint is refused at start.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
-use super::batches::{Request, Transport};
+use super::transport::{self, ExportError, Request, Transport};
 use super::TelemetryError;
 
 const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -34,88 +34,46 @@ impl Grpc {
     /// Connects lazily (at the first export), so it must be built inside a
     /// Tokio runtime; each call gives up after `timeout`.
     pub fn new(endpoint: &str, timeout: Duration) -> Result<Grpc, TelemetryError> {
-        let invalid = |why: String| TelemetryError::Otlp(format!("endpoint `{endpoint}`: {why}"));
-        if !endpoint.contains("://") {
-            // `OTEL_EXPORTER_OTLP_ENDPOINT=127.0.0.1:4317` would otherwise
-            // read as a URI with the scheme `127.0.0.1`.
-            return Err(invalid(format!(
-                "no scheme; add http://, e.g. http://{endpoint}"
-            )));
-        }
-        let parsed =
-            Endpoint::from_shared(endpoint.to_owned()).map_err(|e| invalid(e.to_string()))?;
-        if parsed.uri().scheme_str() != Some("http") {
-            return Err(invalid(
-                "the OTLP exporter speaks plain `http://` (gRPC without TLS); put a collector beside the sidecar".into(),
-            ));
-        }
-        let metadata = headers_from_env()?;
+        let uri = transport::plain_http(endpoint)?;
+        let metadata = metadata(&transport::headers_from_env()?)?;
         Ok(Grpc {
-            channel: parsed.timeout(timeout).connect_lazy(),
+            channel: Endpoint::from(uri).timeout(timeout).connect_lazy(),
             metadata,
         })
     }
 }
 
 impl Transport for Grpc {
-    async fn send(&self, body: Arc<Request>) -> Result<(), String> {
+    async fn send(&self, body: Arc<Request>) -> Result<(), ExportError> {
         let mut client = tonic::client::Grpc::new(self.channel.clone());
         client
             .ready()
             .await
-            .map_err(|e| format!("transport error: {e}"))?;
+            .map_err(|e| ExportError::Transport(e.to_string()))?;
         let mut request = tonic::Request::new(body);
         *request.metadata_mut() = self.metadata.clone();
         client
             .unary::<Arc<Request>, (), Raw>(request, PathAndQuery::from_static(EXPORT), Raw)
             .await
-            .map_err(|status| {
-                format!(
-                    "export failed with gRPC code {:?}: {}",
-                    status.code(),
-                    status.message()
-                )
+            .map_err(|status| ExportError::Grpc {
+                code: status.code(),
+                message: status.message().to_owned(),
             })?;
         Ok(())
     }
 }
 
-/// The signal's variable, else the general one, as the OTLP exporter
-/// specification says.
-fn headers_from_env() -> Result<MetadataMap, TelemetryError> {
-    let value = std::env::var("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
-        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_HEADERS"))
-        .unwrap_or_default();
-    headers(&value)
-}
-
-fn headers(list: &str) -> Result<MetadataMap, TelemetryError> {
+fn metadata(pairs: &[(String, String)]) -> Result<MetadataMap, TelemetryError> {
     let mut metadata = MetadataMap::new();
-    for pair in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad =
-            || TelemetryError::Otlp(format!("OTEL_EXPORTER_OTLP_HEADERS: cannot use `{pair}`"));
-        let (key, value) = pair.split_once('=').ok_or_else(bad)?;
-        let key = MetadataKey::from_bytes(key.trim().to_ascii_lowercase().as_bytes())
-            .map_err(|_| bad())?;
-        let value = percent_decoded(value.trim()).ok_or_else(bad)?;
-        let value = MetadataValue::try_from(value.as_str()).map_err(|_| bad())?;
+    for (key, value) in pairs {
+        let bad = || transport::bad_header(&format!("{key}={value}"));
+        let key = MetadataKey::from_bytes(key.as_bytes()).map_err(|_| bad())?;
+        let mut value = MetadataValue::try_from(value.as_str()).map_err(|_| bad())?;
+        // Often an API key: never in a `Debug` print.
+        value.set_sensitive(true);
         metadata.insert(key, value);
     }
     Ok(metadata)
-}
-
-fn percent_decoded(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let hex = [bytes.next()?, bytes.next()?];
-            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
-        } else {
-            out.push(b);
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Sends bytes already encoded; the reply (`ExportTraceServiceResponse`)
@@ -163,7 +121,14 @@ impl Decoder for Raw {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::metadata;
+    use crate::telemetry::transport::header_pairs;
+
+    fn headers(
+        list: &str,
+    ) -> Result<tonic::metadata::MetadataMap, crate::telemetry::TelemetryError> {
+        metadata(&header_pairs(list)?)
+    }
 
     #[test]
     fn headers_are_read_as_the_otlp_exporters_read_them() {
