@@ -23,6 +23,11 @@ pub struct StoreConfig {
     pub sync: SyncMode,
     /// How often `periodic` syncs, in milliseconds.
     pub sync_interval_ms: u64,
+    /// Bytes of changes queued for the writer and not yet taken: past it,
+    /// whatever writes (the broker, the gateway) waits for the disk, so that
+    /// a flood of changes nobody awaits (retained QoS 0 messages, events for
+    /// the history) cannot fill memory faster than the disk empties it.
+    pub max_queued_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +44,7 @@ impl Default for StoreConfig {
             memory_only: false,
             sync: SyncMode::EveryBatch,
             sync_interval_ms: 1_000,
+            max_queued_bytes: 256 * 1024 * 1024,
         }
     }
 }

@@ -78,6 +78,9 @@ pub struct StoreStats {
     pub file_bytes: AtomicU64,
     /// Bytes queued and not yet committed.
     pub queued_bytes: AtomicU64,
+    /// Times a change waited for the writer to take what was queued
+    /// (`store.max_queued_bytes` reached).
+    pub waits: AtomicU64,
     /// What start-up found, by kind (retained, sessions, queued, history,
     /// invocations, tds).
     pub recovered: Mutex<std::collections::BTreeMap<&'static str, u64>>,
@@ -98,6 +101,8 @@ struct Inner {
     committed: watch::Receiver<Committed>,
     stats: Arc<StoreStats>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// `store.max_queued_bytes`.
+    max_queued_bytes: u64,
 }
 
 struct Queue {
@@ -148,6 +153,7 @@ impl Store {
                 committed,
                 stats,
                 writer: Mutex::new(Some(handle)),
+                max_queued_bytes: config.max_queued_bytes.max(1),
             })),
         })
     }
@@ -228,6 +234,7 @@ impl Store {
             return Ticket::done();
         };
         let bytes = op.bytes() as u64;
+        inner.wait_for_room(bytes);
         let mut q = inner.lock_queue();
         let seq = q.next + 1;
         let Some(tx) = &q.tx else {
@@ -248,6 +255,34 @@ impl Store {
 }
 
 impl Inner {
+    /// Past `max_queued_bytes`, waits until the writer has taken some of
+    /// the queue (it takes up to 8 MiB per commit), or has stopped. Callers
+    /// never block otherwise; here they wait for the disk, as a broker
+    /// without memory to spare must.
+    fn wait_for_room(&self, bytes: u64) {
+        let full = || {
+            let queued = self.stats.queued_bytes.load(Ordering::Relaxed);
+            queued > 0 && queued.saturating_add(bytes) > self.max_queued_bytes
+        };
+        if !full() {
+            return;
+        }
+        self.stats.waits.fetch_add(1, Ordering::Relaxed);
+        while full() && !self.writer_stopped() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn writer_stopped(&self) -> bool {
+        self.committed.borrow().failed.is_some()
+            || self
+                .writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_none_or(|h| h.is_finished())
+    }
+
     fn lock_queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         // A panic while holding it leaves a consistent queue (a counter and a
         // sender).

@@ -161,3 +161,25 @@ async fn damage_in_the_middle_of_a_written_store_is_an_error_not_a_panic() {
     assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test]
+async fn past_its_byte_budget_a_change_waits_for_the_writer_and_none_is_lost() {
+    let dir = temp_dir("budget");
+    let config = StoreConfig {
+        max_queued_bytes: 64 * 1024,
+        ..config(&dir)
+    };
+    let store = Store::open(&config).unwrap();
+    let table = store.table("flood");
+    // 4 MiB of changes nobody awaits, far past the 64 KiB budget.
+    for i in 0u32..1024 {
+        let _ = table.put(i.to_be_bytes().to_vec(), vec![7u8; 4096]);
+        let queued = store.stats().unwrap().queued_bytes.load(Ordering::Relaxed);
+        assert!(queued <= 64 * 1024 + 4100, "queued {queued}");
+    }
+    assert!(store.stats().unwrap().waits.load(Ordering::Relaxed) > 0);
+    store.barrier().durable().await.unwrap();
+    assert_eq!(table.load().unwrap().len(), 1024);
+    store.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}

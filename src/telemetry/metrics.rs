@@ -287,6 +287,7 @@ impl Metrics {
         let figures = [
             ("file_bytes", stats.file_bytes.load(Relaxed)),
             ("queued_bytes", stats.queued_bytes.load(Relaxed)),
+            ("waits", stats.waits.load(Relaxed)),
             ("commits", stats.commits.load(Relaxed)),
             ("changes", stats.changes.load(Relaxed)),
             ("commit_micros_total", stats.commit_micros.load(Relaxed)),
