@@ -201,7 +201,7 @@ impl Bridge {
                             continue;
                         }
                         let retain = is_retained(&self.topics, &p.topic);
-                        remote_echoes.expect(&p.topic, &p.payload, !retain, Instant::now());
+                        remote_echoes.remember(&p.topic, &p.payload, !retain, Instant::now());
                         held_for_remote.push_back(Held { topic: p.topic, payload: p.payload, retain });
                     }
                     LinkEvent::Lost { error, .. } => {
@@ -234,7 +234,7 @@ impl Bridge {
                             continue;
                         }
                         let retain = is_retained(&self.topics, &p.topic);
-                        local_echoes.expect(&p.topic, &p.payload, !retain, Instant::now());
+                        local_echoes.remember(&p.topic, &p.payload, !retain, Instant::now());
                         held_for_local.push_back(Held { topic: p.topic, payload: p.payload, retain });
                     }
                     LinkEvent::Lost { error, retry, first } => {
