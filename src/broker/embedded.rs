@@ -91,9 +91,9 @@ pub struct EmbeddedBroker {
     pub mqtt5_addr: SocketAddr,
     pub bus: Bus,
     pub deliveries: mpsc::Receiver<Delivery>,
-    /// One more link per `side_filters` entry given to [`EmbeddedBroker::start`],
-    /// in that order, subscribed to those filters.
-    pub side_links: Vec<(Bus, mpsc::Receiver<Delivery>)>,
+    /// One more link per side filter set given to [`EmbeddedBroker::start`],
+    /// under the same name, subscribed to those filters.
+    pub side_links: SideLinks<OwnLink>,
     /// MQTT client connections, from rumqttd's meters (every second).
     pub mqtt_connections: Arc<AtomicUsize>,
     /// A guard listener on loopback that lets every client in, for the
@@ -152,6 +152,43 @@ fn server_settings(name: &str, listen: SocketAddr, config: &MqttConfig) -> Serve
     }
 }
 
+/// A link of the sidecar's own to the router: publish on the bus, read
+/// what its subscriptions deliver.
+pub type OwnLink = (Bus, mpsc::Receiver<Delivery>);
+
+/// The sidecar's links to the router beside the gateway's, by who reads
+/// them (filters going in, links coming out): each its own, so that its
+/// deliveries do not queue behind the gateway's.
+pub struct SideLinks<T> {
+    /// The values mirror's (`topics.value_topics`).
+    pub values: Option<T>,
+    /// The native NATS link's (`cluster.mode = "nats"`).
+    pub cluster: Option<T>,
+}
+
+impl<T> Default for SideLinks<T> {
+    fn default() -> Self {
+        SideLinks {
+            values: None,
+            cluster: None,
+        }
+    }
+}
+
+impl<T> SideLinks<T> {
+    fn len(&self) -> usize {
+        usize::from(self.values.is_some()) + usize::from(self.cluster.is_some())
+    }
+
+    /// Each present entry through `f`, values first.
+    fn try_map<U, E>(self, mut f: impl FnMut(T) -> Result<U, E>) -> Result<SideLinks<U>, E> {
+        Ok(SideLinks {
+            values: self.values.map(&mut f).transpose()?,
+            cluster: self.cluster.map(&mut f).transpose()?,
+        })
+    }
+}
+
 /// What the broker works with beside its configuration.
 pub struct Hooks {
     /// Checked before a guarded connection's first packet reaches rumqttd.
@@ -168,12 +205,11 @@ impl EmbeddedBroker {
     /// applies `policy`, speaks TLS when `tls` is given, and closes every
     /// client connection once `shutdown` fires. `filters` are subscribed
     /// before the broker is declared ready. Each of `side_filters` gets a
-    /// link of its own (see [`EmbeddedBroker::side_links`]), so that its
-    /// deliveries do not queue behind the gateway's.
+    /// link of its own (see [`SideLinks`]).
     pub async fn start(
         config: &MqttConfig,
         filters: Vec<String>,
-        side_filters: Vec<Vec<String>>,
+        side_filters: SideLinks<Vec<String>>,
         policy: Arc<dyn Policy>,
         hooks: Hooks,
         tls: Option<TlsAcceptor>,
@@ -275,10 +311,7 @@ impl EmbeddedBroker {
             main_filters,
             Some((probe_topic.clone(), probe_tx)),
         )?;
-        let side_links = side_filters
-            .into_iter()
-            .map(|filters| open_link(&mut broker, filters, None))
-            .collect::<Result<Vec<_>, _>>()?;
+        let side_links = side_filters.try_map(|filters| open_link(&mut broker, filters, None))?;
 
         std::thread::Builder::new()
             .name("rumqttd".into())
@@ -353,7 +386,7 @@ fn open_link(
     broker: &mut Broker,
     filters: Vec<String>,
     probe: Option<(String, mpsc::UnboundedSender<String>)>,
-) -> Result<(Bus, mpsc::Receiver<Delivery>), BrokerError> {
+) -> Result<OwnLink, BrokerError> {
     // A client ID no MQTT client will pick by accident: a duplicate would
     // make rumqttd drop the sidecar's own link.
     let link_id = format!("lmos-sidecar-{}", uuid::Uuid::new_v4().simple());
