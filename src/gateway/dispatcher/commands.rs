@@ -2,7 +2,22 @@
 //! subscriptions (with their limits and resume), requests and agents'
 //! answers, a connection leaving.
 
-use super::*;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::{Activity, Command, Core, Decisions, GatewayStats};
+use crate::broker::{BusCommand, Delivery, Publication};
+use crate::directory::affordances;
+use crate::gateway::history::Anchor;
+use crate::gateway::requests::{ClaimError, Consumer};
+use crate::gateway::subscriptions::{ConnId, Selector};
+use crate::gateway::{history, trace_publication};
+use crate::lmos::splice::json_string;
+use crate::lmos::{dialect, Body, Message, Problem, ProblemKind};
+use crate::telemetry::metrics;
 
 /// Who a subscription's answers go to, and whether it wants an
 /// acknowledgement (the Kotlin dialect).

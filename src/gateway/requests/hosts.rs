@@ -1,7 +1,14 @@
 //! Which agent serves which Thing: WebSocket agents' claims, MQTT agents'
 //! presence, and what fails when a host goes.
 
-use super::*;
+use serde_json::{json, Value};
+
+use super::{ClaimError, Effect, Host, Kind, Requests, Timer};
+use crate::broker::Publication;
+use crate::gateway::subscriptions::ConnId;
+use crate::lmos::splice::text;
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::telemetry::metrics;
 
 impl Requests {
     /// A WebSocket agent declares the Things it hosts; all or none.

@@ -1,6 +1,8 @@
 //! Ends: the sidecar stopping, a WebSocket connection closing.
 
-use super::*;
+use super::{Consumer, Effect, Host, Kind, Requests};
+use crate::gateway::subscriptions::ConnId;
+use crate::lmos::{Body, Message, Problem, ProblemKind};
 
 impl Requests {
     /// The sidecar is stopping: every request still waiting is answered with

@@ -15,9 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::time::delay_queue::{self, DelayQueue};
-use uuid::Uuid;
 
 mod hosts;
 mod input;
@@ -30,11 +29,10 @@ mod timers;
 use super::foreign::ForeignRoutes;
 use super::subscriptions::ConnId;
 use crate::broker::Publication;
-use crate::directory::forms::status_href;
-use crate::lmos::splice::{json_string, peek_member, text, Prepared};
-use crate::lmos::{is_terminal, Body, Message, MessageType, Problem, ProblemKind};
+use crate::lmos::splice::peek_member;
+use crate::lmos::{Message, MessageType};
 use crate::quotas::{Quota, Quotas, Tally};
-use crate::telemetry::metrics::{self, Metrics};
+use crate::telemetry::metrics::Metrics;
 use crate::topics::Topics;
 
 /// Where a consumer's replies go.

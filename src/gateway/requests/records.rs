@@ -20,10 +20,16 @@
 //! Nothing waits for these writes: a status has no acknowledgement to hold
 //! back, and the agent's own statuses go on whether they are on disk or not.
 
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use tracing::{info, warn};
 
-use super::*;
+use super::{Consumer, Kind, Pending, Requests, Timer};
+use crate::gateway::subscriptions::ConnId;
+use crate::lmos::{Body, Message};
 use crate::store::{Store, StoreError, Table};
 
 /// The store's table for invocation records.

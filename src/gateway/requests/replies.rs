@@ -2,7 +2,13 @@
 //! invocation's watchers), its invocation status topic, and whoever waits
 //! on a cancelAction.
 
-use super::*;
+use serde_json::Value;
+
+use super::{Consumer, Effect, Kind, Requests, Timer};
+use crate::broker::Publication;
+use crate::directory::forms::status_href;
+use crate::lmos::splice::{json_string, Prepared};
+use crate::lmos::{is_terminal, Body, Message};
 
 /// An action status an agent sent for an invocation.
 struct InvocationStatus<'a> {

@@ -3,7 +3,17 @@
 //! finished invocation, refusals); and requests other sidecars route to
 //! agents connected here.
 
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Consumer, Effect, Host, Kind, Pending, Requests, Timer};
+use crate::broker::Publication;
+use crate::gateway::subscriptions::ConnId;
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::quotas::Quota;
 
 impl Requests {
     /// A consumer's request. Returns what to send where. `td_liveness`: the

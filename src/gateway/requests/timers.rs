@@ -1,7 +1,10 @@
 //! Time and memory: reply, cancel and retention timers, what happens when
 //! one fires, and how requests are remembered and forgotten.
 
-use super::*;
+use std::time::Duration;
+
+use super::{Effect, Kind, Requests, Timer};
+use crate::lmos::{Problem, ProblemKind};
 
 impl Requests {
     pub(super) fn arm(&mut self, timer: Timer, after: Duration) {
