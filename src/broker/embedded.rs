@@ -385,7 +385,7 @@ struct Recovered {
 
 async fn recover(store: &Store, topics: &Topics) -> Result<Recovered, BrokerError> {
     let started = std::time::Instant::now();
-    let recovered = crate::broker::kept::recover(&store, &topics)?;
+    let recovered = crate::broker::kept::recover(store, topics)?;
     let (stale_presence, kept_sessions) = match &recovered {
         Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
         None => (Vec::new(), Vec::new()),

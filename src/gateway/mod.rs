@@ -502,7 +502,7 @@ fn request_router(
     )
     .with_metrics(metrics.clone())
     .with_quotas(quotas)
-    .with_store(&store)
+    .with_store(store)
 }
 
 /// The resume history the store kept, when it keeps one.

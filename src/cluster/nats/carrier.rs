@@ -354,12 +354,12 @@ impl Carrier {
             return ControlFlow::Continue(());
         }
         for out in self.relay.from_local(topic, delivery.payload) {
-            self.to_nats(out).await;
+            self.send_to_nats(out).await;
         }
         ControlFlow::Continue(())
     }
 
-    async fn to_nats(&mut self, out: ToNats) {
+    async fn send_to_nats(&mut self, out: ToNats) {
         match out {
             ToNats::Publish { subject, payload } => {
                 if let Err(e) = self.client.publish(subject, payload).await {
