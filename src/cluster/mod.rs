@@ -8,6 +8,8 @@
 //! between a sidecar's request router and an agent on another host.
 //! Consumers' own `requests/` and `replies/` topics stay local: each
 //! request is routed exactly once, by the consumer's own sidecar.
+//!
+//! Which file holds which part: `docs/architecture.md`, "Where is what".
 
 pub mod bridge;
 pub mod echo;

@@ -4,6 +4,8 @@
 //! own subscription table and asks the bus for one filter per Thing and stream,
 //! so a thousand consumers of one event cost the broker one subscriber, and
 //! each message is parsed and serialized once however many receive it.
+//!
+//! Which file holds which part: `docs/architecture.md`, "Where is what".
 
 pub mod budget;
 mod connection;

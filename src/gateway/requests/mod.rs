@@ -9,6 +9,8 @@
 //! No I/O here: each call returns the [`Effect`]s the dispatcher carries out
 //! (invocation records are queued for the store, never waited for:
 //! `records.rs`).
+//!
+//! Which file holds which part: `docs/architecture.md`, "Where is what".
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
