@@ -81,9 +81,9 @@ impl Requests {
                 continue;
             };
             let detail = format!("The agent hosting `{thing}` disconnected before it finished.");
-            match p.kind {
+            match p.asked.kind() {
                 Kind::Invocation => {
-                    let action = p.action.clone().unwrap_or_default();
+                    let action = p.asked.action().unwrap_or_default().to_owned();
                     let status = p
                         .speak(Message::new(
                             thing,

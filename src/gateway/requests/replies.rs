@@ -51,7 +51,9 @@ impl Requests {
         let Value::Object(mut prepared_map) = message.to_value() else {
             return None;
         };
-        if let (Body::ActionStatus { action, .. }, Kind::Invocation) = (&message.body, p.kind) {
+        if let (Body::ActionStatus { action, .. }, Kind::Invocation) =
+            (&message.body, p.asked.kind())
+        {
             // Where the invocation can be asked after, as the WoT profiles'
             // status objects say.
             prepared_map
@@ -61,7 +63,7 @@ impl Requests {
         let copy =
             Prepared::from_members(&prepared_map, thing).with(&json_string(&p.correlation), trace);
         let mut effects = p.to_all(&copy);
-        match (&message.body, p.kind) {
+        match (&message.body, p.asked.kind()) {
             (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
                 let status = InvocationStatus {
                     thing,

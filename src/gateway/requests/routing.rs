@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Consumer, Effect, Host, Kind, Pending, Requests, Timer};
+use super::{Asked, Consumer, Effect, Host, Kind, Pending, Requests, Timer};
 use crate::broker::Publication;
 use crate::gateway::subscriptions::ConnId;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
@@ -76,6 +76,12 @@ impl Requests {
             self.remember_invocation(&consumer, &owner, &correlation, action, &route);
         }
         let wait = self.wait_for(kind, &thing, action.as_deref(), td_liveness);
+        // Invocations, and only they, name an action.
+        let asked = match (kind, action) {
+            (_, Some(action)) => Asked::Invocation { action },
+            (Kind::ReadProperty, None) => Asked::ReadProperty,
+            _ => Asked::WriteProperty,
+        };
         let now = Instant::now();
         self.tally(kind).add(&principal, 1);
         self.routes.insert(
@@ -84,8 +90,7 @@ impl Requests {
                 consumer,
                 correlation,
                 thing: thing.clone(),
-                kind,
-                action,
+                asked,
                 latest: None,
                 finished: false,
                 remembered: false,
@@ -216,7 +221,7 @@ impl Requests {
         .find(|route| {
             self.routes
                 .get(*route)
-                .is_some_and(|p| p.action.as_deref() == Some(action))
+                .is_some_and(|p| p.asked.action() == Some(action))
         })
         .cloned()
     }
