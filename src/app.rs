@@ -10,7 +10,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -20,13 +19,11 @@ use tracing::info;
 use crate::auth::mqtt::MqttPolicy;
 use crate::auth::{AuthError, Authority};
 use crate::broker::embedded::{BrokerError, EmbeddedBroker, Hooks, SideLinks};
-use crate::cluster::{Bridge, ClusterConfigError, ClusterLink, ClusterStatus, NatsLink};
+use crate::cluster::{Bridge, ClusterConfigError, ClusterLink, NatsLink};
 use crate::config::{ClusterMode, Config};
 use crate::directory::DirectoryService;
 use crate::gateway::{Dispatcher, Gateway, GatewaySetup};
-use crate::http::auth::HttpAuth;
-use crate::http::server::ServeOptions;
-use crate::http::{self, HttpState, LMOS_PATH};
+use crate::http::{self, LMOS_PATH};
 use crate::quotas::Quotas;
 use crate::store::Store;
 use crate::telemetry::metrics::Metrics;
@@ -224,7 +221,7 @@ impl Application {
             self.mqtt_connections.clone(),
             drain.token(),
         ));
-        let serving = Serving {
+        let serving = parts::Serving {
             config: &self.config,
             gateway: self.gateway,
             directory: self.directory,
@@ -235,7 +232,7 @@ impl Application {
             http_addr: self.http_addr,
         };
         let state = serving.http_state(&drain, &connections, &closing, cluster);
-        let options = serve_options(&self.config, self.http_tls);
+        let options = parts::serve_options(&self.config, self.http_tls);
         let server = tokio::spawn(http::serve(self.http_listener, state, options));
 
         tokio::select! {
@@ -406,85 +403,4 @@ async fn register_things(config: &Config, directory: &DirectoryService) -> Resul
     // After the files: a file's TD updated over HTTP comes back updated.
     directory.restore().await?;
     Ok(())
-}
-
-fn serve_options(config: &Config, tls: Option<tokio_rustls::TlsAcceptor>) -> ServeOptions {
-    ServeOptions {
-        tls,
-        max_connections: config.http.max_connections,
-        handshake_timeout: Duration::from_millis(config.http.handshake_timeout_ms),
-        body: http::slow::BodyLimits {
-            timeout: Duration::from_millis(config.http.body_timeout_ms),
-            min_rate: config.http.body_min_rate,
-        },
-    }
-}
-
-/// What the HTTP port serves with, taken from the application as it runs.
-struct Serving<'a> {
-    config: &'a Config,
-    gateway: Gateway,
-    directory: DirectoryService,
-    metrics: Metrics,
-    mqtt_connections: Arc<AtomicUsize>,
-    broker: crate::broker::health::Health,
-    authority: Authority,
-    http_addr: SocketAddr,
-}
-
-impl Serving<'_> {
-    fn http_state(
-        self,
-        drain: &Drain,
-        connections: &TaskTracker,
-        closing: &CancellationToken,
-        cluster: Option<ClusterStatus>,
-    ) -> HttpState {
-        let config = self.config;
-        // The console's traffic history fills from the start, so a page
-        // opened later shows the minutes before it.
-        let history = http::console::History::default();
-        if config.console.enabled {
-            tokio::spawn(http::console::sample_traffic(
-                history.clone(),
-                self.metrics.clone(),
-                drain.token(),
-            ));
-        }
-        let jaeger_ui_url = config.tracing.jaeger_ui_url.trim_end_matches('/');
-        HttpState {
-            gateway: self.gateway,
-            connections: connections.clone(),
-            shutdown: drain.token(),
-            closing: closing.clone(),
-            directory: self.directory,
-            metrics: self.metrics.clone(),
-            mqtt_connections: self.mqtt_connections,
-            broker: self.broker,
-            cluster,
-            request_timeout: config.requests.timeout(),
-            console: http::console::ConsoleSettings {
-                enabled: config.console.enabled,
-                jaeger_ui_url: jaeger_ui_url.to_owned(),
-                history,
-                clients: http::console::Clients::default(),
-            },
-            guard: http::guard::Guard::new(
-                &config.http,
-                &config.discovery.public_host,
-                self.http_addr,
-                self.metrics.clone(),
-            ),
-            mcp: http::mcp::Mcp::new(&config.mcp, config.gateway.max_message_size),
-            agent_protocols: http::AgentProtocols {
-                mcp: config.mcp.enabled,
-                a2a: config.a2a.enabled,
-            },
-            auth: HttpAuth {
-                authority: self.authority,
-                schemes: config.http.authentication.clone(),
-                metrics: self.metrics,
-            },
-        }
-    }
 }

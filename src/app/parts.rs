@@ -3,15 +3,21 @@
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
+use super::drain::Drain;
 use crate::auth::{AuthError, Authority};
+use crate::cluster::ClusterStatus;
 use crate::config::Config;
 use crate::directory::{Directory, DirectoryService, Endpoints};
-use crate::http::LMOS_PATH;
+use crate::gateway::Gateway;
+use crate::http::auth::HttpAuth;
+use crate::http::server::ServeOptions;
+use crate::http::{self, HttpState, LMOS_PATH};
 use crate::quotas::Quotas;
 use crate::telemetry::metrics::Metrics;
 
@@ -117,6 +123,90 @@ pub(super) async fn give_memory_back(
         let open = http.len() + mqtt.load(std::sync::atomic::Ordering::Relaxed);
         if trimmer.after_check(open) {
             crate::telemetry::memory::trim();
+        }
+    }
+}
+
+pub(super) fn serve_options(
+    config: &Config,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> ServeOptions {
+    ServeOptions {
+        tls,
+        max_connections: config.http.max_connections,
+        handshake_timeout: Duration::from_millis(config.http.handshake_timeout_ms),
+        body: http::slow::BodyLimits {
+            timeout: Duration::from_millis(config.http.body_timeout_ms),
+            min_rate: config.http.body_min_rate,
+        },
+    }
+}
+
+/// What the HTTP port serves with, taken from the application as it runs.
+pub(super) struct Serving<'a> {
+    pub(super) config: &'a Config,
+    pub(super) gateway: Gateway,
+    pub(super) directory: DirectoryService,
+    pub(super) metrics: Metrics,
+    pub(super) mqtt_connections: Arc<AtomicUsize>,
+    pub(super) broker: crate::broker::health::Health,
+    pub(super) authority: Authority,
+    pub(super) http_addr: SocketAddr,
+}
+
+impl Serving<'_> {
+    pub(super) fn http_state(
+        self,
+        drain: &Drain,
+        connections: &TaskTracker,
+        closing: &CancellationToken,
+        cluster: Option<ClusterStatus>,
+    ) -> HttpState {
+        let config = self.config;
+        // The console's traffic history fills from the start, so a page
+        // opened later shows the minutes before it.
+        let history = http::console::History::default();
+        if config.console.enabled {
+            tokio::spawn(http::console::sample_traffic(
+                history.clone(),
+                self.metrics.clone(),
+                drain.token(),
+            ));
+        }
+        let jaeger_ui_url = config.tracing.jaeger_ui_url.trim_end_matches('/');
+        HttpState {
+            gateway: self.gateway,
+            connections: connections.clone(),
+            shutdown: drain.token(),
+            closing: closing.clone(),
+            directory: self.directory,
+            metrics: self.metrics.clone(),
+            mqtt_connections: self.mqtt_connections,
+            broker: self.broker,
+            cluster,
+            request_timeout: config.requests.timeout(),
+            console: http::console::ConsoleSettings {
+                enabled: config.console.enabled,
+                jaeger_ui_url: jaeger_ui_url.to_owned(),
+                history,
+                clients: http::console::Clients::default(),
+            },
+            guard: http::guard::Guard::new(
+                &config.http,
+                &config.discovery.public_host,
+                self.http_addr,
+                self.metrics.clone(),
+            ),
+            mcp: http::mcp::Mcp::new(&config.mcp, config.gateway.max_message_size),
+            agent_protocols: http::AgentProtocols {
+                mcp: config.mcp.enabled,
+                a2a: config.a2a.enabled,
+            },
+            auth: HttpAuth {
+                authority: self.authority,
+                schemes: config.http.authentication.clone(),
+                metrics: self.metrics,
+            },
         }
     }
 }
