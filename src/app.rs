@@ -1,27 +1,29 @@
 //! Wiring: the broker, the gateway and the HTTP port, started together and
-//! stopped together.
+//! stopped together ([`drain`]).
+
+pub mod drain;
+mod parts;
+
+use drain::Drain;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::auth::mqtt::MqttPolicy;
 use crate::auth::{AuthError, Authority};
-use crate::broker::embedded::{BrokerError, EmbeddedBroker, Hooks};
-use crate::cluster::Cluster;
+use crate::broker::embedded::{BrokerError, EmbeddedBroker, Hooks, SideLinks};
+use crate::cluster::{Bridge, ClusterConfigError, ClusterLink, NatsLink};
 use crate::config::{ClusterMode, Config};
-use crate::directory::{Directory, DirectoryService, Endpoints};
+use crate::directory::DirectoryService;
 use crate::gateway::{Dispatcher, Gateway, GatewaySetup};
-use crate::http::auth::HttpAuth;
-use crate::http::server::ServeOptions;
-use crate::http::{self, HttpState, LMOS_PATH};
+use crate::http::{self, LMOS_PATH};
 use crate::quotas::Quotas;
 use crate::store::Store;
 use crate::telemetry::metrics::Metrics;
@@ -46,7 +48,7 @@ pub enum StartError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error(transparent)]
-    Cluster(#[from] crate::cluster::bridge::ClusterError),
+    Cluster(#[from] ClusterConfigError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }
@@ -71,8 +73,8 @@ pub struct Application {
     http_tls: Option<tokio_rustls::TlsAcceptor>,
     /// Closes the MQTT listeners and connections when dropped.
     mqtt_stop: DropGuard,
-    /// The link to the cluster, when `cluster.url` is set.
-    bridge: Option<Cluster>,
+    /// The link to the cluster, when `cluster.url` is set (either mode).
+    cluster: Option<ClusterLink>,
     /// What survives a restart; closed (written and synced) last.
     store: Store,
 }
@@ -107,90 +109,21 @@ impl Application {
         if let Some(stats) = store.stats() {
             metrics.watch_store(stats.clone());
         }
-        let authority = authority(&config, &metrics)?;
+        let authority = parts::authority(&config, &metrics)?;
         let http_tls = crate::tls::acceptor(
             &config.http.tls_cert,
             &config.http.tls_key,
             ("http.tls_cert", "http.tls_key"),
         )?;
-        let topics = config.topics();
-        let mqtt_tls = crate::tls::acceptor(
-            &config.mqtt.tls_cert,
-            &config.mqtt.tls_key,
-            ("mqtt.tls_cert", "mqtt.tls_key"),
-        )
-        .map_err(BrokerError::Tls)?;
         let mqtt_stop = CancellationToken::new();
-        let policy = MqttPolicy::new(
-            authority.clone(),
-            topics.clone(),
-            config.mqtt.authentication,
-            metrics.clone(),
-        );
-        let mirror = config
-            .topics
-            .value_topics
-            .then(|| crate::wot::values::Mirror::new(topics.clone()));
-        let mut side_filters: Vec<Vec<String>> = mirror.iter().map(|m| m.link_filters()).collect();
-        // The native NATS link reads the embedded broker through a link of
-        // its own, in process, like the values mirror (last, popped first).
-        let native = !config.cluster.url.is_empty() && config.cluster.mode == ClusterMode::Nats;
-        if native {
-            side_filters.push(crate::cluster::bridged_filters(&topics));
-        }
-        let mut broker = EmbeddedBroker::start(
-            &config.mqtt,
-            Gateway::bus_filters(&topics),
-            side_filters,
-            Arc::new(policy),
-            Hooks {
-                prerequisite: mirror
-                    .clone()
-                    .map(|m| Arc::new(m) as Arc<dyn crate::broker::guard::Prerequisite>),
-                store: store.clone(),
-                topics: topics.clone(),
-            },
-            mqtt_tls,
-            mqtt_stop.clone(),
-        )
-        .await?;
-        let cluster_link = if native {
-            broker.side_links.pop()
-        } else {
-            None
-        };
-        if let (Some(mirror), Some((bus, deliveries))) = (mirror, broker.side_links.pop()) {
-            tokio::spawn(mirror.attach(bus, deliveries));
-        }
+        let mut broker = start_broker(&config, &authority, &metrics, &store, &mqtt_stop).await?;
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
         };
-        let bridge = match (config.cluster.url.as_str(), cluster_link) {
-            ("", _) => None,
-            (_, Some((bus, deliveries))) => Some(Cluster::Nats(
-                crate::cluster::NatsLink::new(
-                    &config.cluster,
-                    topics.clone(),
-                    bus,
-                    deliveries,
-                    &thing_id,
-                )
-                .map_err(crate::cluster::bridge::ClusterError::from)?,
-            )),
-            (_, None) => {
-                crate::cluster::nats::options::check_mqtt_mode(&config.cluster)
-                    .map_err(crate::cluster::bridge::ClusterError::from)?;
-                Some(Cluster::Mqtt(crate::cluster::Bridge::new(
-                    &config.cluster,
-                    topics.clone(),
-                    broker.internal_addr,
-                    &thing_id,
-                )?))
-            }
-        };
+        let cluster = cluster_link(&config, &mut broker, &thing_id)?;
         let quotas = Quotas::new(&config.quotas, !config.auth.principals.is_empty());
-        let directory = directory_service(
+        let directory = parts::directory_service(
             &config,
             (&quotas, &metrics),
             broker.bus.clone(),
@@ -199,19 +132,11 @@ impl Application {
             &thing_id,
         )
         .with_store(&store);
-        for path in &config.discovery.things {
-            let id = directory
-                .register_file(path)
-                .await
-                .map_err(StartError::Thing)?;
-            info!(thing = %id, file = %path.display(), "Registered a Thing Description.");
-        }
-        // After the files: a file's TD updated over HTTP comes back updated.
-        directory.restore().await?;
+        register_things(&config, &directory).await?;
         let (gateway, mut dispatcher) = Gateway::new(GatewaySetup {
             bus: broker.bus,
             deliveries: broker.deliveries,
-            topics,
+            topics: config.topics(),
             config: config.gateway.clone(),
             requests: config.requests.clone(),
             history: config.history.clone(),
@@ -233,7 +158,7 @@ impl Application {
             broker_health: broker.health.clone(),
             broker_addr: broker.broker_addr,
             mqtt_stop: mqtt_stop.drop_guard(),
-            bridge,
+            cluster,
             gateway,
             dispatcher,
             config,
@@ -277,104 +202,37 @@ impl Application {
     /// Serves until `shutdown` resolves, then closes every WebSocket
     /// connection (code 1001) and waits for them up to the grace period.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-        let token = CancellationToken::new();
+        self.log_ready();
+        let drain = Drain::new();
         let connections = TaskTracker::new();
-        info!(
-            mqtt = %self.mqtt_addr,
-            mqtt5 = %self.mqtt5_addr,
-            http = %self.http_addr,
-            websocket = %format!(
-                "{}://{}{LMOS_PATH}",
-                if self.http_tls.is_some() { "wss" } else { "ws" },
-                self.http_addr
-            ),
-            store = %self.store.describe(),
-            console = %if self.config.console.enabled {
-                format!(
-                    "{}://{}/console",
-                    if self.http_tls.is_some() { "https" } else { "http" },
-                    self.http_addr
-                )
-            } else {
-                "off".to_owned()
-            },
-            "Sidecar ready."
-        );
-
         // WebSocket connections close only after the dispatcher has told
         // consumers what becomes of their requests.
         let closing = CancellationToken::new();
-        let dispatcher = tokio::spawn(self.dispatcher.run(token.clone(), closing.clone()));
-        // The bridge outlives the connections' drain: what they still
+        let dispatcher = tokio::spawn(self.dispatcher.run(drain.token(), closing.clone()));
+        // The cluster link outlives the connections' drain: what they still
         // publish crosses to the cluster.
-        let bridge_stop = CancellationToken::new();
-        let cluster = self.bridge.as_ref().map(Cluster::status);
-        let bridge = self
-            .bridge
-            .map(|b| tokio::spawn(b.run(bridge_stop.clone())));
-        tokio::spawn(give_memory_back(
+        let cluster_stop = CancellationToken::new();
+        let cluster = self.cluster.as_ref().map(ClusterLink::status);
+        let cluster_link = self
+            .cluster
+            .map(|c| tokio::spawn(c.run(cluster_stop.clone())));
+        tokio::spawn(parts::give_memory_back(
             connections.clone(),
             self.mqtt_connections.clone(),
-            token.clone(),
+            drain.token(),
         ));
-        // The console's traffic history fills from the start, so a page
-        // opened later shows the minutes before it.
-        let history = http::console::History::default();
-        if self.config.console.enabled {
-            tokio::spawn(http::console::sample_traffic(
-                history.clone(),
-                self.metrics.clone(),
-                token.clone(),
-            ));
-        }
-        let state = HttpState {
+        let serving = parts::Serving {
+            config: &self.config,
             gateway: self.gateway,
-            connections: connections.clone(),
-            shutdown: token.clone(),
-            closing: closing.clone(),
             directory: self.directory,
-            metrics: self.metrics.clone(),
+            metrics: self.metrics,
             mqtt_connections: self.mqtt_connections,
             broker: self.broker_health.clone(),
-            cluster,
-            request_timeout: self.config.requests.timeout(),
-            console: http::console::ConsoleSettings {
-                enabled: self.config.console.enabled,
-                jaeger_ui_url: self
-                    .config
-                    .tracing
-                    .jaeger_ui_url
-                    .trim_end_matches('/')
-                    .to_owned(),
-                history,
-                clients: http::console::Clients::default(),
-            },
-            guard: http::guard::Guard::new(
-                &self.config.http,
-                &self.config.discovery.public_host,
-                self.http_addr,
-                self.metrics.clone(),
-            ),
-            mcp: http::mcp::Mcp::new(&self.config.mcp, self.config.gateway.max_message_size),
-            agent_protocols: http::AgentProtocols {
-                mcp: self.config.mcp.enabled,
-                a2a: self.config.a2a.enabled,
-            },
-            auth: HttpAuth {
-                authority: self.authority,
-                schemes: self.config.http.authentication.clone(),
-                metrics: self.metrics,
-            },
+            authority: self.authority,
+            http_addr: self.http_addr,
         };
-        let options = ServeOptions {
-            tls: self.http_tls,
-            max_connections: self.config.http.max_connections,
-            handshake_timeout: Duration::from_millis(self.config.http.handshake_timeout_ms),
-            body: http::slow::BodyLimits {
-                timeout: Duration::from_millis(self.config.http.body_timeout_ms),
-                min_rate: self.config.http.body_min_rate,
-            },
-        };
+        let state = serving.http_state(&drain, &connections, &closing, cluster);
+        let options = parts::serve_options(&self.config, self.http_tls);
         let server = tokio::spawn(http::serve(self.http_listener, state, options));
 
         tokio::select! {
@@ -382,30 +240,27 @@ impl Application {
             _ = self.broker_health.failed() => {
                 tokio::time::sleep(crate::broker::health::LINGER).await;
             }
-            _ = token.cancelled() => {}
+            _ = drain.signalled() => {}
         }
-        token.cancel();
+        drain.signal();
         // Should the dispatcher be stuck, connections close anyway.
-        let _ = tokio::time::timeout(Duration::from_secs(1), closing.cancelled()).await;
+        drain
+            .stage("farewells", drain::FAREWELL_GRACE, closing.cancelled())
+            .await;
         closing.cancel();
-
-        let grace = self.config.shutdown_grace();
         connections.close();
-        let drained = tokio::time::timeout(grace, async {
+        let connections_drained = async {
             let _ = server.await;
             connections.wait().await;
-        })
-        .await;
-        if drained.is_err() {
-            warn!(
-                grace_ms = grace.as_millis() as u64,
-                "Connections still open after the grace period; exiting anyway."
-            );
-        }
+        };
+        let grace = self.config.shutdown_grace();
+        drain.stage("connections", grace, connections_drained).await;
         dispatcher.abort();
-        bridge_stop.cancel();
-        if let Some(bridge) = bridge {
-            let _ = tokio::time::timeout(Duration::from_secs(2), bridge).await;
+        cluster_stop.cancel();
+        if let Some(link) = cluster_link {
+            drain
+                .stage("cluster link", drain::CLUSTER_GRACE, link)
+                .await;
         }
         drop(self.mqtt_stop);
         let store = self.store.clone();
@@ -420,106 +275,132 @@ impl Application {
         info!("Sidecar stopped.");
         Ok(())
     }
+
+    fn log_ready(&self) {
+        let tls = self.http_tls.is_some();
+        info!(
+            mqtt = %self.mqtt_addr,
+            mqtt5 = %self.mqtt5_addr,
+            http = %self.http_addr,
+            websocket = %format!(
+                "{}://{}{LMOS_PATH}",
+                if tls { "wss" } else { "ws" },
+                self.http_addr
+            ),
+            store = %self.store.describe(),
+            console = %if self.config.console.enabled {
+                format!(
+                    "{}://{}/console",
+                    if tls { "https" } else { "http" },
+                    self.http_addr
+                )
+            } else {
+                "off".to_owned()
+            },
+            "Sidecar ready."
+        );
+    }
 }
 
-/// The host consumers use: `discovery.public_host`, else the listening
-/// address (`localhost` for one that listens on all interfaces).
-fn public_host(config: &Config, bound: SocketAddr) -> String {
-    if !config.discovery.public_host.is_empty() {
-        return config.discovery.public_host.clone();
-    }
-    match bound.ip() {
-        ip if ip.is_unspecified() => "localhost".to_owned(),
-        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-        ip => ip.to_string(),
-    }
-}
-
-fn directory_service(
+/// Starts the embedded broker with its side links: the values mirror's
+/// (attached here) and the native NATS link's (left in
+/// `side_links.cluster` for [`cluster_link`]).
+async fn start_broker(
     config: &Config,
-    (quotas, metrics): (&Arc<Quotas>, &Metrics),
-    bus: crate::broker::Bus,
-    http: SocketAddr,
-    mqtt: SocketAddr,
-    thing_id: &str,
-) -> DirectoryService {
-    let tls = |cert: &str| !cert.is_empty();
-    let (web, ws) = if tls(&config.http.tls_cert) {
-        ("https", "wss")
-    } else {
-        ("http", "ws")
-    };
-    let mqtt_scheme = if tls(&config.mqtt.tls_cert) {
-        "mqtts"
-    } else {
-        "mqtt"
-    };
-    let http_base = format!("{web}://{}:{}", public_host(config, http), http.port());
-    let endpoints = Endpoints {
-        websocket: format!(
-            "{ws}://{}:{}{LMOS_PATH}",
-            public_host(config, http),
-            http.port()
-        ),
-        mqtt: format!(
-            "{mqtt_scheme}://{}:{}",
-            public_host(config, mqtt),
-            mqtt.port()
-        ),
-        http: http_base.clone(),
-        topics: config.topics(),
-        value_topics: config.topics.value_topics,
-        http_schemes: config.http.authentication.clone(),
-        mqtt_password: config.mqtt.authentication,
-    };
-    let limits = crate::directory::TdLimits {
-        max_td_size: config.discovery.max_td_size,
-        max_total_bytes: config.discovery.max_total_td_bytes,
-    };
-    DirectoryService::new(
-        Directory::new(endpoints).with_limits(limits, quotas.clone(), metrics.clone()),
-        bus,
-        config.topics(),
-        thing_id.to_owned(),
-        &http_base,
+    authority: &Authority,
+    metrics: &Metrics,
+    store: &Store,
+    stop: &CancellationToken,
+) -> Result<EmbeddedBroker, StartError> {
+    let topics = config.topics();
+    let mqtt_tls = crate::tls::acceptor(
+        &config.mqtt.tls_cert,
+        &config.mqtt.tls_key,
+        ("mqtt.tls_cert", "mqtt.tls_key"),
     )
+    .map_err(BrokerError::Tls)?;
+    let policy = MqttPolicy::new(
+        authority.clone(),
+        topics.clone(),
+        config.mqtt.authentication,
+        metrics.clone(),
+    );
+    let mirror = config
+        .topics
+        .value_topics
+        .then(|| crate::wot::values::Mirror::new(topics.clone()));
+    // The native NATS link reads the embedded broker through a link of its
+    // own, in process, like the values mirror.
+    let side_filters = SideLinks {
+        values: mirror.as_ref().map(|m| m.link_filters()),
+        cluster: native_cluster(config).then(|| crate::cluster::bridged_filters(&topics)),
+    };
+    let hooks = Hooks {
+        prerequisite: mirror
+            .clone()
+            .map(|m| Arc::new(m) as Arc<dyn crate::broker::guard::Prerequisite>),
+        store: store.clone(),
+        topics: topics.clone(),
+    };
+    let filters = Gateway::bus_filters(&topics);
+    let mut broker = EmbeddedBroker::start(
+        &config.mqtt,
+        filters,
+        side_filters,
+        Arc::new(policy),
+        hooks,
+        mqtt_tls,
+        stop.clone(),
+    )
+    .await?;
+    if let (Some(mirror), Some((bus, deliveries))) = (mirror, broker.side_links.values.take()) {
+        tokio::spawn(mirror.attach(bus, deliveries));
+    }
+    Ok(broker)
 }
 
-/// The principals, checked once; a listener that requires authentication
-/// with no one able to pass it is a configuration mistake, not a lock-out.
-fn authority(config: &Config, metrics: &Metrics) -> Result<Authority, AuthError> {
-    let authority = Authority::with_metrics(&config.auth, metrics.clone())?;
-    if authority.is_empty() {
-        if !config.http.authentication.is_empty() {
-            return Err(AuthError::NoOne("http.authentication"));
-        }
-        if config.mqtt.authentication {
-            return Err(AuthError::NoOne("mqtt.authentication"));
-        }
-    }
-    let open = |addr: SocketAddr| !addr.ip().is_loopback();
-    if config.http.authentication.is_empty() && open(config.http.listen) {
-        warn!(listen = %config.http.listen, "The HTTP port is reachable from other hosts without authentication (http.authentication).");
-    }
-    if !config.mqtt.authentication && (open(config.mqtt.listen) || open(config.mqtt.listen_v5)) {
-        warn!("The MQTT listeners are reachable from other hosts without authentication (mqtt.authentication).");
-    }
-    Ok(authority)
+/// `cluster.mode = "nats"` with a cluster to link to.
+fn native_cluster(config: &Config) -> bool {
+    !config.cluster.url.is_empty() && config.cluster.mode == ClusterMode::Nats
 }
 
-/// Trims the allocator once a wave of connections (WebSocket and HTTP, and
-/// MQTT) has left; see [`crate::telemetry::memory`].
-async fn give_memory_back(http: TaskTracker, mqtt: Arc<AtomicUsize>, shutdown: CancellationToken) {
-    let mut trimmer = crate::telemetry::memory::Trimmer::default();
-    let mut every = tokio::time::interval(crate::telemetry::memory::CHECK_EVERY);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = every.tick() => {}
+/// The link to the cluster, when `cluster.url` is set: natively through
+/// the broker's cluster side link, else an MQTT bridge through the broker's
+/// trusted internal listener.
+fn cluster_link(
+    config: &Config,
+    broker: &mut EmbeddedBroker,
+    thing_id: &str,
+) -> Result<Option<ClusterLink>, ClusterConfigError> {
+    let topics = config.topics();
+    match (
+        config.cluster.url.as_str(),
+        broker.side_links.cluster.take(),
+    ) {
+        ("", _) => Ok(None),
+        (_, Some((bus, deliveries))) => {
+            let link = NatsLink::new(&config.cluster, topics, bus, deliveries, thing_id)?;
+            Ok(Some(ClusterLink::Nats(link)))
         }
-        let open = http.len() + mqtt.load(std::sync::atomic::Ordering::Relaxed);
-        if trimmer.after_check(open) {
-            crate::telemetry::memory::trim();
+        (_, None) => {
+            crate::cluster::nats::options::check_mqtt_mode(&config.cluster)?;
+            let addr = broker.internal_addr;
+            let bridge = Bridge::new(&config.cluster, topics, addr, thing_id)?;
+            Ok(Some(ClusterLink::MqttBridge(bridge)))
         }
     }
+}
+
+/// The TDs of `discovery.things`, then those the store kept.
+async fn register_things(config: &Config, directory: &DirectoryService) -> Result<(), StartError> {
+    for path in &config.discovery.things {
+        let id = directory
+            .register_file(path)
+            .await
+            .map_err(StartError::Thing)?;
+        info!(thing = %id, file = %path.display(), "Registered a Thing Description.");
+    }
+    // After the files: a file's TD updated over HTTP comes back updated.
+    directory.restore().await?;
+    Ok(())
 }

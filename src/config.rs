@@ -831,7 +831,44 @@ impl Config {
             key: "topics.prefix",
             reason: e.to_string(),
         })?;
-        let positive = [
+        let positive = self.must_be_positive();
+        for (key, v) in positive {
+            if v == 0 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    reason: "must be greater than 0".into(),
+                });
+            }
+        }
+        crate::http::guard::validate(&self.http)
+            .map_err(|(key, reason)| ConfigError::Invalid { key, reason })?;
+        self.validate_tracing()?;
+        if self.mqtt.max_inflight_count > usize::from(u16::MAX) {
+            return Err(ConfigError::Invalid {
+                key: "mqtt.max_inflight_count",
+                reason: "must be at most 65535 (MQTT packet identifiers are 16-bit)".into(),
+            });
+        }
+        self.validate_quotas()?;
+        if self.auth.max_failure_backoff_ms < self.auth.failure_backoff_ms {
+            return Err(ConfigError::Invalid {
+                key: "auth.max_failure_backoff_ms",
+                reason: "must be at least auth.failure_backoff_ms".into(),
+            });
+        }
+        if self.mqtt.segment_size < self.mqtt.max_payload_size {
+            return Err(ConfigError::Invalid {
+                key: "mqtt.segment_size",
+                reason: "must be at least mqtt.max_payload_size, or large messages could never be buffered".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The keys where 0 makes no sense (a queue, a limit or a timeout of
+    /// nothing), with their values.
+    fn must_be_positive(&self) -> Vec<(&'static str, usize)> {
+        vec![
             ("gateway.outbound_queue", self.gateway.outbound_queue),
             ("gateway.max_message_size", self.gateway.max_message_size),
             (
@@ -887,17 +924,11 @@ impl Config {
                 "mcp.max_stream_queue_bytes",
                 self.mcp.max_stream_queue_bytes,
             ),
-        ];
-        for (key, v) in positive {
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    key,
-                    reason: "must be greater than 0".into(),
-                });
-            }
-        }
-        crate::http::guard::validate(&self.http)
-            .map_err(|(key, reason)| ConfigError::Invalid { key, reason })?;
+        ]
+    }
+
+    /// The OTLP endpoint and the Jaeger UI link are URLs.
+    fn validate_tracing(&self) -> Result<(), ConfigError> {
         let endpoint = &self.tracing.endpoint;
         if !(endpoint.is_empty() || endpoint.contains("://")) {
             return Err(ConfigError::Invalid {
@@ -910,25 +941,6 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "tracing.jaeger_ui_url",
                 reason: "must be empty or an http:// or https:// URL".into(),
-            });
-        }
-        if self.mqtt.max_inflight_count > usize::from(u16::MAX) {
-            return Err(ConfigError::Invalid {
-                key: "mqtt.max_inflight_count",
-                reason: "must be at most 65535 (MQTT packet identifiers are 16-bit)".into(),
-            });
-        }
-        self.validate_quotas()?;
-        if self.auth.max_failure_backoff_ms < self.auth.failure_backoff_ms {
-            return Err(ConfigError::Invalid {
-                key: "auth.max_failure_backoff_ms",
-                reason: "must be at least auth.failure_backoff_ms".into(),
-            });
-        }
-        if self.mqtt.segment_size < self.mqtt.max_payload_size {
-            return Err(ConfigError::Invalid {
-                key: "mqtt.segment_size",
-                reason: "must be at least mqtt.max_payload_size, or large messages could never be buffered".into(),
             });
         }
         Ok(())

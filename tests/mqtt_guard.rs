@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lmos_sidecar::broker::embedded::{EmbeddedBroker, Hooks};
+use lmos_sidecar::broker::embedded::{EmbeddedBroker, Hooks, SideLinks};
 use lmos_sidecar::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session, Verdict};
 use lmos_sidecar::config::MqttConfig;
 use tokio::net::TcpStream;
@@ -121,7 +121,7 @@ impl Rig {
         let broker = EmbeddedBroker::start(
             &config,
             Vec::new(),
-            Vec::new(),
+            SideLinks::default(),
             rules.clone(),
             Hooks {
                 prerequisite: None,

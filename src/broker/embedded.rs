@@ -41,6 +41,7 @@ use tracing::{debug, error, info, warn};
 use super::engine::Engine;
 use super::guard::{AllowAll, Guard, Limits, Policy, Prerequisite};
 use super::health::Health;
+use super::kept::KeptSession;
 use super::probe::wait_ready;
 use super::{Bus, BusCommand, Delivery, ResponseInfo};
 use crate::config::MqttConfig;
@@ -91,9 +92,9 @@ pub struct EmbeddedBroker {
     pub mqtt5_addr: SocketAddr,
     pub bus: Bus,
     pub deliveries: mpsc::Receiver<Delivery>,
-    /// One more link per `side_filters` entry given to [`EmbeddedBroker::start`],
-    /// in that order, subscribed to those filters.
-    pub side_links: Vec<(Bus, mpsc::Receiver<Delivery>)>,
+    /// One more link per side filter set given to [`EmbeddedBroker::start`],
+    /// under the same name, subscribed to those filters.
+    pub side_links: SideLinks<OwnLink>,
     /// MQTT client connections, from rumqttd's meters (every second).
     pub mqtt_connections: Arc<AtomicUsize>,
     /// A guard listener on loopback that lets every client in, for the
@@ -152,6 +153,43 @@ fn server_settings(name: &str, listen: SocketAddr, config: &MqttConfig) -> Serve
     }
 }
 
+/// A link of the sidecar's own to the router: publish on the bus, read
+/// what its subscriptions deliver.
+pub type OwnLink = (Bus, mpsc::Receiver<Delivery>);
+
+/// The sidecar's links to the router beside the gateway's, by who reads
+/// them (filters going in, links coming out): each its own, so that its
+/// deliveries do not queue behind the gateway's.
+pub struct SideLinks<T> {
+    /// The values mirror's (`topics.value_topics`).
+    pub values: Option<T>,
+    /// The native NATS link's (`cluster.mode = "nats"`).
+    pub cluster: Option<T>,
+}
+
+impl<T> Default for SideLinks<T> {
+    fn default() -> Self {
+        SideLinks {
+            values: None,
+            cluster: None,
+        }
+    }
+}
+
+impl<T> SideLinks<T> {
+    fn len(&self) -> usize {
+        usize::from(self.values.is_some()) + usize::from(self.cluster.is_some())
+    }
+
+    /// Each present entry through `f`, values first.
+    fn try_map<U, E>(self, mut f: impl FnMut(T) -> Result<U, E>) -> Result<SideLinks<U>, E> {
+        Ok(SideLinks {
+            values: self.values.map(&mut f).transpose()?,
+            cluster: self.cluster.map(&mut f).transpose()?,
+        })
+    }
+}
+
 /// What the broker works with beside its configuration.
 pub struct Hooks {
     /// Checked before a guarded connection's first packet reaches rumqttd.
@@ -168,12 +206,11 @@ impl EmbeddedBroker {
     /// applies `policy`, speaks TLS when `tls` is given, and closes every
     /// client connection once `shutdown` fires. `filters` are subscribed
     /// before the broker is declared ready. Each of `side_filters` gets a
-    /// link of its own (see [`EmbeddedBroker::side_links`]), so that its
-    /// deliveries do not queue behind the gateway's.
+    /// link of its own (see [`SideLinks`]).
     pub async fn start(
         config: &MqttConfig,
         filters: Vec<String>,
-        side_filters: Vec<Vec<String>>,
+        side_filters: SideLinks<Vec<String>>,
         policy: Arc<dyn Policy>,
         hooks: Hooks,
         tls: Option<TlsAcceptor>,
@@ -185,87 +222,22 @@ impl EmbeddedBroker {
         let trusted_listener = bind("MQTT (internal, trusted)", local)?;
         let (internal_listener, internal_v5) = bind_for_rumqttd("MQTT 5 (internal)", local)?;
 
-        let rumqttd_config = rumqttd::Config {
-            id: 0,
-            router: RouterConfig {
-                max_connections: config.max_connections.saturating_add(ROUTER_SLACK),
-                max_outgoing_packet_count: config.max_outgoing_packet_count,
-                max_segment_size: config.segment_size,
-                max_segment_count: config.segment_count,
-                custom_segment: None,
-                initialized_filters: None,
-                shared_subscriptions_strategy: Default::default(),
-            },
-            // Every client reaches rumqttd as MQTT 5 through the guard; its
-            // 3.1.1 listener would panic on MQTT 5 properties.
-            v4: None,
-            v5: Some(HashMap::from([(
-                "v5".to_owned(),
-                server_settings(V5_SERVER, internal_v5, config),
-            )])),
-            // rumqttd's metrics timer unwraps the meters interval whether or
-            // not meters are configured, so both are set.
-            metrics: Some(HashMap::from([
-                (MetricType::Alerts, every_second()),
-                (MetricType::Meters, every_second()),
-            ])),
-            ..Default::default()
-        };
-
+        let rumqttd_config = rumqttd_config(config, internal_v5);
         let Hooks {
             prerequisite,
             store,
             topics,
         } = hooks;
-        let started = std::time::Instant::now();
-        let recovered = crate::broker::kept::recover(&store, &topics)?;
-        let (stale_presence, kept_sessions) = match &recovered {
-            Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
-            None => (Vec::new(), Vec::new()),
-        };
-        let wills_due = recovered.as_ref().map(|r| r.wills_due.clone());
-        let persistence = match recovered {
-            Some(r) => {
-                r.run_saved.durable().await?;
-                store.note_recovered("retained", r.retained as u64);
-                store.note_recovered("sessions", r.sessions.len() as u64);
-                store.note_recovered("queued", r.queued as u64);
-                info!(
-                    retained = r.retained,
-                    sessions = r.sessions.len(),
-                    queued = r.queued,
-                    ms = started.elapsed().as_millis() as u64,
-                    "Recovered what the embedded MQTT broker kept."
-                );
-                Some(r.persistence)
-            }
-            None => None,
-        };
-        let mut broker = Broker::with_persistence(rumqttd_config, persistence);
-        crate::broker::kept::schedule_wills(broker.will_trigger(), wills_due.unwrap_or_default());
-        // What recovery read and let go goes back to the system, so that a
-        // restart does not leave the sidecar bigger than before it.
-        crate::telemetry::memory::trim();
-        let engine = Engine::new(
-            broker
-                .direct(V5_SERVER)
-                .ok_or_else(|| BrokerError::Link("no MQTT 5 server for the guard".to_owned()))?,
-        );
-        broker.listener(V5_SERVER, internal_listener);
-        let alerts = broker
-            .alerts()
-            .map_err(|e| BrokerError::Link(e.to_string()))?;
-        tokio::spawn(log_alerts(alerts));
-        let meters = broker
-            .meters()
-            .map_err(|e| BrokerError::Link(e.to_string()))?;
-        let mqtt_connections = Arc::new(AtomicUsize::new(0));
+        let Recovered {
+            persistence,
+            stale_presence,
+            kept_sessions,
+            wills_due,
+        } = recover(&store, &topics).await?;
         let own_links = 1 + side_filters.len();
-        tokio::spawn(count_connections(
-            meters,
-            mqtt_connections.clone(),
-            own_links,
-        ));
+        let (mut broker, engine, mqtt_connections) =
+            open_broker(rumqttd_config, persistence, internal_listener, own_links)?;
+        crate::broker::kept::schedule_wills(broker.will_trigger(), wills_due);
 
         let probe_topic = format!("lmos-sidecar/probe/{}", uuid::Uuid::new_v4().simple());
         let (probe_tx, mut probes) = mpsc::unbounded_channel();
@@ -277,20 +249,9 @@ impl EmbeddedBroker {
             main_filters,
             Some((probe_topic.clone(), probe_tx)),
         )?;
-        let side_links = side_filters
-            .into_iter()
-            .map(|filters| open_link(&mut broker, filters, None))
-            .collect::<Result<Vec<_>, _>>()?;
+        let side_links = side_filters.try_map(|filters| open_link(&mut broker, filters, None))?;
 
-        std::thread::Builder::new()
-            .name("rumqttd".into())
-            .spawn(move || {
-                if let Err(e) = broker.start() {
-                    error!(error = %e, "Embedded MQTT broker stopped.");
-                }
-            })
-            .map_err(BrokerError::Thread)?;
-
+        spawn_router(broker)?;
         if !wait_ready(&engine, &probe_topic, &mut probes, READY_TIMEOUT).await {
             return Err(BrokerError::NotReady { addr: internal_v5 });
         }
@@ -308,29 +269,17 @@ impl EmbeddedBroker {
         tokio::spawn(health.clone().watch(engine.clone(), shutdown.clone()));
 
         let (mqtt_addr, mqtt5_addr) = (public.1, public_v5.1);
-        let limits = Limits::from_config(config);
-        let guard = Guard::new(
-            engine.clone(),
-            policy,
-            prerequisite.clone(),
-            limits.clone(),
-            tls,
-            shutdown.clone(),
-            store.clone(),
-        );
-        guard.restore_sessions(kept_sessions);
-        guard.serve(public.0);
-        guard.serve(public_v5.0);
-        let trusted = Guard::new(
-            engine,
-            Arc::new(AllowAll),
+        let listeners = Listeners {
+            public: public.0,
+            public_v5: public_v5.0,
+            trusted: trusted_listener.0,
+        };
+        let guarded = Guarded {
             prerequisite,
-            limits,
-            None,
-            shutdown,
             store,
-        );
-        trusted.serve(trusted_listener.0);
+            kept_sessions,
+        };
+        serve_guards(engine, config, (policy, tls), guarded, listeners, shutdown);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
 
         Ok(EmbeddedBroker {
@@ -347,6 +296,187 @@ impl EmbeddedBroker {
     }
 }
 
+/// rumqttd with what was recovered, listening on `internal_listener`,
+/// reached by the guard through an [`Engine`]; its connections counted
+/// without the sidecar's `own_links`.
+fn open_broker(
+    rumqttd_config: rumqttd::Config,
+    persistence: Option<rumqttd::Persistence>,
+    internal_listener: TcpListener,
+    own_links: usize,
+) -> Result<(Broker, Engine, Arc<AtomicUsize>), BrokerError> {
+    let mut broker = Broker::with_persistence(rumqttd_config, persistence);
+    // What recovery read and let go goes back to the system, so that a
+    // restart does not leave the sidecar bigger than before it.
+    crate::telemetry::memory::trim();
+    let engine = Engine::new(
+        broker
+            .direct(V5_SERVER)
+            .ok_or_else(|| BrokerError::Link("no MQTT 5 server for the guard".to_owned()))?,
+    );
+    broker.listener(V5_SERVER, internal_listener);
+    let alerts = broker
+        .alerts()
+        .map_err(|e| BrokerError::Link(e.to_string()))?;
+    tokio::spawn(log_alerts(alerts));
+    let meters = broker
+        .meters()
+        .map_err(|e| BrokerError::Link(e.to_string()))?;
+    let mqtt_connections = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(count_connections(
+        meters,
+        mqtt_connections.clone(),
+        own_links,
+    ));
+    Ok((broker, engine, mqtt_connections))
+}
+
+/// rumqttd blocks the thread that starts it and never stops: one of its own.
+fn spawn_router(broker: Broker) -> Result<(), BrokerError> {
+    std::thread::Builder::new()
+        .name("rumqttd".into())
+        .spawn(move || {
+            let mut broker = broker;
+            if let Err(e) = broker.start() {
+                error!(error = %e, "Embedded MQTT broker stopped.");
+            }
+        })
+        .map_err(BrokerError::Thread)?;
+    Ok(())
+}
+
+/// rumqttd's configuration: one MQTT 5 server on `internal_v5`, behind
+/// the guard, with meters every second.
+fn rumqttd_config(config: &MqttConfig, internal_v5: SocketAddr) -> rumqttd::Config {
+    rumqttd::Config {
+        id: 0,
+        router: RouterConfig {
+            max_connections: config.max_connections.saturating_add(ROUTER_SLACK),
+            max_outgoing_packet_count: config.max_outgoing_packet_count,
+            max_segment_size: config.segment_size,
+            max_segment_count: config.segment_count,
+            custom_segment: None,
+            initialized_filters: None,
+            shared_subscriptions_strategy: Default::default(),
+        },
+        // Every client reaches rumqttd as MQTT 5 through the guard; its
+        // 3.1.1 listener would panic on MQTT 5 properties.
+        v4: None,
+        v5: Some(HashMap::from([(
+            "v5".to_owned(),
+            server_settings(V5_SERVER, internal_v5, config),
+        )])),
+        // rumqttd's metrics timer unwraps the meters interval whether or
+        // not meters are configured, so both are set.
+        metrics: Some(HashMap::from([
+            (MetricType::Alerts, every_second()),
+            (MetricType::Meters, every_second()),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// What the store kept for the broker, read back before it starts.
+struct Recovered {
+    persistence: Option<rumqttd::Persistence>,
+    /// Presence of agents that were connected when the sidecar stopped:
+    /// published "offline" once the broker is ready.
+    stale_presence: Vec<super::Publication>,
+    kept_sessions: Vec<KeptSession>,
+    /// Wills of connections the last run did not see end, and when due.
+    wills_due: Vec<(String, std::time::Duration)>,
+}
+
+async fn recover(store: &Store, topics: &Topics) -> Result<Recovered, BrokerError> {
+    let started = std::time::Instant::now();
+    let recovered = crate::broker::kept::recover(store, topics)?;
+    let (stale_presence, kept_sessions) = match &recovered {
+        Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
+        None => (Vec::new(), Vec::new()),
+    };
+    let wills_due = recovered
+        .as_ref()
+        .map(|r| r.wills_due.clone())
+        .unwrap_or_default();
+    let persistence = match recovered {
+        Some(r) => {
+            r.run_saved.durable().await?;
+            store.note_recovered("retained", r.retained as u64);
+            store.note_recovered("sessions", r.sessions.len() as u64);
+            store.note_recovered("queued", r.queued as u64);
+            info!(
+                retained = r.retained,
+                sessions = r.sessions.len(),
+                queued = r.queued,
+                ms = started.elapsed().as_millis() as u64,
+                "Recovered what the embedded MQTT broker kept."
+            );
+            Some(r.persistence)
+        }
+        None => None,
+    };
+    Ok(Recovered {
+        persistence,
+        stale_presence,
+        kept_sessions,
+        wills_due,
+    })
+}
+
+/// The guard's listeners: the public ones and the trusted loopback one.
+struct Listeners {
+    public: tokio::net::TcpListener,
+    public_v5: tokio::net::TcpListener,
+    trusted: tokio::net::TcpListener,
+}
+
+/// What the guards carry over from the store and the hooks.
+struct Guarded {
+    prerequisite: Option<Arc<dyn Prerequisite>>,
+    store: Store,
+    kept_sessions: Vec<KeptSession>,
+}
+
+/// The public listeners through the guard applying `policy` (TLS with
+/// `tls`), the trusted one letting every client in; all close their
+/// connections once `shutdown` fires.
+fn serve_guards(
+    engine: Engine,
+    config: &MqttConfig,
+    (policy, tls): (Arc<dyn Policy>, Option<TlsAcceptor>),
+    Guarded {
+        prerequisite,
+        store,
+        kept_sessions,
+    }: Guarded,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) {
+    let limits = Limits::from_config(config);
+    let guard = Guard::new(
+        engine.clone(),
+        policy,
+        prerequisite.clone(),
+        limits.clone(),
+        tls,
+        shutdown.clone(),
+        store.clone(),
+    );
+    guard.restore_sessions(kept_sessions);
+    guard.serve(listeners.public);
+    guard.serve(listeners.public_v5);
+    let trusted = Guard::new(
+        engine,
+        Arc::new(AllowAll),
+        prerequisite,
+        limits,
+        None,
+        shutdown,
+        store,
+    );
+    trusted.serve(listeners.trusted);
+}
+
 /// A link of the sidecar's own to the router: a thread that sends its
 /// commands, a task that receives its deliveries (and answers `probe`).
 /// Its subscriptions are queued first, so they are live before anything
@@ -355,7 +485,7 @@ fn open_link(
     broker: &mut Broker,
     filters: Vec<String>,
     probe: Option<(String, mpsc::UnboundedSender<String>)>,
-) -> Result<(Bus, mpsc::Receiver<Delivery>), BrokerError> {
+) -> Result<OwnLink, BrokerError> {
     // A client ID no MQTT client will pick by accident: a duplicate would
     // make rumqttd drop the sidecar's own link.
     let link_id = format!("lmos-sidecar-{}", uuid::Uuid::new_v4().simple());

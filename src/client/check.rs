@@ -90,29 +90,10 @@ async fn bad_input(
 /// Runs every check against `url`; one connection for the message checks,
 /// so it also shows that bad input does not close it.
 pub async fn run(url: &str) -> Vec<Check> {
-    let mut report = Vec::new();
-
-    // A client that offers no subprotocol at all may be served (the Kotlin
-    // stack's does not offer one); one offering only others must not be.
-    let refused = async {
-        let mut request = url.into_client_request().map_err(|e| e.to_string())?;
-        request.headers_mut().insert(
-            "Sec-WebSocket-Protocol",
-            HeaderValue::from_static("not-lmosprotocol"),
-        );
-        match tokio_tungstenite::connect_async(request).await {
-            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
-                Ok(format!("refused with HTTP {}", r.status()))
-            }
-            Err(e) => Ok(format!("refused: {e}")),
-            Ok(_) => Err("a handshake offering only another subprotocol was accepted".to_owned()),
-        }
-    };
-    report.push(check(
+    let mut report = vec![check(
         "handshake with another subprotocol is refused",
-        refused.await,
-    ));
-
+        other_subprotocol_refused(url).await,
+    )];
     let mut socket = match connect(url).await {
         Ok(s) => s,
         Err(e) => {
@@ -124,29 +105,61 @@ pub async fn run(url: &str) -> Vec<Check> {
         "handshake with `lmosprotocol`",
         Ok("accepted".into()),
     ));
+    bad_inputs(&mut socket, &mut report).await;
+    report.push(check(
+        "subscribeAllEvents is accepted",
+        subscription_accepted(&mut socket).await,
+    ));
+    report.push(check(
+        "a request for an unknown Thing is answered, correlated",
+        unknown_thing_answered(&mut socket).await,
+    ));
+    let _ = socket.close(None).await;
+    report
+}
 
-    let thing = "urn:lmos:conformance-check";
+/// A client that offers no subprotocol at all may be served (the Kotlin
+/// stack's does not offer one); one offering only others must not be.
+async fn other_subprotocol_refused(url: &str) -> Result<String, String> {
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        HeaderValue::from_static("not-lmosprotocol"),
+    );
+    match tokio_tungstenite::connect_async(request).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            Ok(format!("refused with HTTP {}", r.status()))
+        }
+        Err(e) => Ok(format!("refused: {e}")),
+        Ok(_) => Err("a handshake offering only another subprotocol was accepted".to_owned()),
+    }
+}
+
+const THING: &str = "urn:lmos:conformance-check";
+
+/// Malformed messages each get an `error`, correlated where they can be.
+async fn bad_inputs(socket: &mut Socket, report: &mut Vec<Check>) {
     report.push(check(
         "invalid JSON gets an `error`",
-        bad_input(&mut socket, WsMessage::Text("{\"thingID\": ".into()), None).await,
+        bad_input(socket, WsMessage::Text("{\"thingID\": ".into()), None).await,
     ));
-    let unknown = message(thing, "teleport", json!({}));
+    let unknown = message(THING, "teleport", json!({}));
     let id = unknown["messageID"].as_str().unwrap_or_default().to_owned();
     report.push(check(
         "unknown messageType gets a correlated `error`",
         bad_input(
-            &mut socket,
+            socket,
             WsMessage::Text(unknown.to_string().into()),
             Some(&id),
         )
         .await,
     ));
-    let missing = message(thing, "subscribeEvent", json!({}));
+    let missing = message(THING, "subscribeEvent", json!({}));
     let id = missing["messageID"].as_str().unwrap_or_default().to_owned();
     report.push(check(
         "missing mandatory member gets a correlated `error`",
         bad_input(
-            &mut socket,
+            socket,
             WsMessage::Text(missing.to_string().into()),
             Some(&id),
         )
@@ -154,50 +167,40 @@ pub async fn run(url: &str) -> Vec<Check> {
     ));
     report.push(check(
         "binary frame gets an `error`",
-        bad_input(&mut socket, WsMessage::Binary(vec![0, 1].into()), None).await,
+        bad_input(socket, WsMessage::Binary(vec![0, 1].into()), None).await,
     ));
+}
 
-    let subscribe = message(thing, "subscribeAllEvents", json!({}));
-    let accepted = async {
-        send(&mut socket, &subscribe)
-            .await
-            .map_err(|e| e.to_string())?;
-        match tokio::time::timeout(QUIET, next(&mut socket)).await {
-            Err(_) => Ok("accepted (no error)".to_owned()),
-            Ok(Some(m)) if m["messageType"] == "error" => Err(format!("refused: {m}")),
-            Ok(Some(m)) => Ok(format!("accepted ({})", m["messageType"])),
-            Ok(None) => Err("the connection closed".to_owned()),
-        }
-    };
-    report.push(check("subscribeAllEvents is accepted", accepted.await));
+async fn subscription_accepted(socket: &mut Socket) -> Result<String, String> {
+    let subscribe = message(THING, "subscribeAllEvents", json!({}));
+    send(socket, &subscribe).await.map_err(|e| e.to_string())?;
+    match tokio::time::timeout(QUIET, next(socket)).await {
+        Err(_) => Ok("accepted (no error)".to_owned()),
+        Ok(Some(m)) if m["messageType"] == "error" => Err(format!("refused: {m}")),
+        Ok(Some(m)) => Ok(format!("accepted ({})", m["messageType"])),
+        Ok(None) => Err("the connection closed".to_owned()),
+    }
+}
 
+async fn unknown_thing_answered(socket: &mut Socket) -> Result<String, String> {
     let read = message(
-        thing,
+        THING,
         "readProperty",
         json!({"name": "nothing", "correlationID": "conformance-read"}),
     );
-    let answered = async {
-        send(&mut socket, &read).await.map_err(|e| e.to_string())?;
-        loop {
-            let m = answer(&mut socket).await?;
-            if m.get("correlationID").or(m.get("correlationId")) == Some(&json!("conformance-read"))
-            {
-                let kind = m["messageType"].as_str().unwrap_or("?").to_owned();
-                return match kind.as_str() {
-                    "error" | "propertyReading" => Ok(format!("answered with `{kind}`")),
-                    _ => Err(format!(
-                        "answered with `{kind}`, not an `error` or `propertyReading`"
-                    )),
-                };
-            }
+    send(socket, &read).await.map_err(|e| e.to_string())?;
+    loop {
+        let m = answer(socket).await?;
+        if m.get("correlationID").or(m.get("correlationId")) == Some(&json!("conformance-read")) {
+            let kind = m["messageType"].as_str().unwrap_or("?").to_owned();
+            return match kind.as_str() {
+                "error" | "propertyReading" => Ok(format!("answered with `{kind}`")),
+                _ => Err(format!(
+                    "answered with `{kind}`, not an `error` or `propertyReading`"
+                )),
+            };
         }
-    };
-    report.push(check(
-        "a request for an unknown Thing is answered, correlated",
-        answered.await,
-    ));
-    let _ = socket.close(None).await;
-    report
+    }
 }
 
 /// The report as a table.

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::echo::Echoes;
 use super::link::{Link, LinkEvent, FIRST_BACKOFF};
+use super::ClusterConfigError;
 use super::{bridged_filters, is_retained};
 use crate::config::ClusterConfig;
 use crate::topics::Topics;
@@ -54,16 +55,6 @@ impl ClusterStatus {
     pub(crate) fn reconnected(&self) {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    #[error("`cluster.url` must be mqtt://host:port, or several separated by commas, not `{0}`")]
-    Url(String),
-    #[error("`cluster.password_env` names {0}, which is not set")]
-    Password(String),
-    #[error(transparent)]
-    Nats(#[from] super::nats::OptionsError),
 }
 
 /// A message on its way to one side, held while that side's queue is full.
@@ -117,18 +108,21 @@ impl Bridge {
         topics: Topics,
         local: SocketAddr,
         sidecar_id: &str,
-    ) -> Result<Bridge, ClusterError> {
+    ) -> Result<Bridge, ClusterConfigError> {
         let client_id = match config.client_id.as_str() {
             "" => format!("lmos-bridge-{sidecar_id}"),
             id => id.to_owned(),
         };
         let password = match (config.username.as_str(), config.password_env.as_str()) {
             ("", _) | (_, "") => String::new(),
-            (_, var) => std::env::var(var).map_err(|_| ClusterError::Password(var.to_owned()))?,
+            (_, var) => {
+                std::env::var(var).map_err(|_| ClusterConfigError::Password(var.to_owned()))?
+            }
         };
         let mut remotes = Vec::new();
         for url in config.url.split(',').map(str::trim) {
-            let (host, port) = parse_url(url).ok_or_else(|| ClusterError::Url(url.to_owned()))?;
+            let (host, port) =
+                parse_url(url).ok_or_else(|| ClusterConfigError::MqttUrl(url.to_owned()))?;
             let mut remote = MqttOptions::new(client_id.clone(), host, port);
             // A persistent session: the cluster keeps what arrives for the
             // sidecar while the link is down, on whichever node it returns to.
@@ -201,7 +195,7 @@ impl Bridge {
                             continue;
                         }
                         let retain = is_retained(&self.topics, &p.topic);
-                        remote_echoes.expect(&p.topic, &p.payload, !retain, Instant::now());
+                        remote_echoes.remember(&p.topic, &p.payload, !retain, Instant::now());
                         held_for_remote.push_back(Held { topic: p.topic, payload: p.payload, retain });
                     }
                     LinkEvent::Lost { error, .. } => {
@@ -234,7 +228,7 @@ impl Bridge {
                             continue;
                         }
                         let retain = is_retained(&self.topics, &p.topic);
-                        local_echoes.expect(&p.topic, &p.payload, !retain, Instant::now());
+                        local_echoes.remember(&p.topic, &p.payload, !retain, Instant::now());
                         held_for_local.push_back(Held { topic: p.topic, payload: p.payload, retain });
                     }
                     LinkEvent::Lost { error, retry, first } => {

@@ -23,7 +23,7 @@ struct Expected {
     count: u32,
     /// Swallow copies beyond `count` too.
     unique: bool,
-    /// Last `expect`; the entry lives `ttl` from then.
+    /// Last `remember`; the entry lives `ttl` from then.
     at: Instant,
 }
 
@@ -66,7 +66,7 @@ impl Echoes {
 
     /// The bridge is about to publish this; its echo is to be ignored.
     /// `unique`: the message never legitimately recurs (see the module doc).
-    pub fn expect(&mut self, topic: &str, payload: &[u8], unique: bool, now: Instant) {
+    pub fn remember(&mut self, topic: &str, payload: &[u8], unique: bool, now: Instant) {
         self.expire(now);
         let key = fingerprint(topic, payload);
         let entry = self.expected.entry(key).or_insert(Expected {
@@ -115,8 +115,8 @@ mod tests {
     fn each_publication_of_retained_state_swallows_exactly_one_echo() {
         let mut e = Echoes::new(Duration::from_secs(60));
         let now = Instant::now();
-        e.expect("t", b"x", false, now);
-        e.expect("t", b"x", false, now);
+        e.remember("t", b"x", false, now);
+        e.remember("t", b"x", false, now);
         assert!(e.is_echo("t", b"x", now));
         assert!(e.is_echo("t", b"x", now));
         assert!(!e.is_echo("t", b"x", now), "a third copy is a real message");
@@ -128,7 +128,7 @@ mod tests {
     fn a_unique_message_swallows_retransmitted_copies_until_it_expires() {
         let mut e = Echoes::new(Duration::from_secs(10));
         let now = Instant::now();
-        e.expect("t", b"x", true, now);
+        e.remember("t", b"x", true, now);
         assert!(e.is_echo("t", b"x", now));
         assert!(
             e.is_echo("t", b"x", now + Duration::from_secs(5)),
@@ -142,9 +142,9 @@ mod tests {
     fn expectations_expire_in_order_and_refreshing_keeps_one_alive() {
         let mut e = Echoes::new(Duration::from_secs(1));
         let now = Instant::now();
-        e.expect("t", b"x", false, now);
-        e.expect("u", b"y", false, now);
-        e.expect("u", b"y", false, now + Duration::from_millis(900));
+        e.remember("t", b"x", false, now);
+        e.remember("u", b"y", false, now);
+        e.remember("u", b"y", false, now + Duration::from_millis(900));
         let later = now + Duration::from_millis(1500);
         assert!(!e.is_echo("t", b"x", later));
         assert!(e.is_echo("u", b"y", later), "refreshed at 900 ms");

@@ -8,6 +8,8 @@
 //! between a sidecar's request router and an agent on another host.
 //! Consumers' own `requests/` and `replies/` topics stay local: each
 //! request is routed exactly once, by the consumer's own sidecar.
+//!
+//! Which file holds which part: `docs/architecture.md`, "Where is what".
 
 pub mod bridge;
 pub mod echo;
@@ -19,25 +21,39 @@ pub use nats::NatsLink;
 
 use tokio_util::sync::CancellationToken;
 
-/// The sidecar's link to the cluster, by `cluster.mode`.
-pub enum Cluster {
-    Mqtt(Bridge),
+/// A `cluster` section that cannot work, found before anything starts.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterConfigError {
+    #[error("`cluster.url` must be mqtt://host:port, or several separated by commas, not `{0}`")]
+    MqttUrl(String),
+    #[error("`cluster.password_env` names {0}, which is not set")]
+    Password(String),
+    /// NATS connection options (either mode checks them: see
+    /// [`nats::options::check_mqtt_mode`]).
+    #[error(transparent)]
+    Nats(#[from] nats::OptionsError),
+}
+
+/// The sidecar's link to the cluster, by `cluster.mode`: a bridge between
+/// MQTT brokers, or a link in NATS's own protocol.
+pub enum ClusterLink {
+    MqttBridge(Bridge),
     Nats(NatsLink),
 }
 
-impl Cluster {
+impl ClusterLink {
     pub fn status(&self) -> ClusterStatus {
         match self {
-            Cluster::Mqtt(b) => b.status(),
-            Cluster::Nats(n) => n.status(),
+            ClusterLink::MqttBridge(b) => b.status(),
+            ClusterLink::Nats(n) => n.status(),
         }
     }
 
     /// Carries messages both ways until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         match self {
-            Cluster::Mqtt(b) => b.run(shutdown).await,
-            Cluster::Nats(n) => n.run(shutdown).await,
+            ClusterLink::MqttBridge(b) => b.run(shutdown).await,
+            ClusterLink::Nats(n) => n.run(shutdown).await,
         }
     }
 }

@@ -11,7 +11,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tracing::{debug, info};
 
 use super::dispatcher::Command;
-use super::inbound::{route, Outcome};
+use super::inbound::{route, Destination};
 use super::subscriptions::ConnId;
 use super::{authorize, forbidden};
 use crate::auth::{Access, Principal};
@@ -160,7 +160,7 @@ fn in_kotlin(peer: &mut Peer<'_>, cx: &Context<'_>, map: Map<String, Value>) -> 
     if let Some(names) = &normalized.gather {
         let thing = thing.as_deref().unwrap_or_default();
         let correlation = correlation.as_deref().unwrap_or_default();
-        if let Some(empty) = peer.gatherer.expect(thing, correlation, names) {
+        if let Some(empty) = peer.gatherer.gather(thing, correlation, names) {
             return vec![Effect::Send(crate::lmos::splice::text(&empty))];
         }
     }
@@ -223,7 +223,7 @@ fn parsed(
             return refuse(problem);
         }
     }
-    let outcome = route(peer.id, &message, Bytes::from(raw), cx.topics);
+    let destination = route(peer.id, &message, Bytes::from(raw), cx.topics);
     // What a hosting agent sends with a correlation ID may answer a request
     // routed to it; the dispatcher decides, and publishes it as usual when
     // it does not.
@@ -231,8 +231,8 @@ fn parsed(
         && message.correlation_id.is_some()
         && peer.hosts.contains(&thing);
     if answers {
-        let fallback = match outcome {
-            Outcome::Publish(publications) => publications,
+        let fallback = match destination {
+            Destination::Bus(publications) => publications,
             _ => Vec::new(),
         };
         return vec![Effect::Command(Command::AgentMessage {
@@ -242,8 +242,8 @@ fn parsed(
             fallback,
         })];
     }
-    match outcome {
-        Outcome::Command(mut command) => {
+    match destination {
+        Destination::Dispatcher(mut command) => {
             if let Command::Subscribe { acknowledge, .. }
             | Command::Unsubscribe { acknowledge, .. } = &mut command
             {
@@ -253,11 +253,11 @@ fn parsed(
             debug!(message_type = %message.message_type(), "Applying subscription change.");
             vec![Effect::Command(command)]
         }
-        Outcome::Publish(publications) => vec![Effect::Publish {
+        Destination::Bus(publications) => vec![Effect::Publish {
             message: Box::new(message),
             publications,
         }],
-        Outcome::Reject(problem) => refuse(problem),
+        Destination::Refused(problem) => refuse(problem),
     }
 }
 

@@ -10,30 +10,33 @@ use crate::broker::Publication;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
 use crate::topics::{self, Topics};
 
+/// Where a client's message goes (not yet what the connection does about
+/// it: [`super::decide`] turns this into its `Effect`s, the connection
+/// layer's one vocabulary).
 #[derive(Debug)]
-pub enum Outcome {
-    /// A subscription change for the dispatcher.
-    Command(Command),
+pub enum Destination {
+    /// A subscription change or a request, for the dispatcher.
+    Dispatcher(Command),
     /// Messages for the bus, in order.
-    Publish(Vec<Publication>),
-    /// An LMOS `error` back to the sender.
-    Reject(Problem),
+    Bus(Vec<Publication>),
+    /// Refused: an LMOS `error` back to the sender.
+    Refused(Problem),
 }
 
 /// Decides what a parsed message means. `raw` is the message as received:
 /// what agents send is published byte for byte, so MQTT subscribers get
 /// exactly the message, unknown members and trace context included.
-pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Outcome {
+pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Destination {
     if let Some(problem) = unfit(message, topics) {
-        return Outcome::Reject(problem);
+        return Destination::Refused(problem);
     }
     let thing = &message.thing_id;
     let subscribe = |selector| {
         let resume = match resume_anchor(message) {
             Ok(anchor) => anchor,
-            Err(problem) => return Outcome::Reject(problem),
+            Err(problem) => return Destination::Refused(problem),
         };
-        Outcome::Command(Command::Subscribe {
+        Destination::Dispatcher(Command::Subscribe {
             conn,
             thing: thing.clone(),
             selector,
@@ -43,7 +46,7 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
         })
     };
     let unsubscribe = |selector| {
-        Outcome::Command(Command::Unsubscribe {
+        Destination::Dispatcher(Command::Unsubscribe {
             conn,
             thing: thing.clone(),
             selector,
@@ -58,17 +61,17 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
         Body::UnsubscribeAllEvents => unsubscribe(Selector::AllEvents),
         Body::ObserveProperty { name } => subscribe(Selector::Property(name.clone())),
         Body::UnobserveProperty { name } => unsubscribe(Selector::Property(name.clone())),
-        Body::Event { event, .. } => Outcome::Publish(vec![Publication::new(
+        Body::Event { event, .. } => Destination::Bus(vec![Publication::new(
             topics.event(thing, event),
             raw,
             false,
         )]),
-        Body::PropertyReading { name, .. } => Outcome::Publish(vec![Publication::new(
+        Body::PropertyReading { name, .. } => Destination::Bus(vec![Publication::new(
             topics.property(thing, name),
             raw,
             true,
         )]),
-        Body::PropertyReadings { data, timestamp } => Outcome::Publish(
+        Body::PropertyReadings { data, timestamp } => Destination::Bus(
             data.iter()
                 .map(|(name, value)| {
                     let reading = split_reading(message, name, value, timestamp);
@@ -77,12 +80,12 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
                 .collect(),
         ),
         Body::ActionStatus { action, .. } => match &message.correlation_id {
-            Some(invocation) => Outcome::Publish(vec![Publication::new(
+            Some(invocation) => Destination::Bus(vec![Publication::new(
                 topics.action_status(thing, action, invocation),
                 raw,
                 false,
             )]),
-            None => Outcome::Reject(Problem::new(
+            None => Destination::Refused(Problem::new(
                 ProblemKind::MissingMember,
                 "An actionStatus needs a correlationID: it names the invocation (the \
                  invokeAction's correlationID, else its messageID) and becomes the last \
@@ -95,11 +98,11 @@ pub fn route(conn: ConnId, message: &Message, raw: Bytes, topics: &Topics) -> Ou
         | Body::InvokeAction { .. }
         | Body::QueryAction { .. }
         | Body::CancelAction { .. }
-        | Body::ActionInput { .. } => Outcome::Command(Command::Request {
+        | Body::ActionInput { .. } => Destination::Dispatcher(Command::Request {
             conn,
             message: Box::new(message.clone()),
         }),
-        Body::Error(_) => Outcome::Reject(Problem::new(
+        Body::Error(_) => Destination::Refused(Problem::new(
             ProblemKind::NotSupported,
             "An `error` from an agent must answer a request it received: give it that \
              request's correlationID, and connect with `?host=<thingID>` so the sidecar \
@@ -225,7 +228,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn route_json(v: serde_json::Value) -> Outcome {
+    fn route_json(v: serde_json::Value) -> Destination {
         let raw = Bytes::from(v.to_string());
         let message = Message::parse(&raw).unwrap();
         route(7, &message, raw, &Topics::new("lmos").unwrap())
@@ -237,7 +240,7 @@ mod tests {
             json!({"thingID": "urn:t", "messageID": "m", "messageType": "observeProperty", "name": "p"}),
         );
         match outcome {
-            Outcome::Command(Command::Subscribe {
+            Destination::Dispatcher(Command::Subscribe {
                 conn: 7,
                 thing,
                 selector: Selector::Property(p),
@@ -258,7 +261,7 @@ mod tests {
     fn agent_messages_are_published_verbatim_and_readings_retained() {
         let v = json!({"thingId": "urn:t", "messageId": "m", "messageType": "propertyReading", "name": "p", "value": 1, "timestamp": "2025-01-20T19:00:00Z", "x": 1});
         match route_json(v.clone()) {
-            Outcome::Publish(p) => {
+            Destination::Bus(p) => {
                 assert_eq!(p.len(), 1);
                 assert_eq!(p[0].topic, "lmos/urn:t/properties/p");
                 assert_eq!(p[0].payload, v.to_string());
@@ -270,7 +273,7 @@ mod tests {
 
     fn rejected(v: serde_json::Value) -> Problem {
         match route_json(v) {
-            Outcome::Reject(p) => p,
+            Destination::Refused(p) => p,
             other => panic!("{other:?}"),
         }
     }
@@ -296,7 +299,7 @@ mod tests {
         // Up to the limit is fine: `lmos/urn:t/events/` is 18 bytes.
         let fits = "a".repeat(topics::MAX_TOPIC_LEN - 18);
         let v = json!({"thingID": "urn:t", "messageID": "m", "messageType": "event", "event": fits, "data": 1, "timestamp": "2025-01-20T19:00:00Z"});
-        assert!(matches!(route_json(v), Outcome::Publish(_)));
+        assert!(matches!(route_json(v), Destination::Bus(_)));
     }
 
     #[test]
@@ -317,7 +320,7 @@ mod tests {
         );
         assert!(matches!(
             outcome,
-            Outcome::Command(Command::Request { conn: 7, .. })
+            Destination::Dispatcher(Command::Request { conn: 7, .. })
         ));
     }
 }

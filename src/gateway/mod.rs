@@ -4,6 +4,8 @@
 //! own subscription table and asks the bus for one filter per Thing and stream,
 //! so a thousand consumers of one event cost the broker one subscriber, and
 //! each message is parsed and serialized once however many receive it.
+//!
+//! Which file holds which part: `docs/architecture.md`, "Where is what".
 
 pub mod budget;
 mod connection;
@@ -167,34 +169,8 @@ impl Gateway {
             config.max_message_size,
             metrics.budget_hit_counter("inbound_fragmented"),
         ));
-        let router = requests::Requests::new(
-            topics.clone(),
-            requests.timeout(),
-            requests.finished_invocations,
-        )
-        .with_action_liveness(requests.action_liveness())
-        .with_liveness_overrides(
-            requests
-                .action_liveness_overrides
-                .iter()
-                .map(|(k, ms)| (k.clone(), std::time::Duration::from_millis(*ms)))
-                .collect(),
-        )
-        .with_invocation_limits(
-            requests.invocation_retention(),
-            requests.max_running_invocations,
-        )
-        .with_metrics(metrics.clone())
-        .with_quotas(quotas)
-        .with_store(&store)?;
-        let kept_history = match store.is_durable() {
-            true => {
-                let log = history::HistoryLog::new(store.table(history::TABLE));
-                let rows = log.load()?;
-                Some((log, rows))
-            }
-            false => None,
-        };
+        let router = request_router(&topics, &requests, &metrics, quotas, &store)?;
+        let kept_history = kept_history(&store)?;
         let services = dispatcher::Services {
             tracer: tracer.clone(),
             directory: directory.clone(),
@@ -204,12 +180,7 @@ impl Gateway {
                 max_pending_requests: config.max_pending_requests,
             },
             validate_agent_data,
-            history: history::HistoryLimits {
-                events_per_thing: history.events_per_thing,
-                max_age: history.max_age(),
-                max_bytes_per_thing: history.max_bytes_per_thing,
-                max_bytes: history.max_bytes,
-            },
+            history: history_limits(&history),
             budgets: budgets.clone(),
             kept_history,
         };
@@ -502,5 +473,57 @@ pub(crate) fn trace_publication(
     }
     if tracer.mqtt5_user_properties() {
         publication.trace = Some(ctx);
+    }
+}
+
+/// The request router, configured from `[requests]`, with what the store
+/// kept of its invocations.
+fn request_router(
+    topics: &Topics,
+    requests: &RequestsConfig,
+    metrics: &Metrics,
+    quotas: Arc<crate::quotas::Quotas>,
+    store: &crate::store::Store,
+) -> Result<requests::Requests, crate::store::StoreError> {
+    requests::Requests::new(
+        topics.clone(),
+        requests.timeout(),
+        requests.finished_invocations,
+    )
+    .with_action_liveness(requests.action_liveness())
+    .with_liveness_overrides(
+        requests
+            .action_liveness_overrides
+            .iter()
+            .map(|(k, ms)| (k.clone(), std::time::Duration::from_millis(*ms)))
+            .collect(),
+    )
+    .with_invocation_limits(
+        requests.invocation_retention(),
+        requests.max_running_invocations,
+    )
+    .with_metrics(metrics.clone())
+    .with_quotas(quotas)
+    .with_store(store)
+}
+
+/// The resume history the store kept, when it keeps one.
+fn kept_history(
+    store: &crate::store::Store,
+) -> Result<Option<(history::HistoryLog, history::Rows)>, crate::store::StoreError> {
+    if !store.is_durable() {
+        return Ok(None);
+    }
+    let log = history::HistoryLog::new(store.table(history::TABLE));
+    let rows = log.load()?;
+    Ok(Some((log, rows)))
+}
+
+fn history_limits(history: &HistoryConfig) -> history::HistoryLimits {
+    history::HistoryLimits {
+        events_per_thing: history.events_per_thing,
+        max_age: history.max_age(),
+        max_bytes_per_thing: history.max_bytes_per_thing,
+        max_bytes: history.max_bytes,
     }
 }

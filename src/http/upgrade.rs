@@ -47,32 +47,10 @@ pub async fn lmos(
     Query(params): Query<Vec<(String, String)>>,
     mut request: Request,
 ) -> Response {
-    let headers = request.headers();
-    let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
-    let is_websocket = header_has_token(headers, header::UPGRADE, "websocket")
-        && header_has_token(headers, header::CONNECTION, "upgrade")
-        && headers
-            .get(header::SEC_WEBSOCKET_VERSION)
-            .is_some_and(|v| v == "13");
-    let Some(key) = key.filter(|_| is_websocket) else {
-        return refuse(
-            StatusCode::UPGRADE_REQUIRED,
-            "This is the LMOS WebSocket endpoint: connect with a WebSocket client (version 13) offering the subprotocol `lmosprotocol`.\n",
-        );
+    let handshake = match Handshake::read(request.headers(), peer) {
+        Ok(h) => h,
+        Err(refusal) => return refusal,
     };
-    // A client offering subprotocols must offer ours. One offering none is
-    // taken to speak it: the Kotlin LMOS stack's client (ktor's
-    // `webSocketSession`) offers none, and is answered without one, as RFC
-    // 6455 requires.
-    let offers_any = headers.contains_key(header::SEC_WEBSOCKET_PROTOCOL);
-    if offers_any && !header_has_token(headers, header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL) {
-        debug!(%peer, "Refused a WebSocket handshake offering other subprotocols than lmosprotocol.");
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "The WebSocket handshake must offer the subprotocol `lmosprotocol` (header `Sec-WebSocket-Protocol: lmosprotocol`).\n",
-        );
-    }
-
     let principal = match state
         .auth
         .authenticate_from(request.headers(), Some(peer))
@@ -81,29 +59,10 @@ pub async fn lmos(
         Ok(p) => p,
         Err(response) => return response,
     };
-    let hosts: Vec<String> = params
-        .into_iter()
-        .filter(|(k, _)| k == "host")
-        .map(|(_, v)| v)
-        .collect();
-    if hosts.iter().any(String::is_empty) {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "A `host` parameter must name a thingID.\n",
-        );
-    }
-    if let Some(thing) = hosts.iter().find(|t| !principal.may(Access::Host, t)) {
-        state.metrics.denied(metrics::HTTP, Access::Host.as_str());
-        info!(principal = principal.name(), thing = %thing, "Refused to let a client host a Thing.");
-        return (
-            StatusCode::FORBIDDEN,
-            format!(
-                "`{}` may not host `{thing}` (it needs `host` access to it in [auth]).\n",
-                principal.name()
-            ),
-        )
-            .into_response();
-    }
+    let hosts = match hosts(&state, &principal, params) {
+        Ok(h) => h,
+        Err(refusal) => return refusal,
+    };
     let gateway = state.gateway.clone();
     let conn = gateway.next_connection();
     if !hosts.is_empty() {
@@ -112,9 +71,108 @@ pub async fn lmos(
             return (StatusCode::CONFLICT, format!("Cannot host: {e}.\n")).into_response();
         }
     }
+    let client = Client {
+        conn,
+        addr: peer,
+        principal,
+        hosts,
+    };
+    serve_upgraded(&state, client, &mut request);
+    handshake.accept()
+}
 
+/// A WebSocket handshake this endpoint takes.
+struct Handshake {
+    key: HeaderValue,
+    /// Whether the client offered subprotocols (then ours is named back).
+    offers_any: bool,
+}
+
+impl Handshake {
+    /// The handshake of `headers`, or the refusal of one that is not a
+    /// WebSocket version 13 handshake for `lmosprotocol`.
+    fn read(headers: &HeaderMap, peer: SocketAddr) -> Result<Handshake, Response> {
+        let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+        let is_websocket = header_has_token(headers, header::UPGRADE, "websocket")
+            && header_has_token(headers, header::CONNECTION, "upgrade")
+            && headers
+                .get(header::SEC_WEBSOCKET_VERSION)
+                .is_some_and(|v| v == "13");
+        let Some(key) = key.filter(|_| is_websocket) else {
+            return Err(refuse(
+                StatusCode::UPGRADE_REQUIRED,
+                "This is the LMOS WebSocket endpoint: connect with a WebSocket client (version 13) offering the subprotocol `lmosprotocol`.\n",
+            ));
+        };
+        // A client offering subprotocols must offer ours. One offering none
+        // is taken to speak it: the Kotlin LMOS stack's client (ktor's
+        // `webSocketSession`) offers none, and is answered without one, as
+        // RFC 6455 requires.
+        let offers_any = headers.contains_key(header::SEC_WEBSOCKET_PROTOCOL);
+        if offers_any && !header_has_token(headers, header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL) {
+            debug!(%peer, "Refused a WebSocket handshake offering other subprotocols than lmosprotocol.");
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                "The WebSocket handshake must offer the subprotocol `lmosprotocol` (header `Sec-WebSocket-Protocol: lmosprotocol`).\n",
+            ));
+        }
+        Ok(Handshake { key, offers_any })
+    }
+
+    /// `101 Switching Protocols`.
+    fn accept(self) -> Response {
+        let mut response = Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header(header::CONNECTION, "upgrade")
+            .header(header::UPGRADE, "websocket")
+            .header(
+                header::SEC_WEBSOCKET_ACCEPT,
+                derive_accept_key(self.key.as_bytes()),
+            );
+        if self.offers_any {
+            response = response.header(header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL);
+        }
+        response
+            .body(Body::empty())
+            .expect("static response parts are valid")
+    }
+}
+
+/// The Things the `host` parameters name, each one the principal may host.
+fn hosts(
+    state: &HttpState,
+    principal: &crate::auth::Principal,
+    params: Vec<(String, String)>,
+) -> Result<Vec<String>, Response> {
+    let hosts: Vec<String> = params
+        .into_iter()
+        .filter(|(k, _)| k == "host")
+        .map(|(_, v)| v)
+        .collect();
+    if hosts.iter().any(String::is_empty) {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "A `host` parameter must name a thingID.\n",
+        ));
+    }
+    if let Some(thing) = hosts.iter().find(|t| !principal.may(Access::Host, t)) {
+        state.metrics.denied(metrics::HTTP, Access::Host.as_str());
+        info!(principal = principal.name(), thing = %thing, "Refused to let a client host a Thing.");
+        let text = format!(
+            "`{}` may not host `{thing}` (it needs `host` access to it in [auth]).\n",
+            principal.name()
+        );
+        return Err((StatusCode::FORBIDDEN, text).into_response());
+    }
+    Ok(hosts)
+}
+
+/// Once the connection is upgraded, the gateway serves `client` on it
+/// (its claim released should the upgrade fail).
+fn serve_upgraded(state: &HttpState, client: Client, request: &mut Request) {
+    let gateway = state.gateway.clone();
     let slot = request.extensions().get::<Slot>().cloned();
-    let on_upgrade = hyper::upgrade::on(&mut request);
+    let on_upgrade = hyper::upgrade::on(request);
     let shutdown = state.closing.child_token();
     let config = gateway.websocket_config();
     let clients = state.console.clients.clone();
@@ -129,37 +187,16 @@ pub async fn lmos(
                     )
                     .await;
                     // Counted by principal for the console while it lives.
-                    let _counted = clients.enter(principal.name());
-                    let client = Client {
-                        conn,
-                        addr: peer,
-                        principal,
-                        hosts,
-                    };
+                    let _counted = clients.enter(client.principal.name());
                     gateway.serve(client, socket, shutdown).await;
                     drop(slot);
                 }
                 Err(e) => {
                     debug!(error = %e, "WebSocket upgrade failed.");
-                    gateway.release(conn).await;
+                    gateway.release(client.conn).await;
                 }
             }
         }
         .in_current_span(),
     );
-
-    let mut response = Response::builder()
-        .status(StatusCode::SWITCHING_PROTOCOLS)
-        .header(header::CONNECTION, "upgrade")
-        .header(header::UPGRADE, "websocket")
-        .header(
-            header::SEC_WEBSOCKET_ACCEPT,
-            derive_accept_key(key.as_bytes()),
-        );
-    if offers_any {
-        response = response.header(header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL);
-    }
-    response
-        .body(Body::empty())
-        .expect("static response parts are valid")
 }

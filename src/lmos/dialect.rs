@@ -437,7 +437,7 @@ struct Gathering {
 impl Gatherer {
     /// Readings of `names` with `correlation` answer one read; with no names
     /// the answer is ready at once.
-    pub fn expect(&mut self, thing: &str, correlation: &str, names: &[String]) -> Option<Value> {
+    pub fn gather(&mut self, thing: &str, correlation: &str, names: &[String]) -> Option<Value> {
         if names.is_empty() {
             return Some(readings(thing, correlation, Map::new(), None));
         }
@@ -948,7 +948,7 @@ mod tests {
     #[test]
     fn readings_are_joined_into_one_property_readings() {
         let mut g = Gatherer::default();
-        assert!(g.expect(T, "m1", &["a".into(), "b".into()]).is_none());
+        assert!(g.gather(T, "m1", &["a".into(), "b".into()]).is_none());
         let other = reading("a", 0, "other");
         assert_eq!(g.offer(other.clone()), Some(other));
         assert_eq!(g.offer(reading("b", 2, "m1")), None);
@@ -957,14 +957,14 @@ mod tests {
         assert_eq!(joined["correlationID"], "m1");
         assert_eq!(joined["data"], json!({"b": 2, "a": 1}));
         assert!(g.is_empty());
-        let empty = g.expect(T, "m2", &[]).unwrap();
+        let empty = g.gather(T, "m2", &[]).unwrap();
         assert_eq!(empty["data"], json!({}));
     }
 
     #[test]
     fn the_first_error_answers_a_gathered_read() {
         let mut g = Gatherer::default();
-        g.expect(T, "m1", &["a".into(), "b".into(), "c".into()]);
+        g.gather(T, "m1", &["a".into(), "b".into(), "c".into()]);
         assert_eq!(g.offer(reading("a", 1, "m1")), None);
         let e = Problem::new(ProblemKind::Timeout, "late")
             .to_message(T, Some("m1"))

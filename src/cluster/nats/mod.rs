@@ -6,6 +6,7 @@
 mod answers;
 pub mod batch;
 mod buckets;
+mod carrier;
 pub mod durable;
 mod intake;
 pub mod jetstream;

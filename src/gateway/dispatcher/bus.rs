@@ -2,8 +2,19 @@
 //! for the bus (publications, subscription changes) and how the bus takes
 //! it without the loop ever waiting.
 
-use super::*;
-use tracing::info;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::{Core, Decisions, Dispatcher};
+use crate::broker::{BusCommand, Publication};
+use crate::gateway::history;
+use crate::gateway::requests::{Consumer, Effect};
+use crate::gateway::subscriptions::{Stream, StreamChange};
+use crate::lmos::splice::peek_member;
+use crate::lmos::ProblemKind;
+use crate::telemetry::metrics;
 
 impl<D: Decisions> Core<D> {
     /// The history as the store kept it; the gateway follows the events of

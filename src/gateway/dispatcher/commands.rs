@@ -2,29 +2,40 @@
 //! subscriptions (with their limits and resume), requests and agents'
 //! answers, a connection leaving.
 
-use super::*;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::{Activity, Command, Core, Decisions, GatewayStats};
+use crate::broker::{BusCommand, Delivery, Publication};
+use crate::directory::affordances;
+use crate::gateway::history::Anchor;
+use crate::gateway::requests::{ClaimError, Consumer};
+use crate::gateway::subscriptions::{ConnId, Selector};
+use crate::gateway::{history, trace_publication};
+use crate::lmos::splice::json_string;
+use crate::lmos::{dialect, Body, Message, Problem, ProblemKind};
+use crate::telemetry::metrics;
+
+/// Who a subscription's answers go to, and whether it wants an
+/// acknowledgement (the Kotlin dialect).
+struct Subscriber {
+    conn: ConnId,
+    correlation_id: String,
+    acknowledge: bool,
+}
 
 impl<D: Decisions> Core<D> {
+    /// One command, handed to the method that carries it out.
     pub(super) fn apply(&mut self, command: Command) {
         match command {
             Command::Claim {
                 conn,
                 things,
                 reply,
-            } => {
-                let result = self.requests.claim(conn, &things);
-                let effects = match result {
-                    Ok(effects) => {
-                        let _ = reply.send(Ok(()));
-                        effects
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                        Vec::new()
-                    }
-                };
-                self.carry_out(effects);
-            }
+            } => self.claim(conn, &things, reply),
             // The edge keeps the queue (see `Dispatcher::command`).
             Command::Register {
                 conn, principal, ..
@@ -37,42 +48,12 @@ impl<D: Decisions> Core<D> {
                 acknowledge,
                 resume,
             } => {
-                if !self.registered.contains(&conn) {
-                    return;
-                }
-                let refused = self.subscription_limit(conn, &thing, &selector);
-                if let Some(problem) =
-                    refused.or_else(|| self.selector_against_td(&thing, &selector))
-                {
-                    let text = problem.to_message(&thing, Some(&correlation_id)).to_json();
-                    self.count_sent(metrics::WEBSOCKET, &text);
-                    self.send(conn, text);
-                    return;
-                }
-                let correlation: Arc<str> = json_string(&correlation_id).into();
-                let change = self
-                    .table
-                    .add(conn, &thing, selector.clone(), correlation.clone());
-                let mut answered = false;
-                if let Selector::Property(name) = &selector {
-                    let cached = self.latest.get(&thing).and_then(|m| m.get(name)).cloned();
-                    if let Some(prepared) = cached {
-                        let topic = self.topics.property(&thing, name);
-                        let recipient = vec![(conn, correlation.clone())];
-                        self.fan_out(&topic, &thing, name, &prepared, recipient);
-                        answered = true;
-                    }
-                }
-                if let Some(change) = change {
-                    self.change_bus(change);
-                }
-                if acknowledge && !answered {
-                    self.acknowledge(conn, &thing, &correlation_id, &selector, true);
-                }
-                if let Some(anchor) = resume {
-                    let to = (conn, correlation_id.as_str(), &correlation);
-                    self.resume(to, &thing, &selector, &anchor);
-                }
+                let to = Subscriber {
+                    conn,
+                    correlation_id,
+                    acknowledge,
+                };
+                self.subscribe(to, &thing, selector, resume)
             }
             Command::Unsubscribe {
                 conn,
@@ -88,83 +69,189 @@ impl<D: Decisions> Core<D> {
                     self.acknowledge(conn, &thing, &correlation_id, &selector, false);
                 }
             }
-            Command::Request { conn, mut message } => {
-                let consumer = Consumer::WebSocket(conn);
-                let max = self.limits.max_pending_requests;
-                if self.requests.pending_for(&consumer) >= max {
-                    self.metrics
-                        .limit_hit(metrics::WEBSOCKET, "max_pending_requests");
-                    let detail = format!("This connection already has {max} requests waiting for an agent (gateway.max_pending_requests); send more when some are answered.");
-                    let problem = Problem::new(crate::lmos::ProblemKind::TooManyRequests, detail);
-                    self.refuse(consumer, &message, problem);
-                    return;
-                }
-                if let Some(problem) = self.against_td(&message) {
-                    self.refuse(Consumer::WebSocket(conn), &message, problem);
-                    return;
-                }
-                self.trace_request(&mut message);
-                let liveness = self.td_liveness(&message);
-                let effects = self
-                    .requests
-                    .request(Consumer::WebSocket(conn), *message, liveness);
-                self.carry_out(effects);
-            }
+            Command::Request { conn, message } => self.websocket_request(conn, message),
             Command::AgentMessage {
                 conn,
                 thing,
                 message,
                 fallback,
-            } => {
-                if self.requests.answers(&thing, &message) {
-                    self.agent_reply(&thing, &message);
-                } else if self.requests.answers_remote(&thing, conn, &message) {
-                    // For the router on another sidecar that asked: verbatim,
-                    // as an MQTT agent would answer.
-                    let text = message.to_json();
-                    self.count_sent(metrics::MQTT, &text);
-                    let mut publication =
-                        Publication::new(self.topics.agent_replies(&thing), text, false);
-                    trace_publication(&self.tracer, &message, &mut publication);
-                    self.publish(publication);
-                } else {
-                    for mut publication in fallback {
-                        trace_publication(&self.tracer, &message, &mut publication);
-                        self.publish(publication);
-                    }
-                }
-            }
+            } => self.agent_message(conn, &thing, &message, fallback),
             Command::Deregister { conn } => self.forget(conn),
             Command::Stats { reply } => {
-                let _ = reply.send(GatewayStats {
-                    connections: self.registered.len(),
-                    subscriptions: self.table.len(),
-                    pending_requests: self.requests.pending_count(),
-                    remembered_requests: self.requests.remembered_count(),
-                    hosted_things: self.requests.hosted_count(),
-                    remote_requests: self.requests.remote_count(),
-                    history: self.history.stats(),
-                });
+                let _ = reply.send(self.stats());
             }
             Command::Activity { reply } => {
-                let _ = reply.send(Activity {
-                    hosts: self
-                        .requests
-                        .hosts()
-                        .map(|(t, via)| (t.to_owned(), via))
-                        .collect(),
-                    subscriptions: self
-                        .table
-                        .counts()
-                        .into_iter()
-                        .map(|(t, n)| (t.to_owned(), n))
-                        .collect(),
-                    running: self.requests.running_invocations(),
-                });
+                let _ = reply.send(self.activity());
             }
             Command::Hosted { reply } => {
                 let _ = reply.send(self.requests.hosts().map(|(t, _)| t.to_owned()).collect());
             }
+        }
+    }
+
+    /// A connection claims `things` as their agent's; the answer goes back
+    /// on `reply`.
+    fn claim(
+        &mut self,
+        conn: ConnId,
+        things: &[String],
+        reply: oneshot::Sender<Result<(), ClaimError>>,
+    ) {
+        let effects = match self.requests.claim(conn, things) {
+            Ok(effects) => {
+                let _ = reply.send(Ok(()));
+                effects
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                Vec::new()
+            }
+        };
+        self.carry_out(effects);
+    }
+
+    /// A subscription (new or renewed) within the limits and the TD: a
+    /// property's latest value at once, the acknowledgement, the history
+    /// after `resume`'s anchor.
+    fn subscribe(
+        &mut self,
+        to: Subscriber,
+        thing: &str,
+        selector: Selector,
+        resume: Option<Anchor>,
+    ) {
+        let Subscriber {
+            conn,
+            correlation_id,
+            acknowledge,
+        } = to;
+        if !self.registered.contains(&conn) {
+            return;
+        }
+        let refused = self.subscription_limit(conn, thing, &selector);
+        if let Some(problem) = refused.or_else(|| self.selector_against_td(thing, &selector)) {
+            let text = problem.to_message(thing, Some(&correlation_id)).to_json();
+            self.count_sent(metrics::WEBSOCKET, &text);
+            self.send(conn, text);
+            return;
+        }
+        let correlation: Arc<str> = json_string(&correlation_id).into();
+        let change = self
+            .table
+            .add(conn, thing, selector.clone(), correlation.clone());
+        let answered = self.latest_value(conn, thing, &selector, &correlation);
+        if let Some(change) = change {
+            self.change_bus(change);
+        }
+        if acknowledge && !answered {
+            self.acknowledge(conn, thing, &correlation_id, &selector, true);
+        }
+        if let Some(anchor) = resume {
+            let to = (conn, correlation_id.as_str(), &correlation);
+            self.resume(to, thing, &selector, &anchor);
+        }
+    }
+
+    /// An observed property's cached value goes to its new observer (the
+    /// answer that stands for an acknowledgement). Whether one went.
+    fn latest_value(
+        &mut self,
+        conn: ConnId,
+        thing: &str,
+        selector: &Selector,
+        correlation: &Arc<str>,
+    ) -> bool {
+        let Selector::Property(name) = selector else {
+            return false;
+        };
+        let cached = self.latest.get(thing).and_then(|m| m.get(name)).cloned();
+        let Some(prepared) = cached else {
+            return false;
+        };
+        let topic = self.topics.property(thing, name);
+        let recipient = vec![(conn, correlation.clone())];
+        self.fan_out(&topic, thing, name, &prepared, recipient);
+        true
+    }
+
+    /// A request from a WebSocket client, within its pending limit and the
+    /// Thing's TD, to the requests' router.
+    fn websocket_request(&mut self, conn: ConnId, mut message: Box<Message>) {
+        let consumer = Consumer::WebSocket(conn);
+        let max = self.limits.max_pending_requests;
+        if self.requests.pending_for(&consumer) >= max {
+            self.metrics
+                .limit_hit(metrics::WEBSOCKET, "max_pending_requests");
+            let detail = format!("This connection already has {max} requests waiting for an agent (gateway.max_pending_requests); send more when some are answered.");
+            let problem = Problem::new(crate::lmos::ProblemKind::TooManyRequests, detail);
+            self.refuse(consumer, &message, problem);
+            return;
+        }
+        if let Some(problem) = self.against_td(&message) {
+            self.refuse(Consumer::WebSocket(conn), &message, problem);
+            return;
+        }
+        self.trace_request(&mut message);
+        let liveness = self.td_liveness(&message);
+        let effects = self
+            .requests
+            .request(Consumer::WebSocket(conn), *message, liveness);
+        self.carry_out(effects);
+    }
+
+    /// An agent's message: an answer to a request here, to one from
+    /// another sidecar, or else what the edge prepared (`fallback`).
+    fn agent_message(
+        &mut self,
+        conn: ConnId,
+        thing: &str,
+        message: &Message,
+        fallback: Vec<Publication>,
+    ) {
+        if self.requests.answers(thing, message) {
+            self.agent_reply(thing, message);
+        } else if self.requests.answers_remote(thing, conn, message) {
+            // For the router on another sidecar that asked: verbatim, as an
+            // MQTT agent would answer.
+            let text = message.to_json();
+            self.count_sent(metrics::MQTT, &text);
+            let mut publication = Publication::new(self.topics.agent_replies(thing), text, false);
+            trace_publication(&self.tracer, message, &mut publication);
+            self.publish(publication);
+        } else {
+            for mut publication in fallback {
+                trace_publication(&self.tracer, message, &mut publication);
+                self.publish(publication);
+            }
+        }
+    }
+
+    fn stats(&self) -> GatewayStats {
+        GatewayStats {
+            connections: self.registered.len(),
+            subscriptions: self.table.len(),
+            pending_requests: self.requests.pending_count(),
+            remembered_requests: self.requests.remembered_count(),
+            hosted_things: self.requests.hosted_count(),
+            remote_requests: self.requests.remote_count(),
+            history: self.history.stats(),
+        }
+    }
+
+    fn activity(&self) -> Activity {
+        Activity {
+            hosts: self
+                .requests
+                .hosts()
+                .map(|(t, via)| (t.to_owned(), via))
+                .collect(),
+            subscriptions: self
+                .table
+                .counts()
+                .into_iter()
+                .map(|(t, n)| (t.to_owned(), n))
+                .collect(),
+            running: self.requests.running_invocations(),
         }
     }
 

@@ -2,7 +2,20 @@
 //! once and fanned out to their WebSocket subscribers, requests and
 //! answers handed to the router.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::{debug, warn};
+
+use super::{parse_agent_replies, Core, Decisions};
+use crate::broker::Delivery;
+use crate::gateway::outbound::RecipientCopy;
+use crate::gateway::published::Expected;
+use crate::gateway::subscriptions::{ConnId, Stream};
+use crate::gateway::{history, published};
+use crate::lmos::splice::{peek_member, Prepared};
+use crate::telemetry::{metrics, MessageInfo, Operation, TraceContext};
+use crate::topics::Route;
 
 impl<D: Decisions> Core<D> {
     pub(super) fn deliver(&mut self, delivery: Delivery) {

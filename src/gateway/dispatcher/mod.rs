@@ -23,24 +23,22 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use super::budget::{Budget, Budgets};
 use super::history::{self, Anchor, History, HistoryLimits, HistoryStats};
 use super::outbound::{Account, Frame, Offer, Outbound, RecipientCopy, TooSlow};
-use super::published::{self, Expected, LoggedOnce};
-use super::requests::{ClaimError, Consumer, Effect, Requests, RunningInvocation};
-use super::subscriptions::{ConnId, Selector, Stream, StreamChange, Table};
-use super::{incoming_trace, message_info, trace_publication};
-use crate::broker::{Bus, BusCommand, Delivery, Publication, ResponseInfo};
-use crate::directory::{affordances, DirectoryService};
+use super::published::LoggedOnce;
+use super::requests::{ClaimError, Effect, Requests, RunningInvocation};
+use super::subscriptions::{ConnId, Selector, Table};
+use crate::broker::{Bus, BusCommand, Delivery, Publication};
+use crate::directory::DirectoryService;
 use crate::lmos::dialect::{self, Dialect};
-use crate::lmos::splice::peek_member;
-use crate::lmos::splice::{json_string, Prepared};
-use crate::lmos::{Body, Message, Problem, ProblemKind};
-use crate::telemetry::metrics::{self, Metrics};
-use crate::telemetry::{MessageInfo, MessageTracer, Operation, TraceContext};
-use crate::topics::{Route, Topics};
+use crate::lmos::splice::Prepared;
+use crate::lmos::Message;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::MessageTracer;
+use crate::topics::Topics;
 
 #[derive(Debug)]
 pub enum Command {

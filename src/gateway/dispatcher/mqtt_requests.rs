@@ -1,7 +1,18 @@
 //! Requests that arrive over MQTT (from MQTT consumers, in either dialect,
 //! and from other sidecars), and agents' answers that leave over MQTT.
 
-use super::*;
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use super::{Core, Decisions};
+use crate::broker::{Delivery, ResponseInfo};
+use crate::directory::affordances;
+use crate::gateway::requests::{Consumer, Effect};
+use crate::gateway::{incoming_trace, message_info};
+use crate::lmos::dialect::Dialect;
+use crate::lmos::{dialect, Body, Message, Problem};
+use crate::telemetry::{metrics, Operation};
+use crate::topics::Route;
 
 /// Where an MQTT request's replies go: see [`Core::reply_route`].
 enum ReplyRoute {

@@ -12,10 +12,14 @@
 //! back. What the store had committed when the process died is what comes
 //! back (with `store.sync = "every_batch"`, all but the last batch at most).
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-use super::*;
+use super::{entry_bytes, Entry, History, ThingHistory};
+use crate::lmos::splice::Prepared;
 use crate::store::{StoreError, Table};
 
 /// The store's table for the history.
@@ -191,6 +195,9 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::history::Anchor;
+    use crate::gateway::history::HistoryLimits;
+    use crate::gateway::history::Replay;
 
     use crate::gateway::subscriptions::Selector;
     use crate::store::{Store, StoreConfig};

@@ -1,7 +1,14 @@
 //! Which agent serves which Thing: WebSocket agents' claims, MQTT agents'
 //! presence, and what fails when a host goes.
 
-use super::*;
+use serde_json::{json, Value};
+
+use super::{ClaimError, Effect, Host, Kind, Requests, Timer};
+use crate::broker::Publication;
+use crate::gateway::subscriptions::ConnId;
+use crate::lmos::splice::text;
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::telemetry::metrics;
 
 impl Requests {
     /// A WebSocket agent declares the Things it hosts; all or none.
@@ -74,9 +81,9 @@ impl Requests {
                 continue;
             };
             let detail = format!("The agent hosting `{thing}` disconnected before it finished.");
-            match p.kind {
+            match p.asked.kind() {
                 Kind::Invocation => {
-                    let action = p.action.clone().unwrap_or_default();
+                    let action = p.asked.action().unwrap_or_default().to_owned();
                     let status = p
                         .speak(Message::new(
                             thing,

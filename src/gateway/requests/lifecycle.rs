@@ -1,6 +1,8 @@
 //! Ends: the sidecar stopping, a WebSocket connection closing.
 
-use super::*;
+use super::{Consumer, Effect, Host, Kind, Requests};
+use crate::gateway::subscriptions::ConnId;
+use crate::lmos::{Body, Message, Problem, ProblemKind};
 
 impl Requests {
     /// The sidecar is stopping: every request still waiting is answered with
@@ -64,7 +66,9 @@ impl Requests {
             .routes
             .iter()
             .filter(|(_, p)| p.consumer == gone)
-            .filter(|(_, p)| p.kind != Kind::Invocation || (p.cancel_on_disconnect && !p.finished))
+            .filter(|(_, p)| {
+                p.asked.kind() != Kind::Invocation || (p.cancel_on_disconnect && !p.finished)
+            })
             .map(|(r, _)| r.clone())
             .collect();
         self.owners.remove(&conn);
@@ -72,10 +76,11 @@ impl Requests {
             let Some(p) = self.routes.get(&route) else {
                 continue;
             };
-            if p.kind == Kind::Invocation {
-                if let (Some(host), Some(action)) =
-                    (self.hosts.get(&p.thing).copied(), p.action.clone())
-                {
+            if p.asked.kind() == Kind::Invocation {
+                if let (Some(host), Some(action)) = (
+                    self.hosts.get(&p.thing).copied(),
+                    p.asked.action().map(str::to_owned),
+                ) {
                     let cancel = Message::new(
                         p.thing.clone(),
                         Body::CancelAction {

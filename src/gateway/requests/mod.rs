@@ -9,15 +9,16 @@
 //! No I/O here: each call returns the [`Effect`]s the dispatcher carries out
 //! (invocation records are queued for the store, never waited for:
 //! `records.rs`).
+//!
+//! Which file holds which part: `docs/architecture.md`, "Where is what".
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::time::delay_queue::{self, DelayQueue};
-use uuid::Uuid;
 
 mod hosts;
 mod input;
@@ -30,11 +31,10 @@ mod timers;
 use super::foreign::ForeignRoutes;
 use super::subscriptions::ConnId;
 use crate::broker::Publication;
-use crate::directory::forms::status_href;
-use crate::lmos::splice::{json_string, peek_member, text, Prepared};
-use crate::lmos::{is_terminal, Body, Message, MessageType, Problem, ProblemKind};
+use crate::lmos::splice::peek_member;
+use crate::lmos::{Message, MessageType};
 use crate::quotas::{Quota, Quotas, Tally};
-use crate::telemetry::metrics::{self, Metrics};
+use crate::telemetry::metrics::Metrics;
 use crate::topics::Topics;
 
 /// Where a consumer's replies go.
@@ -89,16 +89,40 @@ enum Kind {
     Invocation,
 }
 
+/// What a route asks the agent, with what only that kind of request has.
+#[derive(Debug)]
+enum Asked {
+    ReadProperty,
+    WriteProperty,
+    Invocation { action: String },
+}
+
+impl Asked {
+    fn kind(&self) -> Kind {
+        match self {
+            Asked::ReadProperty => Kind::ReadProperty,
+            Asked::WriteProperty => Kind::WriteProperty,
+            Asked::Invocation { .. } => Kind::Invocation,
+        }
+    }
+
+    /// The invoked action (invocations only).
+    fn action(&self) -> Option<&str> {
+        match self {
+            Asked::Invocation { action } => Some(action),
+            _ => None,
+        }
+    }
+}
+
 struct Pending {
     consumer: Consumer,
     /// What the consumer's copies carry as `correlationID`.
     correlation: String,
     thing: String,
-    kind: Kind,
-    /// For invocations: the action, the latest status (as the consumer got
-    /// it) and who waits for the answer to a `cancelAction`.
-    action: Option<String>,
-    /// Kept as the text the consumer got: parsed only when asked for (a
+    /// The request's kind; an invocation's action.
+    asked: Asked,
+    /// For invocations: the latest status, kept as the text the consumer got: parsed only when asked for (a
     /// query, a late cancel), not for every status of a stream.
     latest: Option<String>,
     finished: bool,
@@ -349,7 +373,7 @@ impl Requests {
     fn running_count(&self) -> usize {
         self.routes
             .values()
-            .filter(|p| p.kind == Kind::Invocation && !p.remembered)
+            .filter(|p| p.asked.kind() == Kind::Invocation && !p.remembered)
             .count()
     }
 
@@ -358,10 +382,10 @@ impl Requests {
     pub fn running_invocations(&self) -> Vec<RunningInvocation> {
         self.routes
             .values()
-            .filter(|p| p.kind == Kind::Invocation && !p.finished)
+            .filter(|p| p.asked.kind() == Kind::Invocation && !p.finished)
             .map(|p| RunningInvocation {
                 thing: p.thing.clone(),
-                action: p.action.clone().unwrap_or_default(),
+                action: p.asked.action().unwrap_or_default().to_owned(),
                 status: p.latest.as_deref().and_then(status_of),
                 age_ms: u64::try_from(p.since.elapsed().as_millis()).unwrap_or(u64::MAX),
             })

@@ -3,6 +3,7 @@
 use super::*;
 use crate::store::{Store, StoreConfig};
 use serde_json::json;
+use uuid::Uuid;
 
 const T: &str = "urn:t";
 

@@ -20,10 +20,16 @@
 //! Nothing waits for these writes: a status has no acknowledgement to hold
 //! back, and the agent's own statuses go on whether they are on disk or not.
 
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use tracing::{info, warn};
 
-use super::*;
+use super::{Asked, Consumer, Kind, Pending, Requests, Timer};
+use crate::gateway::subscriptions::ConnId;
+use crate::lmos::{Body, Message};
 use crate::store::{Store, StoreError, Table};
 
 /// The store's table for invocation records.
@@ -103,7 +109,7 @@ impl Requests {
     }
 
     fn record_of(&self, route: &str, p: &Pending) -> Option<Record> {
-        if p.kind != Kind::Invocation {
+        if p.asked.kind() != Kind::Invocation {
             return None;
         }
         let consumer = match &p.consumer {
@@ -130,7 +136,7 @@ impl Requests {
             });
         Some(Record {
             thing: p.thing.clone(),
-            action: p.action.clone().unwrap_or_default(),
+            action: p.asked.action().unwrap_or_default().to_owned(),
             correlation: p.correlation.clone(),
             consumer,
             owner: p.owner.clone(),
@@ -223,8 +229,7 @@ impl Requests {
                 consumer,
                 correlation: r.correlation,
                 thing: r.thing,
-                kind: Kind::Invocation,
-                action: Some(r.action),
+                asked: Asked::Invocation { action: r.action },
                 latest: r.latest,
                 finished: true,
                 remembered: true,

@@ -2,7 +2,20 @@
 //! invocation's watchers), its invocation status topic, and whoever waits
 //! on a cancelAction.
 
-use super::*;
+use serde_json::Value;
+
+use super::{Consumer, Effect, Kind, Requests, Timer};
+use crate::broker::Publication;
+use crate::directory::forms::status_href;
+use crate::lmos::splice::{json_string, Prepared};
+use crate::lmos::{is_terminal, Body, Message};
+
+/// An action status an agent sent for an invocation.
+struct InvocationStatus<'a> {
+    thing: &'a str,
+    action: &'a str,
+    terminal: bool,
+}
 
 impl Requests {
     /// Whether a message from the agent hosting `thing` answers a request
@@ -38,7 +51,9 @@ impl Requests {
         let Value::Object(mut prepared_map) = message.to_value() else {
             return None;
         };
-        if let (Body::ActionStatus { action, .. }, Kind::Invocation) = (&message.body, p.kind) {
+        if let (Body::ActionStatus { action, .. }, Kind::Invocation) =
+            (&message.body, p.asked.kind())
+        {
             // Where the invocation can be asked after, as the WoT profiles'
             // status objects say.
             prepared_map
@@ -48,48 +63,17 @@ impl Requests {
         let copy =
             Prepared::from_members(&prepared_map, thing).with(&json_string(&p.correlation), trace);
         let mut effects = p.to_all(&copy);
-        match (&message.body, p.kind) {
+        match (&message.body, p.asked.kind()) {
             (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
-                // A sign of life: the agent has as long again (unless the
-                // consumer was already told it went silent).
-                if !p.remembered {
-                    let liveness = p.liveness;
-                    self.arm(Timer::Reply(route.clone()), liveness);
-                }
-                let p = self.routes.get_mut(&route)?;
-                p.latest = Some(copy.clone());
-                let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
-                if is_terminal(status) {
-                    let waiters = std::mem::take(&mut p.cancel_waiters);
-                    if !waiters.is_empty() {
-                        let value: Value = serde_json::from_str(&copy).ok()?;
-                        effects.extend(self.answer_cancels(&value, waiters, &route, false));
-                    }
-                    self.finish(&route);
-                } else {
-                    self.persist(&route);
-                }
-                effects.push(Effect::Publish(Publication::new(
-                    invocation_topic,
-                    copy,
-                    false,
-                )));
+                let status = InvocationStatus {
+                    thing,
+                    action,
+                    terminal: is_terminal(status),
+                };
+                self.invocation_status(&route, status, copy, &mut effects)?;
             }
             (Body::Error(_), Kind::Invocation) => {
-                let p = self.routes.get_mut(&route)?;
-                if p.cancel_waiters.is_empty() {
-                    // The agent refuses the invocation: it ends here.
-                    p.latest = Some(copy);
-                    self.finish(&route);
-                } else {
-                    let value: Value = serde_json::from_str(&copy).ok()?;
-                    // The agent refuses the cancel (the draft's "could not
-                    // be cancelled"): the invocation goes on, and whoever
-                    // asked to cancel hears why.
-                    let waiters = std::mem::take(&mut p.cancel_waiters);
-                    effects.clear();
-                    effects.extend(self.answer_cancels(&value, waiters, &route, true));
-                }
+                self.invocation_error(&route, copy, &mut effects)?;
             }
             (Body::PropertyReadings { data, timestamp }, _) => {
                 // Observers see what was written.
@@ -123,6 +107,74 @@ impl Requests {
             _ => self.forget(&route),
         }
         Some(effects)
+    }
+
+    /// An invocation's status (`copy`, as the consumer gets it): a sign of
+    /// life, published on the invocation's topic; a terminal one answers
+    /// whoever waits on a cancel and ends the invocation.
+    fn invocation_status(
+        &mut self,
+        route: &str,
+        status: InvocationStatus<'_>,
+        copy: String,
+        effects: &mut Vec<Effect>,
+    ) -> Option<()> {
+        let InvocationStatus {
+            thing,
+            action,
+            terminal,
+        } = status;
+        let p = self.routes.get(route)?;
+        // A sign of life: the agent has as long again (unless the consumer
+        // was already told it went silent).
+        if !p.remembered {
+            let liveness = p.liveness;
+            self.arm(Timer::Reply(route.to_owned()), liveness);
+        }
+        let p = self.routes.get_mut(route)?;
+        p.latest = Some(copy.clone());
+        let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
+        if terminal {
+            let waiters = std::mem::take(&mut p.cancel_waiters);
+            if !waiters.is_empty() {
+                let value: Value = serde_json::from_str(&copy).ok()?;
+                effects.extend(self.answer_cancels(&value, waiters, route, false));
+            }
+            self.finish(route);
+        } else {
+            self.persist(route);
+        }
+        effects.push(Effect::Publish(Publication::new(
+            invocation_topic,
+            copy,
+            false,
+        )));
+        Some(())
+    }
+
+    /// The agent's `error` for an invocation: it refuses the invocation
+    /// (which ends), or, while a cancel waits, the cancel.
+    fn invocation_error(
+        &mut self,
+        route: &str,
+        copy: String,
+        effects: &mut Vec<Effect>,
+    ) -> Option<()> {
+        let p = self.routes.get_mut(route)?;
+        if p.cancel_waiters.is_empty() {
+            // The agent refuses the invocation: it ends here.
+            p.latest = Some(copy);
+            self.finish(route);
+        } else {
+            let value: Value = serde_json::from_str(&copy).ok()?;
+            // The agent refuses the cancel (the draft's "could not be
+            // cancelled"): the invocation goes on, and whoever asked to
+            // cancel hears why.
+            let waiters = std::mem::take(&mut p.cancel_waiters);
+            effects.clear();
+            effects.extend(self.answer_cancels(&value, waiters, route, true));
+        }
+        Some(())
     }
 
     /// A `cancelAction` is answered by the invocation's final status, or by

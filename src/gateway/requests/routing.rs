@@ -3,7 +3,17 @@
 //! finished invocation, refusals); and requests other sidecars route to
 //! agents connected here.
 
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Asked, Consumer, Effect, Host, Kind, Pending, Requests, Timer};
+use crate::broker::Publication;
+use crate::gateway::subscriptions::ConnId;
+use crate::lmos::{Body, Message, Problem, ProblemKind};
+use crate::quotas::Quota;
 
 impl Requests {
     /// A consumer's request. Returns what to send where. `td_liveness`: the
@@ -43,29 +53,13 @@ impl Requests {
                 )
             }
         };
-        let Some(host) = self.hosts.get(&thing).copied() else {
-            return error(
-                ProblemKind::Unavailable,
-                format!("No agent hosting the Thing `{thing}` is connected to this sidecar."),
-            );
+        let (host, principal) = match self.admit(&consumer, kind, &thing) {
+            Ok(admitted) => admitted,
+            Err(problem) => {
+                let m = problem.to_message(&thing, Some(&correlation));
+                return vec![Effect::ToConsumer(consumer, m.to_json())];
+            }
         };
-        let principal = self.principal_of(&consumer);
-        let (quota, usage) = match kind {
-            Kind::Invocation => (Quota::RunningInvocations, &self.running_by),
-            _ => (Quota::PendingRequests, &self.pending_by),
-        };
-        let used = usage.get(&principal);
-        if let Err(full) = self.quotas.check(&principal, quota, used, 1) {
-            self.metrics.limit_hit("any", quota.label());
-            return error(ProblemKind::TooManyRequests, full.to_string());
-        }
-        if kind == Kind::Invocation && self.running_count() >= self.max_running {
-            self.metrics.limit_hit("any", "max_running_invocations");
-            return error(
-                ProblemKind::TooManyRequests,
-                format!("{} invocations are running on this sidecar (requests.max_running_invocations); invoke again when some have ended.", self.max_running),
-            );
-        }
         let route = Uuid::new_v4().to_string();
         let action = match &message.body {
             Body::InvokeAction { action, .. } => Some(action.clone()),
@@ -79,22 +73,14 @@ impl Requests {
         let forwarded = message.with_correlation_id(route.clone());
         let text = forwarded.to_json();
         if let Some(action) = &action {
-            for key in std::iter::once(consumer.key()).chain(owner.clone()) {
-                self.invocations
-                    .insert((key.clone(), correlation.clone()), route.clone());
-                self.latest_invocation
-                    .insert((key, action.clone()), route.clone());
-            }
+            self.remember_invocation(&consumer, &owner, &correlation, action, &route);
         }
-        let wait = match (kind, &action) {
-            (Kind::Invocation, Some(action)) => self
-                .liveness_overrides
-                .get(&format!("{thing}#{action}"))
-                .or_else(|| self.liveness_overrides.get(&thing))
-                .copied()
-                .or(td_liveness)
-                .unwrap_or(self.liveness),
-            _ => self.timeout,
+        let wait = self.wait_for(kind, &thing, action.as_deref(), td_liveness);
+        // Invocations, and only they, name an action.
+        let asked = match (kind, action) {
+            (_, Some(action)) => Asked::Invocation { action },
+            (Kind::ReadProperty, None) => Asked::ReadProperty,
+            _ => Asked::WriteProperty,
         };
         let now = Instant::now();
         self.tally(kind).add(&principal, 1);
@@ -104,8 +90,7 @@ impl Requests {
                 consumer,
                 correlation,
                 thing: thing.clone(),
-                kind,
-                action,
+                asked,
                 latest: None,
                 finished: false,
                 remembered: false,
@@ -123,6 +108,81 @@ impl Requests {
         self.arm(Timer::Reply(route.clone()), wait);
         self.persist(&route);
         vec![self.to_host(host, &thing, message_type.as_str(), text)]
+    }
+
+    /// Whether a request of `kind` for `thing` may go: an agent hosts it
+    /// here, and the principal's quota and the sidecar's limit have room.
+    /// Its host and the consumer's principal.
+    fn admit(
+        &self,
+        consumer: &Consumer,
+        kind: Kind,
+        thing: &str,
+    ) -> Result<(Host, Arc<str>), Problem> {
+        let Some(host) = self.hosts.get(thing).copied() else {
+            return Err(Problem::new(
+                ProblemKind::Unavailable,
+                format!("No agent hosting the Thing `{thing}` is connected to this sidecar."),
+            ));
+        };
+        let principal = self.principal_of(consumer);
+        let (quota, usage) = match kind {
+            Kind::Invocation => (Quota::RunningInvocations, &self.running_by),
+            _ => (Quota::PendingRequests, &self.pending_by),
+        };
+        let used = usage.get(&principal);
+        if let Err(full) = self.quotas.check(&principal, quota, used, 1) {
+            self.metrics.limit_hit("any", quota.label());
+            return Err(Problem::new(ProblemKind::TooManyRequests, full.to_string()));
+        }
+        if kind == Kind::Invocation && self.running_count() >= self.max_running {
+            self.metrics.limit_hit("any", "max_running_invocations");
+            return Err(Problem::new(
+                ProblemKind::TooManyRequests,
+                format!("{} invocations are running on this sidecar (requests.max_running_invocations); invoke again when some have ended.", self.max_running),
+            ));
+        }
+        Ok((host, principal))
+    }
+
+    /// An invocation's route, found again by the consumer's correlation
+    /// and by its action (for the consumer and for its owner).
+    fn remember_invocation(
+        &mut self,
+        consumer: &Consumer,
+        owner: &Option<String>,
+        correlation: &str,
+        action: &str,
+        route: &str,
+    ) {
+        for key in std::iter::once(consumer.key()).chain(owner.clone()) {
+            self.invocations
+                .insert((key.clone(), correlation.to_owned()), route.to_owned());
+            self.latest_invocation
+                .insert((key, action.to_owned()), route.to_owned());
+        }
+    }
+
+    /// How long a request waits for its agent: an invocation its liveness
+    /// (`requests.action_liveness_overrides`, then the TD's, then the
+    /// default), any other request the request timeout.
+    fn wait_for(
+        &self,
+        kind: Kind,
+        thing: &str,
+        action: Option<&str>,
+        td_liveness: Option<Duration>,
+    ) -> Duration {
+        match (kind, action) {
+            (Kind::Invocation, Some(action)) => self
+                .liveness_overrides
+                .get(&format!("{thing}#{action}"))
+                .or_else(|| self.liveness_overrides.get(thing))
+                .copied()
+                .or(td_liveness)
+                .unwrap_or(self.liveness),
+            _ => self.timeout,
+        }
     }
 
     pub(super) fn to_host(
@@ -161,7 +221,7 @@ impl Requests {
         .find(|route| {
             self.routes
                 .get(*route)
-                .is_some_and(|p| p.action.as_deref() == Some(action))
+                .is_some_and(|p| p.asked.action() == Some(action))
         })
         .cloned()
     }

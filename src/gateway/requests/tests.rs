@@ -1,4 +1,5 @@
 use super::*;
+use crate::telemetry::metrics;
 use serde_json::json;
 
 const T: &str = "urn:t";

@@ -1,7 +1,10 @@
 //! Time and memory: reply, cancel and retention timers, what happens when
 //! one fires, and how requests are remembered and forgotten.
 
-use super::*;
+use std::time::Duration;
+
+use super::{Effect, Kind, Requests, Timer};
+use crate::lmos::{Problem, ProblemKind};
 
 impl Requests {
     pub(super) fn arm(&mut self, timer: Timer, after: Duration) {
@@ -35,7 +38,7 @@ impl Requests {
                 let Some(p) = self.routes.get(route) else {
                     return Vec::new();
                 };
-                let detail = if p.kind == Kind::Invocation {
+                let detail = if p.asked.kind() == Kind::Invocation {
                     format!(
                         "The agent hosting `{}` sent no status of this invocation for {} ms (requests.action_liveness_ms, or the action's own). It is still remembered: a status that comes later reaches you, its status topic and queryAction.",
                         p.thing,
@@ -54,7 +57,7 @@ impl Requests {
                 );
                 let effects = p.to_all(&m.to_json());
                 let route = route.clone();
-                if p.kind == Kind::Invocation {
+                if p.asked.kind() == Kind::Invocation {
                     // No late answer is dropped: the invocation stays, among
                     // the remembered ones (bounded), listening.
                     self.remember(&route);
@@ -112,7 +115,7 @@ impl Requests {
         let stopped = match self.routes.get_mut(route) {
             Some(p) if !p.remembered => {
                 p.remembered = true;
-                (p.kind, p.principal.clone())
+                (p.asked.kind(), p.principal.clone())
             }
             _ => return,
         };
@@ -131,7 +134,7 @@ impl Requests {
         if self
             .routes
             .get(route)
-            .is_some_and(|p| p.kind == Kind::Invocation)
+            .is_some_and(|p| p.asked.kind() == Kind::Invocation)
         {
             self.unpersist(route);
         }
@@ -149,15 +152,15 @@ impl Requests {
             return;
         };
         if !p.remembered {
-            self.stops_waiting(p.kind, &p.principal);
+            self.stops_waiting(p.asked.kind(), &p.principal);
         }
         for key in std::iter::once(p.consumer.key()).chain(p.owner) {
             let named = (key, p.correlation.clone());
             if self.invocations.get(&named).map(String::as_str) == Some(route) {
                 self.invocations.remove(&named);
             }
-            if let Some(action) = &p.action {
-                let latest = (named.0, action.clone());
+            if let Some(action) = p.asked.action() {
+                let latest = (named.0, action.to_owned());
                 if self.latest_invocation.get(&latest).map(String::as_str) == Some(route) {
                     self.latest_invocation.remove(&latest);
                 }
