@@ -261,6 +261,8 @@ async fn a_password_flood_neither_exhausts_memory_nor_locks_out_the_legitimate_c
 
 #[tokio::test]
 async fn unchecked_refusals_say_why_and_when_to_come_back() {
+    // Alone in this test binary (tests/alone/main.rs).
+    let _turn = common::alone().await;
     let sidecar = TestSidecar::start_with(config(|c| {
         c.auth.max_failures = 2;
         c.auth.max_concurrent_verifications = 1;
