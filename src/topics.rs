@@ -40,7 +40,7 @@
 //!
 //! Everything else, `:` and non-ASCII characters included, stays as it is,
 //! so `urn:uuid:...` IDs remain readable. The NATS rules are established
-//! against a real NATS cluster in `tests/nats_cluster.rs`.
+//! against a real NATS cluster in `tests/interop/nats_cluster.rs`.
 
 use std::borrow::Cow;
 use std::fmt::Write;

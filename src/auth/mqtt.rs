@@ -357,7 +357,7 @@ pub fn thing_fits(topics: &Topics, topic: &str, payload: &[u8]) -> Result<(), St
     if rest.len() < 2 || payload.trim_ascii_start().first() != Some(&b'{') {
         return Ok(());
     }
-    match serde_json::from_slice::<Claim>(payload) {
+    match serde_json::from_slice::<Claim<'_>>(payload) {
         Ok(Claim {
             thing_id: Some(claimed),
         }) if claimed != thing => Err(format!(

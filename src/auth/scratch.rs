@@ -51,8 +51,12 @@ struct Mapped {
 
 // SAFETY: the mapping is owned by one `Mapped` and only reached through
 // `&mut self`, so moving it to another thread moves sole access with it.
+#[allow(unsafe_code)]
 unsafe impl Send for Mapped {}
 
+// An anonymous mapping, which std cannot make: mmap, munmap and the
+// slice over it (each call's SAFETY comment says why it holds).
+#[allow(unsafe_code)]
 impl Mapped {
     fn new(count: usize) -> Option<Mapped> {
         let len = count.checked_mul(size_of::<Block>())?;
@@ -89,6 +93,7 @@ impl Mapped {
     }
 }
 
+#[allow(unsafe_code)]
 impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: exactly the mapping `new` made, unmapped once; no slice

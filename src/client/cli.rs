@@ -1,6 +1,6 @@
 //! The command line: the sidecar's own flags and the client subcommands.
 //! In the library, not in `main.rs`, so a test can parse every command the
-//! docs show (`tests/docs_commands.rs`).
+//! docs show (`tests/process/docs_commands.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -72,7 +72,7 @@ impl DirectoryService {
         let mut restored = 0;
         for (key, value) in table.load()? {
             let id = String::from_utf8_lossy(&key).into_owned();
-            let result = match serde_json::from_slice::<Stored>(&value) {
+            let result = match serde_json::from_slice::<Stored<'_>>(&value) {
                 Ok(s) => self
                     .directory()
                     .restore(s.owner.as_deref(), &id, s.td.get().as_bytes())

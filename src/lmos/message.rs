@@ -451,7 +451,7 @@ mod tests {
 
     #[test]
     fn a_rejection_is_correlated_by_whichever_spelling_holds_a_string() {
-        // Found by tests/fuzz.rs: the table spelling, present but unusable,
+        // Found by tests/gateway/fuzz.rs: the table spelling, present but unusable,
         // hid the other one.
         let e = parse(json!({"thingID": "", "thingId": "urn:y", "messageID": null, "messageId": "m", "correlationID": 5, "correlationId": "c", "messageType": "subscribeAllEvents"})).unwrap_err();
         assert!(matches!(e.kind, RejectionKind::ConflictingMembers { .. }));

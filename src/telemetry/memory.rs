@@ -44,6 +44,8 @@ impl Trimmer {
 }
 
 /// Returns freed heap memory to the system, where the allocator can.
+// malloc_trim has no safe binding: one libc call.
+#[allow(unsafe_code)]
 pub fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks and releases the allocator's own free
@@ -59,6 +61,8 @@ pub fn trim() {
 /// distributions start processes at a soft limit (often 1 024) far below
 /// what the sidecar's connection caps allow. Returns (soft, hard) as they
 /// are after the attempt.
+// getrlimit/setrlimit have no safe std API: two libc calls.
+#[allow(unsafe_code)]
 pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
     #[cfg(unix)]
     {

@@ -1,6 +1,6 @@
 //! Sidecars linked through a real 3-node NATS cluster, in either cluster
 //! mode: a Thing behind sidecar A is usable by consumers of sidecar B. The
-//! scenarios of `tests/cluster.rs` (MQTT bridge) and `tests/nats_native.rs`
+//! scenarios of `tests/interop/cluster.rs` (MQTT bridge) and `tests/interop/nats_native.rs`
 //! (NATS's own protocol).
 
 use std::time::Duration;

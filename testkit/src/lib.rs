@@ -6,10 +6,12 @@
 //! collector), [`process`] (the sidecar binary as a child process),
 //! [`nats`] (a real NATS cluster), [`cluster_scenarios`] (the cluster tests
 //! both cluster modes run), [`weather_agent`] (the draft's WeatherAgent),
-//! [`bench`] (the benches' clock, settings and tallies).
+//! [`bench`] (the benches' clock, settings and tallies); [`alone`] and
+//! [`CapturedLogs`] for tests that observe the whole process.
 
 pub mod bench;
 pub mod cluster_scenarios;
+mod logs;
 pub mod mqtt5;
 pub mod nats;
 pub mod otlp;
@@ -17,6 +19,8 @@ pub mod process;
 pub mod raw_mqtt;
 pub mod weather_agent;
 pub mod webdriver;
+
+pub use logs::{alone, CapturedLogs};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -589,39 +593,6 @@ pub async fn wait_for_stats(
             "gateway stats never matched: {stats:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Everything the process logs, for tests that check what operators see.
-/// Installs the global logger: one such test per test binary.
-#[derive(Clone, Default)]
-pub struct CapturedLogs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl CapturedLogs {
-    pub fn install(filter: &str) -> CapturedLogs {
-        let logs = CapturedLogs::default();
-        let writer = logs.clone();
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .fmt_fields(lmos_sidecar::telemetry::EscapedFields)
-            .init();
-        logs
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for CapturedLogs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

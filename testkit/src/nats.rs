@@ -183,6 +183,9 @@ impl Node {
         // Should the test process die without dropping the cluster (say,
         // SIGKILL), the kernel kills the node too.
         #[cfg(target_os = "linux")]
+        // pre_exec and prctl are unsafe; the closure only calls prctl,
+        // which is async-signal-safe, between fork and exec.
+        #[allow(unsafe_code)]
         unsafe {
             use std::os::unix::process::CommandExt;
             command.pre_exec(|| {

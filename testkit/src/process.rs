@@ -8,6 +8,16 @@ use serde_json::Value;
 
 use super::WAIT;
 
+/// Sends `signal` to the process `pid`, straight from libc so that a test
+/// needs no `kill` binary on the machine; libc's result (0 when sent).
+// kill(2) has no safe std API (`Child::kill` sends SIGKILL only).
+#[allow(unsafe_code)]
+pub fn signal(pid: u32, signal: libc::c_int) -> libc::c_int {
+    let pid = libc::pid_t::try_from(pid).expect("a pid fits pid_t");
+    // SAFETY: kill takes no pointers; a wrong pid is an error return.
+    unsafe { libc::kill(pid, signal) }
+}
+
 /// A command running the sidecar binary (`env!("CARGO_BIN_EXE_lmos-sidecar")`,
 /// which only the package's own tests know: hence [`crate::sidecar_command`]).
 pub fn sidecar(bin: &str) -> Command {

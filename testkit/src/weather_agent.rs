@@ -78,15 +78,24 @@ fn error(correlation: Option<&Value>, status: &str, title: &str, detail: String)
 
 /// Connects and serves until the sidecar closes the connection.
 pub async fn serve(sidecar: &str) -> Result<(), Box<dyn std::error::Error>> {
+    // A sidecar with `http.authentication = ["bearer"]` wants the agent's
+    // token, as the Kubernetes example sets it.
+    serve_with_token(sidecar, std::env::var("LMOS_TOKEN").ok().as_deref()).await
+}
+
+/// [`serve`] with the bearer token given rather than read from `LMOS_TOKEN`
+/// (the environment is one for all the tests in a test binary).
+pub async fn serve_with_token(
+    sidecar: &str,
+    token: Option<&str>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let url = format!("{sidecar}?host={THING_ID}");
     let mut request = url.into_client_request()?;
     request.headers_mut().insert(
         "Sec-WebSocket-Protocol",
         HeaderValue::from_static("lmosprotocol"),
     );
-    // A sidecar with `http.authentication = ["bearer"]` wants the agent's
-    // token, as the Kubernetes example sets it.
-    if let Ok(token) = std::env::var("LMOS_TOKEN") {
+    if let Some(token) = token {
         let value = HeaderValue::from_str(&format!("Bearer {token}"))?;
         request.headers_mut().insert("Authorization", value);
     }

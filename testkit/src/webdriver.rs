@@ -1,6 +1,6 @@
 //! Headless Chromium driven over the WebDriver protocol (chromedriver,
 //! spoken here over plain HTTP), for the tests that need a real browser
-//! (`tests/console.rs`, `tests/browser.rs`). Needs Debian's `chromium` and
+//! (`tests/interop/console.rs`, `tests/interop/browser.rs`). Needs Debian's `chromium` and
 //! `chromium-driver` (`.ci/run` installs them).
 
 use std::net::SocketAddr;

@@ -1,5 +1,5 @@
 """The official A2A Python SDK's client (PyPI `a2a-sdk`) against a running
-sidecar, for tests/a2a.rs. Usage: python3 client.py <sidecar base URL> <agent base URL>
+sidecar, for tests/interop/a2a.rs. Usage: python3 client.py <sidecar base URL> <agent base URL>
 Prints one JSON report line."""
 
 import asyncio

@@ -1,5 +1,5 @@
 // The official MCP TypeScript SDK's client against a running sidecar, for
-// tests/mcp_a2a.rs. Usage: node client.mjs <scenario> <url> [header=value ...]
+// tests/interop/mcp.rs. Usage: node client.mjs <scenario> <url> [header=value ...]
 // Prints progress lines ("step: ...") and, last, one JSON report line.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";

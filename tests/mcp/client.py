@@ -1,5 +1,5 @@
 """The official MCP Python SDK's client (PyPI `mcp`) against a running
-sidecar, for tests/mcp.rs. Usage: python3 client.py <scenario> <url>
+sidecar, for tests/interop/mcp.rs. Usage: python3 client.py <scenario> <url>
 Prints progress lines ("step: ...") and, last, one JSON report line."""
 
 import asyncio

@@ -1,5 +1,5 @@
 // node-wot, unchanged, consuming the WeatherAgent through a running sidecar.
-// Run by tests/node_wot.rs: node consume.js <TD URL>
+// Run by tests/interop/node_wot.rs: node consume.js <TD URL>
 //
 // It follows only the forms of the TD the sidecar serves: MQTT forms (value
 // topics) for the event and the property observation, HTTP forms for reading

@@ -134,6 +134,8 @@ async fn to_broker(upstream: &mut EngineTx, packets: &[u8]) -> std::io::Result<(
 /// another is unacknowledged until that ACK comes: about 40 ms on Linux per
 /// request/response hop. Linux clears the flag as it goes, hence once per
 /// read.
+// TCP_QUICKACK has no safe std or tokio API: one setsockopt.
+#[allow(unsafe_code)]
 fn quick_ack(socket: RawFd) {
     #[cfg(target_os = "linux")]
     {

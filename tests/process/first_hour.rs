@@ -3,7 +3,7 @@
 //! sidecar's ready line and `GET /` pointing at the console with no warning
 //! on a default start, readable configuration errors, and the example
 //! agent coming back after a sidecar restart. The client commands:
-//! `tests/cli_first_hour.rs`.
+//! `tests/process/cli_first_hour.rs`.
 
 use std::process::Stdio;
 

@@ -8,7 +8,9 @@
 //! needs). The sidecar must notice, say so on `/healthz` and `/readyz`, and
 //! stop with an error so that its supervisor restarts it.
 //!
-//! Alone in its binary: the panic hook that notices is process-wide.
+//! Alone in its test binary (`lmos_testkit::alone()`, tests/alone/main.rs):
+//! the panic hook that notices is process-wide, so every other sidecar in
+//! the process would count the panic as its own broker's.
 
 use lmos_testkit as common;
 
@@ -19,6 +21,7 @@ use common::{http, TestSidecar};
 
 #[tokio::test]
 async fn a_panicking_broker_stops_the_sidecar_with_an_error() {
+    let _turn = common::alone().await;
     let sidecar = TestSidecar::start().await;
     let ready = http(sidecar.http, "GET", "/readyz", None, b"").await;
     assert_eq!(ready.status, 200, "{}", ready.body);

@@ -23,10 +23,10 @@ use common::{event, http, lmos, TestSidecar, WsClient, WAIT};
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
 
-/// One test at a time: each measures the process's memory.
+/// One test at a time: each measures the process's memory (and so do
+/// the other turn-takers of this test binary, `tests/alone/main.rs`).
 async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
-    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    TURN.lock().await
+    common::alone().await
 }
 
 fn rss_mib() -> f64 {

@@ -76,12 +76,16 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     // The flood below must not cost the page its connection; what a slow
     // page misses under `drop` is what sampling would skip anyway.
     config.gateway.slow_consumer = lmos_sidecar::config::SlowConsumerPolicy::Drop;
-    // The example agent authenticates with the token in LMOS_TOKEN, as in
-    // the Kubernetes example; this test binary runs nothing else.
-    std::env::set_var("LMOS_TOKEN", "agent-token");
+    // The example agent authenticates with its token, as LMOS_TOKEN gives
+    // it in the Kubernetes example (not set here: the environment is one
+    // for every test in this binary).
     let sidecar = common::TestSidecar::start_with(config).await;
     let url = sidecar.ws_url();
-    tokio::spawn(async move { weather_agent::serve(&url).await.map_err(|e| e.to_string()) });
+    tokio::spawn(async move {
+        weather_agent::serve_with_token(&url, Some("agent-token"))
+            .await
+            .map_err(|e| e.to_string())
+    });
     // The agent's TD, registered on its socket, as the operator sees it.
     let basic = format!(
         "Basic {}",

@@ -245,8 +245,8 @@ async fn sub_over_mqtt_and_ctrl_c_cancels_a_running_invocation() {
         .unwrap()
         .unwrap();
     assert!(first.contains("pending"), "{first}");
-    let pid = libc::pid_t::try_from(child.id().unwrap()).unwrap();
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let pid = child.id().unwrap();
+    assert_eq!(common::process::signal(pid, libc::SIGINT), 0);
     let mut rest = Vec::new();
     while let Ok(Some(line)) = tokio::time::timeout(common::WAIT, lines.next_line())
         .await

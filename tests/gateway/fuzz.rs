@@ -4,12 +4,12 @@
 //! answer bad input with a valid LMOS `error`, and never disturb other
 //! clients.
 //!
-//! Sized to run in a few seconds in a debug build (`cargo test --test fuzz`).
+//! Sized to run in a few seconds in a debug build (`cargo test --test gateway fuzz::`).
 //! To fuzz longer by hand:
 //!
 //! ```sh
-//! FUZZ_CASES=100000 cargo test --release --test fuzz
-//! FUZZ_CASES=20000 FUZZ_SEED=7 cargo test --release --test fuzz -- gateway
+//! FUZZ_CASES=100000 cargo test --release --test gateway fuzz::
+//! FUZZ_CASES=20000 FUZZ_SEED=7 cargo test --release --test gateway -- fuzz::the_gateway
 //! ```
 //!
 //! `FUZZ_CASES` is the number of cases of each property (and of frames sent
@@ -443,7 +443,7 @@ impl<'de> serde::Deserialize<'de> for Keys {
         struct Visit;
         impl<'de> serde::de::Visitor<'de> for Visit {
             type Value = Keys;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("an object")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Keys, A::Error> {

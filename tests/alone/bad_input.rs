@@ -28,6 +28,8 @@ fn assert_error(v: &Value, status: &str, kind: &str) {
 
 #[tokio::test]
 async fn every_class_of_bad_input_gets_a_correlated_error_and_the_connection_survives() {
+    // Alone in this test binary (tests/alone/main.rs).
+    let _turn = common::alone().await;
     let sidecar = TestSidecar::start().await;
     let mut bystander = sidecar.ws().await;
     bystander
@@ -130,6 +132,8 @@ async fn every_class_of_bad_input_gets_a_correlated_error_and_the_connection_sur
 
 #[tokio::test]
 async fn oversized_messages_get_an_error_and_the_connection_survives() {
+    // Alone in this test binary (tests/alone/main.rs).
+    let _turn = common::alone().await;
     let mut config = common::test_config();
     config.gateway.max_message_size = 1024;
     let sidecar = TestSidecar::start_with(config).await;
@@ -147,6 +151,8 @@ async fn oversized_messages_get_an_error_and_the_connection_survives() {
 
 #[tokio::test]
 async fn garbage_published_over_mqtt_does_not_reach_or_break_websocket_consumers() {
+    // Alone in this test binary (tests/alone/main.rs).
+    let _turn = common::alone().await;
     let sidecar = TestSidecar::start().await;
     let mut consumer = sidecar.ws().await;
     consumer

@@ -1,7 +1,7 @@
 //! Sidecars bridged through a real 3-node NATS cluster's MQTT listener
 //! (`cluster.mode = "mqtt"`): a Thing behind sidecar A is usable by
 //! consumers of sidecar B. The scenarios are in the test kit
-//! (`lmos_testkit::cluster_scenarios`), shared with `tests/nats_native.rs`.
+//! (`lmos_testkit::cluster_scenarios`), shared with `tests/interop/nats_native.rs`.
 
 use lmos_testkit::cluster_scenarios;
 

@@ -271,7 +271,7 @@ async fn each_principal_does_only_what_it_is_granted_per_thing() {
 async fn the_directory_needs_host_access_to_write_and_consume_access_to_read() {
     let sidecar = TestSidecar::start_with(secured_config()).await;
     let mut td: Value =
-        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+        serde_json::from_str(include_str!("../fixtures/weather-agent-td.json")).unwrap();
     td["id"] = json!("urn:a");
     let body = td.to_string();
     let put = |auth: Option<String>| {
@@ -375,7 +375,7 @@ async fn the_directory_needs_host_access_to_write_and_consume_access_to_read() {
 async fn the_default_sidecar_declares_no_security() {
     let sidecar = TestSidecar::start().await;
     let mut td: Value =
-        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+        serde_json::from_str(include_str!("../fixtures/weather-agent-td.json")).unwrap();
     td["id"] = json!("urn:open");
     let put = http(
         sidecar.http,
@@ -636,7 +636,7 @@ async fn an_invocation_is_visible_to_its_principal_only() {
 async fn a_principal_without_rights_cannot_tell_whether_a_thing_exists() {
     let sidecar = TestSidecar::start_with(secured_config()).await;
     let mut td: Value =
-        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+        serde_json::from_str(include_str!("../fixtures/weather-agent-td.json")).unwrap();
     td["id"] = json!("urn:a");
     let token = format!("Bearer {AGENT_TOKEN}");
     let headers = [

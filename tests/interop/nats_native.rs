@@ -1,5 +1,5 @@
 //! Sidecars linked through a real 3-node NATS cluster in NATS's own
-//! protocol (`cluster.mode = "nats"`): the scenarios of `tests/cluster.rs`
+//! protocol (`cluster.mode = "nats"`): the scenarios of `tests/interop/cluster.rs`
 //! (events, observation, every request type, discovery, presence, one trace
 //! across), then what only this mode does: a sidecar that starts later
 //! learns the others' state, a request no sidecar takes is answered 503,

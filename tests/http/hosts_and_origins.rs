@@ -1,5 +1,5 @@
 //! What a web page could make a browser send, as raw HTTP over real
-//! sockets (the browser itself is in `tests/browser.rs`): a `Host` a
+//! sockets (the browser itself is in `tests/interop/browser.rs`): a `Host` a
 //! DNS-rebinding page would name (421, on HTTP and WebSocket alike), an
 //! `Origin` other than the sidecar's own or `null` (403 on the WebSocket
 //! handshake and every state-changing request), a body that is not JSON

@@ -252,7 +252,7 @@ async fn bob_s_subscriptions_are_counted_over_all_his_connections() {
 
 /// The weather agent's TD under `id`, with `padding` bytes of description.
 fn td(id: &str, padding: usize) -> Vec<u8> {
-    let text = include_str!("fixtures/weather-agent-td.json");
+    let text = include_str!("../fixtures/weather-agent-td.json");
     let mut td: Value = serde_json::from_str(text).unwrap();
     td["id"] = id.into();
     td["description"] = "x".repeat(padding).into();

@@ -579,7 +579,7 @@ async fn kotlin_events_and_readings_published_over_mqtt_reach_draft_and_kotlin_c
 /// read-only, one write-only (which readAllProperties leaves out).
 fn description() -> Value {
     let mut td: Value =
-        serde_json::from_str(include_str!("../examples/weather_agent.td.json")).unwrap();
+        serde_json::from_str(include_str!("../../examples/weather_agent.td.json")).unwrap();
     let mut status = td["properties"]["modelConfiguration"].clone();
     status["type"] = json!("string");
     status.as_object_mut().unwrap().remove("properties");

@@ -48,8 +48,8 @@ async fn starts_on_port_zero_logs_its_ports_serves_and_stops_on_sigterm() {
 
     // SIGTERM, as an orchestrator stops a container; straight from libc so
     // the test needs no `kill` binary on the machine.
-    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let pid = child.0.id();
+    assert_eq!(common::process::signal(pid, libc::SIGTERM), 0);
     let close = loop {
         match tokio::time::timeout(WAIT, consumer.stream.next())
             .await
@@ -216,7 +216,7 @@ async fn serves_and_stops_with_a_read_only_filesystem() {
     agent.publish_event("urn:ro", "e", json!(1)).await;
     assert_eq!(consumer.recv().await["event"], "e");
     let mut td: Value =
-        serde_json::from_str(include_str!("fixtures/weather-agent-td.json")).unwrap();
+        serde_json::from_str(include_str!("../fixtures/weather-agent-td.json")).unwrap();
     td["id"] = json!("urn:ro");
     let put = common::http(
         http,
@@ -228,8 +228,8 @@ async fn serves_and_stops_with_a_read_only_filesystem() {
     .await;
     assert_eq!(put.status, 201, "{}", put.body);
 
-    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let pid = child.0.id();
+    assert_eq!(common::process::signal(pid, libc::SIGTERM), 0);
     let status = wait_exit(&mut child.0, Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
 }

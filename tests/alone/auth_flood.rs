@@ -101,6 +101,12 @@ fn memory_kib() -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// Starts the high-water mark afresh (`clear_refs`, Linux 4.0+): this
+/// test binary ran others before, whose peaks are not this test's.
+fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset VmHWM");
+}
+
 async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
     let start = Instant::now();
     let out = f.await;
@@ -141,6 +147,9 @@ async fn keep_working(sidecar: &TestSidecar, flooding: &AtomicBool) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_flood_neither_exhausts_memory_nor_locks_out_the_legitimate_client() {
+    // The process's memory is measured: no other turn-taker of this test
+    // binary runs meanwhile (tests/alone/main.rs).
+    let _turn = common::alone().await;
     let sidecar = TestSidecar::start_with(config(|c| {
         c.auth.max_concurrent_verifications = VERIFIERS;
     }))
@@ -152,6 +161,7 @@ async fn a_password_flood_neither_exhausts_memory_nor_locks_out_the_legitimate_c
         MqttClient::connect_as(sidecar.mqtt, "agent-sub", "agent", "agent-pw", None).await;
     subscriber.subscribe("lmos/urn:agent/events/+").await;
     assert_eq!(connack(sidecar.mqtt, 5, "agent", "agent-pw").await, 0);
+    reset_peak();
     let (before, _) = memory_kib();
 
     let flooding = AtomicBool::new(true);
@@ -251,6 +261,8 @@ async fn a_password_flood_neither_exhausts_memory_nor_locks_out_the_legitimate_c
 
 #[tokio::test]
 async fn unchecked_refusals_say_why_and_when_to_come_back() {
+    // Alone in this test binary (tests/alone/main.rs).
+    let _turn = common::alone().await;
     let sidecar = TestSidecar::start_with(config(|c| {
         c.auth.max_failures = 2;
         c.auth.max_concurrent_verifications = 1;

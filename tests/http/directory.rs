@@ -8,8 +8,8 @@ use lmos_testkit::weather_agent;
 use common::{http, lmos, TestSidecar};
 use serde_json::{json, Value};
 
-const WEATHER: &str = include_str!("fixtures/weather-agent-td.json");
-const AS_PRINTED: &str = include_str!("fixtures/short-example-td-as-printed.json");
+const WEATHER: &str = include_str!("../fixtures/weather-agent-td.json");
+const AS_PRINTED: &str = include_str!("../fixtures/short-example-td-as-printed.json");
 const ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
 const TD_JSON: &str = "application/td+json";
 

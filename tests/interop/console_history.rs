@@ -1,5 +1,5 @@
 //! The console as a newcomer finds it some minutes after the sidecar
-//! started (issue 34), in headless Chromium like `tests/console.rs`:
+//! started (issue 34), in headless Chromium like `tests/interop/console.rs`:
 //! traffic from before the page opened is in its charts (the sidecar keeps
 //! the history), the errors are broken down by kind, a link opens a Thing's
 //! view directly, its TD is a link away with its MQTT topics listed, a

@@ -1,0 +1,21 @@
+//! The sidecar as a process and as documented: the binary and its command
+//! line, the client commands, restarts and crashes on a data directory, the
+//! configuration reference, the manifests under deploy/, and the README's
+//! and docs/' links and commands.
+//!
+//! One test binary of six (`cargo test --test process`); a module per former
+//! `tests/<name>.rs`, each test keeping its name under that module
+//! (`restart::...`). Tests that run `env!("CARGO_BIN_EXE_lmos-sidecar")` or
+//! read the tree's files belong here: add the file and a `mod` line below.
+
+mod binary;
+mod cli_first_hour;
+mod client;
+mod config_reference;
+mod crash_torture;
+mod deploy;
+mod docs;
+mod docs_commands;
+mod first_hour;
+mod restart;
+mod restart_state;
