@@ -1604,6 +1604,9 @@ fn ack_device_data(ackslog: &mut AckLog, outgoing: &mut Outgoing) -> bool {
         count += 1;
     }
 
+    // lmos-sidecar patch 15: the acknowledgement queue holds no room once
+    // drained; an idle connection kept the CONNACK's (some 900 bytes).
+    acks.shrink_to_fit();
     debug!(acks_count = count, "Acks sent to device");
     outgoing.handle.try_send(()).ok();
     true
