@@ -223,8 +223,10 @@ impl<S: ClientStream> Connection<S> {
             old.asked.cancel();
             let _ = Box::pin(tokio::time::timeout(HANDOVER_WAIT, old.done.cancelled())).await;
         }
-        let Some((upstream, opened)) =
-            Box::pin(open_upstream(&shared, &connect, &asked, keep_alive, &client_id)).await
+        let Some((upstream, opened)) = Box::pin(open_upstream(
+            &shared, &connect, &asked, keep_alive, &client_id,
+        ))
+        .await
         else {
             let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
             return Box::pin(farewell(&mut client_tx, &ack)).await;
@@ -348,7 +350,8 @@ async fn open_upstream(
     let _held = gate.lock().await;
     let opened = shared.sessions.open(client_id, connect.clean, asked.expiry);
     if opened.wipe_first {
-        if let Err(e) = upstream::wipe(&shared.upstream, client_id).await {
+        // Boxed: rare, and as large as opening a link and talking on it.
+        if let Err(e) = Box::pin(upstream::wipe(&shared.upstream, client_id)).await {
             warn!(error = %e, "Could not end an MQTT session in the embedded broker.");
         }
     }

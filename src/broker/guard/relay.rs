@@ -309,3 +309,42 @@ pub(super) async fn relay<W: AsyncWrite + Unpin>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// An idle client costs its read buffer only while it sends (issue 32):
+    /// with nothing left to read, the read waits holding none, and what
+    /// comes later, and the client's end, still arrive.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_waits_without_a_read_buffer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (mut rx, _tx) = ClientStream::split(server);
+        let mut buf = BytesMut::new();
+
+        client.write_all(b"hello").await.unwrap();
+        assert_eq!(read_some(&mut rx, &mut buf).await.unwrap(), 5);
+        assert_eq!(&buf[..], b"hello");
+        buf.clear();
+
+        let waiting = tokio::time::timeout(Duration::from_secs(1), read_some(&mut rx, &mut buf));
+        assert!(waiting.await.is_err(), "nothing was sent");
+        assert_eq!(buf.capacity(), 0, "no buffer held while waiting");
+
+        client.write_all(b"more").await.unwrap();
+        assert_eq!(read_some(&mut rx, &mut buf).await.unwrap(), 4);
+        assert_eq!(&buf[..], b"more");
+        buf.clear();
+        drop(client);
+        assert_eq!(read_some(&mut rx, &mut buf).await.unwrap(), 0, "the end");
+    }
+}

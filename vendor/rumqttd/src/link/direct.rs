@@ -464,6 +464,7 @@ impl DirectRx {
             match woken {
                 Poll::Ready(Ok(())) => {
                     std::mem::swap(&mut *self.outgoing.lock(), &mut self.notifications);
+                    let lone = self.notifications.len() <= 1;
                     let mut unscheduled = false;
                     for notification in self.notifications.drain(..) {
                         match Option::<Packet>::from(notification) {
@@ -475,11 +476,15 @@ impl DirectRx {
                             None => unscheduled = true,
                         }
                     }
-                    // lmos-sidecar patch 15: an idle link keeps no room for
-                    // notifications (the router's buffer and this one trade
-                    // places at every read, so both would stay as large as
-                    // the largest batch, for every connection).
-                    self.notifications = VecDeque::new();
+                    // lmos-sidecar patch 15: a link that is not busy keeps
+                    // no room for notifications (the router's buffer and
+                    // this one trade places at every read, so both stayed
+                    // as large as the largest batch, for every idle
+                    // connection). A busy one keeps it: the router, the
+                    // broker's one thread, would grow a buffer per batch.
+                    if lone {
+                        self.notifications = VecDeque::new();
+                    }
                     if unscheduled {
                         let ready = (shared.connection_id, Event::Ready);
                         self.wake = Some(Box::pin(shared.router_tx.clone().into_send_async(ready)));
