@@ -23,8 +23,9 @@
 //! connection and send CONNECT all at once, each giving up on a CONNACK
 //! after 5 s (a common client default); against the sidecar and, in the
 //! same run, a Mosquitto on PATH. Prints how many connected, how many
-//! failed, the time until the last CONNACK and the broker's RSS with all
-//! of them connected.
+//! failed, the time until the last CONNACK, the broker's RSS with all of
+//! them connected (3 s after the last CONNACK) and, from its RSS before
+//! the burst, what each idle client costs.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -187,13 +188,22 @@ async fn burst(
     (ok, failed, last, open)
 }
 
-/// One broker's row: a burst, then its RSS with every client connected.
+/// One broker's row: a burst, then its RSS with every client connected
+/// and idle, and the RSS above the one before the burst per client.
 async fn burst_row(name: &str, broker: &Sidecar, addr: std::net::SocketAddr, n: usize) {
+    let before = broker.rss_kib();
     let (ok, failed, last, _open) = burst(addr, n, name).await;
+    // What connecting took and no idle client holds is given back (the
+    // sidecar trims its allocator once a wave of connections has settled,
+    // looking every second).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let connected = broker.rss_kib();
+    let each = connected.saturating_sub(before) as f64 / ok.max(1) as f64;
     println!(
-        "| {name} | {ok} | {failed} | {:.2} s | {:.1} MiB |",
+        "| {name} | {ok} | {failed} | {:.2} s | {:.1} MiB | {:.1} MiB | {each:.1} KiB |",
         last.as_secs_f64(),
-        broker.rss_kib() as f64 / 1024.0
+        before as f64 / 1024.0,
+        connected as f64 / 1024.0,
     );
 }
 
@@ -201,8 +211,10 @@ async fn mqtt_scenario() -> Result<()> {
     let n: usize = env_or("CAPACITY_BURST", "5000").parse()?;
     println!("{n} MQTT 3.1.1 clients connecting at once, 5 s CONNACK timeout each");
     println!();
-    println!("| broker | connected | failed | last CONNACK after | RSS connected |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| broker | connected | failed | last CONNACK after | RSS before | RSS connected | per idle client |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     {
         let (sidecar, _http, mqtt) = start(10)?;
         let addr = mqtt.parse()?;
@@ -213,7 +225,7 @@ async fn mqtt_scenario() -> Result<()> {
             tokio::time::sleep(Duration::from_millis(300)).await;
             burst_row("Mosquitto", &broker, addr, n).await;
         }
-        Err(e) => println!("| Mosquitto | - | - | {e} | - |"),
+        Err(e) => println!("| Mosquitto | - | - | {e} | - | - | - |"),
     }
     Ok(())
 }

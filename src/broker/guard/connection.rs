@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -28,7 +28,7 @@ use super::handshake::{self, Offer};
 use super::inspect::Inspector;
 use super::packet;
 use super::reason::*;
-use super::relay::relay;
+use super::relay::{relay, ClientStream};
 use super::sessions::{AfterClose, Expiry, Opened, Refused};
 use super::upstream;
 use super::{GuardEvent, GuardLimit, Shared};
@@ -163,7 +163,7 @@ pub(super) struct Connection<S> {
     deadline: Instant,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
+impl<S: ClientStream> Connection<S> {
     pub(super) fn new(
         client: S,
         socket: RawFd,
@@ -188,16 +188,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             shared,
             deadline,
         } = self;
-        let (mut client_rx, mut client_tx) = tokio::io::split(client);
+        let (mut client_rx, mut client_tx) = client.split();
         let mut inbound = BytesMut::new();
-        let Some(admitted) = admission::admit(
+        // The steps before and after the pumps are boxed: a task's future
+        // is as large as its largest state, and every idle connection's
+        // task would hold room for them (issue 32).
+        let Some(admitted) = Box::pin(admission::admit(
             &shared,
             peer,
             deadline,
             &mut client_rx,
             &mut client_tx,
             &mut inbound,
-        )
+        ))
         .await
         else {
             return;
@@ -217,33 +220,35 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         // Another principal's session is not this one's to take over.
         let keeps = !(connect.clean && asked.expiry.0 == 0);
         if let Err(refused) = shared.sessions.check(&client_id, session.name(), keeps) {
-            return refuse_session(&shared, version, refused, &mut client_tx).await;
+            return Box::pin(refuse_session(&shared, version, refused, &mut client_tx)).await;
         }
         // A connection still holding the client ID first reads what its
         // client sent before this CONNECT (see `sessions::Handover`).
         if let Some(old) = shared.sessions.holder(&client_id) {
             old.asked.cancel();
-            let _ = tokio::time::timeout(HANDOVER_WAIT, old.done.cancelled()).await;
+            let _ = Box::pin(tokio::time::timeout(HANDOVER_WAIT, old.done.cancelled())).await;
         }
         let owner = session.name();
-        let (upstream, opened) =
-            match open_upstream(&shared, &connect, &asked, keep_alive, &client_id, owner).await {
-                Ok(opened) => opened,
-                Err(Unopened::Refused(refused)) => {
-                    return refuse_session(&shared, version, refused, &mut client_tx).await;
-                }
-                Err(Unopened::Unreachable) => {
-                    let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
-                    return farewell(&mut client_tx, &ack).await;
-                }
-            };
+        let opening = open_upstream(&shared, &connect, &asked, keep_alive, &client_id, owner);
+        let (upstream, opened) = match Box::pin(opening).await {
+            Ok(opened) => opened,
+            Err(Unopened::Refused(refused)) => {
+                return Box::pin(refuse_session(&shared, version, refused, &mut client_tx)).await;
+            }
+            Err(Unopened::Unreachable) => {
+                let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
+                return Box::pin(farewell(&mut client_tx, &ack)).await;
+            }
+        };
         inbound.advance(header.size());
         let (mut up_rx, mut up_tx) = upstream.into_split();
 
         let guard_pings = AtomicU32::new(0);
         let unacked = AtomicU32::new(0);
         let delivery = Mutex::new(Delivery::new(version, asked.limits));
-        let (outbox, from_guard) = mpsc::channel(OUTBOX);
+        // flume's queue is allocated on first use; tokio's took some 1.8 KiB
+        // per connection at once.
+        let (outbox, from_guard) = flume::bounded(OUTBOX);
         let owed = Notify::new();
         let mut inspector = Inspector {
             version,
@@ -303,7 +308,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             // rumqttd closes the connection of a DISCONNECT itself; the
             // guard waits for that, as `probe::leave` explains why.
             if end == End::ClientDisconnected {
-                let _ = tokio::time::timeout(FAREWELL, &mut outbound_pump).await;
+                let _ = Box::pin(tokio::time::timeout(FAREWELL, &mut outbound_pump)).await;
             }
             end
         };
@@ -334,7 +339,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             tokio::spawn(expire(shared.clone(), client_id.clone(), generation, after));
         }
         debug!(?end, "MQTT connection closed.");
-        close_client(end, &mut client_rx, &mut client_tx).await;
+        Box::pin(close_client(end, &mut client_rx, &mut client_tx)).await;
         drop(permit);
     }
 }
@@ -390,7 +395,8 @@ async fn open_upstream(
         .open(client_id, connect.clean, asked.expiry, owner)
         .map_err(Unopened::Refused)?;
     if opened.wipe_first {
-        if let Err(e) = upstream::wipe(&shared.upstream, client_id).await {
+        // Boxed: rare, and as large as opening a link and talking on it.
+        if let Err(e) = Box::pin(upstream::wipe(&shared.upstream, client_id)).await {
             warn!(error = %e, "Could not end an MQTT session in the embedded broker.");
         }
     }

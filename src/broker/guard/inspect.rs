@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::sync::mpsc;
 use tracing::{debug, info};
 
 use super::connection::{lock, now_ms, packet_too_large, End, ToClient};
@@ -47,7 +46,7 @@ pub(super) struct Inspector<'a> {
     /// Packets for the client, sent before the batch that caused them goes
     /// to the broker.
     pub(super) pending: Vec<ToClient>,
-    pub(super) outbox: mpsc::Sender<ToClient>,
+    pub(super) outbox: flume::Sender<ToClient>,
     /// For a client without keep-alive: how often the guard pings the
     /// broker on its behalf.
     pub(super) pings: Option<Duration>,

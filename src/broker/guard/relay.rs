@@ -3,12 +3,16 @@
 //! direction's pure state ([`super::inspect`], [`super::downstream`]) what
 //! to write.
 
+use std::future::Future;
+use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, Notify};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -29,6 +33,86 @@ const FIRST_CHUNK: usize = 2 * 1024;
 const MIN_SPARE: usize = 256;
 const PINGREQ: [u8; 2] = [0xC0, 0];
 
+/// A client's connection, split into the halves the two pumps use.
+pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    type Rx: ClientRx;
+    type Tx: AsyncWrite + Unpin + Send + 'static;
+    fn split(self) -> (Self::Rx, Self::Tx);
+}
+
+/// A client's reading half, which may be able to wait for data without
+/// holding a read buffer.
+pub(super) trait ClientRx: AsyncRead + Unpin + Send + 'static {
+    /// Whether [`ClientRx::readable`] and [`ClientRx::try_read`] work; a TLS
+    /// stream reads records ahead into buffers of its own, and is read
+    /// the ordinary way.
+    const UNBUFFERED_WAIT: bool;
+    /// Reads what has arrived, without waiting: `WouldBlock` if nothing.
+    fn try_read(&mut self, buf: &mut BytesMut) -> io::Result<usize>;
+    /// Waits until a read would find something (or the end).
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_;
+}
+
+impl ClientStream for TcpStream {
+    type Rx = OwnedReadHalf;
+    type Tx = OwnedWriteHalf;
+    fn split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        self.into_split()
+    }
+}
+
+impl ClientRx for OwnedReadHalf {
+    const UNBUFFERED_WAIT: bool = true;
+    fn try_read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        self.try_read_buf(buf)
+    }
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        OwnedReadHalf::readable(self)
+    }
+}
+
+type Tls = tokio_rustls::server::TlsStream<TcpStream>;
+
+impl ClientStream for Tls {
+    type Rx = tokio::io::ReadHalf<Tls>;
+    type Tx = tokio::io::WriteHalf<Tls>;
+    fn split(self) -> (Self::Rx, Self::Tx) {
+        tokio::io::split(self)
+    }
+}
+
+impl ClientRx for tokio::io::ReadHalf<Tls> {
+    const UNBUFFERED_WAIT: bool = false;
+    fn try_read(&mut self, _: &mut BytesMut) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        std::future::ready(Ok(()))
+    }
+}
+
+/// Reads what the client sent into `buf`. With nothing buffered, a plain
+/// connection waits for data holding no read buffer: most MQTT clients
+/// are idle most of the time, and their buffers were a quarter of what one
+/// cost (issue 32). A busy one keeps its buffer while reads find data.
+async fn read_some<R: ClientRx>(client: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
+    if R::UNBUFFERED_WAIT && buf.is_empty() {
+        loop {
+            if buf.capacity() > 0 {
+                match client.try_read(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    read => return read,
+                }
+                *buf = BytesMut::new();
+            }
+            client.readable().await?;
+            grow(buf);
+        }
+    }
+    grow(buf);
+    client.read_buf(buf).await
+}
+
 pub(super) fn grow(buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < MIN_SPARE {
         let chunk = if buf.capacity() == 0 {
@@ -44,7 +128,7 @@ impl Inspector<'_> {
     /// The client-to-broker pump: reads the client, inspects, writes the
     /// broker what the inspection let through (and what the guard owes
     /// it), pings the broker for a client without keep-alive.
-    pub(super) async fn pump<R: AsyncRead + Unpin>(
+    pub(super) async fn pump<R: ClientRx>(
         &mut self,
         client: &mut R,
         socket: RawFd,
@@ -60,7 +144,7 @@ impl Inspector<'_> {
         loop {
             let (chunk, end) = self.inspect_all(buf);
             for message in self.pending.drain(..) {
-                if self.outbox.send(message).await.is_err() {
+                if self.outbox.send_async(message).await.is_err() {
                     return End::Closing;
                 }
             }
@@ -88,12 +172,11 @@ impl Inspector<'_> {
             if let Some(end) = end {
                 return end;
             }
-            grow(buf);
             // Acknowledgements the guard owes the broker for what it
             // delivered lower or not at all go in between the client's.
             let read = loop {
                 tokio::select! {
-                    read = client.read_buf(buf) => break read,
+                    read = read_some(client, buf) => break read,
                     _ = async { ping.as_mut()?.tick().await; Some(()) }, if ping.is_some() => {
                         self.guard_pings.fetch_add(1, Ordering::Relaxed);
                         if to_broker(upstream, &PINGREQ).await.is_err() {
@@ -163,18 +246,19 @@ pub(super) async fn relay<W: AsyncWrite + Unpin>(
     mut state: Downstream<'_>,
     (upstream, store): (&mut EngineRx, &Store),
     client: &mut W,
-    mut from_guard: mpsc::Receiver<ToClient>,
+    from_guard: flume::Receiver<ToClient>,
     relayed: &AtomicU64,
 ) -> End {
+    // The link hands over a buffer of its own when this one is empty
+    // (`DirectRx::read_into`), so an idle connection holds none.
     let mut buf = BytesMut::new();
     let mut guard_open = true;
     loop {
-        grow(&mut buf);
         let mut out = BytesMut::new();
         let mut closing = None;
         tokio::select! {
             biased;
-            message = from_guard.recv(), if guard_open => match message {
+            message = from_guard.recv_async(), if guard_open => match message.ok() {
                 Some(m) => {
                     let mut close = state.take(m, &mut out);
                     while let (false, Ok(m)) = (close, from_guard.try_recv()) {
@@ -202,6 +286,9 @@ pub(super) async fn relay<W: AsyncWrite + Unpin>(
                     out = chunk;
                     closing = end;
                 }
+                if buf.is_empty() {
+                    buf = BytesMut::new();
+                }
             }
         }
         if std::mem::take(&mut state.sync_first) && store.barrier().durable().await.is_err() {
@@ -222,5 +309,44 @@ pub(super) async fn relay<W: AsyncWrite + Unpin>(
         if let Some(end) = closing {
             return end;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// An idle client costs its read buffer only while it sends (issue 32):
+    /// with nothing left to read, the read waits holding none, and what
+    /// comes later, and the client's end, still arrive.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_waits_without_a_read_buffer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (mut rx, _tx) = ClientStream::split(server);
+        let mut buf = BytesMut::new();
+
+        client.write_all(b"hello").await.unwrap();
+        assert_eq!(read_some(&mut rx, &mut buf).await.unwrap(), 5);
+        assert_eq!(&buf[..], b"hello");
+        buf.clear();
+
+        let waiting = tokio::time::timeout(Duration::from_secs(1), read_some(&mut rx, &mut buf));
+        assert!(waiting.await.is_err(), "nothing was sent");
+        assert_eq!(buf.capacity(), 0, "no buffer held while waiting");
+
+        client.write_all(b"more").await.unwrap();
+        assert_eq!(read_some(&mut rx, &mut buf).await.unwrap(), 4);
+        assert_eq!(&buf[..], b"more");
+        buf.clear();
+        drop(client);
+        assert_eq!(read_some(&mut rx, &mut buf).await.unwrap(), 0, "the end");
     }
 }

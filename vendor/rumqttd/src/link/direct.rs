@@ -40,6 +40,10 @@ use crate::{ConnectionId, ConnectionSettings};
 type RouterTx = Sender<(ConnectionId, Event)>;
 type Wills = Arc<Mutex<HashMap<String, Sender<AwaitingWill>>>>;
 type Buffer<T> = Arc<parking_lot::Mutex<VecDeque<T>>>;
+/// lmos-sidecar patch 15: a message for the router waiting for room in its
+/// queue, boxed: an `Event` is some 800 bytes, and each half of every link
+/// held room for one inline although it is rarely needed.
+type Telling = Pin<Box<SendFut<'static, (ConnectionId, Event)>>>;
 
 /// Opens direct links to the router with one server's settings; cheap to
 /// clone. From [`crate::Broker::direct`].
@@ -73,9 +77,13 @@ impl Direct {
             return Err(invalid("not a CONNECT"));
         };
         if self.config.auth.is_some() || self.config.external_auth.is_some() {
-            crate::link::remote::handle_auth(self.config.clone(), login.as_ref(), &connect.client_id)
-                .await
-                .map_err(invalid)?;
+            Box::pin(crate::link::remote::handle_auth(
+                self.config.clone(),
+                login.as_ref(),
+                &connect.client_id,
+            ))
+            .await
+            .map_err(invalid)?;
         }
         if connect.keep_alive == 0 {
             return Err(invalid("keep-alive 0"));
@@ -140,10 +148,18 @@ impl Direct {
             outgoing,
         };
         let refused = || io::Error::new(io::ErrorKind::ConnectionRefused, "the router stopped");
-        self.router_tx
-            .send_async((0, event))
-            .await
-            .map_err(|_| refused())?;
+        // Patch 15: waiting for room in the router's queue is rare, and the
+        // future waiting holds the whole `Event`: boxed, so that opening a
+        // link (thousands at once in a burst of CONNECTs) takes less.
+        match self.router_tx.try_send((0, event)) {
+            Ok(()) => {}
+            Err(flume::TrySendError::Full(message)) => {
+                Box::pin(self.router_tx.send_async(message))
+                    .await
+                    .map_err(|_| refused())?;
+            }
+            Err(flume::TrySendError::Disconnected(_)) => return Err(refused()),
+        }
         router_rx.recv_async().await.map_err(|_| refused())?;
         let Some(Notification::DeviceAck(Ack::ConnAck(id, ack, ack_props))) =
             outgoing_buffer.lock().pop_front()
@@ -399,7 +415,7 @@ pub struct DirectRx {
     out: BytesMut,
     /// The router unscheduled the connection; it is told it may send again
     /// once what it sent has been read.
-    wake: Option<SendFut<'static, (ConnectionId, Event)>>,
+    wake: Option<Telling>,
     keep_alive: Duration,
     timer: Pin<Box<Sleep>>,
     /// Returns end of file from now on.
@@ -429,7 +445,7 @@ impl DirectRx {
                 continue;
             };
             if let Some(wake) = self.wake.as_mut() {
-                let sent = ready!(Pin::new(wake).poll(cx));
+                let sent = ready!(wake.as_mut().poll(cx));
                 self.wake = None;
                 if sent.is_err() {
                     self.eof = true;
@@ -448,6 +464,7 @@ impl DirectRx {
             match woken {
                 Poll::Ready(Ok(())) => {
                     std::mem::swap(&mut *self.outgoing.lock(), &mut self.notifications);
+                    let lone = self.notifications.len() <= 1;
                     let mut unscheduled = false;
                     for notification in self.notifications.drain(..) {
                         match Option::<Packet>::from(notification) {
@@ -459,9 +476,18 @@ impl DirectRx {
                             None => unscheduled = true,
                         }
                     }
+                    // lmos-sidecar patch 15: a link that is not busy keeps
+                    // no room for notifications (the router's buffer and
+                    // this one trade places at every read, so both stayed
+                    // as large as the largest batch, for every idle
+                    // connection). A busy one keeps it: the router, the
+                    // broker's one thread, would grow a buffer per batch.
+                    if lone {
+                        self.notifications = VecDeque::new();
+                    }
                     if unscheduled {
                         let ready = (shared.connection_id, Event::Ready);
-                        self.wake = Some(shared.router_tx.clone().into_send_async(ready));
+                        self.wake = Some(Box::pin(shared.router_tx.clone().into_send_async(ready)));
                         if self.out.is_empty() {
                             continue;
                         }
@@ -521,13 +547,13 @@ pub struct DirectTx {
     read: BytesMut,
     max_size: usize,
     /// The router's queue was full when the router was told of packets.
-    notify: Option<SendFut<'static, (ConnectionId, Event)>>,
+    notify: Option<Telling>,
 }
 
 impl DirectTx {
     fn poll_notified(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if let Some(notify) = self.notify.as_mut() {
-            let sent = ready!(Pin::new(notify).poll(cx));
+            let sent = ready!(notify.as_mut().poll(cx));
             self.notify = None;
             sent.map_err(|_| broken())?;
         }
@@ -570,7 +596,7 @@ impl AsyncWrite for DirectTx {
             match shared.router_tx.try_send(message) {
                 Ok(()) => {}
                 Err(flume::TrySendError::Full(message)) => {
-                    this.notify = Some(shared.router_tx.clone().into_send_async(message));
+                    this.notify = Some(Box::pin(shared.router_tx.clone().into_send_async(message)));
                     // Registers the wake-up; the next write or flush ends it.
                     if let Poll::Ready(sent) = this.poll_notified(cx) {
                         sent?;

@@ -1665,6 +1665,11 @@ fn ack_device_data(ackslog: &mut AckLog, outgoing: &mut Outgoing) -> bool {
 
     let mut count = 0;
     let mut buffer = outgoing.data_buffer.lock();
+    // lmos-sidecar patch 15: an empty queue gets room for these acks only
+    // (a first push makes room for 4, some 1 KB for a lone CONNACK).
+    if buffer.capacity() == 0 {
+        buffer.reserve_exact(acks.len());
+    }
 
     // Unlike forwards, we are reading all the pending acks for a given connection.
     // At any given point of time, there can be a max of connection's buffer size
@@ -1676,6 +1681,13 @@ fn ack_device_data(ackslog: &mut AckLog, outgoing: &mut Outgoing) -> bool {
         count += 1;
     }
 
+    // lmos-sidecar patch 15: the acknowledgement queue of a connection that
+    // is not busy holds no room once drained; an idle connection kept the
+    // CONNACK's (some 900 bytes). A busy one keeps it (this is the router's
+    // one thread).
+    if count <= 1 {
+        acks.shrink_to_fit();
+    }
     debug!(acks_count = count, "Acks sent to device");
     outgoing.handle.try_send(()).ok();
     true
