@@ -207,7 +207,6 @@ impl<S: ClientStream> Connection<S> {
         };
         let (permit, session, asked) = (admitted.permit, admitted.session, admitted.asked);
         let (header, version, connect) = (admitted.header, admitted.version, admitted.connect);
-        let refuse = |v4: u8, v5: u8| admission::refusal(version, v4, v5);
         let client_id = connect.client_id.to_owned();
         let (held_to, server_keep_alive) =
             handshake::keep_alive(version, connect.keep_alive, shared.limits.max_keep_alive);
@@ -217,28 +216,16 @@ impl<S: ClientStream> Connection<S> {
             k => k,
         };
 
-        // Another principal's session is not this one's to take over.
-        let keeps = !(connect.clean && asked.expiry.0 == 0);
-        if let Err(refused) = shared.sessions.check(&client_id, session.name(), keeps) {
-            return Box::pin(refuse_session(&shared, version, refused, &mut client_tx)).await;
-        }
-        // A connection still holding the client ID first reads what its
-        // client sent before this CONNECT (see `sessions::Handover`).
-        if let Some(old) = shared.sessions.holder(&client_id) {
-            old.asked.cancel();
-            let _ = Box::pin(tokio::time::timeout(HANDOVER_WAIT, old.done.cancelled())).await;
-        }
-        let owner = session.name();
-        let opening = open_upstream(&shared, &connect, &asked, keep_alive, &client_id, owner);
-        let (upstream, opened) = match Box::pin(opening).await {
-            Ok(opened) => opened,
-            Err(Unopened::Refused(refused)) => {
-                return Box::pin(refuse_session(&shared, version, refused, &mut client_tx)).await;
-            }
-            Err(Unopened::Unreachable) => {
-                let ack = refuse(V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
-                return Box::pin(farewell(&mut client_tx, &ack)).await;
-            }
+        let opening = establish(
+            &shared,
+            &connect,
+            &asked,
+            keep_alive,
+            session.name(),
+            &mut client_tx,
+        );
+        let Some((upstream, opened)) = Box::pin(opening).await else {
+            return;
         };
         inbound.advance(header.size());
         let (mut up_rx, mut up_tx) = upstream.into_split();
@@ -283,11 +270,7 @@ impl<S: ClientStream> Connection<S> {
                 durable: shared.store.is_durable(),
                 sync_first: false,
                 owed: &owed,
-                offer: Offer {
-                    receive_max: shared.limits.receive_maximum,
-                    max_packet: u32::try_from(shared.limits.max_packet_size).unwrap_or(u32::MAX),
-                    server_keep_alive,
-                },
+                offer: offer(&shared, server_keep_alive),
             };
             let outbound_pump = relay(
                 downstream,
@@ -312,35 +295,106 @@ impl<S: ClientStream> Connection<S> {
             }
             end
         };
-        let undelivered = lock(&delivery).undelivered;
-        if undelivered != Undelivered::default() {
-            debug!(
-                expired = undelivered.expired,
-                too_large = undelivered.too_large,
-                "Publications this MQTT client did not get."
-            );
-        }
-        let after_close = match (inspector.after_close.take(), end) {
-            (Some(after), _) => after,
-            // The session lives on with the connection that took it over.
-            (None, End::TakenOver) => AfterClose::Nothing,
-            (None, _) => shared.sessions.close_kept(
-                &client_id,
-                opened.generation,
-                inspector.expiry,
-                |expiry, owner| {
-                    let ended = Some(now_ms());
-                    let _ticket = shared.records.record(&client_id, expiry.0, ended, owner);
-                },
-            ),
-        };
-        opened.handover.done.cancel();
-        if let AfterClose::Wipe { generation, after } = after_close {
-            tokio::spawn(expire(shared.clone(), client_id.clone(), generation, after));
-        }
+        log_undelivered(lock(&delivery).undelivered);
+        let closed = inspector.after_close.take();
+        session_ends(&shared, &client_id, &opened, closed, inspector.expiry, end);
         debug!(?end, "MQTT connection closed.");
         Box::pin(close_client(end, &mut client_rx, &mut client_tx)).await;
         drop(permit);
+    }
+}
+
+/// The steps between admission and the pumps: the session's owner and
+/// quota checked, a connection holding the client ID handed over, the
+/// session opened in rumqttd. `None` when the client was refused (it has
+/// its CONNACK).
+async fn establish<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    connect: &packet::Connect<'_>,
+    asked: &handshake::Asked,
+    keep_alive: u16,
+    owner: &str,
+    client_tx: &mut W,
+) -> Option<(EngineStream, Opened)> {
+    let version = connect.version;
+    let client_id = connect.client_id;
+    // Another principal's session is not this one's to take over.
+    let keeps = !(connect.clean && asked.expiry.0 == 0);
+    if let Err(refused) = shared.sessions.check(client_id, owner, keeps) {
+        refuse_session(shared, version, refused, client_tx).await;
+        return None;
+    }
+    // A connection still holding the client ID first reads what its
+    // client sent before this CONNECT (see `sessions::Handover`).
+    if let Some(old) = shared.sessions.holder(client_id) {
+        old.asked.cancel();
+        let _ = tokio::time::timeout(HANDOVER_WAIT, old.done.cancelled()).await;
+    }
+    match open_upstream(shared, connect, asked, keep_alive, client_id, owner).await {
+        Ok(opened) => Some(opened),
+        Err(Unopened::Refused(refused)) => {
+            refuse_session(shared, version, refused, client_tx).await;
+            None
+        }
+        Err(Unopened::Unreachable) => {
+            let ack = admission::refusal(version, V4_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE);
+            farewell(client_tx, &ack).await;
+            None
+        }
+    }
+}
+
+/// What the CONNACK offers the client.
+fn offer(shared: &Shared, server_keep_alive: Option<u16>) -> Offer {
+    Offer {
+        receive_max: shared.limits.receive_maximum,
+        max_packet: u32::try_from(shared.limits.max_packet_size).unwrap_or(u32::MAX),
+        server_keep_alive,
+    }
+}
+
+fn log_undelivered(undelivered: Undelivered) {
+    if undelivered != Undelivered::default() {
+        debug!(
+            expired = undelivered.expired,
+            too_large = undelivered.too_large,
+            "Publications this MQTT client did not get."
+        );
+    }
+}
+
+/// The session's fate once its connection ended: kept (its expiry
+/// recorded), handed to the connection that took it over, or wiped when
+/// it expires.
+fn session_ends(
+    shared: &Arc<Shared>,
+    client_id: &str,
+    opened: &Opened,
+    closed: Option<AfterClose>,
+    expiry: Expiry,
+    end: End,
+) {
+    let after_close = match (closed, end) {
+        (Some(after), _) => after,
+        // The session lives on with the connection that took it over.
+        (None, End::TakenOver) => AfterClose::Nothing,
+        (None, _) => {
+            shared
+                .sessions
+                .close_kept(client_id, opened.generation, expiry, |expiry, owner| {
+                    let ended = Some(now_ms());
+                    let _ticket = shared.records.record(client_id, expiry.0, ended, owner);
+                })
+        }
+    };
+    opened.handover.done.cancel();
+    if let AfterClose::Wipe { generation, after } = after_close {
+        tokio::spawn(expire(
+            shared.clone(),
+            client_id.to_owned(),
+            generation,
+            after,
+        ));
     }
 }
 
