@@ -73,35 +73,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let limit = shared.limits.max_packet_size;
-
-    let first = tokio::select! {
-        _ = shared.shutdown.cancelled() => return None,
-        read = tokio::time::timeout_at(deadline, read_connect(client_rx, inbound, limit)) => read,
-    };
-    let header = match first {
-        Ok(Ok(h)) => h,
-        Ok(Err(ReadError::NotConnect)) => {
-            debug!("Closed an MQTT connection whose first packet was not CONNECT.");
-            return None;
-        }
-        Ok(Err(ReadError::Packet(PacketError::TooLarge { size, .. }))) => {
-            packet_too_large(shared, size);
-            return None;
-        }
-        Ok(Err(e)) => {
-            debug!(error = %e, "MQTT client left before CONNECT.");
-            return None;
-        }
-        Err(_) => {
-            handshake_timed_out(shared);
-            return None;
-        }
-    };
-    if header.first != 0x10 {
-        debug!("Closed an MQTT connection whose CONNECT has reserved flags set.");
-        return None;
-    }
+    let header = first_packet(shared, deadline, client_rx, inbound).await?;
     let inbound: &'a BytesMut = inbound;
     let connect = match packet::connect(&inbound[header.header_len..header.size()]) {
         Ok(c) => c,
@@ -133,33 +105,7 @@ where
         farewell(client_tx, &ack).await;
         return None;
     };
-    // Checking a password may wait for a verifier thread; the connection
-    // holds its place under mqtt.max_connections meanwhile, so a flood of
-    // CONNECTs is bounded by that too.
-    let verdict =
-        shared
-            .policy
-            .connect(peer, connect.client_id, connect.username, connect.password);
-    let session = tokio::select! {
-        _ = shared.shutdown.cancelled() => return None,
-        verdict = verdict => verdict,
-    };
-    let session = match session {
-        Ok(session) => session,
-        Err(refusal) => {
-            // Logged by the policy, once per flood, not per attempt.
-            debug!(username = connect.username, reason = ?refusal, "Refused an MQTT connection.");
-            shared.policy.observe(GuardEvent::Refused(refusal));
-            let ack = match refusal {
-                Refusal::BadCredentials => refuse(V4_BAD_CREDENTIALS, BAD_CREDENTIALS),
-                Refusal::NotAuthorized => refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED),
-                Refusal::Busy => refuse(V4_SERVER_UNAVAILABLE, SERVER_BUSY),
-                Refusal::Throttled => refuse(V4_SERVER_UNAVAILABLE, CONNECTION_RATE_EXCEEDED),
-            };
-            farewell(client_tx, &ack).await;
-            return None;
-        }
-    };
+    let session = authenticate(shared, peer, &connect, client_tx).await?;
     span.record("principal", session.name());
     // A last will is a publication the broker makes on the client's
     // behalf; unchecked, it would bypass the publish rights.
@@ -196,6 +142,84 @@ where
         session,
         asked,
     })
+}
+
+/// The client's first packet's fixed header, once it is whole: a
+/// CONNECT within `mqtt.connection_timeout_ms` and the packet size limit,
+/// or `None` (the connection closes; too large and too late are counted).
+async fn first_packet<R: AsyncRead + Unpin>(
+    shared: &Shared,
+    deadline: Instant,
+    client_rx: &mut R,
+    inbound: &mut BytesMut,
+) -> Option<packet::Header> {
+    let limit = shared.limits.max_packet_size;
+    let first = tokio::select! {
+        _ = shared.shutdown.cancelled() => return None,
+        read = tokio::time::timeout_at(deadline, read_connect(client_rx, inbound, limit)) => read,
+    };
+    let header = match first {
+        Ok(Ok(h)) => h,
+        Ok(Err(ReadError::NotConnect)) => {
+            debug!("Closed an MQTT connection whose first packet was not CONNECT.");
+            return None;
+        }
+        Ok(Err(ReadError::Packet(PacketError::TooLarge { size, .. }))) => {
+            packet_too_large(shared, size);
+            return None;
+        }
+        Ok(Err(e)) => {
+            debug!(error = %e, "MQTT client left before CONNECT.");
+            return None;
+        }
+        Err(_) => {
+            handshake_timed_out(shared);
+            return None;
+        }
+    };
+    if header.first != 0x10 {
+        debug!("Closed an MQTT connection whose CONNECT has reserved flags set.");
+        return None;
+    }
+    Some(header)
+}
+
+/// The principal the CONNECT's credentials name, or `None` once the
+/// client has its refusal.
+async fn authenticate<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    peer: SocketAddr,
+    connect: &packet::Connect<'_>,
+    client_tx: &mut W,
+) -> Option<Box<dyn Session>> {
+    let refuse = |v4: u8, v5: u8| refusal(connect.version, v4, v5);
+    // Checking a password may wait for a verifier thread; the connection
+    // holds its place under mqtt.max_connections meanwhile, so a flood of
+    // CONNECTs is bounded by that too.
+    let verdict =
+        shared
+            .policy
+            .connect(peer, connect.client_id, connect.username, connect.password);
+    let session = tokio::select! {
+        _ = shared.shutdown.cancelled() => return None,
+        verdict = verdict => verdict,
+    };
+    match session {
+        Ok(session) => Some(session),
+        Err(refusal) => {
+            // Logged by the policy, once per flood, not per attempt.
+            debug!(username = connect.username, reason = ?refusal, "Refused an MQTT connection.");
+            shared.policy.observe(GuardEvent::Refused(refusal));
+            let ack = match refusal {
+                Refusal::BadCredentials => refuse(V4_BAD_CREDENTIALS, BAD_CREDENTIALS),
+                Refusal::NotAuthorized => refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED),
+                Refusal::Busy => refuse(V4_SERVER_UNAVAILABLE, SERVER_BUSY),
+                Refusal::Throttled => refuse(V4_SERVER_UNAVAILABLE, CONNECTION_RATE_EXCEEDED),
+            };
+            farewell(client_tx, &ack).await;
+            None
+        }
+    }
 }
 
 /// The CONNACK refusing a connection: MQTT 3.1.1's return code `v4` or

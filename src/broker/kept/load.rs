@@ -1,6 +1,6 @@
 //! Reading back what the last run kept (see the tables in `mod.rs`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -163,7 +163,10 @@ fn queued(
     by_client: &mut ByClient,
 ) -> Result<BTreeMap<Bytes, RestoredPublication>, StoreError> {
     let mut publications: BTreeMap<Bytes, RestoredPublication> = BTreeMap::new();
-    let mut waiting: Vec<(String, Bytes)> = Vec::new();
+    // Each position once in memory, however many sessions wait for it (a
+    // million queue entries name some ten thousand publications in the
+    // restart bench).
+    let mut positions: BTreeSet<Bytes> = BTreeSet::new();
     tables.queued.scan(|key, value| {
         let Some((client, position)) = split(key) else {
             return;
@@ -171,9 +174,13 @@ fn queued(
         if expired.contains(client) {
             return;
         }
-        let position = match publications.get_key_value(position) {
-            Some((known, _)) => known.clone(),
-            None => Bytes::copy_from_slice(position),
+        let position = match positions.get(position) {
+            Some(known) => known.clone(),
+            None => {
+                let new = Bytes::copy_from_slice(position);
+                positions.insert(new.clone());
+                new
+            }
         };
         // The publication in its one session's entry
         if !value.is_empty() && !publications.contains_key(&position) {
@@ -181,29 +188,29 @@ fn queued(
                 publications.insert(position.clone(), publication);
             }
         }
-        waiting.push((client.to_owned(), position));
+        entry(by_client, client).queued.push(position);
     })?;
-    let referenced: HashSet<Bytes> = waiting.iter().map(|(_, p)| p.clone()).collect();
     tables.data.scan(|key, value| {
-        if !referenced.contains(key) {
+        let Some(position) = positions.get(key) else {
             let _ = tables.data.delete(key.to_vec());
             return;
-        }
+        };
         if !publications.contains_key(key) {
-            let position = Bytes::copy_from_slice(key);
-            if let Some(publication) = read_publication(&position, value) {
-                publications.insert(position, publication);
+            if let Some(publication) = read_publication(position, value) {
+                publications.insert(position.clone(), publication);
             }
         }
     })?;
-    for (client, position) in waiting {
-        if publications.contains_key(&position) {
-            entry(by_client, &client).queued.push(position);
-        } else {
-            let mut key = client_prefix(&client);
-            key.extend_from_slice(&position);
-            let _ = tables.queued.delete(key);
-        }
+    for session in by_client.values_mut() {
+        session.queued.retain(|position| {
+            let found = publications.contains_key(position);
+            if !found {
+                let mut key = client_prefix(&session.client_id);
+                key.extend_from_slice(position);
+                let _ = tables.queued.delete(key);
+            }
+            found
+        });
     }
     Ok(publications)
 }
