@@ -39,22 +39,13 @@ async fn secured() -> TestSidecar {
 }
 
 async fn refusal(sidecar: &TestSidecar, credentials: Option<(&str, &str)>) -> ConnectReturnCode {
-    let mut o = MqttOptions::new("refused", "127.0.0.1", sidecar.mqtt.port());
-    if let Some((u, p)) = credentials {
-        o.set_credentials(u, p);
-    }
-    let (_client, mut eventloop) = rumqttc::AsyncClient::new(o, 10);
-    loop {
-        match tokio::time::timeout(WAIT, eventloop.poll())
-            .await
-            .expect("an answer in time")
-        {
-            Err(ConnectionError::ConnectionRefused(code)) => return code,
-            Ok(Event::Incoming(Packet::ConnAck(a))) => panic!("accepted: {a:?}"),
-            Ok(_) => continue,
-            Err(e) => panic!("{e}"),
+    let refused = connects(sidecar, |o| {
+        o.set_client_id("refused".into());
+        if let Some((u, p)) = credentials {
+            o.set_credentials(u, p);
         }
-    }
+    });
+    refused.await.expect("refused")
 }
 
 /// The `agent` principal connects over MQTT, announces itself (retained,

@@ -592,105 +592,39 @@ async fn the_wills_of_clients_connected_at_a_crash_go_out_after_the_restart() {
     second.terminate();
 }
 
-/// A hand-driven MQTT 5 connection (rumqttc's codec, not the sidecar's),
-/// to stop between a QoS 2 PUBREC and its PUBREL.
-struct Raw {
-    stream: tokio::net::TcpStream,
-    buffer: bytes::BytesMut,
-}
-
-impl Raw {
-    /// Connects `id` not clean, session kept a minute; the CONNACK.
-    async fn connect(
-        mqtt: std::net::SocketAddr,
-        id: &str,
-    ) -> (Raw, rumqttc::v5::mqttbytes::v5::ConnAck) {
-        use rumqttc::v5::mqttbytes::v5::{Connect, ConnectProperties};
-        let stream = tokio::net::TcpStream::connect(mqtt).await.unwrap();
-        let mut raw = Raw {
-            stream,
-            buffer: bytes::BytesMut::new(),
-        };
-        let mut properties = ConnectProperties::new();
-        properties.session_expiry_interval = Some(60);
-        let connect = Connect {
-            keep_alive: 30,
-            client_id: id.to_owned(),
-            clean_start: false,
-            properties: Some(properties),
-        };
-        raw.send(Packet::Connect(connect, None, None)).await;
-        match raw.next().await {
-            Packet::ConnAck(ack) => (raw, ack),
-            other => panic!("expected a CONNACK, got {other:?}"),
-        }
-    }
-
-    async fn send(&mut self, packet: Packet) {
-        use tokio::io::AsyncWriteExt;
-        let mut out = bytes::BytesMut::new();
-        packet.write(&mut out, None).unwrap();
-        self.stream.write_all(&out).await.unwrap();
-    }
-
-    async fn next(&mut self) -> Packet {
-        use tokio::io::AsyncReadExt;
-        tokio::time::timeout(WAIT, async {
-            loop {
-                match Packet::read(&mut self.buffer, None) {
-                    Ok(packet) => return packet,
-                    Err(rumqttc::v5::mqttbytes::Error::InsufficientBytes(_)) => {}
-                    Err(e) => panic!("{e:?}"),
-                }
-                let n = self.stream.read_buf(&mut self.buffer).await.unwrap();
-                assert!(n > 0, "closed by the sidecar");
-            }
-        })
-        .await
-        .expect("a packet in time")
-    }
-}
-
 #[tokio::test]
 async fn a_qos2_publication_acknowledged_with_pubrec_survives_until_its_pubrel() {
-    use rumqttc::v5::mqttbytes::v5::{PubCompReason, PubRel, Publish};
+    use common::mqtt5::{self, Props, PUBCOMP, PUBREC, PUBREL, SESSION_EXPIRY};
     let dir = DataDir::new("qos2");
     let first = start(&dir);
     let mut subscriber = MqttClient::connect_kept(first.mqtt, "qos2-sub").await;
     subscriber.subscribe("sensors/#").await;
     subscriber.client.disconnect().await.unwrap();
     drop(subscriber);
-    let (mut publisher, _) = Raw::connect(first.mqtt, "qos2-pub").await;
-    let mut publish = Publish::new("sensors/once", QoS::ExactlyOnce, "exactly once", None);
-    publish.pkid = 9;
-    publisher.send(Packet::Publish(publish)).await;
-    assert!(matches!(publisher.next().await, Packet::PubRec(r) if r.pkid == 9));
+    // A packet-level client, to stop between PUBREC and PUBREL.
+    let kept = Props::new().int(SESSION_EXPIRY, 60);
+    let (mut publisher, _) = mqtt5::connect5(first.mqtt, "qos2-pub", false, &kept).await;
+    let publish = mqtt5::publish("sensors/once", 2, false, 9, &Props::new(), b"exactly once");
+    publisher.send(&publish).await;
+    let pubrec = publisher.recv().await.expect("a PUBREC");
+    assert_eq!((pubrec[0], mqtt5::ack_of(&pubrec)), (PUBREC, (9, 0)));
     // The broker owns it now (PUBREC); the crash comes before the PUBREL.
     first.kill();
 
     let second = start(&dir);
-    let (mut publisher, ack) = Raw::connect(second.mqtt, "qos2-pub").await;
+    let (mut publisher, ack) = mqtt5::connect5(second.mqtt, "qos2-pub", false, &kept).await;
     assert!(ack.session_present);
-    publisher.send(Packet::PubRel(PubRel::new(9, None))).await;
-    match publisher.next().await {
-        Packet::PubComp(c) => {
-            assert_eq!(
-                (c.pkid, c.reason),
-                (9, PubCompReason::Success),
-                "known after the restart"
-            )
-        }
-        other => panic!("expected a PUBCOMP, got {other:?}"),
-    }
-    // A PUBREL nobody knows is answered, and the connection stays.
-    publisher.send(Packet::PubRel(PubRel::new(10, None))).await;
-    match publisher.next().await {
-        Packet::PubComp(c) => assert_eq!(
-            (c.pkid, c.reason),
-            (10, PubCompReason::PacketIdentifierNotFound)
-        ),
-        other => panic!("expected a PUBCOMP, got {other:?}"),
-    }
+    publisher.send(&mqtt5::ack(PUBREL, 9)).await;
+    let pubcomp = publisher.recv().await.expect("a PUBCOMP");
+    assert_eq!(
+        (pubcomp[0], mqtt5::ack_of(&pubcomp)),
+        (PUBCOMP, (9, 0)),
+        "known after the restart"
+    );
+    // A PUBREL nobody knows is answered (0x92), and the connection stays.
+    publisher.send(&mqtt5::ack(PUBREL, 10)).await;
+    let pubcomp = publisher.recv().await.expect("a PUBCOMP");
+    assert_eq!((pubcomp[0], mqtt5::ack_of(&pubcomp)), (PUBCOMP, (10, 0x92)));
     let mut subscriber = MqttClient::connect_kept(second.mqtt, "qos2-sub").await;
     assert_eq!(
         drain(&mut subscriber).await,

@@ -188,16 +188,8 @@ impl Keeper for Kept {
             key.extend_from_slice(prefix);
             let _ticket = self.tables.queued.delete_prefix(key);
         }
-        let restored: Vec<Position> = self
-            .placed
-            .range((idx, (segment, 0))..(idx, (segment + 1, 0)))
-            .map(|(position, _)| *position)
-            .collect();
-        for position in restored {
-            let Some((old, _)) = self.placed.remove(&position) else {
-                continue;
-            };
-            let _ticket = self.tables.data.delete(old.to_vec());
+        let gone = (idx, (segment, 0))..(idx, (segment + 1, 0));
+        for old in self.forget_restored(gone) {
             for client_id in &clients {
                 let mut key = client_prefix(client_id);
                 key.extend_from_slice(&old);
@@ -231,16 +223,24 @@ impl Keeper for Kept {
     fn released(&mut self, idx: usize) {
         let prefix = &position_key(self.run, (idx, (0, 0)))[..12];
         let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
-        let restored: Vec<Position> = self
-            .placed
-            .range((idx, (0, 0))..=(idx, (u64::MAX, u64::MAX)))
-            .map(|(position, _)| *position)
-            .collect();
-        for position in restored {
+        let _ = self.forget_restored((idx, (0, 0))..(idx + 1, (0, 0)));
+    }
+}
+
+impl Kept {
+    /// The publications restored from an earlier run whose new positions
+    /// fall in `positions` (the router let them go): forgotten, their data
+    /// deleted; their keys, for the sessions' entries.
+    fn forget_restored(&mut self, positions: std::ops::Range<Position>) -> Vec<Bytes> {
+        let gone: Vec<Position> = self.placed.range(positions).map(|(p, _)| *p).collect();
+        let mut keys = Vec::with_capacity(gone.len());
+        for position in gone {
             if let Some((old, _)) = self.placed.remove(&position) {
                 let _ticket = self.tables.data.delete(old.to_vec());
+                keys.push(old);
             }
         }
+        keys
     }
 }
 
