@@ -2,8 +2,8 @@ use super::Ack;
 use tracing::{info, trace};
 
 use crate::protocol::{
-    matches, ConnAck, ConnAckProperties, PingResp, PubAck, PubComp, PubCompReason, PubRec, PubRel,
-    Publish, PublishProperties, SubAck, UnsubAck,
+    matches, ConnAck, ConnAckProperties, LastWill, LastWillProperties, PingResp, PubAck, PubComp,
+    PubCompReason, PubRec, PubRel, Publish, PublishProperties, SubAck, UnsubAck,
 };
 use crate::router::persist::{self, Keeper, Position as KeptPosition, RestoredPublication, RestoredRetained};
 use crate::router::options::{Source, SubscriptionOptions};
@@ -241,22 +241,27 @@ impl DataLog {
     }
 
     /// lmos-sidecar patch 20: `client_id`'s will registered (`Some`) or
-    /// gone.
+    /// gone. Written as the PUBLISH it becomes, with its delay; nothing is
+    /// built without a keeper.
     pub fn keep_will(
         &mut self,
         client_id: &str,
-        will: Option<(&Publish, &Option<PublishProperties>, u32)>,
+        will: Option<(&LastWill, &Option<LastWillProperties>)>,
     ) {
         let Some(keeper) = &mut self.keeper else {
             return;
         };
-        match will {
-            Some((publish, properties, delay)) => {
-                if let Some(packet) = persist::encode(publish, properties, publish.retain) {
-                    keeper.will(client_id, Some((&packet, delay)));
-                }
-            }
-            None => keeper.will(client_id, None),
+        let Some((will, properties)) = will else {
+            keeper.will(client_id, None);
+            return;
+        };
+        let delay = properties
+            .as_ref()
+            .and_then(|p| p.delay_interval)
+            .unwrap_or(0);
+        let (publish, properties) = persist::will_publication(will.clone(), properties.clone());
+        if let Some(packet) = persist::encode(&publish, &properties, publish.retain) {
+            keeper.will(client_id, Some((&packet, delay)));
         }
     }
 

@@ -500,14 +500,8 @@ impl Router {
             let properties = connection.last_will_properties.take();
             // lmos-sidecar patch 20: kept until it is published or its
             // client says DISCONNECT
-            let delay = properties
-                .as_ref()
-                .and_then(|p| p.delay_interval)
-                .unwrap_or(0);
-            let (publish, publish_properties) =
-                crate::router::persist::will_publication(will.clone(), properties.clone());
             self.datalog
-                .keep_will(&client_id, Some((&publish, &publish_properties, delay)));
+                .keep_will(&client_id, Some((&will, &properties)));
             self.last_wills
                 .insert(client_id.clone(), (will, properties));
         }
