@@ -163,6 +163,15 @@ pub fn subscribe(pkid: u16, props: &Props, filters: &[(&str, u8)]) -> Vec<u8> {
     }))
 }
 
+/// UNSUBSCRIBE of one filter.
+pub fn unsubscribe(pkid: u16, filter: &str) -> Vec<u8> {
+    encoded(wire::Packet::Unsubscribe(wire::Unsubscribe {
+        pkid,
+        filters: vec![filter.to_owned()],
+        properties: None,
+    }))
+}
+
 /// PUBACK, PUBREC, PUBREL or PUBCOMP (`first`), reason Success.
 pub fn ack(first: u8, pkid: u16) -> Vec<u8> {
     encoded(match first {

@@ -15,3 +15,4 @@ mod mqtt5_subscriptions;
 mod mqtt_conformance;
 mod mqtt_guard;
 mod mqtt_security;
+mod shared_subscriptions;

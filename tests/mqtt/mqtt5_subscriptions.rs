@@ -231,22 +231,12 @@ async fn unsubscribe_sends_no_retained_message() {
         c.subscribe_ok(1, &[(&topic, options(1, false, false, 0))])
             .await;
         assert!(c.next_publish(true).await.retain);
-        c.send(&unsubscribe(2, &topic)).await;
+        c.send(&m5::unsubscribe(2, &topic)).await;
         let ack = c.recv().await.expect("UNSUBACK");
         assert_eq!(ack[0], 0xB0, "UNSUBACK, not a publication: {ack:?}");
         nothing_more(&mut c, "the client that left").await;
     })
     .await;
-}
-
-fn unsubscribe(pkid: u16, filter: &str) -> Vec<u8> {
-    let mut body = pkid.to_be_bytes().to_vec();
-    body.push(0);
-    body.extend((filter.len() as u16).to_be_bytes());
-    body.extend(filter.as_bytes());
-    let mut out = vec![0xA2, body.len() as u8];
-    out.extend(body);
-    out
 }
 
 /// A SUBACK means "subscribed": what another client publishes right after

@@ -632,3 +632,61 @@ async fn a_qos2_publication_acknowledged_with_pubrec_survives_until_its_pubrel()
     );
     second.terminate();
 }
+
+#[tokio::test]
+async fn a_pubrel_owed_to_a_qos2_subscriber_survives_the_restart() {
+    use common::mqtt5::{self, Props, PUBCOMP, PUBREL, SESSION_EXPIRY};
+    let dir = DataDir::new("qos2-out");
+    let first = start(&dir);
+    let kept = Props::new().int(SESSION_EXPIRY, 600);
+    let (mut subscriber, _) = mqtt5::connect5(first.mqtt, "qos2-out-sub", false, &kept).await;
+    assert_eq!(subscriber.subscribe_ok(1, &[("sensors/#", 2)]).await, [2]);
+    let (mut publisher, _) = mqtt5::connect5(first.mqtt, "qos2-out-pub", true, &Props::new()).await;
+    let once = mqtt5::publish("sensors/once", 2, false, 1, &Props::new(), b"exactly once");
+    publisher.publish_acked(&once).await;
+    let delivery = subscriber.next_publish(true).await;
+    assert_eq!(
+        (delivery.qos, &delivery.payload[..]),
+        (2, &b"exactly once"[..])
+    );
+    let pkid = delivery.pkid.expect("a packet identifier");
+    let pubrel = subscriber.recv().await.expect("a PUBREL");
+    assert_eq!((pubrel[0], mqtt5::ack_of(&pubrel)), (PUBREL, (pkid, 0)));
+    // The subscriber holds the message and owes nothing but its PUBCOMP,
+    // which the crash cuts off. A later QoS 1 publication's PUBACK comes
+    // once what went before it is on disk.
+    let after = mqtt5::publish("sensors/after", 1, false, 2, &Props::new(), b"after");
+    publisher.publish_acked(&after).await;
+    first.kill();
+
+    let second = start(&dir);
+    let (mut subscriber, ack) = mqtt5::connect5(second.mqtt, "qos2-out-sub", false, &kept).await;
+    assert!(ack.session_present);
+    let again = subscriber.recv().await.expect("the PUBREL owed");
+    assert_eq!(
+        (again[0], mqtt5::ack_of(&again)),
+        (PUBREL, (pkid, 0)),
+        "the PUBREL comes again, not the message: {again:?}"
+    );
+    subscriber.send(&mqtt5::ack(PUBCOMP, pkid)).await;
+    let next = subscriber.next_publish(true).await;
+    assert_eq!(next.payload, b"after");
+    assert!(
+        subscriber
+            .quiet(Duration::from_millis(500))
+            .await
+            .is_empty(),
+        "exactly once: nothing else"
+    );
+    drop(subscriber);
+    second.terminate();
+
+    // Completed, so owed no more.
+    let third = start(&dir);
+    let (mut subscriber, ack) = mqtt5::connect5(third.mqtt, "qos2-out-sub", false, &kept).await;
+    assert!(ack.session_present);
+    subscriber.send(&[0xC0, 0]).await;
+    let first_packet = subscriber.recv().await.expect("PINGRESP");
+    assert_eq!(first_packet, [0xD0, 0], "no PUBREL, no PUBLISH");
+    third.terminate();
+}

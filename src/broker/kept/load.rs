@@ -58,6 +58,7 @@ pub(super) fn sessions(tables: &Tables) -> Result<Sessions, StoreError> {
             _ => {}
         }
     }
+    releasing(tables, &expired, &mut by_client)?;
     for client in expiry.keys() {
         entry(&mut by_client, client);
     }
@@ -227,6 +228,34 @@ fn read_publication(position: &Bytes, value: &[u8]) -> Option<RestoredPublicatio
     })
 }
 
+/// The PUBRELs each session is owed, in the order their PUBRECs came.
+fn releasing(
+    tables: &Tables,
+    expired: &HashSet<String>,
+    by_client: &mut ByClient,
+) -> Result<(), StoreError> {
+    let mut owed: BTreeMap<String, Vec<(u64, u16)>> = BTreeMap::new();
+    for (key, order) in tables.releasing.load()? {
+        let Some((client, pkid)) = split(&key) else {
+            continue;
+        };
+        let (Ok(pkid), Ok(order)) = (<[u8; 2]>::try_from(pkid), <[u8; 8]>::try_from(&order[..]))
+        else {
+            continue;
+        };
+        if !expired.contains(client) {
+            owed.entry(client.to_owned())
+                .or_default()
+                .push((u64::from_be_bytes(order), u16::from_be_bytes(pkid)));
+        }
+    }
+    for (client, mut pkids) in owed {
+        pkids.sort_unstable();
+        entry(by_client, &client).releasing = pkids.into_iter().map(|(_, pkid)| pkid).collect();
+    }
+    Ok(())
+}
+
 fn entry<'a>(
     map: &'a mut BTreeMap<String, RestoredSession>,
     client: &str,
@@ -237,6 +266,7 @@ fn entry<'a>(
             subscriptions: Vec::new(),
             queued: Vec::new(),
             received: Vec::new(),
+            releasing: Vec::new(),
         })
 }
 

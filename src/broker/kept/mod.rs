@@ -11,6 +11,7 @@
 //! | `mqtt_queued` | client ID, 0, position | the publication, as in `mqtt_queued_data`, when it is queued for this session alone; else empty |
 //! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected), the principal whose session it is |
 //! | `mqtt_received` | client ID, 0, packet identifier (u16 BE) | a QoS 2 publication its client got PUBREC for, awaiting PUBREL: MQTT 5 PUBLISH |
+//! | `mqtt_releasing` | client ID, 0, packet identifier (u16 BE) | the order its PUBREC came in: run (u32 BE), count (u32 BE); a QoS 2 delivery whose PUBREL the broker owes its client |
 //! | `mqtt_wills` | client ID | will delay (s, u32 BE), the will as an MQTT 5 PUBLISH |
 //! | `mqtt_meta` | `run` | this run's number (u32 BE) |
 //!
@@ -44,6 +45,7 @@ const QUEUED_DATA: &str = "mqtt_queued_data";
 const SESSIONS: &str = "mqtt_sessions";
 const WILLS: &str = "mqtt_wills";
 const RECEIVED: &str = "mqtt_received";
+const RELEASING: &str = "mqtt_releasing";
 const META: &str = "mqtt_meta";
 
 struct Tables {
@@ -54,6 +56,7 @@ struct Tables {
     sessions: Table,
     wills: Table,
     received: Table,
+    releasing: Table,
 }
 
 impl Tables {
@@ -66,6 +69,7 @@ impl Tables {
             sessions: store.table(SESSIONS),
             wills: store.table(WILLS),
             received: store.table(RECEIVED),
+            releasing: store.table(RELEASING),
         }
     }
 }
@@ -80,6 +84,8 @@ struct Kept {
     /// Publications restored from an earlier run: their key, and how many
     /// sessions have yet to get them.
     placed: BTreeMap<Position, (Bytes, u32)>,
+    /// PUBRECs counted in this run, to restore owed PUBRELs in order.
+    releases: u32,
 }
 
 fn client_prefix(client_id: &str) -> Vec<u8> {
@@ -220,6 +226,18 @@ impl Keeper for Kept {
         };
     }
 
+    fn releasing(&mut self, client_id: &str, pkid: u16, owed: bool) {
+        let mut key = client_prefix(client_id);
+        key.extend_from_slice(&pkid.to_be_bytes());
+        let _ticket = if owed {
+            self.releases = self.releases.wrapping_add(1);
+            let order = (u64::from(self.run) << 32) | u64::from(self.releases);
+            self.tables.releasing.put(key, order.to_be_bytes().to_vec())
+        } else {
+            self.tables.releasing.delete(key)
+        };
+    }
+
     fn released(&mut self, idx: usize) {
         let prefix = &position_key(self.run, (idx, (0, 0)))[..12];
         let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
@@ -345,6 +363,7 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
                 tables,
                 run,
                 placed: BTreeMap::new(),
+                releases: 0,
             }),
         },
         sessions: kept,
@@ -360,7 +379,8 @@ fn forget(tables: &Tables, client: &str) {
     let prefix = client_prefix(client);
     let _ = tables.subscriptions.delete_prefix(prefix.clone());
     let _ = tables.queued.delete_prefix(prefix.clone());
-    let _ = tables.received.delete_prefix(prefix);
+    let _ = tables.received.delete_prefix(prefix.clone());
+    let _ = tables.releasing.delete_prefix(prefix);
     let _ = tables.sessions.delete(client.as_bytes().to_vec());
 }
 

@@ -286,6 +286,14 @@ impl DataLog {
         }
     }
 
+    /// lmos-sidecar patch 27: the broker owes a kept session's client the
+    /// PUBREL for `pkid` (`owed`), or no longer (its PUBCOMP came).
+    pub fn keep_releasing(&mut self, client_id: &str, pkid: u16, owed: bool) {
+        if let Some(keeper) = &mut self.keeper {
+            keeper.releasing(client_id, pkid, owed);
+        }
+    }
+
     /// lmos-sidecar patch 13: a kept session acknowledged what it got from
     /// `idx` at `cursor`.
     pub fn keep_delivered(&mut self, client_id: &str, idx: FilterIdx, cursor: Offset) {

@@ -57,6 +57,10 @@ pub trait Keeper: Send + 'static {
     /// (`Some`: as a PUBLISH packet) and not yet appended, or completed by
     /// its PUBREL (`None`) (patch 21).
     fn received(&mut self, client_id: &str, pkid: u16, packet: Option<&Bytes>);
+    /// The broker owes a kept session's client the PUBREL for `pkid`: its
+    /// client acknowledged a QoS 2 delivery with PUBREC (`true`), or the
+    /// PUBCOMP came and nothing is owed (`false`) (patch 27).
+    fn releasing(&mut self, client_id: &str, pkid: u16, owed: bool);
     /// The session acknowledged the publication at `position` (PUBACK,
     /// PUBREC).
     fn delivered(&mut self, client_id: &str, position: Position);
@@ -96,6 +100,10 @@ pub struct RestoredSession {
     /// QoS 2 publications its client sent and got PUBREC for, awaiting
     /// their PUBREL (patch 21), as the keeper was given them.
     pub received: Vec<Bytes>,
+    /// The packet identifiers of the QoS 2 deliveries whose PUBREL it is
+    /// owed, in the order their PUBRECs came (patch 27); they are sent
+    /// again when the session resumes.
+    pub releasing: Vec<u16>,
 }
 
 /// The last will of a connection of an earlier run that had not ended

@@ -212,12 +212,13 @@ impl Router {
                 .iter()
                 .filter_map(crate::router::persist::read)
                 .collect();
+            // lmos-sidecar patch 27: PUBRELs owed are sent again on resume
             self.graveyard.save_state(
                 tracker,
                 subscriptions,
                 options,
                 ConnectionEvents::default(),
-                VecDeque::new(),
+                session.releasing.iter().copied().collect(),
                 received,
             );
         }
@@ -456,6 +457,11 @@ impl Router {
                 // lmos-sidecar patch: the saved session ends here, and with
                 // it its hold on its filters
                 if let Some(session) = s.session_state {
+                    // lmos-sidecar patch 28: and its place in shared groups
+                    self.shared_subscriptions.retain(|_, group| {
+                        group.forget(&client_id);
+                        !group.is_empty()
+                    });
                     // lmos-sidecar patch 13: and what was kept of it
                     self.datalog
                         .forget_session(&client_id, &session.subscriptions);
@@ -465,6 +471,19 @@ impl Router {
             });
             Tracker::new(client_id.clone())
         };
+
+        // lmos-sidecar patch 28: a resumed session is back in its shared
+        // subscriptions' groups (a group whose members were all away
+        // continues from its cursor)
+        for request in tracker.data_requests.iter() {
+            if let Some(key) = &request.group {
+                let strategy = &self.config.shared_subscriptions_strategy;
+                self.shared_subscriptions
+                    .entry(key.clone())
+                    .or_insert_with(|| SharedGroup::new(request.cursor, strategy.clone()))
+                    .add_client(client_id.clone());
+            }
+        }
 
         let ackslog = AckLog::with_recorded(received);
 
@@ -621,8 +640,9 @@ impl Router {
         // Remove connections from all groups and
         // discard empty group ( group with no client )
         // note: can we do this in better way?
+        // lmos-sidecar patch 28: a kept session stays in its groups, away
         self.shared_subscriptions.retain(|_, group| {
-            group.remove_client(&client_id);
+            group.leave(&client_id, !connection.clean);
             !group.is_empty()
         });
 
@@ -665,12 +685,14 @@ impl Router {
                     request.resend_to = Some(read_to);
                     request.cursor = *cursor;
                     // reset the group cursor
-                    if let Some(group_name) = &request.group {
-                        // TODO: Test this more
-                        self.shared_subscriptions
-                            .get_mut(group_name)
-                            .expect("group must exists")
-                            .cursor = *cursor;
+                    // lmos-sidecar patch 28: the group may be gone (no
+                    // member left); upstream panicked here
+                    if let Some(group) = request
+                        .group
+                        .as_ref()
+                        .and_then(|key| self.shared_subscriptions.get_mut(key))
+                    {
+                        group.cursor = *cursor;
                     }
                 }
             }
@@ -851,8 +873,13 @@ impl Router {
                         let mut filter = f.path.clone();
                         let mut group = None;
 
-                        if let Some((grp, filter_path)) = extract_group(&f.path) {
-                            group = Some(grp);
+                        // lmos-sidecar patch 28: a shared subscription is
+                        // its share name and its filter (§4.8.2), named by
+                        // the whole `$share/{name}/{filter}`; upstream keyed
+                        // groups by the share name alone, so that one
+                        // cursor served several filters' logs
+                        if let Some((_, filter_path)) = extract_group(&f.path) {
+                            group = Some(f.path.clone());
                             filter = filter_path;
                         };
 
@@ -919,13 +946,14 @@ impl Router {
                                 continue;
                             }
 
-                            // Remove connections from all groups
-                            // discard empty group ( group with no client )
-                            // note: can we do this in better way?
-                            self.shared_subscriptions.retain(|_, group| {
-                                group.remove_client(&client_id);
-                                !group.is_empty()
-                            });
+                            // lmos-sidecar patch 28: leaves that one shared
+                            // subscription (upstream: every group it was in)
+                            if let Some(group) = self.shared_subscriptions.get_mut(filter) {
+                                group.forget(&client_id);
+                                if group.is_empty() {
+                                    self.shared_subscriptions.remove(filter);
+                                }
+                            }
 
                             if let Some(broker_aliases) = connection.broker_topic_aliases.as_mut() {
                                 broker_aliases.remove_alias(filter);
@@ -1006,6 +1034,13 @@ impl Router {
                     };
 
                     outgoing.register_pubrec(pubrel.pkid);
+                    // lmos-sidecar patch 27: the PUBREL owed is kept too
+                    if let Some(connection) = self.connections.get(id) {
+                        if !connection.clean {
+                            self.datalog
+                                .keep_releasing(&connection.client_id, pubrel.pkid, true);
+                        }
+                    }
                     ackslog.pubrel(pubrel);
                     self.scheduler.reschedule(id, ScheduleReason::IncomingAck);
                 }
@@ -1074,6 +1109,13 @@ impl Router {
                         );
                         disconnect = true;
                         break;
+                    }
+                    // lmos-sidecar patch 27
+                    if let Some(connection) = self.connections.get(id) {
+                        if !connection.clean {
+                            self.datalog
+                                .keep_releasing(&connection.client_id, pkid, false);
+                        }
                     }
                 }
                 Packet::PingReq(_) => {
@@ -1837,6 +1879,8 @@ fn forward_device_data(
     // lmos-sidecar patch: a resumed session is sent its unacknowledged
     // publications again, not the QoS 0 ones among them it was sent before
     let mut dropped = false;
+    // lmos-sidecar patch 28: and flags them DUP (MQTT-3.3.1-1)
+    let resent_before = request.resend_to;
     if let Some(until) = request.resend_to {
         let before = publishes.len();
         publishes.retain(|((p, _), offset, _)| {
@@ -1891,6 +1935,9 @@ fn forward_device_data(
             // publication's and the subscription's QoS (MQTT 5 §3.8.4,
             // 3.1.1 §3.3.5), not always at the subscription's.
             publish.qos = protocol::qos(qos.min(publish.qos as u8)).unwrap();
+            // lmos-sidecar patch 28: sent before, to this session
+            publish.dup = publish.qos != QoS::AtMostOnce
+                && offset.is_some_and(|o| resent_before.is_some_and(|until| o < until));
             // lmos-sidecar patch 14: a retained message sent for the
             // subscription keeps its flag, others as Retain As Published
             // says (§3.3.1.3)

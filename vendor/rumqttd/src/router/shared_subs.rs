@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 pub struct SharedGroup {
     // using Vec over HashSet for maintaining order of iter
     clients: Vec<String>,
+    /// lmos-sidecar patch 28: kept sessions of the group whose connection
+    /// is gone; the group (and its cursor) lives on for them
+    away: Vec<String>,
     // Index into clients, allows us to skip doing iter everytime
     current_client_index: usize,
     pub cursor: (u64, u64),
@@ -14,22 +17,45 @@ impl SharedGroup {
     pub fn new(cursor: (u64, u64), strategy: Strategy) -> Self {
         SharedGroup {
             clients: vec![],
+            away: vec![],
             current_client_index: 0,
             cursor,
             strategy,
         }
     }
 
+    /// lmos-sidecar patch 28: no member, connected or away.
     pub fn is_empty(&self) -> bool {
-        self.clients.is_empty()
+        self.clients.is_empty() && self.away.is_empty()
     }
 
     pub fn current_client(&self) -> Option<&String> {
         self.clients.get(self.current_client_index)
     }
 
+    /// lmos-sidecar patch 28: once, however often it subscribes; back
+    /// from away when its session resumes.
     pub fn add_client(&mut self, client: String) {
-        self.clients.push(client)
+        self.away.retain(|c| *c != client);
+        if !self.clients.contains(&client) {
+            self.clients.push(client)
+        }
+    }
+
+    /// lmos-sidecar patch 28: `client`'s connection is gone; a kept
+    /// session stays a member, away.
+    pub fn leave(&mut self, client: &String, kept: bool) {
+        let member = self.clients.contains(client);
+        self.remove_client(client);
+        if member && kept && !self.away.contains(client) {
+            self.away.push(client.clone());
+        }
+    }
+
+    /// lmos-sidecar patch 28: `client` unsubscribed or its session ended.
+    pub fn forget(&mut self, client: &String) {
+        self.away.retain(|c| c != client);
+        self.remove_client(client);
     }
 
     pub fn remove_client(&mut self, client: &String) {
@@ -44,6 +70,11 @@ impl SharedGroup {
     }
 
     pub fn update_next_client(&mut self) {
+        // lmos-sidecar patch 28: a group of away members has no next one
+        if self.clients.is_empty() {
+            self.current_client_index = 0;
+            return;
+        }
         match self.strategy {
             Strategy::RoundRobin => {
                 self.current_client_index = (self.current_client_index + 1) % self.clients.len();
@@ -75,6 +106,7 @@ mod tests {
     fn performs_round_robin() {
         let mut group = SharedGroup {
             clients: vec!["A".into(), "B".into(), "C".into()],
+            away: vec![],
             current_client_index: 0,
             cursor: (0, 0),
             strategy: Strategy::RoundRobin,
@@ -96,6 +128,7 @@ mod tests {
         // [ B, C ] => Should be the next client (B)
         let mut group = SharedGroup {
             clients: vec!["A".into(), "B".into(), "C".into()],
+            away: vec![],
             current_client_index: 0,
             cursor: (0, 0),
             strategy: Strategy::RoundRobin,
@@ -115,6 +148,7 @@ mod tests {
         // [ A, B ] => Should be the next client (A)
         let mut group = SharedGroup {
             clients: vec!["A".into(), "B".into(), "C".into()],
+            away: vec![],
             current_client_index: 0,
             cursor: (0, 0),
             strategy: Strategy::RoundRobin,
