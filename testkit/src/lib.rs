@@ -362,6 +362,28 @@ pub struct MqttClient {
     task: JoinHandle<()>,
 }
 
+/// An MQTT 3.1.1 CONNECT's refusal code, or `None` when it is accepted;
+/// `configure` names the client, its credentials and session.
+pub async fn mqtt_refusal(
+    addr: SocketAddr,
+    configure: impl FnOnce(&mut MqttOptions),
+) -> Option<rumqttc::ConnectReturnCode> {
+    let mut o = MqttOptions::new("unnamed", addr.ip().to_string(), addr.port());
+    configure(&mut o);
+    let (_client, mut eventloop) = AsyncClient::new(o, 10);
+    loop {
+        match tokio::time::timeout(WAIT, eventloop.poll())
+            .await
+            .expect("an answer in time")
+        {
+            Err(rumqttc::ConnectionError::ConnectionRefused(code)) => return Some(code),
+            Ok(Event::Incoming(Packet::ConnAck(_))) => return None,
+            Ok(_) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 impl MqttClient {
     pub async fn connect(addr: SocketAddr, client_id: &str) -> MqttClient {
         MqttClient::connect_with(addr, client_id, |_| {}).await

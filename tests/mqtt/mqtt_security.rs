@@ -433,26 +433,12 @@ async fn an_invocation_made_over_mqtt_is_found_by_its_principal_only() {
     sidecar.stop().await;
 }
 
-/// A CONNECT's refusal code, or `None` when it is accepted; `configure`
-/// names the client, its credentials and session.
+/// A CONNECT's refusal code, or `None` when it is accepted.
 async fn connects(
     sidecar: &TestSidecar,
     configure: impl FnOnce(&mut MqttOptions),
 ) -> Option<ConnectReturnCode> {
-    let mut o = MqttOptions::new("unnamed", "127.0.0.1", sidecar.mqtt.port());
-    configure(&mut o);
-    let (_client, mut eventloop) = rumqttc::AsyncClient::new(o, 10);
-    loop {
-        match tokio::time::timeout(WAIT, eventloop.poll())
-            .await
-            .expect("an answer in time")
-        {
-            Err(ConnectionError::ConnectionRefused(code)) => return Some(code),
-            Ok(Event::Incoming(Packet::ConnAck(_))) => return None,
-            Ok(_) => continue,
-            Err(e) => panic!("{e}"),
-        }
-    }
+    lmos_testkit::mqtt_refusal(sidecar.mqtt, configure).await
 }
 
 #[tokio::test]

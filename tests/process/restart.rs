@@ -690,3 +690,99 @@ async fn a_pubrel_owed_to_a_qos2_subscriber_survives_the_restart() {
     assert_eq!(first_packet, [0xD0, 0], "no PUBREL, no PUBLISH");
     third.terminate();
 }
+
+#[tokio::test]
+async fn a_kept_sessions_shared_subscription_survives_the_restart() {
+    use common::mqtt5::{self, Props, SESSION_EXPIRY};
+    let dir = DataDir::new("shared");
+    let first = start(&dir);
+    let kept = Props::new().int(SESSION_EXPIRY, 600);
+    let (mut member, _) = mqtt5::connect5(first.mqtt, "shared-member", false, &kept).await;
+    let granted = member
+        .subscribe_ok(1, &[("$share/workers/jobs/#", 1)])
+        .await;
+    assert_eq!(
+        granted,
+        [1],
+        "the SUBACK comes once the subscription is on disk"
+    );
+    first.kill();
+
+    let second = start(&dir);
+    let (mut member, ack) = mqtt5::connect5(second.mqtt, "shared-member", false, &kept).await;
+    assert!(
+        ack.session_present,
+        "the session, with its shared subscription"
+    );
+    let (mut publisher, _) = mqtt5::connect5(second.mqtt, "shared-pub", true, &Props::new()).await;
+    let job = mqtt5::publish("jobs/1", 1, false, 1, &Props::new(), b"job 1");
+    publisher.publish_acked(&job).await;
+    let got = member.next_publish(true).await;
+    assert_eq!(
+        (got.topic.as_str(), &got.payload[..]),
+        ("jobs/1", &b"job 1"[..])
+    );
+    // Still a group: a second member shares the work with it.
+    let (mut other, _) = mqtt5::connect5(second.mqtt, "shared-other", true, &Props::new()).await;
+    assert_eq!(
+        other.subscribe_ok(1, &[("$share/workers/jobs/#", 1)]).await,
+        [1]
+    );
+    for n in 2..6u16 {
+        let job = mqtt5::publish("jobs/n", 1, false, n, &Props::new(), b"job");
+        publisher.publish_acked(&job).await;
+    }
+    let mine = member.quiet(Duration::from_millis(500)).await.len();
+    let theirs = other.quiet(Duration::from_millis(10)).await.len();
+    assert_eq!(
+        (mine + theirs, mine > 0, theirs > 0),
+        (4, true, true),
+        "{mine} and {theirs}"
+    );
+    second.terminate();
+}
+
+#[tokio::test]
+async fn a_kept_session_is_still_its_principals_after_the_restart() {
+    use rumqttc::ConnectReturnCode;
+    let dir = DataDir::new("owner");
+    let config = dir.0.join("sidecar.toml");
+    let principal = |name: &str| {
+        let hash = lmos_sidecar::auth::credentials::hash_password(&format!("{name}-pw"));
+        format!("[[auth.principals]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\nconsume = [\"*\"]\n\n")
+    };
+    let toml = format!(
+        "[mqtt]\nauthentication = true\n\n{}{}",
+        principal("reader"),
+        principal("other")
+    );
+    std::fs::write(&config, toml).unwrap();
+    let start = || {
+        let mut cmd = sidecar!();
+        cmd.arg("--config").arg(&config);
+        Started::start(on_directory(&mut cmd, &dir.0.join("data")))
+    };
+    let as_ = |name: &'static str| {
+        move |o: &mut rumqttc::MqttOptions| {
+            o.set_client_id("reader-1".into());
+            o.set_credentials(name, format!("{name}-pw"));
+            o.set_clean_session(false);
+        }
+    };
+    let first = start();
+    let mut reader = MqttClient::connect_with(first.mqtt, "reader-1", as_("reader")).await;
+    // The SUBACK comes once the subscription, and the session before it,
+    // are on disk.
+    reader.subscribe("lmos/+/events/#").await;
+    first.kill();
+
+    let second = start();
+    assert_eq!(
+        common::mqtt_refusal(second.mqtt, as_("other")).await,
+        Some(ConnectReturnCode::BadClientId),
+        "the owner came back from the disk"
+    );
+    let reader = MqttClient::connect_with(second.mqtt, "reader-1", as_("reader")).await;
+    assert!(reader.session_present, "its owner resumes it");
+    second.terminate();
+}

@@ -146,14 +146,18 @@ impl DataLog {
     }
 
     /// lmos-sidecar patch 13: a kept session's new subscription.
+    /// `idx`: the filter whose publications are queued for the session,
+    /// none for a shared subscription (patch 28).
     pub fn keep_subscription(
         &mut self,
-        idx: FilterIdx,
+        idx: Option<FilterIdx>,
         client_id: &str,
         filter: &str,
         options: &SubscriptionOptions,
     ) {
-        self.restore_kept(idx, client_id, options.qos);
+        if let Some(idx) = idx {
+            self.restore_kept(idx, client_id, options.qos);
+        }
         if let Some(keeper) = &mut self.keeper {
             keeper.subscribed(client_id, filter, options);
         }

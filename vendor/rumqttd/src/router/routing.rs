@@ -177,7 +177,21 @@ impl Router {
             let mut options = HashMap::new();
             for (filter, kept) in &session.subscriptions {
                 let qos = &kept.qos;
-                let (filter_idx, end) = self.datalog.next_native_offset(filter);
+                // lmos-sidecar patch 28: a shared subscription is back in
+                // its group, away until the session resumes; what was
+                // queued for the group is not kept (the group, not the
+                // session, holds it)
+                let shared = filter.starts_with("$share/");
+                let (filter_idx, end) = self
+                    .datalog
+                    .next_native_offset(crate::router::log_filter(filter));
+                if shared {
+                    let strategy = &self.config.shared_subscriptions_strategy;
+                    self.shared_subscriptions
+                        .entry(filter.clone())
+                        .or_insert_with(|| SharedGroup::new(end, strategy.clone()))
+                        .leave_restored(&session.client_id);
+                }
                 // From its first publication still to deliver on, or what
                 // comes next
                 let cursor = session
@@ -189,8 +203,10 @@ impl Router {
                     .min()
                     .unwrap_or(end);
                 self.datalog.hold(filter_idx);
-                self.datalog
-                    .restore_kept(filter_idx, &session.client_id, *qos);
+                if !shared {
+                    self.datalog
+                        .restore_kept(filter_idx, &session.client_id, *qos);
+                }
                 subscriptions.insert(filter.clone());
                 // lmos-sidecar patch 14, kept by patch 19
                 options.insert(filter.clone(), *kept);
@@ -202,7 +218,7 @@ impl Router {
                     read_count: 0,
                     max_count: 100,
                     forward_retained: false,
-                    group: None,
+                    group: shared.then(|| filter.clone()),
                     resend_to: None,
                 });
             }
@@ -1226,9 +1242,11 @@ impl Router {
         // i.e. its a new subscription
         // lmos-sidecar patch 13: a kept session's subscription is kept (a
         // repeated SUBSCRIBE may change its QoS)
-        if !connection.clean && group.is_none() {
+        // lmos-sidecar patch 28: a shared one too, but what is queued for
+        // its group is not kept per session
+        if !connection.clean {
             self.datalog.keep_subscription(
-                filter_idx,
+                group.is_none().then_some(filter_idx),
                 &connection.client_id,
                 filter_path,
                 &subscription_options,

@@ -52,6 +52,14 @@ impl SharedGroup {
         }
     }
 
+    /// lmos-sidecar patch 28: a member restored from an earlier run, away
+    /// until its session resumes.
+    pub fn leave_restored(&mut self, client: &String) {
+        if !self.away.contains(client) {
+            self.away.push(client.clone());
+        }
+    }
+
     /// lmos-sidecar patch 28: `client` unsubscribed or its session ended.
     pub fn forget(&mut self, client: &String) {
         self.away.retain(|c| c != client);
