@@ -7,9 +7,7 @@ use lmos_testkit as common;
 use common::*;
 use lmos_sidecar::auth::credentials::hash_password;
 use lmos_sidecar::config::{Grants, PrincipalConfig};
-use rumqttc::{
-    ConnectReturnCode, ConnectionError, Event, MqttOptions, Packet, SubscribeReasonCode,
-};
+use rumqttc::{ConnectReturnCode, MqttOptions, SubscribeReasonCode};
 use serde_json::json;
 
 const THING: &str = "urn:a";
