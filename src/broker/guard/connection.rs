@@ -255,6 +255,7 @@ impl<S: ClientStream> Connection<S> {
             expiry: asked.expiry,
             after_close: None,
             prepare_first: false,
+            order: Default::default(),
         };
         let end = {
             let inbound_pump =

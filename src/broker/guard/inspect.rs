@@ -69,6 +69,16 @@ pub(super) struct Inspector<'a> {
     /// A SUBSCRIBE in what was just inspected waits for the guard's
     /// [`super::Prerequisite`] before it goes to the broker.
     pub(super) prepare_first: bool,
+    /// What was just inspected, for the order of SUBSCRIBEs and
+    /// publications across connections ([`super::order`]).
+    pub(super) order: Inspected,
+}
+
+/// Kinds of packet in what was just inspected.
+#[derive(Default, Clone, Copy)]
+pub(super) struct Inspected {
+    pub(super) subscribing: bool,
+    pub(super) publishing: bool,
 }
 
 impl Inspector<'_> {
@@ -146,8 +156,14 @@ impl Inspector<'_> {
             return self.violation(violation, header.first);
         }
         match header.kind() {
-            packet::PUBLISH => self.publish(header.first, body),
-            packet::SUBSCRIBE => self.subscribe(raw),
+            packet::PUBLISH => {
+                self.order.publishing = true;
+                self.publish(header.first, body)
+            }
+            packet::SUBSCRIBE => {
+                self.order.subscribing = true;
+                self.subscribe(raw)
+            }
             packet::UNSUBSCRIBE => self.unsubscribe(raw),
             packet::PUBREL if !self.denied_qos2.is_empty() => match packet::pubrel(body) {
                 Ok(pkid) if self.denied_qos2.remove(&pkid) => {

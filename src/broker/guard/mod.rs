@@ -18,6 +18,7 @@ mod delivery;
 mod downstream;
 mod handshake;
 mod inspect;
+mod order;
 pub mod packet;
 mod properties;
 mod publication;
@@ -244,6 +245,8 @@ struct Shared {
     store: Store,
     /// The expiry of the sessions rumqttd keeps, for the next run.
     records: crate::broker::kept::SessionRecords,
+    /// SUBSCRIBEs go to the router before publications read after them.
+    order: Arc<order::SubscribeOrder>,
 }
 
 /// Serves listeners until the cancellation token fires; cheap to clone.
@@ -276,6 +279,7 @@ impl Guard {
                 connections,
                 shutdown,
                 records: crate::broker::kept::SessionRecords::new(&store),
+                order: Arc::default(),
                 store,
             }),
             tls,

@@ -19,6 +19,7 @@ use tracing::debug;
 use super::connection::{End, ToClient};
 use super::downstream::Downstream;
 use super::inspect::Inspector;
+use super::order;
 use crate::broker::engine::{EngineRx, EngineTx};
 use crate::store::Store;
 
@@ -141,8 +142,11 @@ impl Inspector<'_> {
             i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             i
         });
+        let mut last_publish: Option<Instant> = None;
         loop {
             let (chunk, end) = self.inspect_all(buf);
+            let inspected = std::mem::take(&mut self.order);
+            let ticket = inspected.subscribing.then(|| self.shared.order.begin());
             for message in self.pending.drain(..) {
                 if self.outbox.send_async(message).await.is_err() {
                     return End::Closing;
@@ -166,9 +170,23 @@ impl Inspector<'_> {
                     p.prepare().await;
                 }
             }
+            if inspected.publishing && ticket.is_none() {
+                // A publication after a quiet spell lets the sockets that
+                // became readable with it be read first (a yield polls the
+                // I/O driver); a stream of them does not pay for it.
+                let now = Instant::now();
+                if last_publish.is_none_or(|at| now - at > order::QUIET) {
+                    for _ in 0..order::YIELDS {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                last_publish = Some(now);
+                self.shared.order.settled().await;
+            }
             if !chunk.is_empty() && to_broker(upstream, &chunk).await.is_err() {
                 return End::BrokerClosed;
             }
+            drop(ticket);
             if let Some(end) = end {
                 return end;
             }
