@@ -15,6 +15,7 @@ mod logs;
 pub mod mqtt5;
 pub mod nats;
 pub mod otlp;
+pub mod packets;
 pub mod process;
 pub mod raw_mqtt;
 pub mod weather_agent;
