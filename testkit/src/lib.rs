@@ -16,12 +16,14 @@ pub mod mqtt5;
 pub mod nats;
 pub mod otlp;
 pub mod packets;
+mod parties;
 pub mod process;
 pub mod raw_mqtt;
 pub mod weather_agent;
 pub mod webdriver;
 
 pub use logs::{alone, CapturedLogs};
+pub use parties::Parties;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
