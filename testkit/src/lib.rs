@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod cluster_scenarios;
+mod events;
 mod logs;
 pub mod mqtt5;
 pub mod nats;
@@ -22,6 +23,7 @@ pub mod raw_mqtt;
 pub mod weather_agent;
 pub mod webdriver;
 
+pub use events::message_ids;
 pub use logs::{alone, CapturedLogs};
 pub use parties::Parties;
 
@@ -487,13 +489,6 @@ impl MqttClient {
     }
 
     /// Publishes an LMOS `event` on its topic, as an MQTT agent would.
-    pub async fn publish_event(&mut self, thing: &str, name: &str, data: Value) {
-        let topic = lmos_sidecar::topics::Topics::new("lmos")
-            .unwrap()
-            .event(thing, name);
-        self.publish(&topic, &event(thing, name, data), false).await;
-    }
-
     pub async fn recv(&mut self) -> rumqttc::Publish {
         tokio::time::timeout(WAIT, self.publishes.recv())
             .await
