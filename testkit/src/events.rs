@@ -27,6 +27,14 @@ impl WsClient {
         self.barrier().await;
     }
 
+    /// Subscribes to event `name` of `thing` and returns once the
+    /// subscription is in place.
+    pub async fn subscribe_event(&mut self, thing: &str, name: &str) {
+        let members = serde_json::json!({ "event": name });
+        self.send(lmos(thing, "subscribeEvent", members)).await;
+        self.barrier().await;
+    }
+
     /// The next `n` messages, which must be events.
     pub async fn recv_events(&mut self, n: usize) -> Vec<Value> {
         let mut out = Vec::with_capacity(n);
