@@ -499,27 +499,13 @@ async fn publish(
     secs: f64,
     next: Arc<AtomicU64>,
 ) -> Result<Published> {
-    let (client, mut eventloop, _) =
+    let (client, eventloop, _) =
         mqtt_connect(mqtt_options(broker, "churn-publisher", true), None).await?;
-    let acked = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(std::sync::Mutex::new(None));
-    let pump = {
-        let (acked, failed) = (acked.clone(), failed.clone());
-        tokio::spawn(async move {
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Incoming(Packet::PubAck(_))) => {
-                        acked.fetch_add(1, Relaxed);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        *failed.lock().unwrap() = Some(e.to_string());
-                        return;
-                    }
-                }
-            }
-        })
-    };
+    let support::AckPump {
+        acked,
+        failed,
+        task: pump,
+    } = support::AckPump::spawn(eventloop);
     let mut agent = match ws_url {
         Some(url) => Some(ws_connect(url).await?),
         None => None,

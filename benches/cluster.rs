@@ -325,26 +325,12 @@ struct Publisher {
 
 impl Publisher {
     async fn connect(addr: SocketAddr, id: &str, inflight: u16) -> Result<Publisher> {
-        let (client, mut eventloop) = mqtt_client(addr, id, None, inflight).await?;
-        let acked = Arc::new(AtomicU64::new(0));
-        let failed = Arc::new(Mutex::new(None));
-        let pump = {
-            let (acked, failed) = (acked.clone(), failed.clone());
-            tokio::spawn(async move {
-                loop {
-                    match eventloop.poll().await {
-                        Ok(Event::Incoming(Packet::PubAck(_))) => {
-                            acked.fetch_add(1, Relaxed);
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            *failed.lock().unwrap() = Some(e.to_string());
-                            return;
-                        }
-                    }
-                }
-            })
-        };
+        let (client, eventloop) = mqtt_client(addr, id, None, inflight).await?;
+        let support::AckPump {
+            acked,
+            failed,
+            task: pump,
+        } = support::AckPump::spawn(eventloop);
         Ok(Publisher {
             client,
             sent: AtomicU64::new(0),

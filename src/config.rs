@@ -388,7 +388,8 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            filter: "info,rumqttd=off,opentelemetry_sdk=off,opentelemetry_otlp=off".into(),
+            // Why each crate is quieted: config/lmos-sidecar.toml, [log].
+            filter: "info,rumqttd=off,opentelemetry_sdk=off,async_nats=warn,rustls=error".into(),
             format: LogFormat::Text,
         }
     }

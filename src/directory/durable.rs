@@ -151,18 +151,20 @@ mod tests {
         (service, rx)
     }
 
-    #[tokio::test]
-    async fn tds_come_back_for_their_owner_with_forms_for_the_endpoints_of_now() {
+    fn open(dir: &std::path::Path) -> Store {
+        Store::open(&StoreConfig {
+            dir: dir.to_owned(),
+            ..StoreConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// A store in a directory of its own holding bob's TD, registered
+    /// through the service of a sidecar on `host`, and closed.
+    async fn stored_by_bob(host: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("lmos-tds-{}", uuid::Uuid::new_v4()));
-        let open = || {
-            Store::open(&StoreConfig {
-                dir: dir.clone(),
-                ..StoreConfig::default()
-            })
-            .unwrap()
-        };
-        let store = open();
-        let (before, _bus) = service(&store, "old");
+        let store = open(&dir);
+        let (before, _bus) = service(&store, host);
         let ticket = {
             let mut d = before.directory();
             d.put_as(Some("bob"), None, WEATHER.as_bytes()).unwrap();
@@ -171,8 +173,14 @@ mod tests {
         ticket.durable().await.unwrap();
         store.close();
         drop((before, store));
+        dir
+    }
 
-        let store = open();
+    #[tokio::test]
+    async fn tds_come_back_for_their_owner_with_forms_for_the_endpoints_of_now() {
+        let dir = stored_by_bob("old").await;
+
+        let store = open(&dir);
         let (after, mut bus) = service(&store, "new");
         assert_eq!(after.restore().await.unwrap(), 1);
         {
@@ -205,27 +213,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_td_the_directory_refuses_now_is_dropped_from_the_store() {
-        let dir = std::env::temp_dir().join(format!("lmos-tds-{}", uuid::Uuid::new_v4()));
-        let open = || {
-            Store::open(&StoreConfig {
-                dir: dir.clone(),
-                ..StoreConfig::default()
-            })
-            .unwrap()
-        };
-        let store = open();
-        let (before, _bus) = service(&store, "h");
-        let ticket = {
-            let mut d = before.directory();
-            d.put_as(Some("bob"), None, WEATHER.as_bytes()).unwrap();
-            before.persist(&d, ID).unwrap()
-        };
-        ticket.durable().await.unwrap();
-        store.close();
-        drop((before, store));
+        let dir = stored_by_bob("h").await;
 
         // discovery.max_total_td_bytes lowered below it since.
-        let store = open();
+        let store = open(&dir);
         let (after, _bus) = service_within(&store, "h", 100);
         assert_eq!(after.restore().await.unwrap(), 0);
         assert!(after.directory().get(ID).is_none());

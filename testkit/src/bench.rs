@@ -1,6 +1,6 @@
 //! What the benches share: one clock for the process, settings from the
-//! environment, the tally of numbered events a consumer received, and
-//! sending LMOS messages over a WebSocket.
+//! environment, the tally of numbered events a consumer received, sending
+//! LMOS messages over a WebSocket, and a QoS 1 publisher's PUBACK count.
 
 use std::pin::Pin;
 use std::sync::LazyLock;
@@ -191,4 +191,42 @@ pub fn store_dir(bench: &str) -> std::path::PathBuf {
         std::process::id(),
         now_ns()
     ))
+}
+
+/// A publisher's connection polled in a task of its own: the PUBACKs it
+/// counted, and the error that ended it.
+pub struct AckPump {
+    pub acked: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub failed: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl AckPump {
+    pub fn spawn(mut eventloop: rumqttc::EventLoop) -> AckPump {
+        use std::sync::atomic::Ordering::Relaxed;
+        let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let task = {
+            let (acked, failed) = (acked.clone(), failed.clone());
+            tokio::spawn(async move {
+                loop {
+                    match eventloop.poll().await {
+                        Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_))) => {
+                            acked.fetch_add(1, Relaxed);
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            *failed.lock().unwrap() = Some(e.to_string());
+                            return;
+                        }
+                    }
+                }
+            })
+        };
+        AckPump {
+            acked,
+            failed,
+            task,
+        }
+    }
 }

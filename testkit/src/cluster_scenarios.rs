@@ -71,6 +71,67 @@ pub async fn linked(sidecar: TestSidecar) -> TestSidecar {
     sidecar
 }
 
+/// Until the consumer gets an event of `thing` (publishing one every half
+/// second): the links' subscriptions are live in the cluster.
+pub async fn until_events_cross(agent: &mut MqttClient, consumer: &mut WsClient, thing: &str) {
+    until_marker_crosses(agent, consumer, thing, -1).await
+}
+
+/// As [`until_events_cross`] with `marker` as the data; earlier markers
+/// still under way are skipped.
+pub async fn until_marker_crosses(
+    agent: &mut MqttClient,
+    consumer: &mut WsClient,
+    thing: &str,
+    marker: i64,
+) {
+    loop {
+        agent.publish_event(thing, "tick", json!(marker)).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+        while let Ok(e) = tokio::time::timeout_at(deadline, consumer.recv()).await {
+            if e["data"] == marker {
+                return;
+            }
+            assert!(e["data"].as_i64() < Some(marker), "{e}");
+        }
+    }
+}
+
+/// An MQTT agent of `thing` on `a` (as `agent_id`) and a WebSocket
+/// consumer of its `tick` events on `b`, once its events reach the consumer.
+pub async fn crossing(
+    a: &TestSidecar,
+    b: &TestSidecar,
+    thing: &str,
+    agent_id: &str,
+) -> (MqttClient, WsClient) {
+    let mut agent = mqtt_agent(a.mqtt, agent_id, thing, None).await;
+    wait_for_stats(b, |s| s.hosted_things == 1).await;
+    let mut consumer = b.ws().await;
+    consumer.subscribe_event(thing, "tick").await;
+    until_events_cross(&mut agent, &mut consumer, thing).await;
+    (agent, consumer)
+}
+
+/// The WeatherAgent (with [`weather_td`]) connected to `sidecar`, once its
+/// TD is registered there.
+pub async fn register_weather(sidecar: &TestSidecar) -> WsClient {
+    let mut weather = sidecar.ws_agent(WEATHER).await;
+    weather.send(weather_td()).await;
+    wait_for_td(sidecar, WEATHER).await;
+    weather
+}
+
+/// What a new MQTT client of `sidecar` gets first on `topic`: topic, JSON,
+/// retained.
+pub async fn retained_on(sidecar: &TestSidecar, topic: &str) -> (String, Value, bool) {
+    let mut observer = sidecar
+        .mqtt(&format!("observer-{}", uuid::Uuid::new_v4()))
+        .await;
+    observer.subscribe(topic).await;
+    observer.recv_json().await
+}
+
 pub async fn events_from_an_agent_on_one_sidecar_reach_consumers_of_another_once(mode: Mode) {
     let _alone = one_at_a_time().await;
     let cluster = NatsCluster::start(3).await;

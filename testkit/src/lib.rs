@@ -11,16 +11,21 @@
 
 pub mod bench;
 pub mod cluster_scenarios;
+mod events;
 mod logs;
 pub mod mqtt5;
 pub mod nats;
 pub mod otlp;
+pub mod packets;
+mod parties;
 pub mod process;
 pub mod raw_mqtt;
 pub mod weather_agent;
 pub mod webdriver;
 
+pub use events::message_ids;
 pub use logs::{alone, CapturedLogs};
+pub use parties::Parties;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -506,13 +511,6 @@ impl MqttClient {
     }
 
     /// Publishes an LMOS `event` on its topic, as an MQTT agent would.
-    pub async fn publish_event(&mut self, thing: &str, name: &str, data: Value) {
-        let topic = lmos_sidecar::topics::Topics::new("lmos")
-            .unwrap()
-            .event(thing, name);
-        self.publish(&topic, &event(thing, name, data), false).await;
-    }
-
     pub async fn recv(&mut self) -> rumqttc::Publish {
         tokio::time::timeout(WAIT, self.publishes.recv())
             .await

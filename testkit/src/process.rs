@@ -176,3 +176,29 @@ impl Drop for DataDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Runs the binary `bin` (a client command, say) with `stdin` as its input
+/// until it ends by itself, within [`WAIT`]: exit code, stdout, stderr.
+pub async fn run(bin: &str, args: &[&str], stdin: &str) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let out = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("the command ends by itself")
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

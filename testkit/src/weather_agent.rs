@@ -76,6 +76,15 @@ fn error(correlation: Option<&Value>, status: &str, title: &str, detail: String)
     )
 }
 
+/// A sidecar on the test configuration with the WeatherAgent connected,
+/// its TD registered.
+pub async fn start_sidecar() -> crate::TestSidecar {
+    crate::start_with_agent(crate::test_config(), THING_ID, |url| async move {
+        serve(&url).await.map_err(|e| e.to_string())
+    })
+    .await
+}
+
 /// Connects and serves until the sidecar closes the connection.
 pub async fn serve(sidecar: &str) -> Result<(), Box<dyn std::error::Error>> {
     // A sidecar with `http.authentication = ["bearer"]` wants the agent's

@@ -204,6 +204,25 @@ impl Browser {
         .await;
     }
 
+    /// Types `text` into the field `name` of `form` (a CSS selector) and
+    /// submits the form with its submit button.
+    pub async fn submit(&self, form: &str, name: &str, text: &str) {
+        self.type_into(&format!(r#"{form} [name="{name}"]"#), text)
+            .await;
+        self.click(&format!(r#"{form} button[type="submit"]"#))
+            .await;
+    }
+
+    /// Opens the console at `url` and waits (`what`) until `css` is on the
+    /// page and the console says it is live.
+    pub async fn open_console(&self, url: &str, what: &str, css: &str) {
+        self.goto(url).await;
+        let live = format!(
+            r#"return document.querySelector('{css}') !== null && document.querySelector('#who').textContent.includes('live');"#
+        );
+        self.wait_for(what, Duration::from_secs(5), &live).await;
+    }
+
     /// Polls `script` until it returns something other than null/false.
     pub async fn wait_for(&self, what: &str, within: Duration, script: &str) -> Value {
         let deadline = Instant::now() + within;

@@ -2,7 +2,7 @@
 
 use lmos_testkit as common;
 
-use common::{lmos, wait_for_stats, MqttClient, TestSidecar, WsClient};
+use common::{lmos, wait_for_stats, MqttClient, Parties, TestSidecar, WsClient};
 use serde_json::{json, Value};
 
 const THING: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
@@ -123,12 +123,12 @@ async fn read_and_write_properties_between_websocket_consumer_and_agent() {
 #[tokio::test]
 async fn invoke_streams_every_status_then_query_and_cancel_see_how_it_ended() {
     let sidecar = TestSidecar::start().await;
-    let mut agent = sidecar.ws_agent(THING).await;
-    let mut consumer = sidecar.ws().await;
-    let mut follower = sidecar.mqtt("follower").await;
-    follower
-        .subscribe(&format!("lmos/{THING}/actions/getWeather/status/+"))
-        .await;
+    let status_filter = format!("lmos/{THING}/actions/getWeather/status/+");
+    let Parties {
+        mut agent,
+        mut consumer,
+        mut follower,
+    } = sidecar.invocation_parties(THING, &status_filter).await;
 
     consumer
         .send(lmos(THING, "invokeAction", json!({"action": "getWeather", "input": {"question": "NYC?"}, "correlationID": "inv-1"})))
@@ -584,12 +584,12 @@ async fn a_late_result_of_a_silent_invocation_still_arrives() {
     let mut config = common::test_config();
     config.requests.action_liveness_ms = 200;
     let sidecar = TestSidecar::start_with(config).await;
-    let mut agent = sidecar.ws_agent(THING).await;
-    let mut consumer = sidecar.ws().await;
-    let mut follower = sidecar.mqtt("status-follower").await;
-    follower
-        .subscribe(&format!("lmos/{THING}/actions/slow/status/t"))
-        .await;
+    let status_topic = format!("lmos/{THING}/actions/slow/status/t");
+    let Parties {
+        mut agent,
+        mut consumer,
+        mut follower,
+    } = sidecar.invocation_parties(THING, &status_topic).await;
     consumer
         .send(lmos(
             THING,

@@ -6,43 +6,11 @@
 
 use lmos_testkit as common;
 
-use common::{event, lmos, test_config, wait_for_stats, MqttClient, TestSidecar, WsClient};
+use common::{event, lmos, message_ids, test_config, wait_for_stats, TestSidecar};
 use serde_json::{json, Value};
 
 const THING: &str = "urn:uuid:7a1d3a7a-4f97-4e6b-b45f-f3c2e1c84c77";
 const GAP: &str = "https://eclipse.dev/lmos/protocol/v1/errors#history-gap";
-
-/// Publishes event `name` number `i` as an MQTT agent; returns its messageID.
-async fn publish(agent: &mut MqttClient, name: &str, i: usize) -> String {
-    let e = event(THING, name, json!({"i": i}));
-    let topic = format!("lmos/{THING}/events/{name}");
-    agent.publish(&topic, &e, false).await;
-    e["messageID"].as_str().unwrap().to_owned()
-}
-
-/// The next `n` messages, which must be events.
-async fn events(consumer: &mut WsClient, n: usize) -> Vec<Value> {
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let v = consumer.recv().await;
-        assert_eq!(v["messageType"], "event", "{v}");
-        out.push(v);
-    }
-    out
-}
-
-fn ids(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| {
-            e.get("messageID")
-                .or_else(|| e.get("messageId"))
-                .and_then(Value::as_str)
-                .unwrap()
-                .to_owned()
-        })
-        .collect()
-}
 
 /// Waits until no WebSocket connection is left and the history holds
 /// `events` events.
@@ -66,19 +34,19 @@ async fn a_consumer_resumes_after_missing_100_events_and_gets_exactly_those() {
     consumer.barrier().await;
     let mut seen = Vec::new();
     for i in 0..3 {
-        seen.push(publish(&mut agent, "tick", i).await);
+        seen.push(agent.publish_event(THING, "tick", json!({"i": i})).await);
     }
-    assert_eq!(ids(&events(&mut consumer, 3).await), seen);
+    assert_eq!(message_ids(&consumer.recv_events(3).await), seen);
     drop(consumer);
     gone_and_held(&sidecar, 3).await;
 
     // Away: the gateway keeps following the Thing for history.max_age_ms.
     let mut missed = Vec::new();
     for i in 3..103 {
-        missed.push(publish(&mut agent, "tick", i).await);
+        missed.push(agent.publish_event(THING, "tick", json!({"i": i})).await);
     }
     // Another event of the Thing, which the named subscription does not want.
-    publish(&mut agent, "other", 0).await;
+    agent.publish_event(THING, "other", json!({"i": 0})).await;
     wait_for_stats(&sidecar, |s| s.history.events == 104).await;
     let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"").await;
     assert!(
@@ -93,16 +61,16 @@ async fn a_consumer_resumes_after_missing_100_events_and_gets_exactly_those() {
     let mut resume = subscribe.clone();
     resume["lastMessageID"] = json!(seen[2]);
     consumer.send(lmos(THING, "subscribeEvent", resume)).await;
-    let replayed = events(&mut consumer, 100).await;
-    assert_eq!(ids(&replayed), missed);
+    let replayed = consumer.recv_events(100).await;
+    assert_eq!(message_ids(&replayed), missed);
     assert!(replayed
         .iter()
         .all(|e| e["correlationID"] == "ticks" && e["event"] == "tick"));
     assert_eq!(replayed[99]["data"], json!({"i": 102}));
 
     // Then the live stream, nothing twice.
-    let live = publish(&mut agent, "tick", 103).await;
-    assert_eq!(ids(&events(&mut consumer, 1).await), [live]);
+    let live = agent.publish_event(THING, "tick", json!({"i": 103})).await;
+    assert_eq!(message_ids(&consumer.recv_events(1).await), [live]);
     consumer.assert_nothing_pending().await;
     sidecar.stop().await;
 }
@@ -115,18 +83,15 @@ async fn a_history_that_does_not_reach_back_says_so_then_sends_what_it_holds() {
     let mut agent = sidecar.mqtt("resume-agent").await;
 
     let mut consumer = sidecar.ws().await;
-    consumer
-        .send(lmos(THING, "subscribeAllEvents", json!({})))
-        .await;
-    consumer.barrier().await;
-    let first = publish(&mut agent, "tick", 0).await;
-    events(&mut consumer, 1).await;
+    consumer.subscribe_all_events(THING, json!({})).await;
+    let first = agent.publish_event(THING, "tick", json!({"i": 0})).await;
+    consumer.recv_events(1).await;
     drop(consumer);
     gone_and_held(&sidecar, 1).await;
 
     let mut published = Vec::new();
     for i in 1..=20 {
-        published.push(publish(&mut agent, "tick", i).await);
+        published.push(agent.publish_event(THING, "tick", json!({"i": i})).await);
     }
     wait_for_stats(&sidecar, |s| s.history.events == 10).await;
 
@@ -144,9 +109,12 @@ async fn a_history_that_does_not_reach_back_says_so_then_sends_what_it_holds() {
     assert_eq!(gap["correlationID"], "all");
     assert_eq!(gap["thingID"], THING);
     // The ten it holds, then live.
-    assert_eq!(ids(&events(&mut consumer, 10).await), published[10..]);
-    let live = publish(&mut agent, "tick", 21).await;
-    assert_eq!(ids(&events(&mut consumer, 1).await), [live]);
+    assert_eq!(
+        message_ids(&consumer.recv_events(10).await),
+        published[10..]
+    );
+    let live = agent.publish_event(THING, "tick", json!({"i": 21})).await;
+    assert_eq!(message_ids(&consumer.recv_events(1).await), [live]);
 
     // An ID it never saw, on a Thing it never followed: a gap, nothing else.
     let other = "urn:uuid:never-followed";
@@ -171,19 +139,16 @@ async fn subscribe_all_events_resumes_every_event_of_the_thing_in_order() {
     let sidecar = TestSidecar::start().await;
     let mut agent = sidecar.mqtt("resume-agent").await;
     let mut consumer = sidecar.ws().await;
-    consumer
-        .send(lmos(THING, "subscribeAllEvents", json!({})))
-        .await;
-    consumer.barrier().await;
-    let last = publish(&mut agent, "a", 0).await;
-    events(&mut consumer, 1).await;
+    consumer.subscribe_all_events(THING, json!({})).await;
+    let last = agent.publish_event(THING, "a", json!({"i": 0})).await;
+    consumer.recv_events(1).await;
     drop(consumer);
     gone_and_held(&sidecar, 1).await;
 
     let mut missed = Vec::new();
     for i in 1..=6 {
         let name = if i % 2 == 0 { "a" } else { "b" };
-        missed.push(publish(&mut agent, name, i).await);
+        missed.push(agent.publish_event(THING, name, json!({"i": i})).await);
     }
     wait_for_stats(&sidecar, |s| s.history.events == 7).await;
 
@@ -191,8 +156,8 @@ async fn subscribe_all_events_resumes_every_event_of_the_thing_in_order() {
     let resume = lmos(THING, "subscribeAllEvents", json!({"lastMessageID": last}));
     let correlation = resume["messageID"].clone();
     consumer.send(resume).await;
-    let replayed = events(&mut consumer, 6).await;
-    assert_eq!(ids(&replayed), missed);
+    let replayed = consumer.recv_events(6).await;
+    assert_eq!(message_ids(&replayed), missed);
     assert!(replayed.iter().all(|e| e["correlationID"] == correlation));
     consumer.assert_nothing_pending().await;
 
@@ -247,7 +212,7 @@ async fn a_kotlin_consumer_resumes_after_its_last_event() {
     for i in 0..3 {
         agent.publish(&topic, &stamped(i), false).await;
     }
-    let seen = events(&mut consumer, 3).await;
+    let seen = consumer.recv_events(3).await;
     let last = seen[2]["timestamp"].as_f64().expect("a Kotlin Instant");
     assert_eq!(last, seconds("2030-01-01T00:00:02.5Z"));
     drop(consumer);
@@ -271,15 +236,15 @@ async fn a_kotlin_consumer_resumes_after_its_last_event() {
         (&ack["messageType"], &ack["correlationId"]),
         (&json!("acknowledgement"), &resume["messageId"])
     );
-    let replayed = events(&mut consumer, 5).await;
-    assert_eq!(ids(&replayed), missed);
+    let replayed = consumer.recv_events(5).await;
+    assert_eq!(message_ids(&replayed), missed);
     assert!(replayed
         .iter()
         .all(|e| e["correlationId"] == resume["messageId"] && e["timestamp"].is_number()));
     let live = stamped(8);
     agent.publish(&topic, &live, false).await;
     assert_eq!(
-        ids(&events(&mut consumer, 1).await),
+        message_ids(&consumer.recv_events(1).await),
         [live["messageID"].as_str().unwrap()]
     );
     sidecar.stop().await;

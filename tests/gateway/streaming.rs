@@ -3,7 +3,7 @@
 
 use lmos_testkit as common;
 
-use common::{lmos, wait_for_stats, MqttClient, TestSidecar, WsClient};
+use common::{lmos, wait_for_stats, MqttClient, Parties, TestSidecar, WsClient};
 use lmos_sidecar::lmos::stream::{Chunk, Ending, Reassembler};
 use serde_json::{json, Value};
 
@@ -55,11 +55,12 @@ fn expected_text(n: u64) -> Vec<u8> {
 #[tokio::test]
 async fn a_streamed_answer_arrives_in_order_over_websocket_and_mqtt() {
     let sidecar = TestSidecar::start().await;
-    let mut agent = sidecar.ws_agent(THING).await;
-    let mut consumer = sidecar.ws().await;
     let topic = format!("lmos/{THING}/actions/speak/status/s-1");
-    let mut follower = sidecar.mqtt("follower").await;
-    follower.subscribe(&topic).await;
+    let Parties {
+        mut agent,
+        mut consumer,
+        mut follower,
+    } = sidecar.invocation_parties(THING, &topic).await;
 
     consumer
         .send(lmos(
@@ -96,11 +97,12 @@ async fn a_streamed_answer_arrives_in_order_over_websocket_and_mqtt() {
 #[tokio::test]
 async fn an_error_mid_stream_ends_it_for_every_follower() {
     let sidecar = TestSidecar::start().await;
-    let mut agent = sidecar.ws_agent(THING).await;
-    let mut consumer = sidecar.ws().await;
     let topic = format!("lmos/{THING}/actions/speak/status/s-2");
-    let mut follower = sidecar.mqtt("follower").await;
-    follower.subscribe(&topic).await;
+    let Parties {
+        mut agent,
+        mut consumer,
+        mut follower,
+    } = sidecar.invocation_parties(THING, &topic).await;
     consumer
         .send(lmos(
             THING,

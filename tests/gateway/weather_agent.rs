@@ -5,20 +5,13 @@ use lmos_testkit as common;
 
 use lmos_testkit::weather_agent;
 
-use common::{lmos, TestSidecar};
+use common::lmos;
 use serde_json::json;
 use weather_agent::THING_ID;
 
-async fn sidecar_with_agent() -> TestSidecar {
-    common::start_with_agent(common::test_config(), THING_ID, |url| async move {
-        weather_agent::serve(&url).await.map_err(|e| e.to_string())
-    })
-    .await
-}
-
 #[tokio::test]
 async fn get_weather_streams_progress_then_the_forecast_and_feedback() {
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     let mut consumer = sidecar.ws().await;
     consumer
         .send(lmos(
@@ -60,7 +53,7 @@ async fn get_weather_streams_progress_then_the_forecast_and_feedback() {
 
 #[tokio::test]
 async fn model_configuration_is_observed_read_and_written() {
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     let mut consumer = sidecar.ws().await;
     consumer
         .send(lmos(
@@ -121,7 +114,7 @@ async fn model_configuration_is_observed_read_and_written() {
 
 #[tokio::test]
 async fn a_running_forecast_can_be_cancelled() {
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     let mut consumer = sidecar.ws().await;
     consumer
         .send(lmos(THING_ID, "invokeAction", json!({"action": "getWeather", "input": {"question": "Rain in Paris?", "interactionMode": "text"}, "correlationID": "x"})))
@@ -155,7 +148,7 @@ async fn a_running_forecast_can_be_cancelled() {
 #[tokio::test]
 async fn asked_to_stream_get_weather_sends_the_forecast_token_by_token() {
     use lmos_sidecar::lmos::stream::{Ending, Reassembler};
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     let mut consumer = sidecar.ws().await;
     consumer
         .send(lmos(THING_ID, "invokeAction", json!({"action": "getWeather", "input": {"question": "What is the weather in Oslo?", "interactionMode": "text"}, "stream": true, "correlationID": "ws"})))

@@ -12,10 +12,7 @@ use lmos_testkit::{self as common, test_config, urlencode, TestSidecar};
 use serde_json::{json, Value};
 
 async fn with_weather_agent() -> TestSidecar {
-    common::start_with_agent(test_config(), THING_ID, |url| async move {
-        weather_agent::serve(&url).await.map_err(|e| e.to_string())
-    })
-    .await
+    weather_agent::start_sidecar().await
 }
 
 async fn python(args: &[String]) -> Value {

@@ -114,18 +114,12 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
 
     // An operator: sees the agent, invokes, sees the event.
     let browser = Browser::open(&driver, 1280, 1100).await;
-    browser
-        .goto(&format!(
-            "http://operator:operator-pw@{}/console",
-            sidecar.http
-        ))
-        .await;
     let row = format!(r#"tr[data-thing="{THING_ID}"]"#);
     browser
-        .wait_for(
+        .open_console(
+            &format!("http://operator:operator-pw@{}/console", sidecar.http),
             "the agent appears, connected over WebSocket",
-            Duration::from_secs(5),
-            &format!(r#"return document.querySelector('{row}[data-agent="websocket"]') !== null && document.querySelector('#who').textContent.includes('live');"#),
+            &format!(r#"{row}[data-agent="websocket"]"#),
         )
         .await;
     // Its own connection is counted as its own, not the agent's.
@@ -139,13 +133,7 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     let form = r#"form[data-invoke="getWeather"]"#;
     open_thing(&browser, form, "the action's form").await;
     browser
-        .type_into(
-            &format!(r#"{form} input[name="question"]"#),
-            "What is the weather in Oslo?",
-        )
-        .await;
-    browser
-        .click(&format!(r#"{form} button[type="submit"]"#))
+        .submit(form, "question", "What is the weather in Oslo?")
         .await;
     let statuses = browser
         .wait_for(
@@ -281,23 +269,15 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     // A principal that may only consume: the write is refused, and says so.
     let browser = Browser::open(&driver, 1024, 900).await;
     browser
-        .goto(&format!("http://viewer:viewer-pw@{}/console", sidecar.http))
-        .await;
-    browser
-        .wait_for(
+        .open_console(
+            &format!("http://viewer:viewer-pw@{}/console", sidecar.http),
             "the viewer's console is live",
-            Duration::from_secs(5),
-            &format!(r#"return document.querySelector('{row}') !== null && document.querySelector('#who').textContent.includes('live');"#),
+            &row,
         )
         .await;
     let write = r#"form[data-write="modelConfiguration"]"#;
     open_thing(&browser, write, "the property's form").await;
-    browser
-        .type_into(&format!(r#"{write} input[name="modelName"]"#), "o3")
-        .await;
-    browser
-        .click(&format!(r#"{write} button[type="submit"]"#))
-        .await;
+    browser.submit(write, "modelName", "o3").await;
     let refusal = browser
         .wait_for(
             "the refusal",

@@ -20,10 +20,7 @@ async fn the_console_shows_what_came_before_it_opened() {
     if !browser_available() {
         return;
     }
-    let sidecar = common::start_with_agent(common::test_config(), THING_ID, |url| async move {
-        weather_agent::serve(&url).await.map_err(|e| e.to_string())
-    })
-    .await;
+    let sidecar = weather_agent::start_sidecar().await;
     // Traffic and two errors before any page is open.
     let mut consumer = sidecar.ws().await;
     for i in 0..5 {
@@ -164,9 +161,8 @@ async fn the_console_shows_what_came_before_it_opened() {
     // The free-form panel: a message of one's own, and its answer.
     let message = json!({"thingID": THING_ID, "messageType": "readProperty", "name": "modelConfiguration", "correlationID": "free-1"});
     browser
-        .type_into("#send textarea[name=message]", &message.to_string())
+        .submit("#send", "message", &message.to_string())
         .await;
-    browser.click("#send button[type=submit]").await;
     let answer = browser
         .wait_for(
             "the answer to the free-form message",

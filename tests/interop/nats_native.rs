@@ -12,7 +12,10 @@ use lmos_testkit::nats;
 
 use std::time::Duration;
 
-use cluster_scenarios::{bridged, bridged_config, linked, one_at_a_time, Mode};
+use cluster_scenarios::{
+    bridged, bridged_config, crossing, linked, one_at_a_time, register_weather, retained_on,
+    until_events_cross, until_marker_crosses, Mode,
+};
 use common::*;
 use nats::NatsCluster;
 use serde_json::json;
@@ -46,32 +49,6 @@ async fn every_pattern_crosses_on_nats_2_9_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_from_a_consumer_of_one_sidecar_to_an_agent_behind_another_is_one_trace() {
     cluster_scenarios::a_request_from_a_consumer_of_one_sidecar_to_an_agent_behind_another_is_one_trace(Mode::Nats).await
-}
-
-/// Until the consumer gets an event of `thing` (publishing one every half
-/// second): the links' subscriptions are live in the cluster.
-async fn until_events_cross(agent: &mut MqttClient, consumer: &mut WsClient, thing: &str) {
-    until_marker_crosses(agent, consumer, thing, -1).await
-}
-
-/// As [`until_events_cross`] with `marker` as the data; earlier markers
-/// still under way are skipped.
-async fn until_marker_crosses(
-    agent: &mut MqttClient,
-    consumer: &mut WsClient,
-    thing: &str,
-    marker: i64,
-) {
-    loop {
-        agent.publish_event(thing, "tick", json!(marker)).await;
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
-        while let Ok(e) = tokio::time::timeout_at(deadline, consumer.recv()).await {
-            if e["data"] == marker {
-                return;
-            }
-            assert!(e["data"].as_i64() < Some(marker), "{e}");
-        }
-    }
 }
 
 /// The link's metrics once it counts a reconnection and is up again.
@@ -120,17 +97,13 @@ async fn a_sidecar_that_starts_later_learns_the_clusters_things_and_nothing_loop
         true,
     )
     .await;
-    let mut weather = a.ws_agent(cluster_scenarios::WEATHER).await;
-    weather.send(cluster_scenarios::weather_td()).await;
-    wait_for_td(&a, cluster_scenarios::WEATHER).await;
+    let weather = register_weather(&a).await;
 
     // B comes after all that was said, and asks A for it.
     let b = bridged(&cluster, 1, "b", Mode::Nats).await;
     wait_for_td(&b, cluster_scenarios::WEATHER).await;
     wait_for_stats(&b, |s| s.hosted_things == 2).await;
-    let mut observer = b.mqtt("b-observer").await;
-    observer.subscribe(&topics.property(odd, "on")).await;
-    let (topic, value, retained) = observer.recv_json().await;
+    let (topic, value, retained) = retained_on(&b, &topics.property(odd, "on")).await;
     assert_eq!(
         (topic.as_str(), value["value"].as_bool(), retained),
         (topics.property(odd, "on").as_str(), Some(true), true)
@@ -140,9 +113,7 @@ async fn a_sidecar_that_starts_later_learns_the_clusters_things_and_nothing_loop
     let mut on_b = b.ws().await;
     let mut on_a = a.ws().await;
     for ws in [&mut on_b, &mut on_a] {
-        ws.send(json!({"thingID": odd, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
-            .await;
-        ws.barrier().await;
+        ws.subscribe_event(odd, "tick").await;
     }
     until_events_cross(&mut lamp, &mut on_b, odd).await;
     for n in 0..20 {
@@ -230,14 +201,7 @@ async fn a_sidecar_whose_node_dies_moves_to_another_and_serves_again() {
         linked(TestSidecar::start_with(bridged_config(&cluster, &[1, 2], "b", Mode::Nats)).await)
             .await;
     let thing = "urn:cluster:ticker";
-    let mut agent = mqtt_agent(a.mqtt, "ticker-agent", thing, None).await;
-    wait_for_stats(&b, |s| s.hosted_things == 1).await;
-    let mut consumer = b.ws().await;
-    consumer
-        .send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
-        .await;
-    consumer.barrier().await;
-    until_events_cross(&mut agent, &mut consumer, thing).await;
+    let (mut agent, mut consumer) = crossing(&a, &b, thing, "ticker-agent").await;
 
     cluster.kill(1);
     // Core NATS keeps nothing for a subscriber away: what was in flight
@@ -325,9 +289,7 @@ async fn the_buckets_hold_the_clusters_state_for_a_sidecar_that_starts_after_its
             true,
         )
         .await;
-    let mut weather = a.ws_agent(cluster_scenarios::WEATHER).await;
-    weather.send(cluster_scenarios::weather_td()).await;
-    wait_for_td(&a, cluster_scenarios::WEATHER).await;
+    let weather = register_weather(&a).await;
 
     // Each kind of state has its entry, presence while the agent is online.
     let (readings, on) = bucket_of(&cluster, &topics.property(lamp, "on")).await;
@@ -352,17 +314,12 @@ async fn the_buckets_hold_the_clusters_state_for_a_sidecar_that_starts_after_its
 
     // B comes when A is gone: only the buckets can tell it.
     let b = bridged(&cluster, 1, "b", Mode::Nats).await;
-    let mut observer = b.mqtt("b-observer").await;
-    observer.subscribe(&topics.property(lamp, "on")).await;
-    let (topic, value, retained) = observer.recv_json().await;
+    let (topic, value, retained) = retained_on(&b, &topics.property(lamp, "on")).await;
     assert_eq!(
         (topic.as_str(), value["value"].as_bool(), retained),
         (topics.property(lamp, "on").as_str(), Some(true), true)
     );
-    observer
-        .subscribe(&topics.td(cluster_scenarios::WEATHER))
-        .await;
-    let (topic, _, retained) = observer.recv_json().await;
+    let (topic, _, retained) = retained_on(&b, &topics.td(cluster_scenarios::WEATHER)).await;
     assert_eq!(
         (topic.as_str(), retained),
         (topics.td(cluster_scenarios::WEATHER).as_str(), true)
@@ -443,9 +400,7 @@ async fn a_node_killed_under_load_loses_no_event_and_duplicates_none() {
     let mut agent = mqtt_agent(a.mqtt, "ticker-agent", thing, None).await;
     wait_for_stats(&b, |s| s.hosted_things == 1).await;
     let mut ws = b.ws().await;
-    ws.send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
-        .await;
-    ws.barrier().await;
+    ws.subscribe_event(thing, "tick").await;
     let mut mqtt = b.mqtt("b-consumer").await;
     mqtt.subscribe(&topics.event(thing, "tick")).await;
     until_events_cross(&mut agent, &mut ws, thing).await;
@@ -509,14 +464,7 @@ async fn a_node_killed_under_load_loses_no_event_and_duplicates_none() {
 /// An MQTT agent of `thing` on `a` and a WebSocket consumer of its events
 /// on `b`; returns once its events reach the consumer.
 async fn events_cross(a: &TestSidecar, b: &TestSidecar, thing: &str, agent_id: &str) {
-    let mut agent = mqtt_agent(a.mqtt, agent_id, thing, None).await;
-    wait_for_stats(b, |s| s.hosted_things == 1).await;
-    let mut consumer = b.ws().await;
-    consumer
-        .send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
-        .await;
-    consumer.barrier().await;
-    until_events_cross(&mut agent, &mut consumer, thing).await;
+    crossing(a, b, thing, agent_id).await;
 }
 
 /// Every stream's details (buckets' included) as node 0 reports them.
@@ -703,13 +651,7 @@ async fn a_nats_without_jetstream_gets_core_nats_and_says_so() {
     }
     // Presence and events cross by core NATS.
     let thing = "urn:cluster:plain";
-    let mut agent = mqtt_agent(a.mqtt, "plain-agent", thing, None).await;
-    wait_for_stats(&b, |s| s.hosted_things == 1).await;
-    let mut ws = b.ws().await;
-    ws.send(json!({"thingID": thing, "messageID": "s", "messageType": "subscribeEvent", "event": "tick"}))
-        .await;
-    ws.barrier().await;
-    until_events_cross(&mut agent, &mut ws, thing).await;
+    crossing(&a, &b, thing, "plain-agent").await;
     a.stop().await;
     b.stop().await;
 }

@@ -43,10 +43,7 @@ async fn next_matching(ws: &mut WsClient, pick: impl Fn(&Value) -> bool) -> Valu
 #[tokio::test]
 async fn node_wot_follows_the_served_forms_and_sees_what_the_agent_sent() {
     let dir = node_wot_dir();
-    let sidecar = common::start_with_agent(common::test_config(), THING_ID, |url| async move {
-        weather_agent::serve(&url).await.map_err(|e| e.to_string())
-    })
-    .await;
+    let sidecar = weather_agent::start_sidecar().await;
 
     // An LMOS consumer watches the same event and property.
     let mut lmos_consumer = sidecar.ws().await;

@@ -11,8 +11,6 @@ use lmos_sidecar::broker::embedded::{EmbeddedBroker, Hooks, SideLinks};
 use lmos_sidecar::broker::guard::{GuardEvent, GuardLimit, Policy, Refusal, Session, Verdict};
 use lmos_sidecar::config::MqttConfig;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -151,249 +149,39 @@ async fn eventually(what: &str, check: impl Fn() -> bool) {
     }
 }
 
-// ------------------------------------------------------- MQTT 3.1.1 client
+// ------------------------------------------------- MQTT 3.1.1 and 5 clients
 
+/// The kit's packet clients, with the password every principal of
+/// [`Rules`] has.
 mod v4 {
-    use super::*;
-    pub use rumqttc::{
-        ConnectReturnCode, ConnectionError, Event, MqttOptions, Packet, QoS, SubscribeFilter,
-        SubscribeReasonCode,
-    };
+    use std::net::SocketAddr;
 
-    /// A connected client; every incoming packet lands on `events`.
-    pub struct Client {
-        pub client: rumqttc::AsyncClient,
-        pub events: mpsc::UnboundedReceiver<Packet>,
-        stash: std::collections::VecDeque<Packet>,
-        task: JoinHandle<()>,
-    }
-
-    impl Drop for Client {
-        /// Drops the socket without DISCONNECT.
-        fn drop(&mut self) {
-            self.task.abort();
-        }
-    }
+    pub use lmos_testkit::packets::v4::*;
 
     pub fn options(addr: SocketAddr, id: &str, user: &str) -> MqttOptions {
-        let mut o = MqttOptions::new(id, addr.ip().to_string(), addr.port());
-        o.set_keep_alive(Duration::from_secs(30));
-        o.set_credentials(user, "pw");
-        o
+        lmos_testkit::packets::v4::options(addr, id, user, "pw")
     }
 
     pub async fn connect(addr: SocketAddr, id: &str, user: &str) -> Client {
         try_connect(options(addr, id, user))
             .await
             .expect("connects")
-    }
-
-    pub async fn try_connect(options: MqttOptions) -> Result<Client, ConnectionError> {
-        let (client, mut eventloop) = rumqttc::AsyncClient::new(options, 100);
-        loop {
-            let event = tokio::time::timeout(WAIT, eventloop.poll())
-                .await
-                .expect("CONNACK in time")?;
-            if let Event::Incoming(Packet::ConnAck(_)) = event {
-                break;
-            }
-        }
-        let (tx, events) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            while let Ok(event) = eventloop.poll().await {
-                if let Event::Incoming(p) = event {
-                    let _ = tx.send(p);
-                }
-            }
-        });
-        Ok(Client {
-            client,
-            events,
-            stash: Default::default(),
-            task,
-        })
-    }
-
-    impl Client {
-        /// The first packet `pick` takes; the others stay for later.
-        pub async fn next<T>(&mut self, pick: impl Fn(&Packet) -> Option<T>) -> T {
-            if let Some((i, t)) = self
-                .stash
-                .iter()
-                .enumerate()
-                .find_map(|(i, p)| Some((i, pick(p)?)))
-            {
-                self.stash.remove(i);
-                return t;
-            }
-            loop {
-                let p = tokio::time::timeout(WAIT, self.events.recv())
-                    .await
-                    .expect("packet in time")
-                    .expect("client alive");
-                match pick(&p) {
-                    Some(t) => return t,
-                    None => self.stash.push_back(p),
-                }
-            }
-        }
-
-        pub async fn subscribe(&mut self, filters: &[&str]) -> Vec<SubscribeReasonCode> {
-            let filters = filters
-                .iter()
-                .map(|f| SubscribeFilter::new(f.to_string(), QoS::AtLeastOnce));
-            self.client.subscribe_many(filters).await.unwrap();
-            self.next(|p| match p {
-                Packet::SubAck(a) => Some(a.return_codes.clone()),
-                _ => None,
-            })
-            .await
-        }
-
-        /// QoS 1, waits for the PUBACK.
-        pub async fn publish(&mut self, topic: &str, payload: &str) {
-            self.client
-                .publish(topic, QoS::AtLeastOnce, false, payload.to_owned())
-                .await
-                .unwrap();
-            self.next(|p| matches!(p, Packet::PubAck(_)).then_some(()))
-                .await;
-        }
-
-        pub async fn received(&mut self) -> (String, String) {
-            self.next(|p| match p {
-                Packet::Publish(p) => Some((
-                    p.topic.clone(),
-                    String::from_utf8_lossy(&p.payload).into_owned(),
-                )),
-                _ => None,
-            })
-            .await
-        }
     }
 }
 
-// ---------------------------------------------------------- MQTT 5 client
-
 mod v5 {
-    use super::*;
-    pub use rumqttc::v5::mqttbytes::v5::{
-        ConnectReturnCode, Filter, Packet, PubAckReason, SubscribeReasonCode,
-    };
-    pub use rumqttc::v5::mqttbytes::QoS;
-    pub use rumqttc::v5::{ConnectionError, Event, MqttOptions};
+    use std::net::SocketAddr;
 
-    pub struct Client {
-        pub client: rumqttc::v5::AsyncClient,
-        pub events: mpsc::UnboundedReceiver<Packet>,
-        stash: std::collections::VecDeque<Packet>,
-        task: JoinHandle<()>,
-    }
-
-    impl Drop for Client {
-        fn drop(&mut self) {
-            self.task.abort();
-        }
-    }
+    pub use lmos_testkit::packets::v5::*;
 
     pub fn options(addr: SocketAddr, id: &str, user: &str) -> MqttOptions {
-        let mut o = MqttOptions::new(id, addr.ip().to_string(), addr.port());
-        o.set_keep_alive(Duration::from_secs(30));
-        o.set_credentials(user, "pw");
-        o
+        lmos_testkit::packets::v5::options(addr, id, user, "pw")
     }
 
     pub async fn connect(addr: SocketAddr, id: &str, user: &str) -> Client {
         try_connect(options(addr, id, user))
             .await
             .expect("connects")
-    }
-
-    pub async fn try_connect(options: MqttOptions) -> Result<Client, ConnectionError> {
-        let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, 100);
-        loop {
-            let event = tokio::time::timeout(WAIT, eventloop.poll())
-                .await
-                .expect("CONNACK in time")?;
-            if let Event::Incoming(Packet::ConnAck(_)) = event {
-                break;
-            }
-        }
-        let (tx, events) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            while let Ok(event) = eventloop.poll().await {
-                if let Event::Incoming(p) = event {
-                    let _ = tx.send(p);
-                }
-            }
-        });
-        Ok(Client {
-            client,
-            events,
-            stash: Default::default(),
-            task,
-        })
-    }
-
-    impl Client {
-        /// The first packet `pick` takes; the others stay for later.
-        pub async fn next<T>(&mut self, pick: impl Fn(&Packet) -> Option<T>) -> T {
-            if let Some((i, t)) = self
-                .stash
-                .iter()
-                .enumerate()
-                .find_map(|(i, p)| Some((i, pick(p)?)))
-            {
-                self.stash.remove(i);
-                return t;
-            }
-            loop {
-                let p = tokio::time::timeout(WAIT, self.events.recv())
-                    .await
-                    .expect("packet in time")
-                    .expect("client alive");
-                match pick(&p) {
-                    Some(t) => return t,
-                    None => self.stash.push_back(p),
-                }
-            }
-        }
-
-        pub async fn subscribe(&mut self, filters: &[&str]) -> Vec<SubscribeReasonCode> {
-            let filters = filters
-                .iter()
-                .map(|f| Filter::new(f.to_string(), QoS::AtLeastOnce));
-            self.client.subscribe_many(filters).await.unwrap();
-            self.next(|p| match p {
-                Packet::SubAck(a) => Some(a.return_codes.clone()),
-                _ => None,
-            })
-            .await
-        }
-
-        /// QoS 1; the PUBACK's reason.
-        pub async fn publish(&mut self, topic: &str, payload: &str) -> PubAckReason {
-            self.client
-                .publish(topic, QoS::AtLeastOnce, false, payload.to_owned())
-                .await
-                .unwrap();
-            self.next(|p| match p {
-                Packet::PubAck(a) => Some(a.reason),
-                _ => None,
-            })
-            .await
-        }
-
-        pub async fn received(&mut self) -> (String, String) {
-            self.next(|p| match p {
-                Packet::Publish(p) => Some((
-                    String::from_utf8_lossy(&p.topic).into_owned(),
-                    String::from_utf8_lossy(&p.payload).into_owned(),
-                )),
-                _ => None,
-            })
-            .await
-        }
     }
 }
 

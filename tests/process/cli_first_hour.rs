@@ -16,35 +16,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lmos-sidecar");
 
-async fn sidecar_with_agent() -> TestSidecar {
-    common::start_with_agent(common::test_config(), THING_ID, |url| async move {
-        weather_agent::serve(&url).await.map_err(|e| e.to_string())
-    })
-    .await
-}
-
 /// Runs the binary with `stdin` as its input: exit code, stdout, stderr.
 async fn run(args: &[&str], stdin: &str) -> (i32, String, String) {
-    let mut child = tokio::process::Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).await.unwrap();
-    drop(input);
-    let out = tokio::time::timeout(common::WAIT, child.wait_with_output())
-        .await
-        .expect("the command ends by itself")
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::process::run(BIN, args, stdin).await
 }
 
 fn lines(stdout: &str) -> Vec<Value> {
@@ -56,7 +30,7 @@ fn lines(stdout: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn raw_sends_json_lines_and_prints_each_reply_as_a_line() {
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     let url = sidecar.ws_url();
     let input = format!(
         "{}\n\n{}\nnot json\n",
@@ -124,7 +98,7 @@ async fn raw_says_so_when_the_sidecar_goes_away_while_input_is_open() {
 
 #[tokio::test]
 async fn sub_without_names_shows_events_and_property_changes() {
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     common::wait_for_td(&sidecar, THING_ID).await;
     let url = sidecar.ws_url();
     // The observed property's current value comes at once.
@@ -198,7 +172,7 @@ async fn sub_over_mqtt_covers_every_thing_with_a_plus() {
 
 #[tokio::test]
 async fn invoke_prints_the_chunks_of_a_streamed_answer() {
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     common::wait_for_td(&sidecar, THING_ID).await;
     let url = sidecar.ws_url();
     let input = r#"{"question":"What is the weather in Oslo?","interactionMode":"text"}"#;
@@ -224,7 +198,7 @@ async fn invoke_prints_the_chunks_of_a_streamed_answer() {
 
 #[tokio::test]
 async fn query_finds_an_invocation_started_by_another_connection() {
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     let url = sidecar.ws_url();
     let invoke = tokio::spawn({
         let url = url.clone();

@@ -19,16 +19,9 @@ async fn cli(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), format!("{stdout}{stderr}"))
 }
 
-async fn sidecar_with_agent() -> TestSidecar {
-    common::start_with_agent(common::test_config(), THING_ID, |url| async move {
-        weather_agent::serve(&url).await.map_err(|e| e.to_string())
-    })
-    .await
-}
-
 #[tokio::test]
 async fn every_client_subcommand_against_a_running_sidecar() {
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     let url = sidecar.ws_url();
     let to = ["--url", url.as_str(), "--thing", THING_ID];
 
@@ -183,7 +176,7 @@ async fn check_reports_the_failures_of_a_broken_endpoint() {
 #[tokio::test]
 async fn sub_over_mqtt_and_ctrl_c_cancels_a_running_invocation() {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let sidecar = sidecar_with_agent().await;
+    let sidecar = weather_agent::start_sidecar().await;
     let url = sidecar.ws_url();
     let mqtt = format!("mqtt://127.0.0.1:{}", sidecar.mqtt.port());
 

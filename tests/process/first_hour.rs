@@ -11,32 +11,13 @@ use lmos_testkit as common;
 use lmos_testkit::weather_agent::{self, THING_ID};
 
 use common::TestSidecar;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::AsyncBufReadExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lmos-sidecar");
 
 /// Runs the binary with `stdin` as its input: exit code, stdout, stderr.
 async fn run(args: &[&str], stdin: &str) -> (i32, String, String) {
-    let mut child = tokio::process::Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).await.unwrap();
-    drop(input);
-    let out = tokio::time::timeout(common::WAIT, child.wait_with_output())
-        .await
-        .expect("the command ends by itself")
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::process::run(BIN, args, stdin).await
 }
 
 #[tokio::test]

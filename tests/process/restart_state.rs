@@ -14,7 +14,7 @@
 use lmos_testkit as common;
 
 use common::process::{on_directory, DataDir, Started};
-use common::{event, http, lamp_td, lmos, MqttClient, WsClient};
+use common::{http, lamp_td, lmos, MqttClient, WsClient};
 use lmos_testkit::sidecar_command as sidecar;
 use serde_json::{json, Value};
 
@@ -83,15 +83,7 @@ async fn on_disk(sidecar: &Started) {
 
 /// Publishes event `tick` number `i` as an MQTT agent; its messageID.
 async fn publish(agent: &mut MqttClient, i: usize) -> String {
-    let e = event(THING, "tick", json!({"i": i}));
-    agent
-        .publish(&format!("lmos/{THING}/events/tick"), &e, false)
-        .await;
-    e["messageID"].as_str().unwrap().to_owned()
-}
-
-fn message_id(v: &Value) -> String {
-    v["messageID"].as_str().unwrap_or_default().to_owned()
+    agent.publish_event(THING, "tick", json!({"i": i})).await
 }
 
 /// Subscribes to the Thing's events, resuming after `last` when given.
@@ -101,22 +93,13 @@ async fn subscribe(sidecar: &Started, last: Option<&str>) -> WsClient {
     if let Some(last) = last {
         members["lastMessageID"] = json!(last);
     }
-    consumer
-        .send(lmos(THING, "subscribeAllEvents", members))
-        .await;
-    consumer.barrier().await;
+    consumer.subscribe_all_events(THING, members).await;
     consumer
 }
 
 /// The next `n` messages, which must be events without a gap before them.
 async fn events(consumer: &mut WsClient, n: usize) -> Vec<String> {
-    let mut ids = Vec::new();
-    for _ in 0..n {
-        let v = consumer.recv().await;
-        assert_eq!(v["messageType"], "event", "{v}");
-        ids.push(message_id(&v));
-    }
-    ids
+    common::message_ids(&consumer.recv_events(n).await)
 }
 
 #[tokio::test]

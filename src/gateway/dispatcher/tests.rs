@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
+use tokio::sync::mpsc;
+
 use super::*;
+use crate::broker::Bus;
 use crate::config::SlowConsumerPolicy;
 use crate::directory::{test_endpoints, Directory};
 use crate::gateway::outbound::{channel, Inbox, QueueLimits};

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{ClaimError, Effect, Host, Kind, Requests, Timer};
+use super::{ClaimError, Effect, Host, Requests, Timer};
 use crate::broker::Publication;
 use crate::gateway::subscriptions::ConnId;
 use crate::lmos::splice::text;
@@ -81,37 +81,37 @@ impl Requests {
                 continue;
             };
             let detail = format!("The agent hosting `{thing}` disconnected before it finished.");
-            match p.asked.kind() {
-                Kind::Invocation => {
-                    let action = p.asked.action().unwrap_or_default().to_owned();
-                    let status = p
-                        .speak(Message::new(
-                            thing,
-                            Body::ActionStatus {
-                                action,
-                                status: "failed".into(),
-                                output: Some(json!({ "error": detail })),
-                            },
-                        ))
-                        .with_correlation_id(p.correlation.clone())
-                        .to_value();
-                    let waiters = std::mem::take(&mut p.cancel_waiters);
-                    let text = text(&status);
-                    effects.extend(p.to_all(&text));
-                    p.latest = Some(text);
-                    effects.extend(self.answer_cancels(&status, waiters, &route, false));
-                    self.finish(&route);
-                }
-                Kind::ReadProperty | Kind::WriteProperty => {
-                    let problem = Problem::new(ProblemKind::Unavailable, detail);
-                    let consumer = p.consumer.clone();
-                    let message = p
-                        .speak(problem.to_message(thing, Some(&p.correlation)))
-                        .to_json();
-                    effects.push(Effect::ToConsumer(consumer, message));
-                    self.forget(&route);
-                }
+            let Some(action) = p.asked.action().map(str::to_owned) else {
+                // A property request.
+                let problem = Problem::new(ProblemKind::Unavailable, detail);
+                let consumer = p.consumer.clone();
+                let message = p
+                    .speak(problem.to_message(thing, Some(&p.correlation)))
+                    .to_json();
+                effects.push(Effect::ToConsumer(consumer, message));
+                self.forget(&route);
+                continue;
+            };
+            let status = p
+                .speak(Message::new(
+                    thing,
+                    Body::ActionStatus {
+                        action,
+                        status: "failed".into(),
+                        output: Some(json!({ "error": detail })),
+                    },
+                ))
+                .with_correlation_id(p.correlation.clone())
+                .to_value();
+            let text = text(&status);
+            effects.extend(p.to_all(&text));
+            let mut waiters = Vec::new();
+            if let Some(invocation) = p.asked.invocation_mut() {
+                waiters = std::mem::take(&mut invocation.cancel_waiters);
+                invocation.latest = Some(text);
             }
+            effects.extend(self.answer_cancels(&status, waiters, &route, false));
+            self.finish(&route);
         }
         effects
     }

@@ -1,6 +1,6 @@
 //! Ends: the sidecar stopping, a WebSocket connection closing.
 
-use super::{Consumer, Effect, Host, Kind, Requests};
+use super::{Consumer, Effect, Host, Requests};
 use crate::gateway::subscriptions::ConnId;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
 
@@ -59,15 +59,20 @@ impl Requests {
             effects.extend(self.host_gone(&thing));
         }
         let gone = Consumer::WebSocket(conn);
-        for p in self.routes.values_mut() {
-            p.watchers.retain(|w| *w != gone);
+        for invocation in self
+            .routes
+            .values_mut()
+            .filter_map(|p| p.asked.invocation_mut())
+        {
+            invocation.watchers.retain(|w| *w != gone);
         }
         let mine: Vec<String> = self
             .routes
             .iter()
             .filter(|(_, p)| p.consumer == gone)
-            .filter(|(_, p)| {
-                p.asked.kind() != Kind::Invocation || (p.cancel_on_disconnect && !p.finished)
+            .filter(|(_, p)| match p.asked.invocation() {
+                Some(invocation) => invocation.cancel_on_disconnect && !p.finished,
+                None => true,
             })
             .map(|(r, _)| r.clone())
             .collect();
@@ -76,15 +81,12 @@ impl Requests {
             let Some(p) = self.routes.get(&route) else {
                 continue;
             };
-            if p.asked.kind() == Kind::Invocation {
-                if let (Some(host), Some(action)) = (
-                    self.hosts.get(&p.thing).copied(),
-                    p.asked.action().map(str::to_owned),
-                ) {
+            if let Some(action) = p.asked.action() {
+                if let Some(host) = self.hosts.get(&p.thing).copied() {
                     let cancel = Message::new(
                         p.thing.clone(),
                         Body::CancelAction {
-                            action,
+                            action: action.to_owned(),
                             reason: Some("The consumer disconnected.".into()),
                         },
                     )

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio_util::time::delay_queue::{self, DelayQueue};
 
+mod asked;
 mod hosts;
 mod input;
 mod lifecycle;
@@ -28,6 +29,7 @@ mod replies;
 mod routing;
 mod timers;
 
+use self::asked::{Asked, Invocation, Kind};
 use super::foreign::ForeignRoutes;
 use super::subscriptions::ConnId;
 use crate::broker::Publication;
@@ -82,70 +84,20 @@ pub enum Effect {
     Unsubscribe(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    ReadProperty,
-    WriteProperty,
-    Invocation,
-}
-
-/// What a route asks the agent, with what only that kind of request has.
-#[derive(Debug)]
-enum Asked {
-    ReadProperty,
-    WriteProperty,
-    Invocation { action: String },
-}
-
-impl Asked {
-    fn kind(&self) -> Kind {
-        match self {
-            Asked::ReadProperty => Kind::ReadProperty,
-            Asked::WriteProperty => Kind::WriteProperty,
-            Asked::Invocation { .. } => Kind::Invocation,
-        }
-    }
-
-    /// The invoked action (invocations only).
-    fn action(&self) -> Option<&str> {
-        match self {
-            Asked::Invocation { action } => Some(action),
-            _ => None,
-        }
-    }
-}
-
 struct Pending {
     consumer: Consumer,
     /// What the consumer's copies carry as `correlationID`.
     correlation: String,
     thing: String,
-    /// The request's kind; an invocation's action.
+    /// The request's kind; what only an invocation has.
     asked: Asked,
-    /// For invocations: the latest status, kept as the text the consumer got: parsed only when asked for (a
-    /// query, a late cancel), not for every status of a stream.
-    latest: Option<String>,
     finished: bool,
     /// In the queue of remembered requests: finished, or an invocation
     /// whose agent went silent past its liveness (still listened to).
     remembered: bool,
-    /// Who asked to cancel, and under which correlation ID.
-    cancel_waiters: Vec<(Consumer, String)>,
-    /// For invocations: the principal that owns it (WebSocket and HTTP
-    /// consumers), so any of its connections can name it.
-    owner: Option<String>,
     /// Whose quota it counts against while it waits (`anonymous` for an
     /// MQTT consumer the guard did not name).
     principal: Arc<str>,
-    /// Other consumers of the owner following the invocation's statuses:
-    /// those that queried it while it ran (a consumer back after a
-    /// reconnect, say).
-    watchers: Vec<Consumer>,
-    /// Cancel at the agent when the invoking connection closes (asked for
-    /// with `"cancelOnDisconnect": true` in the invokeAction).
-    cancel_on_disconnect: bool,
-    /// How long the agent may stay silent (invocations).
-    liveness: Duration,
     /// The forwarded request's `traceparent`: what the sidecar says in the
     /// agent's stead (timeouts, failures) continues its trace.
     traceparent: Option<String>,
@@ -166,13 +118,21 @@ impl Pending {
     /// the invocation's watchers.
     fn to_all(&self, text: &str) -> Vec<Effect> {
         std::iter::once(&self.consumer)
-            .chain(&self.watchers)
+            .chain(self.watchers())
             .map(|c| Effect::ToConsumer(c.clone(), text.to_owned()))
             .collect()
     }
 
     fn follows(&self, consumer: &Consumer) -> bool {
-        self.consumer == *consumer || self.watchers.contains(consumer)
+        self.consumer == *consumer || self.watchers().any(|w| w == consumer)
+    }
+
+    /// An invocation's watchers; a property request has none.
+    fn watchers(&self) -> impl Iterator<Item = &Consumer> {
+        self.asked
+            .invocation()
+            .into_iter()
+            .flat_map(|i| &i.watchers)
     }
 }
 
@@ -382,11 +342,12 @@ impl Requests {
     pub fn running_invocations(&self) -> Vec<RunningInvocation> {
         self.routes
             .values()
-            .filter(|p| p.asked.kind() == Kind::Invocation && !p.finished)
-            .map(|p| RunningInvocation {
+            .filter(|p| !p.finished)
+            .filter_map(|p| Some((p, p.asked.invocation()?)))
+            .map(|(p, i)| RunningInvocation {
                 thing: p.thing.clone(),
-                action: p.asked.action().unwrap_or_default().to_owned(),
-                status: p.latest.as_deref().and_then(status_of),
+                action: i.action.clone(),
+                status: i.latest.as_deref().and_then(status_of),
                 age_ms: u64::try_from(p.since.elapsed().as_millis()).unwrap_or(u64::MAX),
             })
             .collect()

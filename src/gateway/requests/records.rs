@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{Asked, Consumer, Kind, Pending, Requests, Timer};
+use super::{Asked, Consumer, Invocation, Pending, Requests, Timer};
 use crate::gateway::subscriptions::ConnId;
 use crate::lmos::{Body, Message};
 use crate::store::{Store, StoreError, Table};
@@ -109,9 +109,7 @@ impl Requests {
     }
 
     fn record_of(&self, route: &str, p: &Pending) -> Option<Record> {
-        if p.asked.kind() != Kind::Invocation {
-            return None;
-        }
+        let invocation = p.asked.invocation()?;
         let consumer = match &p.consumer {
             Consumer::WebSocket(_) => StoredConsumer::WebSocket,
             Consumer::Mqtt {
@@ -136,12 +134,12 @@ impl Requests {
             });
         Some(Record {
             thing: p.thing.clone(),
-            action: p.asked.action().unwrap_or_default().to_owned(),
+            action: invocation.action.clone(),
             correlation: p.correlation.clone(),
             consumer,
-            owner: p.owner.clone(),
+            owner: invocation.owner.clone(),
             principal: p.principal.to_string(),
-            latest: p.latest.clone(),
+            latest: invocation.latest.clone(),
             finished: p.finished,
             retain_until_ms,
         })
@@ -229,16 +227,13 @@ impl Requests {
                 consumer,
                 correlation: r.correlation,
                 thing: r.thing,
-                asked: Asked::Invocation { action: r.action },
-                latest: r.latest,
+                asked: Asked::Invocation(Invocation {
+                    latest: r.latest,
+                    ..Invocation::new(r.action, r.owner, self.liveness)
+                }),
                 finished: true,
                 remembered: true,
-                cancel_waiters: Vec::new(),
-                owner: r.owner,
                 principal: r.principal.into(),
-                watchers: Vec::new(),
-                cancel_on_disconnect: false,
-                liveness: self.liveness,
                 traceparent: None,
                 started: None,
                 since: now,

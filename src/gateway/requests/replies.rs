@@ -124,18 +124,22 @@ impl Requests {
             action,
             terminal,
         } = status;
-        let p = self.routes.get(route)?;
+        let p = self.routes.get_mut(route)?;
+        let invocation = p.asked.invocation_mut()?;
+        invocation.latest = Some(copy.clone());
+        let waiters = if terminal {
+            std::mem::take(&mut invocation.cancel_waiters)
+        } else {
+            Vec::new()
+        };
         // A sign of life: the agent has as long again (unless the consumer
         // was already told it went silent).
-        if !p.remembered {
-            let liveness = p.liveness;
+        let liveness = (!p.remembered).then_some(invocation.liveness);
+        let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
+        if let Some(liveness) = liveness {
             self.arm(Timer::Reply(route.to_owned()), liveness);
         }
-        let p = self.routes.get_mut(route)?;
-        p.latest = Some(copy.clone());
-        let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
         if terminal {
-            let waiters = std::mem::take(&mut p.cancel_waiters);
             if !waiters.is_empty() {
                 let value: Value = serde_json::from_str(&copy).ok()?;
                 effects.extend(self.answer_cancels(&value, waiters, route, false));
@@ -160,17 +164,17 @@ impl Requests {
         copy: String,
         effects: &mut Vec<Effect>,
     ) -> Option<()> {
-        let p = self.routes.get_mut(route)?;
-        if p.cancel_waiters.is_empty() {
+        let invocation = self.routes.get_mut(route)?.asked.invocation_mut()?;
+        if invocation.cancel_waiters.is_empty() {
             // The agent refuses the invocation: it ends here.
-            p.latest = Some(copy);
+            invocation.latest = Some(copy);
             self.finish(route);
         } else {
             let value: Value = serde_json::from_str(&copy).ok()?;
             // The agent refuses the cancel (the draft's "could not be
             // cancelled"): the invocation goes on, and whoever asked to
             // cancel hears why.
-            let waiters = std::mem::take(&mut p.cancel_waiters);
+            let waiters = std::mem::take(&mut invocation.cancel_waiters);
             effects.clear();
             effects.extend(self.answer_cancels(&value, waiters, route, true));
         }

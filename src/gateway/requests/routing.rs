@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Asked, Consumer, Effect, Host, Kind, Pending, Requests, Timer};
+use super::{Asked, Consumer, Effect, Host, Invocation, Kind, Pending, Requests, Timer};
 use crate::broker::Publication;
 use crate::gateway::subscriptions::ConnId;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
@@ -67,18 +67,21 @@ impl Requests {
         };
         let cancel_on_disconnect =
             message.extra.get("cancelOnDisconnect") == Some(&Value::Bool(true));
-        let owner = self.owner_key(&consumer);
         let message_type = message.message_type();
         let forwarded_traceparent = message.traceparent.clone();
         let forwarded = message.with_correlation_id(route.clone());
         let text = forwarded.to_json();
-        if let Some(action) = &action {
-            self.remember_invocation(&consumer, &owner, &correlation, action, &route);
-        }
         let wait = self.wait_for(kind, &thing, action.as_deref(), td_liveness);
         // Invocations, and only they, name an action.
         let asked = match (kind, action) {
-            (_, Some(action)) => Asked::Invocation { action },
+            (_, Some(action)) => {
+                let owner = self.owner_key(&consumer);
+                self.remember_invocation(&consumer, &owner, &correlation, &action, &route);
+                Asked::Invocation(Invocation {
+                    cancel_on_disconnect,
+                    ..Invocation::new(action, owner, wait)
+                })
+            }
             (Kind::ReadProperty, None) => Asked::ReadProperty,
             _ => Asked::WriteProperty,
         };
@@ -91,15 +94,9 @@ impl Requests {
                 correlation,
                 thing: thing.clone(),
                 asked,
-                latest: None,
                 finished: false,
                 remembered: false,
-                cancel_waiters: Vec::new(),
-                owner,
                 principal,
-                watchers: Vec::new(),
-                cancel_on_disconnect,
-                liveness: wait,
                 traceparent: forwarded_traceparent,
                 started: Some((now, message_type)),
                 since: now,
@@ -252,12 +249,16 @@ impl Requests {
         let Some(p) = found.and_then(|route| self.routes.get_mut(&route)) else {
             return self.no_invocation(consumer, message, &action);
         };
-        if !p.finished && !p.follows(&consumer) {
+        let follows = p.follows(&consumer);
+        let Some(invocation) = p.asked.invocation_mut() else {
+            return self.no_invocation(consumer, message, &action);
+        };
+        if !p.finished && !follows {
             // Another connection of the owner (a consumer back after a
             // reconnect): it follows the rest of the invocation too.
-            p.watchers.push(consumer.clone());
+            invocation.watchers.push(consumer.clone());
         }
-        let latest = p
+        let latest = invocation
             .latest
             .as_deref()
             .and_then(|t| serde_json::from_str(t).ok());
@@ -292,9 +293,12 @@ impl Requests {
             return self.no_invocation(consumer, &message, &action);
         };
         let reply_correlation = message.reply_correlation_id().to_owned();
+        let Some(invocation) = p.asked.invocation_mut() else {
+            return self.no_invocation(consumer, &message, &action);
+        };
         if p.finished {
             // Too late to cancel: the answer is how it ended.
-            let latest = p
+            let latest = invocation
                 .latest
                 .as_deref()
                 .and_then(|t| serde_json::from_str(t).ok());
@@ -303,7 +307,9 @@ impl Requests {
             status["messageID"] = Uuid::new_v4().to_string().into();
             return vec![Effect::ToConsumer(consumer, status.to_string())];
         }
-        p.cancel_waiters.push((consumer, reply_correlation));
+        invocation
+            .cancel_waiters
+            .push((consumer, reply_correlation));
         let thing = p.thing.clone();
         let Some(host) = self.hosts.get(&thing).copied() else {
             return self.host_gone(&thing);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Effect, Kind, Requests, Timer};
+use super::{Asked, Effect, Kind, Requests, Timer};
 use crate::lmos::{Problem, ProblemKind};
 
 impl Requests {
@@ -38,11 +38,11 @@ impl Requests {
                 let Some(p) = self.routes.get(route) else {
                     return Vec::new();
                 };
-                let detail = if p.asked.kind() == Kind::Invocation {
+                let detail = if let Some(invocation) = p.asked.invocation() {
                     format!(
                         "The agent hosting `{}` sent no status of this invocation for {} ms (requests.action_liveness_ms, or the action's own). It is still remembered: a status that comes later reaches you, its status topic and queryAction.",
                         p.thing,
-                        p.liveness.as_millis()
+                        invocation.liveness.as_millis()
                     )
                 } else {
                     format!(
@@ -73,10 +73,16 @@ impl Requests {
                 self.finished.retain(|r| *r != route);
                 return Vec::new();
             }
-            Timer::Cancel(route) => match self.routes.get_mut(route) {
-                Some(p) => (route.clone(), std::mem::take(&mut p.cancel_waiters)),
-                None => return Vec::new(),
-            },
+            Timer::Cancel(route) => {
+                match self
+                    .routes
+                    .get_mut(route)
+                    .and_then(|p| p.asked.invocation_mut())
+                {
+                    Some(i) => (route.clone(), std::mem::take(&mut i.cancel_waiters)),
+                    None => return Vec::new(),
+                }
+            }
         };
         let Some(p) = self.routes.get(&route) else {
             return Vec::new();
@@ -102,7 +108,9 @@ impl Requests {
         self.disarm(&Timer::Reply(route.to_owned()));
         if let Some(p) = self.routes.get_mut(route) {
             p.finished = true;
-            p.watchers.clear();
+            if let Some(invocation) = p.asked.invocation_mut() {
+                invocation.watchers.clear();
+            }
         }
         self.remember(route);
         self.arm(Timer::Retain(route.to_owned()), self.retention);
@@ -154,16 +162,18 @@ impl Requests {
         if !p.remembered {
             self.stops_waiting(p.asked.kind(), &p.principal);
         }
-        for key in std::iter::once(p.consumer.key()).chain(p.owner) {
+        // Only invocations are named (`remember_invocation`).
+        let Asked::Invocation(invocation) = p.asked else {
+            return;
+        };
+        for key in std::iter::once(p.consumer.key()).chain(invocation.owner) {
             let named = (key, p.correlation.clone());
             if self.invocations.get(&named).map(String::as_str) == Some(route) {
                 self.invocations.remove(&named);
             }
-            if let Some(action) = p.asked.action() {
-                let latest = (named.0, action.to_owned());
-                if self.latest_invocation.get(&latest).map(String::as_str) == Some(route) {
-                    self.latest_invocation.remove(&latest);
-                }
+            let latest = (named.0, invocation.action.clone());
+            if self.latest_invocation.get(&latest).map(String::as_str) == Some(route) {
+                self.latest_invocation.remove(&latest);
             }
         }
     }

@@ -1,0 +1,161 @@
+//! Tests of `auth/mqtt.rs`.
+
+use super::*;
+use crate::auth::Authority;
+
+#[test]
+fn only_requests_name_their_publisher() {
+    let session = MqttSession {
+        principal: Authority::from_config(&AuthConfig::default())
+            .unwrap()
+            .anonymous(),
+        topics: Topics::new("lmos/v1").unwrap(),
+        metrics: Metrics::default(),
+    };
+    assert!(session.names_publisher("lmos/v1/urn:a/requests/invokeAction"));
+    for topic in [
+        "lmos/v1/urn:a/events/e",
+        "lmos/v1/urn:a/requests",
+        "lmos/v1/urn:a/requests/invokeAction/x",
+        "lmos/urn:a/requests/invokeAction",
+        "lmos/v1x/urn:a/requests/invokeAction",
+        "other/urn:a/requests/invokeAction",
+    ] {
+        assert!(!session.names_publisher(topic), "{topic}");
+    }
+}
+
+#[test]
+fn a_message_names_the_thing_of_its_topic() {
+    let topics = Topics::new("lmos").unwrap();
+    let t = |topic: &str, payload: &str| thing_fits(&topics, topic, payload.as_bytes());
+    assert!(t("lmos/a/events/e", r#"{"thingID":"a","data":1}"#).is_ok());
+    assert!(t("lmos/a/events/e", r#"{"thingID":"b","data":1}"#).is_err());
+    assert!(t("lmos/a/events/e", r#" {"data":1,"thingId":"b"}"#).is_err());
+    // No claim, not JSON, not an LMOS topic: nothing to check.
+    assert!(t("lmos/a/events/e", r#"{"data":1}"#).is_ok());
+    assert!(t("lmos/a/events/e", "42").is_ok());
+    assert!(t("lmos/a/events/e", "{not json").is_ok());
+    assert!(t("other/a/events/e", r#"{"thingID":"b"}"#).is_ok());
+    // Escaped Thing IDs compare unescaped.
+    let thing = "urn:uuid:1/2";
+    let topic = topics.event(thing, "e");
+    assert!(t(&topic, r#"{"thingID":"urn:uuid:1/2"}"#).is_ok());
+    assert!(t(&topic, r#"{"thingID":"urn:uuid:1"}"#).is_err());
+}
+use crate::auth::granted as principal;
+use crate::config::AuthConfig;
+
+fn t() -> Topics {
+    Topics::new("lmos").unwrap()
+}
+
+#[test]
+fn consumers_subscribe_to_what_they_consume_only() {
+    let p = principal(&[], &["urn:a"], &[]);
+    for ok in [
+        "lmos/urn:a/events/e",
+        "lmos/urn:a/events/+",
+        "lmos/urn:a/properties/#",
+        "lmos/urn:a/actions/+/status/+",
+        "lmos/urn:a/td",
+        "lmos/urn:a/values/events/e",
+        "lmos/urn:a/values/properties/+",
+        "lmos/urn:a/replies/my-correlation",
+        "$share/g/lmos/urn:a/events/e",
+        "other/#",
+        "$SYS/#",
+    ] {
+        assert_eq!(may_subscribe(&t(), &p, ok), Ok(()), "{ok}");
+    }
+    for (denied, access) in [
+        ("lmos/urn:b/events/e", Access::Consume),
+        ("lmos/urn:b/values/events/e", Access::Consume),
+        ("lmos/+/events/e", Access::Consume),
+        ("#", Access::Host),
+        ("lmos/#", Access::Host),
+        ("+/urn:b/events/e", Access::Consume),
+        ("lmos/urn:a/#", Access::Host),
+        ("lmos/urn:a/requests/+", Access::Host),
+        ("lmos/urn:a/agent/requests/+", Access::Host),
+        ("lmos/urn:a/replies/+", Access::Host),
+        ("$share/g/lmos/urn:b/events/e", Access::Consume),
+    ] {
+        let e = may_subscribe(&t(), &p, denied).unwrap_err();
+        assert_eq!(e.access, access, "{denied}");
+    }
+}
+
+#[test]
+fn agents_subscribe_to_their_requests() {
+    let agent = principal(&["urn:a"], &[], &[]);
+    assert_eq!(
+        may_subscribe(&t(), &agent, "lmos/urn:a/agent/requests/+"),
+        Ok(())
+    );
+    assert_eq!(
+        may_subscribe(&t(), &agent, "lmos/urn:a/agent/#"),
+        Err(Denial {
+            access: Access::Consume,
+            thing: Some("urn:a".into())
+        })
+    );
+    assert!(may_subscribe(&t(), &agent, "lmos/urn:b/agent/requests/+").is_err());
+}
+
+#[test]
+fn only_the_agent_publishes_for_its_thing() {
+    let agent = principal(&["urn:a"], &["*"], &[]);
+    let consumer = principal(&[], &["*"], &["urn:a"]);
+    for topic in [
+        "lmos/urn:a/events/e",
+        "lmos/urn:a/properties/p",
+        "lmos/urn:a/actions/x/status/1",
+        "lmos/urn:a/agent/replies",
+        "lmos/urn:a/agent/status",
+        "lmos/urn:a/td",
+        "lmos/urn:a/replies/c",
+        "lmos/urn:a/agent/requests/invokeAction",
+    ] {
+        assert_eq!(may_publish(&t(), &agent, topic), Ok(()), "{topic}");
+        assert_eq!(
+            may_publish(&t(), &consumer, topic).unwrap_err().access,
+            Access::Host,
+            "{topic}"
+        );
+    }
+    assert!(may_publish(&t(), &agent, "lmos/urn:b/events/e").is_err());
+    assert_eq!(may_publish(&t(), &consumer, "elsewhere/x"), Ok(()));
+}
+
+#[test]
+fn requests_take_consume_or_operate_by_type() {
+    let reader = principal(&[], &["urn:a"], &[]);
+    assert_eq!(
+        may_publish(&t(), &reader, "lmos/urn:a/requests/readProperty"),
+        Ok(())
+    );
+    for ty in [
+        "invokeAction",
+        "writeProperty",
+        "writeMultipleProperties",
+        "cancelAction",
+        "queryAction",
+    ] {
+        let e = may_publish(&t(), &reader, &format!("lmos/urn:a/requests/{ty}")).unwrap_err();
+        assert_eq!(e.access, Access::Operate, "{ty}");
+    }
+    let operator = principal(&[], &[], &["urn:a"]);
+    assert_eq!(
+        may_publish(&t(), &operator, "lmos/urn:a/requests/invokeAction"),
+        Ok(())
+    );
+}
+
+#[test]
+fn escaped_thing_ids_are_checked_as_the_ids_they_are() {
+    let p = principal(&[], &["https://x.org/a"], &[]);
+    let topic = t().event("https://x.org/a", "e");
+    assert_eq!(may_subscribe(&t(), &p, &topic), Ok(()));
+    assert!(may_subscribe(&t(), &p, &t().event("https://x.org/b", "e")).is_err());
+}

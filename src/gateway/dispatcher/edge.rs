@@ -1,0 +1,234 @@
+//! The I/O edge around the [`Core`]: the [`Handoff`] that offers the
+//! core's decisions to the connections' queues and the bus without
+//! waiting, and the [`Dispatcher`] loop that feeds the core.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::{Command, Core, Decisions, Services};
+use crate::broker::{Bus, BusCommand, Delivery};
+use crate::gateway::budget::Budget;
+use crate::gateway::outbound::{Account, Frame, Offer, Outbound, RecipientCopy, TooSlow};
+use crate::gateway::requests::Requests;
+use crate::gateway::subscriptions::ConnId;
+use crate::telemetry::metrics::Metrics;
+use crate::topics::Topics;
+
+/// The edge's side of the decisions: each message offered to its
+/// connection's queue at once (a connection starts writing while the core
+/// is still fanning out), each bus command queued for the bus.
+pub struct Handoff {
+    outbounds: HashMap<ConnId, Outbound>,
+    /// Publications and subscription changes decided and not yet taken by
+    /// the bus, in order. The bus drains this as it can.
+    pub(super) to_bus: VecDeque<BusCommand>,
+    metrics: Metrics,
+    /// `gateway.max_outbound_bytes`, which every queue counts in.
+    global: Arc<Budget>,
+    /// Queues of connections closed for `global` whose bytes are not yet
+    /// given back (their connections are still closing).
+    doomed: Vec<Arc<Account>>,
+}
+
+impl Decisions for Handoff {
+    fn send(&mut self, conn: ConnId, text: String) {
+        self.offer(conn, text.into());
+    }
+
+    fn send_copy(&mut self, conn: ConnId, copy: RecipientCopy) {
+        self.offer(conn, Frame::Copy(copy));
+    }
+
+    fn bus(&mut self, command: BusCommand) {
+        self.to_bus.push_back(command);
+    }
+}
+
+impl Handoff {
+    fn offer(&mut self, conn: ConnId, frame: Frame) {
+        if !self.outbounds.contains_key(&conn) {
+            return;
+        }
+        let bytes = frame.wire_len();
+        if self.global.would_exceed(bytes) {
+            self.shed(bytes);
+        }
+        let Some(outbound) = self.outbounds.get(&conn) else {
+            // The recipient was the slowest.
+            return;
+        };
+        match outbound.offer_counted(frame, bytes) {
+            Offer::Queued => {}
+            Offer::Dropped => self.metrics.dropped("slow_consumer"),
+            // The connection closes itself and deregisters; stop offering now.
+            Offer::Disconnected => {
+                self.metrics.dropped("slow_consumer_disconnected");
+                self.outbounds.remove(&conn);
+            }
+            Offer::Closed => {
+                self.outbounds.remove(&conn);
+            }
+        }
+    }
+
+    /// `gateway.max_outbound_bytes` is reached: closes the slowest
+    /// consumers (of those with bytes queued, the ones that took nothing off
+    /// their queue for longest; the most queued first among equals) until
+    /// `bytes` more fit, counting what the ones already closing will give
+    /// back. Not the most queued alone: a consumer that reads may hold a
+    /// burst for a moment while the paused ones' first megabytes sit in
+    /// their sockets. Closed under either `slow_consumer` policy: dropping
+    /// new messages would free none of what is queued.
+    fn shed(&mut self, bytes: usize) {
+        self.doomed
+            .retain(|a| Arc::strong_count(a) > 1 && a.queued() > 0);
+        let mut leaving: usize = self.doomed.iter().map(|a| a.queued()).sum();
+        let limit = self.global.limit();
+        while self
+            .global
+            .used()
+            .saturating_sub(leaving)
+            .saturating_add(bytes)
+            > limit
+        {
+            let slowest = self
+                .outbounds
+                .iter()
+                .map(|(conn, out)| (*conn, out.account()))
+                .filter(|(_, account)| account.queued() > 0 && account.sheddable())
+                .min_by_key(|(_, a)| (a.last_taken(), std::cmp::Reverse(a.queued())))
+                .map(|(conn, account)| (conn, account.queued()));
+            let Some((conn, queued)) = slowest else {
+                break;
+            };
+            let out = self.outbounds.remove(&conn).expect("found");
+            out.disconnect(TooSlow::Budget);
+            self.doomed.push(out.account().clone());
+            leaving += queued;
+            self.global.hit();
+            self.metrics.dropped("slow_consumer_disconnected");
+        }
+    }
+}
+
+/// The I/O edge around the [`Core`]: the connections' queues and the bus.
+/// Its loop feeds the core one input at a time; the core's decisions go
+/// out through the [`Handoff`] without waiting (see [`Dispatcher::run`]).
+pub struct Dispatcher {
+    pub(super) core: Core<Handoff>,
+    pub(super) bus: Bus,
+    commands: mpsc::Receiver<Command>,
+    pub(super) deliveries: mpsc::Receiver<Delivery>,
+}
+
+/// Commands queued for the bus beyond which the dispatcher stops taking the
+/// connections' commands until the bus catches up (backpressure, as when it
+/// awaited each publication).
+const BUS_BACKLOG: usize = 1024;
+
+impl Dispatcher {
+    pub fn new(
+        bus: Bus,
+        topics: Topics,
+        requests: Requests,
+        services: Services,
+        commands: mpsc::Receiver<Command>,
+        deliveries: mpsc::Receiver<Delivery>,
+    ) -> Dispatcher {
+        let handoff = Handoff {
+            outbounds: HashMap::new(),
+            to_bus: VecDeque::new(),
+            metrics: services.metrics.clone(),
+            global: services.budgets.outbound.clone(),
+            doomed: Vec::new(),
+        };
+        Dispatcher {
+            core: Core::new(topics, requests, services, handoff)
+                .with_barrier(bus.barrier_topic().cloned()),
+            bus,
+            commands,
+            deliveries,
+        }
+    }
+
+    /// Runs until `shutdown`; then answers every request still waiting
+    /// (503) and cancels `closing`, so connections close after that.
+    pub async fn run(mut self, shutdown: CancellationToken, closing: CancellationToken) {
+        // Its own handle, so that waiting for room on the bus borrows
+        // nothing the other branches change.
+        let bus = self.bus.clone();
+        loop {
+            let expiry = self.core.history.next_expiry();
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    self.core.on_shutdown();
+                    // The 503s to MQTT consumers go out before connections
+                    // are told to close.
+                    self.flush_bus().await;
+                    closing.cancel();
+                    return;
+                }
+                // The bus takes what is queued for it as fast as it can;
+                // the loop never waits on it anywhere else.
+                permit = bus.reserve(), if !self.core.out.to_bus.is_empty() => match permit {
+                    Ok(permit) => self.feed_bus(permit),
+                    Err(_) => self.bus_closed(),
+                },
+                // A bus that falls behind slows the connections' commands
+                // down, never the deliveries (which would stall the broker's
+                // side of the bus).
+                command = self.commands.recv(), if self.core.out.to_bus.len() < BUS_BACKLOG => match command {
+                    Some(command) => self.command(command),
+                    None => return,
+                },
+                delivery = self.deliveries.recv() => match delivery {
+                    Some(delivery) => self.delivery(delivery),
+                    None => {
+                        warn!("The message bus closed; the gateway stops delivering.");
+                        return;
+                    }
+                },
+                Some(effects) = self.core.requests.next_timeout(), if self.core.requests.has_timers() => {
+                    self.core.on_timeout(effects);
+                }
+                _ = sleep_until(expiry), if expiry.is_some() => {
+                    self.core.on_history_expiry(Instant::now());
+                }
+            }
+        }
+    }
+
+    pub(super) fn delivery(&mut self, delivery: Delivery) {
+        self.core.on_delivery(delivery);
+    }
+
+    /// A connection's command; the edge keeps its outbound queue.
+    pub(super) fn command(&mut self, command: Command) {
+        match command {
+            Command::Register {
+                conn,
+                outbound,
+                principal,
+            } => {
+                self.core.out.outbounds.insert(conn, outbound);
+                self.core.register(conn, &principal);
+            }
+            Command::Deregister { conn } => {
+                self.core.out.outbounds.remove(&conn);
+                self.core.on_command(Command::Deregister { conn });
+            }
+            command => self.core.on_command(command),
+        }
+    }
+}
+
+/// Sleeps until `at`; never polled when there is none.
+fn sleep_until(at: Option<Instant>) -> tokio::time::Sleep {
+    let at = at.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std);
+    tokio::time::sleep_until(at)
+}
