@@ -1,15 +1,14 @@
-//! MQTT framing and the few packets the guard must read or write. Pure
-//! functions over byte slices: no I/O, no allocation beyond what an encoded
-//! packet needs, and no panics on any input (the proptests below hold that).
+//! MQTT framing and the packets the guard reads or writes. Pure functions
+//! over byte slices: no I/O and no panics on any input (the proptests in
+//! `packet_tests.rs` hold that).
 //!
-//! SUBSCRIBE and UNSUBSCRIBE are read and written with rumqttd's codec
-//! (`rumqttd::protocol`, patched where it was lenient: see
-//! `vendor/rumqttd/PATCHES.md`); the guard only adds its own policy on
-//! what they hold. Kept here: the framing; PUBLISH, a view borrowed from
-//! the frame, because every publication and delivery is read (rumqttd's
-//! decoder copies topic, payload and properties); and CONNECT, because
-//! rumqttd's holds the password as a `String` and so refuses a binary one,
-//! which MQTT allows and [`super::Policy::connect`] takes. The guard
+//! Every packet but PUBLISH is read and written with rumqttd's codec
+//! (`rumqttd::protocol`, patched where it was lenient or fell short: see
+//! `vendor/rumqttd/PATCHES.md`, patches 16-18 and 24-26); the guard adds its
+//! own policy on what they hold. Kept here: the framing (the fixed header and
+//! the byte budgets it enforces before a body is buffered) and PUBLISH, a
+//! view borrowed from the frame, because every publication and delivery is
+//! read and rumqttd's decoder copies topic, payload and properties. The guard
 //! forwards the original bytes of everything it does not change.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -181,143 +180,128 @@ impl<'a> Reader<'a> {
         self.take(n)?;
         Ok(&before[..before.len() - self.buf.len()])
     }
-
-    /// What an MQTT 5 property list holds, every property checked.
-    fn property_content(&mut self) -> Result<&'a [u8], PacketError> {
-        let (content, _) = properties::list(self.properties()?)?;
-        properties::all(content)?;
-        Ok(content)
-    }
 }
 
-/// What the guard needs from a CONNECT.
+/// A CONNECT as rumqttd's codec reads it, 3.1.1 or 5.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Connect<'a> {
+pub struct Connect {
     pub version: Version,
-    /// The connect flags byte as sent.
-    pub flags: u8,
     /// Clean Session (3.1.1) / Clean Start (5).
     pub clean: bool,
     /// Seconds; 0 turns keep-alive off.
     pub keep_alive: u16,
-    /// What the MQTT 5 property list holds; empty on 3.1.1.
-    pub properties: &'a [u8],
-    pub client_id: &'a str,
-    pub will: Option<Will<'a>>,
-    pub username: Option<&'a str>,
-    pub password: Option<&'a [u8]>,
+    pub client_id: String,
+    /// MQTT 5 only.
+    pub properties: Option<wire::ConnectProperties>,
+    pub will: Option<Will>,
+    /// User name and password, each there when its flag is (patch 24).
+    pub login: Option<wire::Login>,
 }
 
 /// A CONNECT's last will.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Will<'a> {
-    /// What the MQTT 5 will property list holds; empty on 3.1.1.
-    pub properties: &'a [u8],
-    pub topic: &'a str,
-    pub message: &'a [u8],
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Will {
+    /// The will's topic, a checked topic (rumqttd reads it as bytes).
+    pub topic: String,
+    pub will: wire::LastWill,
+    /// MQTT 5 only.
+    pub properties: Option<wire::LastWillProperties>,
 }
 
-/// Decodes a CONNECT body (after the fixed header).
-pub fn connect(body: &[u8]) -> Result<Connect<'_>, PacketError> {
+impl Connect {
+    /// A clean MQTT 5 CONNECT of the guard's own, without will or
+    /// credentials.
+    pub fn own(client_id: &str) -> Connect {
+        Connect {
+            version: Version::V5,
+            clean: true,
+            keep_alive: 60,
+            client_id: client_id.to_owned(),
+            properties: None,
+            will: None,
+            login: None,
+        }
+    }
+
+    pub fn username(&self) -> Option<&str> {
+        self.login.as_ref()?.username.as_deref()
+    }
+
+    pub fn password(&self) -> Option<&[u8]> {
+        self.login.as_ref()?.password.as_deref()
+    }
+}
+
+/// The MQTT version a CONNECT body names, read ahead of rumqttd's decoder
+/// to pick the codec (and to name another protocol in the log).
+fn protocol(body: &[u8]) -> Result<Version, PacketError> {
     let mut r = Reader::new(body, "CONNECT");
     let name = r.binary()?;
-    let level = r.u8()?;
-    let version = match (name, level) {
-        (b"MQTT", 4) => Version::V4,
-        (b"MQTT", 5) => Version::V5,
-        _ => {
-            return Err(PacketError::Protocol {
-                name: String::from_utf8_lossy(name).into_owned(),
-                level,
+    match (name, r.u8()?) {
+        (b"MQTT", 4) => Ok(Version::V4),
+        (b"MQTT", 5) => Ok(Version::V5),
+        (_, level) => Err(PacketError::Protocol {
+            name: String::from_utf8_lossy(name).into_owned(),
+            level,
+        }),
+    }
+}
+
+/// Decodes a whole CONNECT packet (`raw`, fixed header included).
+pub fn connect(raw: &[u8]) -> Result<Connect, PacketError> {
+    let header = frame(raw, usize::MAX)?.ok_or(PacketError::Malformed("CONNECT"))?;
+    let version = protocol(&raw[header.header_len..header.size()])?;
+    let wire::Packet::Connect(c, properties, will, will_properties, login) =
+        decode(version, &raw[..header.size()], "CONNECT")?
+    else {
+        return Err(PacketError::Malformed("CONNECT"));
+    };
+    let will = match will {
+        None => None,
+        Some(will) => {
+            // A topic like any other (see `Reader::topic`).
+            let topic = std::str::from_utf8(&will.topic)
+                .ok()
+                .filter(|t| !has_control(t))
+                .ok_or(PacketError::Malformed("CONNECT"))?;
+            Some(Will {
+                topic: topic.to_owned(),
+                will,
+                properties: will_properties,
             })
         }
     };
-    let flags = r.u8()?;
-    // Bit 0 is reserved (MQTT-3.1.2-3); a will's QoS and retain need the
-    // will flag; QoS 3 does not exist; a password needs a user name in
-    // 3.1.1.
-    let will = flags & 0x04 != 0;
-    let will_qos = (flags >> 3) & 0x03;
-    if flags & 0x01 != 0
-        || will_qos == 3
-        || (!will && flags & 0x38 != 0)
-        || (version == Version::V4 && flags & 0xC0 == 0x40)
-    {
-        return Err(r.malformed());
-    }
-    let keep_alive = r.u16()?;
-    let props = match version {
-        Version::V4 => &[][..],
-        Version::V5 => r.property_content()?,
-    };
-    let client_id = r.string()?;
-    let will = if will {
-        let properties = match version {
-            Version::V4 => &[][..],
-            Version::V5 => r.property_content()?,
-        };
-        let topic = r.topic()?;
-        let message = r.binary()?;
-        Some(Will {
-            properties,
-            topic,
-            message,
-        })
-    } else {
-        None
-    };
-    let username = if flags & 0x80 != 0 {
-        Some(r.string()?)
-    } else {
-        None
-    };
-    let password = if flags & 0x40 != 0 {
-        Some(r.binary()?)
-    } else {
-        None
-    };
     Ok(Connect {
         version,
-        flags,
-        clean: flags & 0x02 != 0,
-        keep_alive,
-        properties: props,
-        client_id,
+        clean: c.clean_session,
+        keep_alive: c.keep_alive,
+        client_id: c.client_id,
+        properties,
         will,
-        username,
-        password,
+        login,
     })
-}
-
-fn put_binary(out: &mut BytesMut, b: &[u8]) {
-    // Every field comes from a decoded packet, so it fits in 16 bits.
-    out.put_u16(b.len() as u16);
-    out.put_slice(b);
 }
 
 /// The MQTT 5 CONNECT the broker gets for a client's (3.1.1 or 5): the
 /// same client, will and credentials, with the clean start, keep-alive and
 /// properties the guard chose.
-pub fn encode_connect(c: &Connect<'_>, clean: bool, keep_alive: u16, props: &[&[u8]]) -> Bytes {
-    let mut body = BytesMut::with_capacity(64 + c.client_id.len());
-    put_binary(&mut body, b"MQTT");
-    body.put_u8(5);
-    body.put_u8((c.flags & !0x02) | if clean { 0x02 } else { 0 });
-    body.put_u16(keep_alive);
-    properties::put_list(&mut body, props);
-    put_binary(&mut body, c.client_id.as_bytes());
-    if let Some(will) = &c.will {
-        properties::put_list(&mut body, &[will.properties]);
-        put_binary(&mut body, will.topic.as_bytes());
-        put_binary(&mut body, will.message);
-    }
-    if let Some(u) = c.username {
-        put_binary(&mut body, u.as_bytes());
-    }
-    if let Some(p) = c.password {
-        put_binary(&mut body, p);
-    }
-    packet(0x10, &body)
+pub fn encode_connect(
+    c: &Connect,
+    clean: bool,
+    keep_alive: u16,
+    properties: Option<wire::ConnectProperties>,
+) -> Result<Bytes, PacketError> {
+    let connect = wire::Connect {
+        keep_alive,
+        client_id: c.client_id.clone(),
+        clean_session: clean,
+    };
+    let (will, will_properties) = match &c.will {
+        Some(w) => (Some(w.will.clone()), w.properties.clone()),
+        None => (None, None),
+    };
+    let packet = wire::Packet::Connect(connect, properties, will, will_properties, c.login.clone());
+    encode(packet, "CONNECT")
 }
 
 /// What the guard needs from a PUBLISH.
@@ -497,28 +481,6 @@ pub fn pubrel(body: &[u8]) -> Result<u16, PacketError> {
     Reader::new(body, "PUBREL").u16()
 }
 
-/// A SUBACK from the broker: packet identifier, raw properties, codes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubAck<'a> {
-    pub pkid: u16,
-    pub properties: &'a [u8],
-    pub codes: &'a [u8],
-}
-
-pub fn suback(body: &[u8], version: Version) -> Result<SubAck<'_>, PacketError> {
-    let mut r = Reader::new(body, "SUBACK");
-    let pkid = r.u16()?;
-    let properties = match version {
-        Version::V4 => &[][..],
-        Version::V5 => r.properties()?,
-    };
-    Ok(SubAck {
-        pkid,
-        properties,
-        codes: r.buf,
-    })
-}
-
 /// The packet identifier of a SUBACK, without decoding the rest.
 pub fn suback_pkid(body: &[u8]) -> Option<u16> {
     Reader::new(body, "SUBACK").u16().ok()
@@ -547,76 +509,145 @@ pub(super) fn put_remaining_length(out: &mut BytesMut, mut n: usize) {
     }
 }
 
-fn packet(first: u8, body: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(body.len() + 5);
-    out.put_u8(first);
-    put_remaining_length(&mut out, body.len());
-    out.put_slice(body);
-    out.freeze()
+/// Decodes one packet the broker sent in MQTT 5 from its first byte and
+/// body (reassembled: the rare packets this serves are not worth a second
+/// reader).
+pub(super) fn decode_body(
+    first: u8,
+    body: &[u8],
+    what: &'static str,
+) -> Result<wire::Packet, PacketError> {
+    let mut raw = BytesMut::with_capacity(body.len() + 5);
+    raw.put_u8(first);
+    put_remaining_length(&mut raw, body.len());
+    raw.put_slice(body);
+    decode(Version::V5, &raw, what)
 }
 
-/// A CONNACK refusing the connection (no session present, no properties).
-pub fn connack(version: Version, code: u8) -> Bytes {
-    match version {
-        Version::V4 => packet(0x20, &[0, code]),
-        Version::V5 => packet(0x20, &[0, code, 0]),
+/// Encodes one of the guard's small packets for a client of `version`.
+/// rumqttd's writers fail only past MQTT's largest remaining length
+/// (256 MiB), which no acknowledgement reaches; nothing is sent then.
+pub(super) fn encode_for(version: Version, packet: wire::Packet) -> Bytes {
+    let mut out = BytesMut::with_capacity(8);
+    let written = match version {
+        Version::V4 => V4.write(packet, &mut out),
+        Version::V5 => V5.write(packet, &mut out),
+    };
+    match written {
+        Ok(_) => out.freeze(),
+        Err(_) => Bytes::new(),
     }
+}
+
+/// A CONNACK refusing the connection (no session present, no
+/// properties): `code` is the version's own, a 3.1.1 return code or an
+/// MQTT 5 reason code.
+pub fn connack(version: Version, code: u8) -> Bytes {
+    let code = match version {
+        Version::V4 => wire::ConnectReturnCode::from_v4(code),
+        Version::V5 => wire::ConnectReturnCode::from_v5(code),
+    };
+    let connack = wire::ConnAck {
+        session_present: false,
+        code: code.unwrap_or(wire::ConnectReturnCode::ServiceUnavailable),
+    };
+    encode_for(version, wire::Packet::ConnAck(connack, None))
 }
 
 /// A PUBACK; MQTT 3.1.1 has no reason code, so `reason` is then ignored.
 pub fn puback(version: Version, pkid: u16, reason: u8) -> Bytes {
-    let [hi, lo] = pkid.to_be_bytes();
-    match version {
-        Version::V4 => packet(0x40, &[hi, lo]),
-        Version::V5 => packet(0x40, &[hi, lo, reason]),
-    }
+    let reason =
+        wire::PubAckReason::from_v5(reason).unwrap_or(wire::PubAckReason::UnspecifiedError);
+    encode_for(
+        version,
+        wire::Packet::PubAck(wire::PubAck { pkid, reason }, None),
+    )
 }
 
 /// An MQTT 5 PUBREC with a reason code.
 pub fn pubrec(pkid: u16, reason: u8) -> Bytes {
-    let [hi, lo] = pkid.to_be_bytes();
-    packet(0x50, &[hi, lo, reason])
+    let reason =
+        wire::PubRecReason::from_v5(reason).unwrap_or(wire::PubRecReason::UnspecifiedError);
+    encode_for(
+        Version::V5,
+        wire::Packet::PubRec(wire::PubRec { pkid, reason }, None),
+    )
 }
 
 /// A PUBCOMP (success).
 pub fn pubcomp(pkid: u16) -> Bytes {
-    packet(0x70, &pkid.to_be_bytes())
+    let reason = wire::PubCompReason::Success;
+    encode_for(
+        Version::V5,
+        wire::Packet::PubComp(wire::PubComp { pkid, reason }, None),
+    )
 }
 
 /// An MQTT 5 DISCONNECT with a reason code.
 pub fn disconnect(reason: u8) -> Bytes {
-    packet(0xE0, &[reason])
+    let reason_code = wire::DisconnectReasonCode::from_v5(reason)
+        .unwrap_or(wire::DisconnectReasonCode::UnspecifiedError);
+    encode_for(
+        Version::V5,
+        wire::Packet::Disconnect(wire::Disconnect { reason_code }, None),
+    )
 }
 
-/// A SUBACK; `properties` are raw MQTT 5 properties (ignored on 3.1.1,
-/// empty means none).
-pub fn encode_suback(version: Version, pkid: u16, properties: &[u8], codes: &[u8]) -> Bytes {
-    let mut body = Vec::with_capacity(3 + properties.len() + codes.len());
-    body.extend_from_slice(&pkid.to_be_bytes());
-    if version == Version::V5 {
-        push_properties(&mut body, properties);
-    }
-    body.extend_from_slice(codes);
-    packet(0x90, &body)
+/// A SUBACK with MQTT 5 reason codes (as 3.1.1 return codes for a 3.1.1
+/// client, whose SUBACK has no properties either).
+pub fn encode_suback(
+    version: Version,
+    pkid: u16,
+    properties: Option<wire::SubAckProperties>,
+    codes: &[u8],
+) -> Bytes {
+    let return_codes = codes
+        .iter()
+        .map(|&c| {
+            wire::SubscribeReasonCode::from_v5(c).unwrap_or(wire::SubscribeReasonCode::Unspecified)
+        })
+        .collect();
+    let properties = properties.filter(|_| version == Version::V5);
+    encode_for(
+        version,
+        wire::Packet::SubAck(wire::SubAck { pkid, return_codes }, properties),
+    )
 }
 
-/// MQTT 5 properties as given, raw, or an empty property list for none.
-fn push_properties(body: &mut Vec<u8>, properties: &[u8]) {
-    if properties.is_empty() {
-        body.push(0);
-    } else {
-        body.extend_from_slice(properties);
-    }
+/// The SUBACK a client gets for the broker's (`body` after its fixed
+/// header) to a SUBSCRIBE the guard cut short: the broker's codes merged
+/// into the guard's `plan` (see [`merge_codes`]), its properties kept for
+/// an MQTT 5 client.
+pub fn suback_reply(
+    version: Version,
+    body: &[u8],
+    plan: &[Option<u8>],
+    failure: u8,
+) -> Result<Bytes, PacketError> {
+    let wire::Packet::SubAck(ack, properties) = decode_body(0x90, body, "SUBACK")? else {
+        return Err(PacketError::Malformed("SUBACK"));
+    };
+    let broker: Vec<u8> = ack.return_codes.iter().map(|c| c.v5()).collect();
+    let codes = merge_codes(plan, &broker, failure);
+    Ok(encode_suback(version, ack.pkid, properties, &codes))
 }
 
-/// An UNSUBACK; `codes` (one per filter) only in MQTT 5.
+/// An UNSUBACK; `codes` (MQTT 5 reason codes, one per filter) only in
+/// MQTT 5.
 pub fn encode_unsuback(version: Version, pkid: u16, codes: &[u8]) -> Bytes {
-    let mut body = pkid.to_be_bytes().to_vec();
-    if version == Version::V5 {
-        body.push(0);
-        body.extend_from_slice(codes);
-    }
-    packet(0xB0, &body)
+    let reasons = match version {
+        Version::V4 => Vec::new(),
+        Version::V5 => codes
+            .iter()
+            .map(|&c| {
+                wire::UnsubAckReason::from_v5(c).unwrap_or(wire::UnsubAckReason::UnspecifiedError)
+            })
+            .collect(),
+    };
+    encode_for(
+        version,
+        wire::Packet::UnsubAck(wire::UnsubAck { pkid, reasons }, None),
+    )
 }
 
 /// Merges the broker's codes for the filters it was sent into the codes

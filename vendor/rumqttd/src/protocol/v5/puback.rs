@@ -162,7 +162,7 @@ mod properties {
 }
 
 /// Connection return code type
-fn reason(num: u8) -> Result<PubAckReason, Error> {
+pub(crate) fn reason(num: u8) -> Result<PubAckReason, Error> {
     let code = match num {
         0 => PubAckReason::Success,
         16 => PubAckReason::NoMatchingSubscribers,
@@ -180,7 +180,7 @@ fn reason(num: u8) -> Result<PubAckReason, Error> {
 }
 
 // TODO: Is typecasting significantly faster than functions?
-fn code(reason: PubAckReason) -> u8 {
+pub(crate) fn code(reason: PubAckReason) -> u8 {
     match reason {
         PubAckReason::Success => 0,
         PubAckReason::NoMatchingSubscribers => 16,

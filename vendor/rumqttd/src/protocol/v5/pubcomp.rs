@@ -159,7 +159,7 @@ mod properties {
     }
 }
 /// Connection return code type
-fn reason(num: u8) -> Result<PubCompReason, Error> {
+pub(crate) fn reason(num: u8) -> Result<PubCompReason, Error> {
     let code = match num {
         0 => PubCompReason::Success,
         146 => PubCompReason::PacketIdentifierNotFound,
@@ -169,7 +169,7 @@ fn reason(num: u8) -> Result<PubCompReason, Error> {
     Ok(code)
 }
 
-fn code(reason: PubCompReason) -> u8 {
+pub(crate) fn code(reason: PubCompReason) -> u8 {
     match reason {
         PubCompReason::Success => 0,
         PubCompReason::PacketIdentifierNotFound => 146,

@@ -159,7 +159,7 @@ mod properties {
     }
 }
 /// Connection return code type
-fn reason(num: u8) -> Result<PubRecReason, Error> {
+pub(crate) fn reason(num: u8) -> Result<PubRecReason, Error> {
     let code = match num {
         0 => PubRecReason::Success,
         16 => PubRecReason::NoMatchingSubscribers,
@@ -176,7 +176,7 @@ fn reason(num: u8) -> Result<PubRecReason, Error> {
     Ok(code)
 }
 
-fn code(reason: PubRecReason) -> u8 {
+pub(crate) fn code(reason: PubRecReason) -> u8 {
     match reason {
         PubRecReason::Success => 0,
         PubRecReason::NoMatchingSubscribers => 16,
