@@ -386,12 +386,9 @@ fn acks_have_their_wire_form() {
     assert_eq!(&connack(Version::V4, 5)[..], &[0x20, 2, 0, 5]);
     assert_eq!(&connack(Version::V5, 0x87)[..], &[0x20, 3, 0, 0x87, 0]);
     assert_eq!(&puback(Version::V4, 258, 0x87)[..], &[0x40, 2, 1, 2]);
-    assert_eq!(
-        &puback(Version::V5, 258, 0x87)[..],
-        &[0x40, 4, 1, 2, 0x87, 0]
-    );
+    assert_eq!(&puback(Version::V5, 258, 0x87)[..], &[0x40, 3, 1, 2, 0x87]);
     assert_eq!(&puback(Version::V5, 258, 0)[..], &[0x40, 2, 1, 2]);
-    assert_eq!(&pubrec(1, 0x87)[..], &[0x50, 4, 0, 1, 0x87, 0]);
+    assert_eq!(&pubrec(1, 0x87)[..], &[0x50, 3, 0, 1, 0x87]);
     assert_eq!(&pubcomp(1)[..], &[0x70, 2, 0, 1]);
     assert_eq!(&disconnect(0x95)[..], &[0xE0, 1, 0x95]);
     assert_eq!(&disconnect(0)[..], &[0xE0, 0]);
