@@ -4,17 +4,28 @@
 //!
 //! Every packet but PUBLISH is read and written with rumqttd's codec
 //! (`rumqttd::protocol`, patched where it was lenient or fell short: see
-//! `vendor/rumqttd/PATCHES.md`, patches 16-18 and 24-26); the guard adds its
-//! own policy on what they hold. Kept here: the framing (the fixed header and
-//! the byte budgets it enforces before a body is buffered) and PUBLISH, a
-//! view borrowed from the frame, because every publication and delivery is
-//! read and rumqttd's decoder copies topic, payload and properties. The guard
-//! forwards the original bytes of everything it does not change.
+//! `vendor/rumqttd/PATCHES.md`, patches 16-18 and 24-26), in `codec.rs`
+//! and `connect.rs`; the guard adds its own policy on what they hold. Kept
+//! here: the framing (the fixed header and the byte budgets it enforces
+//! before a body is buffered, and a packet identifier read off an
+//! acknowledgement) and PUBLISH, a view borrowed from the frame, because
+//! every publication and delivery is read and rumqttd's decoder copies
+//! topic, payload and properties. The guard forwards the original bytes of
+//! everything it does not change.
 
-use bytes::{BufMut, Bytes, BytesMut};
-use rumqttd::protocol::{self as wire, v4::V4, v5::V5, Protocol};
+use bytes::{BufMut, BytesMut};
 
 use super::properties;
+
+mod codec;
+mod connect;
+
+pub use codec::{
+    connack, disconnect, encode_suback, encode_subscribe, encode_unsuback, encode_unsubscribe,
+    puback, pubcomp, pubrec, suback_reply, subscribe, unsubscribe, Subscribe, Unsubscribe,
+};
+pub(super) use codec::{decode_body, encode_for};
+pub use connect::{connect, encode_connect, Connect, Will};
 
 pub const CONNECT: u8 = 1;
 pub const CONNACK: u8 = 2;
@@ -107,13 +118,13 @@ pub fn frame(buf: &[u8], limit: usize) -> Result<Option<Header>, PacketError> {
 }
 
 /// Reads MQTT data types off a packet body; every read is bounds-checked.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     buf: &'a [u8],
     what: &'static str,
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], what: &'static str) -> Reader<'a> {
+    pub(super) fn new(buf: &'a [u8], what: &'static str) -> Reader<'a> {
         Reader { buf, what }
     }
 
@@ -130,16 +141,16 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<u8, PacketError> {
+    pub(super) fn u8(&mut self) -> Result<u8, PacketError> {
         Ok(self.take(1)?[0])
     }
 
-    fn u16(&mut self) -> Result<u16, PacketError> {
+    pub(super) fn u16(&mut self) -> Result<u16, PacketError> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn binary(&mut self) -> Result<&'a [u8], PacketError> {
+    pub(super) fn binary(&mut self) -> Result<&'a [u8], PacketError> {
         let n = self.u16()?;
         self.take(usize::from(n))
     }
@@ -180,128 +191,6 @@ impl<'a> Reader<'a> {
         self.take(n)?;
         Ok(&before[..before.len() - self.buf.len()])
     }
-}
-
-/// A CONNECT as rumqttd's codec reads it, 3.1.1 or 5.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Connect {
-    pub version: Version,
-    /// Clean Session (3.1.1) / Clean Start (5).
-    pub clean: bool,
-    /// Seconds; 0 turns keep-alive off.
-    pub keep_alive: u16,
-    pub client_id: String,
-    /// MQTT 5 only.
-    pub properties: Option<wire::ConnectProperties>,
-    pub will: Option<Will>,
-    /// User name and password, each there when its flag is (patch 24).
-    pub login: Option<wire::Login>,
-}
-
-/// A CONNECT's last will.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Will {
-    /// The will's topic, a checked topic (rumqttd reads it as bytes).
-    pub topic: String,
-    pub will: wire::LastWill,
-    /// MQTT 5 only.
-    pub properties: Option<wire::LastWillProperties>,
-}
-
-impl Connect {
-    /// A clean MQTT 5 CONNECT of the guard's own, without will or
-    /// credentials.
-    pub fn own(client_id: &str) -> Connect {
-        Connect {
-            version: Version::V5,
-            clean: true,
-            keep_alive: 60,
-            client_id: client_id.to_owned(),
-            properties: None,
-            will: None,
-            login: None,
-        }
-    }
-
-    pub fn username(&self) -> Option<&str> {
-        self.login.as_ref()?.username.as_deref()
-    }
-
-    pub fn password(&self) -> Option<&[u8]> {
-        self.login.as_ref()?.password.as_deref()
-    }
-}
-
-/// The MQTT version a CONNECT body names, read ahead of rumqttd's decoder
-/// to pick the codec (and to name another protocol in the log).
-fn protocol(body: &[u8]) -> Result<Version, PacketError> {
-    let mut r = Reader::new(body, "CONNECT");
-    let name = r.binary()?;
-    match (name, r.u8()?) {
-        (b"MQTT", 4) => Ok(Version::V4),
-        (b"MQTT", 5) => Ok(Version::V5),
-        (_, level) => Err(PacketError::Protocol {
-            name: String::from_utf8_lossy(name).into_owned(),
-            level,
-        }),
-    }
-}
-
-/// Decodes a whole CONNECT packet (`raw`, fixed header included).
-pub fn connect(raw: &[u8]) -> Result<Connect, PacketError> {
-    let header = frame(raw, usize::MAX)?.ok_or(PacketError::Malformed("CONNECT"))?;
-    let version = protocol(&raw[header.header_len..header.size()])?;
-    let wire::Packet::Connect(c, properties, will, will_properties, login) =
-        decode(version, &raw[..header.size()], "CONNECT")?
-    else {
-        return Err(PacketError::Malformed("CONNECT"));
-    };
-    let will = match will {
-        None => None,
-        Some(will) => {
-            // A topic like any other (see `Reader::topic`).
-            let topic = std::str::from_utf8(&will.topic)
-                .ok()
-                .filter(|t| !has_control(t))
-                .ok_or(PacketError::Malformed("CONNECT"))?;
-            Some(Will {
-                topic: topic.to_owned(),
-                will,
-                properties: will_properties,
-            })
-        }
-    };
-    Ok(Connect {
-        version,
-        clean: c.clean_session,
-        keep_alive: c.keep_alive,
-        client_id: c.client_id,
-        properties,
-        will,
-        login,
-    })
-}
-
-/// The MQTT 5 CONNECT the broker gets for a client's (3.1.1 or 5): the
-/// same client, will and credentials, with the clean start, keep-alive and
-/// properties the guard chose.
-pub fn encode_connect(
-    c: &Connect,
-    clean: bool,
-    keep_alive: u16,
-    properties: Option<wire::ConnectProperties>,
-) -> Result<Bytes, PacketError> {
-    let connect = wire::Connect {
-        keep_alive,
-        client_id: c.client_id.clone(),
-        clean_session: clean,
-    };
-    let (will, will_properties) = match &c.will {
-        Some(w) => (Some(w.will.clone()), w.properties.clone()),
-        None => (None, None),
-    };
-    let packet = wire::Packet::Connect(connect, properties, will, will_properties, c.login.clone());
-    encode(packet, "CONNECT")
 }
 
 /// What the guard needs from a PUBLISH.
@@ -355,120 +244,13 @@ pub fn publish(first: u8, body: &[u8], version: Version) -> Result<Publish<'_>, 
 /// U+001F and U+007F to U+009F), byte by byte: every delivery's topic is
 /// read, and decoding it char by char was the guard's most expensive step
 /// per delivery. U+0080 to U+009F are 0xC2 0x80 to 0xC2 0x9F in UTF-8.
-fn has_control(s: &str) -> bool {
+pub(super) fn has_control(s: &str) -> bool {
     let b = s.as_bytes();
     b.iter().enumerate().any(|(i, &c)| {
         c < 0x20
             || c == 0x7F
             || (c == 0xC2 && b.get(i + 1).is_some_and(|n| (0x80..=0x9F).contains(n)))
     })
-}
-
-/// Decodes one whole packet (fixed header included) with rumqttd's codec.
-fn decode(version: Version, raw: &[u8], what: &'static str) -> Result<wire::Packet, PacketError> {
-    let mut buf = BytesMut::from(raw);
-    let read = match version {
-        Version::V4 => V4.read_mut(&mut buf, usize::MAX),
-        Version::V5 => V5.read_mut(&mut buf, usize::MAX),
-    };
-    read.map_err(|e| PacketError::Codec {
-        what,
-        why: e.to_string(),
-    })
-}
-
-/// Encodes an MQTT 5 packet with rumqttd's codec.
-fn encode(packet: wire::Packet, what: &'static str) -> Result<Bytes, PacketError> {
-    let mut out = BytesMut::new();
-    match V5.write(packet, &mut out) {
-        Ok(_) => Ok(out.freeze()),
-        Err(e) => Err(PacketError::Codec {
-            what,
-            why: e.to_string(),
-        }),
-    }
-}
-
-/// Filters with control characters are malformed (see [`Reader::topic`]).
-fn no_control<'a>(
-    mut filters: impl Iterator<Item = &'a str>,
-    what: &'static str,
-) -> Result<(), PacketError> {
-    match filters.any(has_control) {
-        true => Err(PacketError::Malformed(what)),
-        false => Ok(()),
-    }
-}
-
-/// A SUBSCRIBE: packet identifier, MQTT 5 properties (none on 3.1.1), and
-/// each filter with its options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subscribe {
-    pub pkid: u16,
-    pub properties: Option<wire::SubscribeProperties>,
-    pub filters: Vec<wire::Filter>,
-}
-
-/// Decodes a whole SUBSCRIBE packet (`raw`, fixed header included).
-pub fn subscribe(raw: &[u8], version: Version) -> Result<Subscribe, PacketError> {
-    match decode(version, raw, "SUBSCRIBE")? {
-        wire::Packet::Subscribe(s, properties) => {
-            no_control(s.filters.iter().map(|f| f.path.as_str()), "SUBSCRIBE")?;
-            Ok(Subscribe {
-                pkid: s.pkid,
-                properties,
-                filters: s.filters,
-            })
-        }
-        _ => Err(PacketError::Malformed("SUBSCRIBE")),
-    }
-}
-
-/// An UNSUBSCRIBE: packet identifier, MQTT 5 properties (none on 3.1.1)
-/// and its filters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unsubscribe {
-    pub pkid: u16,
-    pub properties: Option<wire::UnsubscribeProperties>,
-    pub filters: Vec<String>,
-}
-
-/// Decodes a whole UNSUBSCRIBE packet (`raw`, fixed header included).
-pub fn unsubscribe(raw: &[u8], version: Version) -> Result<Unsubscribe, PacketError> {
-    match decode(version, raw, "UNSUBSCRIBE")? {
-        wire::Packet::Unsubscribe(u, properties) => {
-            no_control(u.filters.iter().map(String::as_str), "UNSUBSCRIBE")?;
-            Ok(Unsubscribe {
-                pkid: u.pkid,
-                properties,
-                filters: u.filters,
-            })
-        }
-        _ => Err(PacketError::Malformed("UNSUBSCRIBE")),
-    }
-}
-
-/// An MQTT 5 SUBSCRIBE of `filters`.
-pub fn encode_subscribe(
-    pkid: u16,
-    properties: Option<wire::SubscribeProperties>,
-    filters: Vec<wire::Filter>,
-) -> Result<Bytes, PacketError> {
-    let subscribe = wire::Subscribe { pkid, filters };
-    encode(wire::Packet::Subscribe(subscribe, properties), "SUBSCRIBE")
-}
-
-/// An MQTT 5 UNSUBSCRIBE of `filters`.
-pub fn encode_unsubscribe(
-    pkid: u16,
-    properties: Option<wire::UnsubscribeProperties>,
-    filters: Vec<String>,
-) -> Result<Bytes, PacketError> {
-    let unsubscribe = wire::Unsubscribe { pkid, filters };
-    encode(
-        wire::Packet::Unsubscribe(unsubscribe, properties),
-        "UNSUBSCRIBE",
-    )
 }
 
 /// The packet identifier of an UNSUBACK.
@@ -507,147 +289,6 @@ pub(super) fn put_remaining_length(out: &mut BytesMut, mut n: usize) {
             return;
         }
     }
-}
-
-/// Decodes one packet the broker sent in MQTT 5 from its first byte and
-/// body (reassembled: the rare packets this serves are not worth a second
-/// reader).
-pub(super) fn decode_body(
-    first: u8,
-    body: &[u8],
-    what: &'static str,
-) -> Result<wire::Packet, PacketError> {
-    let mut raw = BytesMut::with_capacity(body.len() + 5);
-    raw.put_u8(first);
-    put_remaining_length(&mut raw, body.len());
-    raw.put_slice(body);
-    decode(Version::V5, &raw, what)
-}
-
-/// Encodes one of the guard's small packets for a client of `version`.
-/// rumqttd's writers fail only past MQTT's largest remaining length
-/// (256 MiB), which no acknowledgement reaches; nothing is sent then.
-pub(super) fn encode_for(version: Version, packet: wire::Packet) -> Bytes {
-    let mut out = BytesMut::with_capacity(8);
-    let written = match version {
-        Version::V4 => V4.write(packet, &mut out),
-        Version::V5 => V5.write(packet, &mut out),
-    };
-    match written {
-        Ok(_) => out.freeze(),
-        Err(_) => Bytes::new(),
-    }
-}
-
-/// A CONNACK refusing the connection (no session present, no
-/// properties): `code` is the version's own, a 3.1.1 return code or an
-/// MQTT 5 reason code.
-pub fn connack(version: Version, code: u8) -> Bytes {
-    let code = match version {
-        Version::V4 => wire::ConnectReturnCode::from_v4(code),
-        Version::V5 => wire::ConnectReturnCode::from_v5(code),
-    };
-    let connack = wire::ConnAck {
-        session_present: false,
-        code: code.unwrap_or(wire::ConnectReturnCode::ServiceUnavailable),
-    };
-    encode_for(version, wire::Packet::ConnAck(connack, None))
-}
-
-/// A PUBACK; MQTT 3.1.1 has no reason code, so `reason` is then ignored.
-pub fn puback(version: Version, pkid: u16, reason: u8) -> Bytes {
-    let reason =
-        wire::PubAckReason::from_v5(reason).unwrap_or(wire::PubAckReason::UnspecifiedError);
-    encode_for(
-        version,
-        wire::Packet::PubAck(wire::PubAck { pkid, reason }, None),
-    )
-}
-
-/// An MQTT 5 PUBREC with a reason code.
-pub fn pubrec(pkid: u16, reason: u8) -> Bytes {
-    let reason =
-        wire::PubRecReason::from_v5(reason).unwrap_or(wire::PubRecReason::UnspecifiedError);
-    encode_for(
-        Version::V5,
-        wire::Packet::PubRec(wire::PubRec { pkid, reason }, None),
-    )
-}
-
-/// A PUBCOMP (success).
-pub fn pubcomp(pkid: u16) -> Bytes {
-    let reason = wire::PubCompReason::Success;
-    encode_for(
-        Version::V5,
-        wire::Packet::PubComp(wire::PubComp { pkid, reason }, None),
-    )
-}
-
-/// An MQTT 5 DISCONNECT with a reason code.
-pub fn disconnect(reason: u8) -> Bytes {
-    let reason_code = wire::DisconnectReasonCode::from_v5(reason)
-        .unwrap_or(wire::DisconnectReasonCode::UnspecifiedError);
-    encode_for(
-        Version::V5,
-        wire::Packet::Disconnect(wire::Disconnect { reason_code }, None),
-    )
-}
-
-/// A SUBACK with MQTT 5 reason codes (as 3.1.1 return codes for a 3.1.1
-/// client, whose SUBACK has no properties either).
-pub fn encode_suback(
-    version: Version,
-    pkid: u16,
-    properties: Option<wire::SubAckProperties>,
-    codes: &[u8],
-) -> Bytes {
-    let return_codes = codes
-        .iter()
-        .map(|&c| {
-            wire::SubscribeReasonCode::from_v5(c).unwrap_or(wire::SubscribeReasonCode::Unspecified)
-        })
-        .collect();
-    let properties = properties.filter(|_| version == Version::V5);
-    encode_for(
-        version,
-        wire::Packet::SubAck(wire::SubAck { pkid, return_codes }, properties),
-    )
-}
-
-/// The SUBACK a client gets for the broker's (`body` after its fixed
-/// header) to a SUBSCRIBE the guard cut short: the broker's codes merged
-/// into the guard's `plan` (see [`merge_codes`]), its properties kept for
-/// an MQTT 5 client.
-pub fn suback_reply(
-    version: Version,
-    body: &[u8],
-    plan: &[Option<u8>],
-    failure: u8,
-) -> Result<Bytes, PacketError> {
-    let wire::Packet::SubAck(ack, properties) = decode_body(0x90, body, "SUBACK")? else {
-        return Err(PacketError::Malformed("SUBACK"));
-    };
-    let broker: Vec<u8> = ack.return_codes.iter().map(|c| c.v5()).collect();
-    let codes = merge_codes(plan, &broker, failure);
-    Ok(encode_suback(version, ack.pkid, properties, &codes))
-}
-
-/// An UNSUBACK; `codes` (MQTT 5 reason codes, one per filter) only in
-/// MQTT 5.
-pub fn encode_unsuback(version: Version, pkid: u16, codes: &[u8]) -> Bytes {
-    let reasons = match version {
-        Version::V4 => Vec::new(),
-        Version::V5 => codes
-            .iter()
-            .map(|&c| {
-                wire::UnsubAckReason::from_v5(c).unwrap_or(wire::UnsubAckReason::UnspecifiedError)
-            })
-            .collect(),
-    };
-    encode_for(
-        version,
-        wire::Packet::UnsubAck(wire::UnsubAck { pkid, reasons }, None),
-    )
 }
 
 /// Merges the broker's codes for the filters it was sent into the codes

@@ -1,6 +1,10 @@
 //! Tests of `packet.rs`: wire forms, rumqttd's decoder behind the guard,
 //! and no panics on any input.
 
+use bytes::Bytes;
+use rumqttd::protocol as wire;
+
+use super::codec::decode;
 use super::*;
 use proptest::prelude::*;
 

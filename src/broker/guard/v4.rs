@@ -5,10 +5,10 @@
 //! (a user property, a content type, ...) to an MQTT 3.1.1 connection, and
 //! the panic poisons a lock every later CONNECT of that listener takes. So
 //! every client reaches the broker as MQTT 5: the guard rewrites what a
-//! 3.1.1 client sends into MQTT 5 (a SUBSCRIBE or UNSUBSCRIBE re-encoded by
-//! rumqttd's codec, see `packet.rs`; a CONNECT by `handshake.rs`) and, here,
-//! what the broker sends back into 3.1.1 (properties dropped, reason codes
-//! mapped). MQTT 5 publishers' properties then reach MQTT 5
+//! 3.1.1 client sends into MQTT 5 (re-encoded by rumqttd's codec, see
+//! `packet.rs`; the CONNECT's choices are `handshake.rs`'s) and, here, what
+//! the broker sends back into 3.1.1 (properties dropped, reason codes mapped
+//! by rumqttd's tables). MQTT 5 publishers' properties then reach MQTT 5
 //! subscribers intact and 3.1.1 subscribers without them, as MQTT 5 §3.3.2
 //! intends.
 
