@@ -129,3 +129,7 @@ pub fn encode_connect(
     let packet = wire::Packet::Connect(connect, properties, will, will_properties, c.login.clone());
     encode(packet, "CONNECT")
 }
+
+#[cfg(test)]
+#[path = "connect_tests.rs"]
+mod tests;
