@@ -25,11 +25,11 @@ use super::{GuardEvent, GuardLimit, Refusal, Session, Shared};
 /// process (issue 32); larger CONNECTs grow it.
 const CONNECT_CHUNK: usize = 512;
 
-/// A CONNECT the guard accepted, borrowed from the connection's read
-/// buffer (whose first `header.size()` bytes it is).
-pub(super) struct Admitted<'a> {
+/// A CONNECT the guard accepted (the first `header.size()` bytes of the
+/// connection's read buffer).
+pub(super) struct Admitted {
     pub(super) header: Header,
-    pub(super) connect: Connect<'a>,
+    pub(super) connect: Connect,
     pub(super) version: Version,
     /// The connection's place under `mqtt.max_connections`.
     pub(super) permit: OwnedSemaphorePermit,
@@ -61,21 +61,20 @@ pub(super) fn handshake_timed_out(shared: &Shared) {
 
 /// Reads and checks the CONNECT; `None` when the connection ends here
 /// (refused, answered where MQTT has an answer, or gone).
-pub(super) async fn admit<'a, R, W>(
+pub(super) async fn admit<R, W>(
     shared: &Shared,
     peer: SocketAddr,
     deadline: Instant,
     client_rx: &mut R,
     client_tx: &mut W,
-    inbound: &'a mut BytesMut,
-) -> Option<Admitted<'a>>
+    inbound: &mut BytesMut,
+) -> Option<Admitted>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let header = first_packet(shared, deadline, client_rx, inbound).await?;
-    let inbound: &'a BytesMut = inbound;
-    let connect = match packet::connect(&inbound[header.header_len..header.size()]) {
+    let connect = match packet::connect(&inbound[..header.size()]) {
         Ok(c) => c,
         Err(PacketError::Protocol { name, level }) => {
             debug!(protocol = %name, level, "Refused an MQTT connection with an unsupported protocol.");
@@ -90,7 +89,7 @@ where
     };
     let version = connect.version;
     let span = tracing::Span::current();
-    span.record("client_id", connect.client_id);
+    span.record("client_id", connect.client_id.as_str());
     let refuse = |v4: u8, v5: u8| refusal(version, v4, v5);
 
     let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
@@ -110,10 +109,10 @@ where
     // A last will is a publication the broker makes on the client's
     // behalf; unchecked, it would bypass the publish rights.
     if let Some(will) = &connect.will {
-        if !session.may_publish(will.topic) {
+        if !session.may_publish(&will.topic) {
             info!(
                 principal = session.name(),
-                topic = will.topic,
+                topic = will.topic.as_str(),
                 "Refused an MQTT connection whose last will it may not publish."
             );
             shared
@@ -189,17 +188,19 @@ async fn first_packet<R: AsyncRead + Unpin>(
 async fn authenticate<W: AsyncWrite + Unpin>(
     shared: &Shared,
     peer: SocketAddr,
-    connect: &packet::Connect<'_>,
+    connect: &packet::Connect,
     client_tx: &mut W,
 ) -> Option<Box<dyn Session>> {
     let refuse = |v4: u8, v5: u8| refusal(connect.version, v4, v5);
     // Checking a password may wait for a verifier thread; the connection
     // holds its place under mqtt.max_connections meanwhile, so a flood of
     // CONNECTs is bounded by that too.
-    let verdict =
-        shared
-            .policy
-            .connect(peer, connect.client_id, connect.username, connect.password);
+    let verdict = shared.policy.connect(
+        peer,
+        &connect.client_id,
+        connect.username(),
+        connect.password(),
+    );
     let session = tokio::select! {
         _ = shared.shutdown.cancelled() => return None,
         verdict = verdict => verdict,
@@ -208,7 +209,7 @@ async fn authenticate<W: AsyncWrite + Unpin>(
         Ok(session) => Some(session),
         Err(refusal) => {
             // Logged by the policy, once per flood, not per attempt.
-            debug!(username = connect.username, reason = ?refusal, "Refused an MQTT connection.");
+            debug!(username = connect.username(), reason = ?refusal, "Refused an MQTT connection.");
             shared.policy.observe(GuardEvent::Refused(refusal));
             let ack = match refusal {
                 Refusal::BadCredentials => refuse(V4_BAD_CREDENTIALS, BAD_CREDENTIALS),

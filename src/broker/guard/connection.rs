@@ -311,14 +311,14 @@ impl<S: ClientStream> Connection<S> {
 /// its CONNACK).
 async fn establish<W: AsyncWrite + Unpin>(
     shared: &Shared,
-    connect: &packet::Connect<'_>,
+    connect: &packet::Connect,
     asked: &handshake::Asked,
     keep_alive: u16,
     owner: &str,
     client_tx: &mut W,
 ) -> Option<(EngineStream, Opened)> {
     let version = connect.version;
-    let client_id = connect.client_id;
+    let client_id = connect.client_id.as_str();
     // Another principal's session is not this one's to take over.
     let keeps = !(connect.clean && asked.expiry.0 == 0);
     if let Err(refused) = shared.sessions.check(client_id, owner, keeps) {
@@ -435,7 +435,7 @@ async fn refuse_session<W: AsyncWrite + Unpin>(
 /// wiping the session there first where the guard's session state says so.
 async fn open_upstream(
     shared: &Shared,
-    connect: &packet::Connect<'_>,
+    connect: &packet::Connect,
     asked: &handshake::Asked,
     keep_alive: u16,
     client_id: &str,
@@ -455,8 +455,11 @@ async fn open_upstream(
             warn!(error = %e, "Could not end an MQTT session in the embedded broker.");
         }
     }
-    let connect_packet = handshake::upstream_connect(connect, opened.clean_upstream, keep_alive);
-    match shared.upstream.open(&connect_packet).await {
+    let opening = match handshake::upstream_connect(connect, opened.clean_upstream, keep_alive) {
+        Ok(connect_packet) => shared.upstream.open(&connect_packet).await,
+        Err(e) => Err(std::io::Error::other(e)),
+    };
+    match opening {
         Ok(stream) => {
             if !opened.clean_upstream && !client_id.is_empty() {
                 let _ticket = shared

@@ -130,20 +130,11 @@ impl Downstream<'_> {
                 if let Some(None) = plan {
                     return Ok(Some(None));
                 }
-                if let (Some(Some(plan)), Ok(ack)) = (plan, packet::suback(body, Version::V5)) {
-                    let codes = packet::merge_codes(&plan, ack.codes, UNSPECIFIED_ERROR);
-                    let (properties, codes) = match self.version {
-                        Version::V4 => {
-                            (&[][..], codes.iter().map(|&c| v4::suback_code(c)).collect())
-                        }
-                        Version::V5 => (ack.properties, codes),
-                    };
-                    return Ok(Some(Some(packet::encode_suback(
-                        self.version,
-                        ack.pkid,
-                        properties,
-                        &codes,
-                    ))));
+                let reply = plan
+                    .flatten()
+                    .map(|plan| packet::suback_reply(self.version, body, &plan, UNSPECIFIED_ERROR));
+                if let Some(Ok(reply)) = reply {
+                    return Ok(Some(Some(reply)));
                 }
             }
             packet::UNSUBACK => {

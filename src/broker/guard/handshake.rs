@@ -9,11 +9,11 @@
 //! filter).
 //! The CONNACK announces what the guard enforces in turn.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+use rumqttd::protocol as wire;
 
 use super::delivery::ClientLimits;
-use super::packet::{self, put_remaining_length, Connect, PacketError, Version};
-use super::properties::{self, u16_property, u32_property};
+use super::packet::{self, Connect, PacketError, Version};
 use super::sessions::Expiry;
 
 /// Topic aliases a client may set on one connection.
@@ -31,55 +31,47 @@ pub struct Asked {
 
 /// The session and limits a CONNECT asks for, or the reason code refusing
 /// it (a Receive Maximum or Maximum Packet Size of 0 is a protocol error).
-pub fn asked(c: &Connect<'_>) -> Result<Asked, u8> {
+pub fn asked(c: &Connect) -> Result<Asked, u8> {
     if c.version == Version::V4 {
         return Ok(Asked {
             expiry: if c.clean { Expiry(0) } else { Expiry::NEVER },
             limits: ClientLimits::DEFAULT,
         });
     }
-    let mut asked = Asked {
-        expiry: Expiry(0),
-        limits: ClientLimits::DEFAULT,
+    let default = ClientLimits::DEFAULT;
+    let Some(p) = &c.properties else {
+        return Ok(Asked {
+            expiry: Expiry(0),
+            limits: default,
+        });
     };
-    for p in properties::walk(c.properties) {
-        let p = p.map_err(|_| PROTOCOL_ERROR)?;
-        let value = p.int();
-        match p.id {
-            properties::SESSION_EXPIRY => asked.expiry = Expiry(value),
-            properties::RECEIVE_MAXIMUM if value == 0 => return Err(PROTOCOL_ERROR),
-            properties::RECEIVE_MAXIMUM => asked.limits.receive_max = value as u16,
-            properties::MAXIMUM_PACKET_SIZE if value == 0 => return Err(PROTOCOL_ERROR),
-            properties::MAXIMUM_PACKET_SIZE => {
-                asked.limits.max_packet = usize::try_from(value).unwrap_or(usize::MAX)
-            }
-            properties::TOPIC_ALIAS_MAXIMUM => asked.limits.alias_max = value as u16,
-            _ => {}
-        }
+    if p.receive_maximum == Some(0) || p.max_packet_size == Some(0) {
+        return Err(PROTOCOL_ERROR);
     }
-    Ok(asked)
+    Ok(Asked {
+        expiry: Expiry(p.session_expiry_interval.unwrap_or(0)),
+        limits: ClientLimits {
+            receive_max: p.receive_maximum.unwrap_or(default.receive_max),
+            max_packet: p.max_packet_size.map_or(default.max_packet, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
+            alias_max: p.topic_alias_max.unwrap_or(default.alias_max),
+        },
+    })
 }
 
-/// The properties rumqttd must not see: the guard honours them. (rumqttd
-/// gets the Session Expiry Interval, which it only uses to cap the Will
-/// Delay Interval, as MQTT 5 §3.1.3.2.2 says.)
-fn guards(id: u8) -> bool {
-    matches!(
-        id,
-        properties::RECEIVE_MAXIMUM
-            | properties::MAXIMUM_PACKET_SIZE
-            | properties::TOPIC_ALIAS_MAXIMUM
-    )
-}
-
-/// The MQTT 5 CONNECT rumqttd gets for a client's.
-pub fn upstream_connect(c: &Connect<'_>, clean: bool, keep_alive: u16) -> Bytes {
-    let kept: Vec<&[u8]> = properties::walk(c.properties)
-        .filter_map(Result::ok)
-        .filter(|p| !guards(p.id))
-        .map(|p| p.raw)
-        .collect();
-    packet::encode_connect(c, clean, keep_alive, &kept)
+/// The MQTT 5 CONNECT rumqttd gets for a client's. rumqttd does not see the
+/// Receive Maximum, Maximum Packet Size and Topic Alias Maximum: the guard
+/// honours them. (It gets the Session Expiry Interval, which it only uses
+/// to cap the Will Delay Interval, as MQTT 5 §3.1.3.2.2 says.)
+pub fn upstream_connect(c: &Connect, clean: bool, keep_alive: u16) -> Result<Bytes, PacketError> {
+    let properties = c.properties.clone().map(|p| wire::ConnectProperties {
+        receive_maximum: None,
+        max_packet_size: None,
+        topic_alias_max: None,
+        ..p
+    });
+    packet::encode_connect(c, clean, keep_alive, properties)
 }
 
 /// What the guard announces to MQTT 5 clients and enforces.
@@ -108,50 +100,40 @@ pub fn keep_alive(version: Version, asked: u16, max: u16) -> (u16, Option<u16>) 
 /// The CONNACK an MQTT 5 client gets for rumqttd's (`body` after the
 /// fixed header): rumqttd's properties but its limits, and the guard's.
 pub fn connack(body: &[u8], offer: Offer) -> Result<Bytes, PacketError> {
-    let head = body.get(..2).ok_or(PacketError::Malformed("CONNACK"))?;
-    let (content, _) = properties::list(&body[2..])?;
-    let mut props: Vec<&[u8]> = Vec::new();
-    for p in properties::walk(content) {
-        let p = p?;
-        if !matches!(
-            p.id,
-            properties::TOPIC_ALIAS_MAXIMUM
-                | properties::RECEIVE_MAXIMUM
-                | properties::MAXIMUM_PACKET_SIZE
-        ) {
-            props.push(p.raw);
-        }
-    }
-    let ours = [
-        u16_property(properties::RECEIVE_MAXIMUM, offer.receive_max),
-        u16_property(properties::TOPIC_ALIAS_MAXIMUM, CLIENT_ALIAS_MAX),
-    ];
-    let size = u32_property(properties::MAXIMUM_PACKET_SIZE, offer.max_packet);
-    let server_keep_alive = offer
-        .server_keep_alive
-        .map(|k| u16_property(properties::SERVER_KEEP_ALIVE, k));
-    if head[1] == 0 {
-        props.extend(ours.iter().map(|p| &p[..]));
-        props.push(&size);
-        props.extend(server_keep_alive.iter().map(|p| &p[..]));
-    }
-    let mut b = BytesMut::new();
-    b.put_slice(head);
-    properties::put_list(&mut b, &props);
-    let mut out = BytesMut::with_capacity(b.len() + 5);
-    out.put_u8(0x20);
-    put_remaining_length(&mut out, b.len());
-    out.put_slice(&b);
-    Ok(out.freeze())
+    let wire::Packet::ConnAck(ack, properties) = packet::decode_body(0x20, body, "CONNACK")? else {
+        return Err(PacketError::Malformed("CONNACK"));
+    };
+    let theirs = wire::ConnAckProperties {
+        receive_max: None,
+        topic_alias_max: None,
+        max_packet_size: None,
+        ..properties.unwrap_or_default()
+    };
+    // A refusal carries none of the guard's limits.
+    let properties = match ack.code {
+        wire::ConnectReturnCode::Success => wire::ConnAckProperties {
+            receive_max: Some(offer.receive_max),
+            topic_alias_max: Some(CLIENT_ALIAS_MAX),
+            max_packet_size: Some(offer.max_packet),
+            server_keep_alive: offer.server_keep_alive.or(theirs.server_keep_alive),
+            ..theirs
+        },
+        _ => theirs,
+    };
+    let properties = (properties != wire::ConnAckProperties::default()).then_some(properties);
+    Ok(packet::encode_for(
+        Version::V5,
+        wire::Packet::ConnAck(ack, properties),
+    ))
 }
 
-/// The Session Expiry Interval an MQTT 5 DISCONNECT sets, if any.
+/// The Session Expiry Interval an MQTT 5 DISCONNECT (`body` after the
+/// fixed header) sets, if any.
 pub fn disconnect_expiry(body: &[u8]) -> Option<u32> {
-    let (content, _) = properties::list(body.get(1..)?).ok()?;
-    properties::walk(content)
-        .filter_map(Result::ok)
-        .find(|p| p.id == properties::SESSION_EXPIRY)
-        .map(|p| p.int())
+    match packet::decode_body(0xE0, body, "DISCONNECT").ok()? {
+        wire::Packet::Disconnect(_, properties) => properties?.session_expiry_interval,
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -159,23 +141,28 @@ mod tests {
     use super::*;
     use crate::broker::guard::packet::frame;
 
+    /// An MQTT 5 CONNECT of client `c`, clean, with `props` (raw, without
+    /// their length).
     fn v5_connect(props: &[u8]) -> Vec<u8> {
-        let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 5, 0x02, 0, 60];
-        body.push(props.len() as u8);
-        body.extend(props);
-        body.extend([0, 1, b'c']);
-        body
+        let mut p = vec![0x10, 0, 0, 4, b'M', b'Q', b'T', b'T', 5, 0x02, 0, 60];
+        p.push(props.len() as u8);
+        p.extend(props);
+        p.extend([0, 1, b'c']);
+        p[1] = (p.len() - 2) as u8;
+        p
     }
 
     #[test]
     fn the_guard_keeps_what_the_client_asked_and_rumqttd_never_sees_it() {
-        let mut props = u32_property(properties::SESSION_EXPIRY, 30).to_vec();
-        props.extend(u16_property(properties::RECEIVE_MAXIMUM, 2));
-        props.extend(u32_property(properties::MAXIMUM_PACKET_SIZE, 64));
-        props.extend(u16_property(properties::TOPIC_ALIAS_MAXIMUM, 5));
-        props.extend([properties::USER_PROPERTY, 0, 1, b'k', 0, 1, b'v']);
-        let body = v5_connect(&props);
-        let c = packet::connect(&body).unwrap();
+        let props = [
+            &[0x11, 0, 0, 0, 30][..],        // session expiry 30
+            &[0x21, 0, 2],                   // receive maximum 2
+            &[0x27, 0, 0, 0, 64],            // maximum packet size 64
+            &[0x22, 0, 5],                   // topic alias maximum 5
+            &[0x26, 0, 1, b'k', 0, 1, b'v'], // user property
+        ]
+        .concat();
+        let c = packet::connect(&v5_connect(&props)).unwrap();
         assert_eq!(
             asked(&c),
             Ok(Asked {
@@ -187,19 +174,19 @@ mod tests {
                 }
             })
         );
-        let up = upstream_connect(&c, false, 60);
-        let h = frame(&up, usize::MAX).unwrap().unwrap();
-        let again = packet::connect(&up[h.header_len..]).unwrap();
+        let up = upstream_connect(&c, false, 60).unwrap();
+        let again = packet::connect(&up).unwrap();
         assert!(!again.clean);
-        let mut kept = u32_property(properties::SESSION_EXPIRY, 30).to_vec();
-        kept.extend([properties::USER_PROPERTY, 0, 1, b'k', 0, 1, b'v']);
-        assert_eq!(again.properties, &kept[..]);
-        for zero in [
-            u16_property(properties::RECEIVE_MAXIMUM, 0).to_vec(),
-            u32_property(properties::MAXIMUM_PACKET_SIZE, 0).to_vec(),
-        ] {
-            let body = v5_connect(&zero);
-            assert_eq!(asked(&packet::connect(&body).unwrap()), Err(0x82));
+        let p = again.properties.unwrap();
+        assert_eq!(p.session_expiry_interval, Some(30));
+        assert_eq!(p.user_properties, vec![("k".into(), "v".into())]);
+        assert_eq!(
+            (p.receive_maximum, p.max_packet_size, p.topic_alias_max),
+            (None, None, None)
+        );
+        for zero in [&[0x21, 0, 0][..], &[0x27, 0, 0, 0, 0]] {
+            let c = packet::connect(&v5_connect(zero)).unwrap();
+            assert_eq!(asked(&c), Err(0x82));
         }
     }
 
@@ -216,19 +203,21 @@ mod tests {
         let h = frame(&out, usize::MAX).unwrap().unwrap();
         let body = &out[h.header_len..];
         assert_eq!(&body[..2], &[1, 0]);
-        let (content, _) = properties::list(&body[2..]).unwrap();
-        let props: Vec<(u8, u32)> = properties::all(content)
-            .unwrap()
-            .iter()
-            .map(|p| (p.id, p.int()))
-            .collect();
+        let Ok(wire::Packet::ConnAck(_, Some(p))) = packet::decode_body(0x20, body, "test") else {
+            panic!("no properties in {out:?}");
+        };
         assert_eq!(
-            props,
-            [
-                (0x21, 100),
-                (0x22, u32::from(CLIENT_ALIAS_MAX)),
-                (0x27, 1 << 20)
-            ]
+            (p.receive_max, p.topic_alias_max, p.max_packet_size),
+            (Some(100), Some(CLIENT_ALIAS_MAX), Some(1 << 20))
+        );
+        assert_eq!(
+            p,
+            wire::ConnAckProperties {
+                receive_max: Some(100),
+                topic_alias_max: Some(CLIENT_ALIAS_MAX),
+                max_packet_size: Some(1 << 20),
+                ..Default::default()
+            }
         );
         // A refusal carries none of them.
         let out = connack(&[0, 0x87, 0], offer).unwrap();
@@ -239,13 +228,11 @@ mod tests {
     fn a_disconnect_may_change_the_expiry() {
         assert_eq!(disconnect_expiry(&[]), None);
         assert_eq!(disconnect_expiry(&[0]), None);
-        let mut body = vec![0, 5];
-        body.extend(u32_property(properties::SESSION_EXPIRY, 7));
-        assert_eq!(disconnect_expiry(&body), Some(7));
+        assert_eq!(disconnect_expiry(&[0, 5, 0x11, 0, 0, 0, 7]), Some(7));
     }
+
     #[test]
     fn a_maximum_keep_alive_is_told_to_mqtt_5_clients_only() {
-        use super::keep_alive;
         assert_eq!(keep_alive(Version::V5, 120, 60), (60, Some(60)));
         assert_eq!(keep_alive(Version::V5, 0, 60), (60, Some(60)));
         assert_eq!(keep_alive(Version::V5, 60, 60), (60, None));

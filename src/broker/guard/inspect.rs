@@ -447,7 +447,7 @@ impl Inspector<'_> {
             self.pending.push(ToClient::Packet(packet::encode_suback(
                 self.version,
                 s.pkid,
-                &[],
+                None,
                 &codes,
             )));
             return Verdict::Drop;

@@ -1,6 +1,10 @@
 //! Tests of `packet.rs`: wire forms, rumqttd's decoder behind the guard,
 //! and no panics on any input.
 
+use bytes::Bytes;
+use rumqttd::protocol as wire;
+
+use super::codec::decode;
 use super::*;
 use proptest::prelude::*;
 
@@ -38,98 +42,13 @@ fn oversized_packets_fail_at_their_header() {
     );
 }
 
-#[test]
-fn connect_v4_with_credentials_and_will() {
-    let mut p = vec![0x10, 0];
-    p.extend([0, 4, b'M', b'Q', b'T', b'T', 4, 0b1100_0110, 0, 60]);
-    p.extend([0, 2, b'i', b'd']);
-    p.extend([0, 1, b'w', 0, 2, b'x', b'y']);
-    p.extend([0, 5, b'a', b'l', b'i', b'c', b'e']);
-    p.extend([0, 2, 0xFF, 0x00]);
-    p[1] = (p.len() - 2) as u8;
-    let (_, b) = body(&p);
-    assert_eq!(
-        connect(b).unwrap(),
-        Connect {
-            version: Version::V4,
-            flags: 0b1100_0110,
-            clean: true,
-            keep_alive: 60,
-            properties: &[],
-            client_id: "id",
-            will: Some(Will {
-                properties: &[],
-                topic: "w",
-                message: b"xy",
-            }),
-            username: Some("alice"),
-            password: Some(&[0xFF, 0x00]),
-        }
-    );
-}
-
-#[test]
-fn connect_re_encodes_as_mqtt5_with_the_guards_choices() {
-    // 3.1.1 with a will and credentials, keep-alive 0.
-    let mut p = vec![0x10, 0];
-    p.extend([0, 4, b'M', b'Q', b'T', b'T', 4, 0b1100_0110, 0, 0]);
-    p.extend([0, 2, b'i', b'd', 0, 1, b'w', 0, 2, b'x', b'y']);
-    p.extend([0, 1, b'u', 0, 1, b'p']);
-    p[1] = (p.len() - 2) as u8;
-    let (_, b) = body(&p);
-    let c = connect(b).unwrap();
-    let expiry = properties::u32_property(properties::SESSION_EXPIRY, 9);
-    let v5 = encode_connect(&c, false, 300, &[&expiry]);
-    let (h, b5) = body(&v5);
-    assert_eq!(h.first, 0x10);
-    let again = connect(b5).unwrap();
-    assert_eq!(again.version, Version::V5);
-    assert!(!again.clean);
-    assert_eq!(again.keep_alive, 300);
-    assert_eq!(again.properties, &expiry[..]);
-    assert_eq!(again.will, c.will);
-    assert_eq!(
-        (again.client_id, again.username, again.password),
-        ("id", Some("u"), Some(&b"p"[..]))
-    );
-    // Without a will or credentials, clean.
-    let b = [0, 4, b'M', b'Q', b'T', b'T', 4, 0, 0, 60, 0, 1, b'c'];
-    let c = connect(&b).unwrap();
-    let v5 = encode_connect(&c, true, 60, &[]);
-    assert_eq!(
-        &v5[2..],
-        &[0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 60, 0, 0, 1, b'c']
-    );
-}
-
-#[test]
-fn connect_v5_skips_properties() {
-    let mut p = vec![0x10, 0];
-    p.extend([0, 4, b'M', b'Q', b'T', b'T', 5, 0b1000_0110, 0, 60]);
-    p.extend([5, 0x11, 0, 0, 0, 10]);
-    p.extend([0, 1, b'c']);
-    p.extend([2, 0x01, 1, 0, 1, b'w', 0, 0]);
-    p.extend([0, 1, b'u']);
-    p[1] = (p.len() - 2) as u8;
-    let (_, b) = body(&p);
-    let c = connect(b).unwrap();
-    assert_eq!(c.version, Version::V5);
-    assert_eq!(
-        (c.client_id, c.will.map(|w| w.topic), c.username, c.password),
-        ("c", Some("w"), Some("u"), None)
-    );
-}
-
-#[test]
-fn other_protocols_are_named() {
-    let b = [0, 6, b'M', b'Q', b'I', b's', b'd', b'p', 3, 2, 0, 60, 0, 0];
-    assert_eq!(
-        connect(&b),
-        Err(PacketError::Protocol {
-            name: "MQIsdp".into(),
-            level: 3
-        })
-    );
+/// A whole packet from its first byte and body.
+fn packet(first: u8, body: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(body.len() + 5);
+    out.put_u8(first);
+    put_remaining_length(&mut out, body.len());
+    out.put_slice(body);
+    out.freeze()
 }
 
 #[test]
@@ -254,14 +173,24 @@ fn suback_codes_are_merged_in_place() {
     let plan = [Some(0x87), None, Some(0x97), None];
     assert_eq!(merge_codes(&plan, &[1, 0], 0x80), vec![0x87, 1, 0x97, 0]);
     assert_eq!(merge_codes(&plan, &[1], 0x80), vec![0x87, 1, 0x97, 0x80]);
-    let encoded = encode_suback(Version::V5, 4, &[], &[0x87, 1]);
+    let encoded = encode_suback(Version::V5, 4, None, &[0x87, 1]);
     assert_eq!(&encoded[..], &[0x90, 5, 0, 4, 0, 0x87, 1]);
-    let s = suback(body(&encoded).1, Version::V5).unwrap();
-    assert_eq!((s.pkid, s.codes), (4, &[0x87, 1][..]));
     assert_eq!(
-        &encode_suback(Version::V4, 4, &[], &[0x80])[..],
+        &encode_suback(Version::V4, 4, None, &[0x80])[..],
         &[0x90, 3, 0, 4, 0x80]
     );
+    // The broker granted QoS 1 and 0 of the two it got.
+    let broker = [0, 4, 0, 1, 0];
+    let plan = [None, Some(0x87), None];
+    assert_eq!(
+        &suback_reply(Version::V5, &broker, &plan, 0x80).unwrap()[..],
+        &[0x90, 6, 0, 4, 0, 1, 0x87, 0]
+    );
+    assert_eq!(
+        &suback_reply(Version::V4, &broker, &plan, 0x80).unwrap()[..],
+        &[0x90, 5, 0, 4, 1, 0x80, 0]
+    );
+    assert!(suback_reply(Version::V5, &[0, 4], &plan, 0x80).is_err());
 }
 
 #[test]
@@ -277,8 +206,19 @@ fn acks_have_their_wire_form() {
     assert_eq!(&connack(Version::V5, 0x87)[..], &[0x20, 3, 0, 0x87, 0]);
     assert_eq!(&puback(Version::V4, 258, 0x87)[..], &[0x40, 2, 1, 2]);
     assert_eq!(&puback(Version::V5, 258, 0x87)[..], &[0x40, 3, 1, 2, 0x87]);
+    assert_eq!(&puback(Version::V5, 258, 0)[..], &[0x40, 2, 1, 2]);
     assert_eq!(&pubrec(1, 0x87)[..], &[0x50, 3, 0, 1, 0x87]);
+    assert_eq!(&pubcomp(1)[..], &[0x70, 2, 0, 1]);
     assert_eq!(&disconnect(0x95)[..], &[0xE0, 1, 0x95]);
+    assert_eq!(&disconnect(0)[..], &[0xE0, 0]);
+    assert_eq!(
+        &encode_unsuback(Version::V4, 3, &[0x11])[..],
+        &[0xB0, 2, 0, 3]
+    );
+    assert_eq!(
+        &encode_unsuback(Version::V5, 3, &[0x11, 0])[..],
+        &[0xB0, 5, 0, 3, 0, 0x11, 0]
+    );
     let mut long = BytesMut::new();
     put_remaining_length(&mut long, 16384);
     assert_eq!(&long[..], &[0x80, 0x80, 0x01]);
@@ -289,13 +229,18 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         let _ = frame(&bytes, 256);
         let _ = connect(&bytes);
+        let _ = connect(&packet(0x10, &bytes));
+        for level in [4, 5] {
+            let head = [0, 4, b'M', b'Q', b'T', b'T', level];
+            let _ = connect(&packet(0x10, &[&head[..], &bytes].concat()));
+        }
         for version in [Version::V4, Version::V5] {
             if let Some(&first) = bytes.first() {
                 let _ = publish(first, &bytes[1..], version);
             }
             let _ = subscribe(&bytes, version);
             let _ = unsubscribe(&bytes, version);
-            let _ = suback(&bytes, version);
+            let _ = suback_reply(version, &bytes, &[None, Some(0x87)], 0x80);
             // Every packet type through rumqttd's decoder, past its
             // framing: a CONNACK or UNSUBACK once panicked it (patch 16).
             for kind in 0..16u8 {
@@ -305,6 +250,10 @@ proptest! {
             }
         }
         let _ = pubrel(&bytes);
+        let _ = super::super::v4::downstream(0x20, &bytes);
+        let _ = super::super::v4::downstream(0x90, &bytes);
+        let _ = super::super::v4::downstream(0xB0, &bytes);
+        let _ = super::super::handshake::disconnect_expiry(&bytes);
         let _ = suback_pkid(&bytes);
     }
 

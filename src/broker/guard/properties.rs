@@ -1,5 +1,7 @@
-//! MQTT 5 properties: walking a property list, rebuilding one with some
-//! properties left out or added, and the guard's own marker.
+//! MQTT 5 properties of a PUBLISH: walking a property list borrowed from
+//! the frame, rebuilding one with some properties left out or added, and
+//! the guard's own marker. (The properties of every other packet are
+//! rumqttd's codec's: see `packet.rs`.)
 //!
 //! rumqttd 0.20 keeps no clock for Message Expiry, and the sidecar's router
 //! wants to know who published a request. The guard sees every publication
@@ -14,13 +16,8 @@ use bytes::{BufMut, BytesMut};
 use super::packet::{put_remaining_length, PacketError};
 
 pub const MESSAGE_EXPIRY: u8 = 0x02;
-pub const SESSION_EXPIRY: u8 = 0x11;
-pub const SERVER_KEEP_ALIVE: u8 = 0x13;
-pub const RECEIVE_MAXIMUM: u8 = 0x21;
-pub const TOPIC_ALIAS_MAXIMUM: u8 = 0x22;
 pub const TOPIC_ALIAS: u8 = 0x23;
 pub const USER_PROPERTY: u8 = 0x26;
-pub const MAXIMUM_PACKET_SIZE: u8 = 0x27;
 
 /// The marker's user property name. `$` keeps it apart from names people
 /// choose, as it does for topics.
@@ -144,6 +141,7 @@ impl<'a> Iterator for Walk<'a> {
 }
 
 /// Every property of a list's content, or the first error.
+#[cfg(test)]
 pub fn all(content: &[u8]) -> Result<Vec<Property<'_>>, PacketError> {
     walk(content).collect()
 }

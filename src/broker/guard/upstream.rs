@@ -8,7 +8,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::broker::engine::Engine;
 
-use super::packet::{self, Connect, Version};
+use super::packet::{self, Connect};
 
 /// How long a wipe may take before the guard gives up on it.
 const WIPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -17,21 +17,10 @@ const WIPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// what rumqttd kept) and a DISCONNECT (which ends the clean session it
 /// opened). Returns once rumqttd has accepted the clean CONNECT.
 pub async fn wipe(engine: &Engine, client_id: &str) -> std::io::Result<()> {
-    let connect = Connect {
-        version: Version::V5,
-        flags: 0,
-        clean: true,
-        keep_alive: 60,
-        properties: &[],
-        client_id,
-        will: None,
-        username: None,
-        password: None,
-    };
     let talk = async {
-        let mut stream = engine
-            .open(&packet::encode_connect(&connect, true, 60, &[]))
-            .await?;
+        let connect = packet::encode_connect(&Connect::own(client_id), true, 60, None)
+            .map_err(std::io::Error::other)?;
+        let mut stream = engine.open(&connect).await?;
         let mut buf = BytesMut::with_capacity(64);
         loop {
             if let Ok(Some(h)) = packet::frame(&buf, 4096) {

@@ -4,11 +4,15 @@
 //! (A SUBSCRIBE's reserved options bits are refused by rumqttd's decoder,
 //! patched for it: see `packet::subscribe`.)
 //!
-//! rumqttd 0.20 trusts its clients on every one of these points: a CONNACK
-//! or UNSUBACK from an MQTT 5 client panics its connection task (and then,
-//! holding a lock, every later CONNECT of that listener); malformed filters
-//! are granted; `$`-filters disconnect. The guard answers them all here so
-//! the broker never sees them.
+//! rumqttd 0.20 trusted its clients on every one of these points: a CONNACK
+//! or UNSUBACK from an MQTT 5 client panicked its connection task (patches
+//! 16 and 25); malformed filters are granted; `$`-filters disconnect. The
+//! guard answers them all here so the broker never sees them. These checks
+//! stay the guard's, not rumqttd's decoder's: the fixed header is checked
+//! for every packet, PUBLISH and the acknowledgements included, which the
+//! guard reads without rumqttd's decoder (see `packet.rs`), and a bad
+//! filter gets its own SUBACK code where a decoder could only refuse the
+//! whole packet.
 
 use super::packet::{self, Version};
 

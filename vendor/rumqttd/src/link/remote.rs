@@ -245,10 +245,16 @@ pub(crate) async fn handle_auth(
         return Err(Error::InvalidAuth);
     };
 
-    let username = &login.username;
-    let password = &login.password;
+    // lmos-sidecar patch 24: the credentials are optional and the
+    // password binary; these hooks take text, so a missing one is empty and
+    // a password that is not UTF-8 matches none.
+    let username = login.username.as_deref().unwrap_or_default();
+    let password = login.password.as_deref().unwrap_or_default();
 
     if let Some(auth) = &config.external_auth {
+        let Ok(password) = std::str::from_utf8(password) else {
+            return Err(Error::InvalidAuth);
+        };
         if !auth(
             client_id.to_owned(),
             username.to_owned(),
@@ -264,7 +270,7 @@ pub(crate) async fn handle_auth(
 
     if let Some(pairs) = &config.auth {
         if let Some(stored_password) = pairs.get(username) {
-            if stored_password.as_bytes().ct_eq(password.as_bytes()).into() {
+            if stored_password.as_bytes().ct_eq(password).into() {
                 return Ok(());
             }
         }
@@ -295,10 +301,7 @@ mod tests {
     }
 
     fn login() -> Login {
-        Login {
-            username: "u".to_owned(),
-            password: "p".to_owned(),
-        }
+        Login::new("u", "p")
     }
 
     #[tokio::test]
@@ -320,7 +323,7 @@ mod tests {
     async fn login_matches_static_auth() {
         let login = login();
         let mut map = HashMap::<String, String>::new();
-        map.insert(login.username.clone(), login.password.clone());
+        map.insert("u".to_owned(), "p".to_owned());
 
         let mut cfg = config();
         cfg.auth = Some(map);

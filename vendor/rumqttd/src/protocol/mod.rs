@@ -98,10 +98,72 @@ pub struct LastWillProperties {
     pub user_properties: Vec<(String, String)>,
 }
 
+/// lmos-sidecar patch 24: each credential is there exactly when its CONNECT
+/// flag is set, so a missing user name and an empty one differ; the password
+/// is binary data, as MQTT defines it (3.1.1 §3.1.3.5, 5 §3.1.3.6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Login {
-    pub username: String,
-    pub password: String,
+    pub username: Option<String>,
+    pub password: Option<Bytes>,
+}
+
+impl Login {
+    pub fn new<U: Into<String>, P: Into<Bytes>>(username: U, password: P) -> Login {
+        Login {
+            username: Some(username.into()),
+            password: Some(password.into()),
+        }
+    }
+
+    /// The login a CONNECT's flags announce, `None` for neither flag.
+    pub(crate) fn read(
+        connect_flags: u8,
+        bytes: &mut Bytes,
+        read_bytes: fn(&mut Bytes) -> Result<Bytes, Error>,
+    ) -> Result<Option<Login>, Error> {
+        let username = match connect_flags & 0x80 {
+            0 => None,
+            _ => Some(String::from_utf8(read_bytes(bytes)?.to_vec()).map_err(|_| Error::TopicNotUtf8)?),
+        };
+        let password = match connect_flags & 0x40 {
+            0 => None,
+            _ => Some(read_bytes(bytes)?),
+        };
+        Ok((username.is_some() || password.is_some()).then_some(Login { username, password }))
+    }
+
+    /// Bytes of the credentials on the wire.
+    pub(crate) fn len(&self) -> usize {
+        self.username.as_ref().map_or(0, |u| 2 + u.len())
+            + self.password.as_ref().map_or(0, |p| 2 + p.len())
+    }
+
+    /// Writes the credentials; returns their CONNECT flags.
+    pub(crate) fn write(&self, buffer: &mut BytesMut) -> u8 {
+        let mut flags = 0;
+        if let Some(u) = &self.username {
+            flags |= 0x80;
+            buffer.put_u16(u.len() as u16);
+            buffer.extend_from_slice(u.as_bytes());
+        }
+        if let Some(p) = &self.password {
+            flags |= 0x40;
+            buffer.put_u16(p.len() as u16);
+            buffer.extend_from_slice(p);
+        }
+        flags
+    }
+}
+
+/// lmos-sidecar patch 24: a CONNECT's flags byte as MQTT restricts it. Bit 0
+/// is reserved (MQTT-3.1.2-3); 3.1.1 has no password without a user name
+/// (MQTT-3.1.2-22). (A will's QoS and retain without the will flag, and QoS
+/// 3, were already errors.)
+pub(crate) fn check_connect_flags(connect_flags: u8, level: u8) -> Result<(), Error> {
+    if connect_flags & 0x01 != 0 || (level == 4 && connect_flags & 0xC0 == 0x40) {
+        return Err(Error::IncorrectPacketFormat);
+    }
+    Ok(())
 }
 
 //--------------------------- ConnectAck packet -------------------------------
@@ -748,4 +810,106 @@ pub enum Error {
 pub trait Protocol {
     fn read_mut(&mut self, stream: &mut BytesMut, max_size: usize) -> Result<Packet, Error>;
     fn write(&self, packet: Packet, write: &mut BytesMut) -> Result<usize, Error>;
+}
+
+// lmos-sidecar patch 26: the reason-code tables, public, so that a user of
+// this codec speaks in its types (and maps MQTT 5 to 3.1.1 with it) instead
+// of keeping tables of its own. `from_v5` is the MQTT 5 code's meaning (an
+// error for a code MQTT 5 does not define for the packet), `v5` the code.
+
+impl ConnectReturnCode {
+    /// A 3.1.1 return code's meaning.
+    pub fn from_v4(code: u8) -> Result<Self, Error> {
+        v4::connack::connect_return(code)
+    }
+
+    pub fn from_v5(code: u8) -> Result<Self, Error> {
+        v5::connack::connect_return(code)
+    }
+
+    pub fn v5(self) -> u8 {
+        v5::connack::connect_code(self)
+    }
+
+    /// The 3.1.1 return code saying the same, or closest: Server
+    /// Unavailable for what 3.1.1 has no code for.
+    pub fn v4(self) -> u8 {
+        match self {
+            ConnectReturnCode::Success => 0,
+            ConnectReturnCode::RefusedProtocolVersion
+            | ConnectReturnCode::UnsupportedProtocolVersion => 1,
+            ConnectReturnCode::ClientIdentifierNotValid => 2,
+            ConnectReturnCode::BadUserNamePassword => 4,
+            ConnectReturnCode::NotAuthorized => 5,
+            _ => 3,
+        }
+    }
+}
+
+impl SubscribeReasonCode {
+    pub fn from_v5(code: u8) -> Result<Self, Error> {
+        v5::suback::reason(code)
+    }
+
+    pub fn v5(self) -> u8 {
+        v5::suback::code(self)
+    }
+
+    /// The 3.1.1 return code: the granted QoS, or 0x80 for any failure.
+    pub fn v4(self) -> u8 {
+        match self.v5() {
+            granted @ 0..=2 => granted,
+            _ => 0x80,
+        }
+    }
+}
+
+impl UnsubAckReason {
+    pub fn from_v5(code: u8) -> Result<Self, Error> {
+        v5::unsuback::reason(code)
+    }
+
+    pub fn v5(self) -> u8 {
+        v5::unsuback::code(self)
+    }
+}
+
+impl PubAckReason {
+    pub fn from_v5(code: u8) -> Result<Self, Error> {
+        v5::puback::reason(code)
+    }
+
+    pub fn v5(self) -> u8 {
+        v5::puback::code(self)
+    }
+}
+
+impl PubRecReason {
+    pub fn from_v5(code: u8) -> Result<Self, Error> {
+        v5::pubrec::reason(code)
+    }
+
+    pub fn v5(self) -> u8 {
+        v5::pubrec::code(self)
+    }
+}
+
+impl PubCompReason {
+    pub fn from_v5(code: u8) -> Result<Self, Error> {
+        v5::pubcomp::reason(code)
+    }
+
+    pub fn v5(self) -> u8 {
+        v5::pubcomp::code(self)
+    }
+}
+
+impl DisconnectReasonCode {
+    pub fn from_v5(code: u8) -> Result<Self, Error> {
+        v5::disconnect::reason(code)
+    }
+
+    pub fn v5(self) -> u8 {
+        v5::disconnect::code(self)
+    }
 }

@@ -35,7 +35,7 @@ pub fn write(connack: &ConnAck, buffer: &mut BytesMut) -> Result<usize, Error> {
 }
 
 /// Connection return code type
-fn connect_return(num: u8) -> Result<ConnectReturnCode, Error> {
+pub(crate) fn connect_return(num: u8) -> Result<ConnectReturnCode, Error> {
     match num {
         0 => Ok(ConnectReturnCode::Success),
         1 => Ok(ConnectReturnCode::RefusedProtocolVersion),
@@ -48,13 +48,7 @@ fn connect_return(num: u8) -> Result<ConnectReturnCode, Error> {
 }
 
 fn connect_code(return_code: ConnectReturnCode) -> u8 {
-    match return_code {
-        ConnectReturnCode::Success => 0,
-        ConnectReturnCode::RefusedProtocolVersion => 1,
-        ConnectReturnCode::ClientIdentifierNotValid => 2,
-        ConnectReturnCode::ServiceUnavailable => 3,
-        ConnectReturnCode::BadUserNamePassword => 4,
-        ConnectReturnCode::NotAuthorized => 5,
-        _ => unreachable!(),
-    }
+    // lmos-sidecar patch 26: MQTT 5's codes as their 3.1.1 equals instead of
+    // a panic.
+    return_code.v4()
 }

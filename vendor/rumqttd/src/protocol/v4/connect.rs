@@ -16,7 +16,7 @@ fn len(connect: &Connect, login: &Option<Login>, will: &Option<LastWill>) -> usi
 
     // username and password len
     if let Some(l) = login {
-        len += login::len(l);
+        len += l.len();
     }
 
     len
@@ -42,13 +42,14 @@ pub fn read(
     }
 
     let connect_flags = read_u8(&mut bytes)?;
+    check_connect_flags(connect_flags, 4)?;
     let clean_session = (connect_flags & 0b10) != 0;
     let keep_alive = read_u16(&mut bytes)?;
 
     let client_id = read_mqtt_bytes(&mut bytes)?;
     let client_id = std::str::from_utf8(&client_id)?.to_owned();
     let last_will = will::read(connect_flags, &mut bytes)?;
-    let login = login::read(connect_flags, &mut bytes)?;
+    let login = Login::read(connect_flags, &mut bytes, read_mqtt_bytes)?;
 
     let connect = Connect {
         keep_alive,
@@ -87,7 +88,7 @@ pub fn write(
     }
 
     if let Some(l) = login {
-        connect_flags |= login::write(l, buffer);
+        connect_flags |= l.write(buffer);
     }
 
     // update connect flags
@@ -141,63 +142,3 @@ mod will {
     }
 }
 
-mod login {
-    use super::*;
-
-    pub fn read(connect_flags: u8, mut bytes: &mut Bytes) -> Result<Option<Login>, Error> {
-        let username = match connect_flags & 0b1000_0000 {
-            0 => String::new(),
-            _ => {
-                let username = read_mqtt_bytes(bytes)?;
-                std::str::from_utf8(&username)?.to_owned()
-            }
-        };
-
-        let password = match connect_flags & 0b0100_0000 {
-            0 => String::new(),
-            _ => {
-                let password = read_mqtt_bytes(bytes)?;
-                std::str::from_utf8(&password)?.to_owned()
-            }
-        };
-
-        if username.is_empty() && password.is_empty() {
-            Ok(None)
-        } else {
-            Ok(Some(Login { username, password }))
-        }
-    }
-
-    pub fn len(login: &Login) -> usize {
-        let mut len = 0;
-
-        if !login.username.is_empty() {
-            len += 2 + login.username.len();
-        }
-
-        if !login.password.is_empty() {
-            len += 2 + login.password.len();
-        }
-
-        len
-    }
-
-    pub fn write(login: &Login, buffer: &mut BytesMut) -> u8 {
-        let mut connect_flags = 0;
-        if !login.username.is_empty() {
-            connect_flags |= 0x80;
-            write_mqtt_string(buffer, &login.username);
-        }
-
-        if !login.password.is_empty() {
-            connect_flags |= 0x40;
-            write_mqtt_string(buffer, &login.password);
-        }
-
-        connect_flags
-    }
-
-    pub fn validate(login: &Login, username: &str, password: &str) -> bool {
-        (login.username == *username) && (login.password == *password)
-    }
-}

@@ -8,7 +8,7 @@ use std::{
     str::Utf8Error,
 };
 
-mod connack;
+pub(crate) mod connack;
 mod connect;
 mod disconnect;
 mod ping;

@@ -50,20 +50,7 @@ fn reason(code: u8) -> Result<SubscribeReasonCode, Error> {
 }
 
 fn code(reason: SubscribeReasonCode) -> u8 {
-    match reason {
-        SubscribeReasonCode::Success(qos) => qos as u8,
-        SubscribeReasonCode::Failure => 0x80,
-        SubscribeReasonCode::QoS0 => 0,
-        SubscribeReasonCode::QoS1 => 1,
-        SubscribeReasonCode::QoS2 => 2,
-        SubscribeReasonCode::Unspecified => 128,
-        SubscribeReasonCode::ImplementationSpecific => 131,
-        SubscribeReasonCode::NotAuthorized => 135,
-        SubscribeReasonCode::TopicFilterInvalid => 143,
-        SubscribeReasonCode::PkidInUse => 145,
-        SubscribeReasonCode::QuotaExceeded => 151,
-        SubscribeReasonCode::SharedSubscriptionsNotSupported => 158,
-        SubscribeReasonCode::SubscriptionIdNotSupported => 161,
-        SubscribeReasonCode::WildcardSubscriptionsNotSupported => 162,
-    }
+    // lmos-sidecar patch 26: every MQTT 5 failure is 3.1.1's 0x80 (this
+    // wrote 0x87 for Not Authorized, which 3.1.1 does not have).
+    reason.v4()
 }

@@ -363,7 +363,7 @@ mod properties {
 }
 
 /// Connection return code type
-fn connect_return(num: u8) -> Result<ConnectReturnCode, Error> {
+pub(crate) fn connect_return(num: u8) -> Result<ConnectReturnCode, Error> {
     let code = match num {
         0 => ConnectReturnCode::Success,
         128 => ConnectReturnCode::UnspecifiedError,
@@ -393,7 +393,7 @@ fn connect_return(num: u8) -> Result<ConnectReturnCode, Error> {
     Ok(code)
 }
 
-fn connect_code(return_code: ConnectReturnCode) -> u8 {
+pub(crate) fn connect_code(return_code: ConnectReturnCode) -> u8 {
     match return_code {
         ConnectReturnCode::Success => 0,
         ConnectReturnCode::UnspecifiedError => 128,
@@ -417,6 +417,9 @@ fn connect_code(return_code: ConnectReturnCode) -> u8 {
         ConnectReturnCode::UseAnotherServer => 156,
         ConnectReturnCode::ServerMoved => 157,
         ConnectReturnCode::ConnectionRateExceeded => 159,
-        _ => unreachable!(),
+        // lmos-sidecar patch 26: 3.1.1's codes as their MQTT 5 equals
+        // instead of a panic.
+        ConnectReturnCode::RefusedProtocolVersion => 132,
+        ConnectReturnCode::ServiceUnavailable => 136,
     }
 }

@@ -32,6 +32,7 @@ pub fn read(
     }
 
     let connect_flags = read_u8(&mut bytes)?;
+    check_connect_flags(connect_flags, 5)?;
     let clean_session = (connect_flags & 0b10) != 0;
     let keep_alive = read_u16(&mut bytes)?;
 
@@ -39,7 +40,7 @@ pub fn read(
 
     let client_id = read_mqtt_string(&mut bytes)?;
     let (will, willproperties) = will::read(connect_flags, &mut bytes)?;
-    let login = login::read(connect_flags, &mut bytes)?;
+    let login = Login::read(connect_flags, &mut bytes, read_mqtt_bytes)?;
 
     let connect = Connect {
         keep_alive,
@@ -82,7 +83,7 @@ pub fn write(
 
         // username and password len
         if let Some(l) = l {
-            len += login::len(l);
+            len += l.len();
         }
 
         len
@@ -117,7 +118,7 @@ pub fn write(
     }
 
     if let Some(l) = l {
-        connect_flags |= login::write(l, buffer);
+        connect_flags |= l.write(buffer);
     }
 
     // update connect flags
@@ -350,63 +351,6 @@ mod willproperties {
     }
 }
 
-mod login {
-    use super::*;
-
-    pub fn new<U: Into<String>, P: Into<String>>(u: U, p: P) -> Login {
-        Login {
-            username: u.into(),
-            password: p.into(),
-        }
-    }
-
-    pub fn read(connect_flags: u8, mut bytes: &mut Bytes) -> Result<Option<Login>, Error> {
-        let username = match connect_flags & 0b1000_0000 {
-            0 => String::new(),
-            _ => read_mqtt_string(bytes)?,
-        };
-
-        let password = match connect_flags & 0b0100_0000 {
-            0 => String::new(),
-            _ => read_mqtt_string(bytes)?,
-        };
-
-        if username.is_empty() && password.is_empty() {
-            Ok(None)
-        } else {
-            Ok(Some(Login { username, password }))
-        }
-    }
-
-    pub fn len(login: &Login) -> usize {
-        let mut len = 0;
-
-        if !login.username.is_empty() {
-            len += 2 + login.username.len();
-        }
-
-        if !login.password.is_empty() {
-            len += 2 + login.password.len();
-        }
-
-        len
-    }
-
-    pub fn write(login: &Login, buffer: &mut BytesMut) -> u8 {
-        let mut connect_flags = 0;
-        if !login.username.is_empty() {
-            connect_flags |= 0x80;
-            write_mqtt_string(buffer, &login.username);
-        }
-
-        if !login.password.is_empty() {
-            connect_flags |= 0x40;
-            write_mqtt_string(buffer, &login.password);
-        }
-
-        connect_flags
-    }
-}
 
 mod properties {
     use super::*;

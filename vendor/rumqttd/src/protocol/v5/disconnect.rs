@@ -85,10 +85,12 @@ pub fn write(
 
     buffer.put_u8(code(disconnect.reason_code));
 
+    // lmos-sidecar patch 26: without properties the remaining length (1)
+    // covers the reason code alone, as MQTT 5 §3.14.2.2.1 allows; the
+    // property length written after it was a stray byte the peer read as
+    // the start of the next packet.
     if let Some(properties) = &properties {
         properties::write(properties, buffer)?;
-    } else {
-        write_remaining_length(buffer, 0)?;
     }
 
     Ok(1 + len_len + length)
@@ -304,7 +306,7 @@ mod test {
     }
 }
 
-fn reason(code: u8) -> Result<DisconnectReasonCode, Error> {
+pub(crate) fn reason(code: u8) -> Result<DisconnectReasonCode, Error> {
     let v = match code {
         0x00 => DisconnectReasonCode::NormalDisconnection,
         0x04 => DisconnectReasonCode::DisconnectWithWillMessage,
@@ -340,7 +342,7 @@ fn reason(code: u8) -> Result<DisconnectReasonCode, Error> {
     Ok(v)
 }
 
-fn code(reason: DisconnectReasonCode) -> u8 {
+pub(crate) fn code(reason: DisconnectReasonCode) -> u8 {
     match reason {
         DisconnectReasonCode::NormalDisconnection => 0x00,
         DisconnectReasonCode::DisconnectWithWillMessage => 0x04,

@@ -5,18 +5,18 @@ use crate::router::Ack;
 use super::*;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-mod connack;
+pub(crate) mod connack;
 mod connect;
-mod disconnect;
+pub(crate) mod disconnect;
 mod ping;
-mod puback;
-mod pubcomp;
+pub(crate) mod puback;
+pub(crate) mod pubcomp;
 pub(crate) mod publish;
-mod pubrec;
+pub(crate) mod pubrec;
 mod pubrel;
-mod suback;
+pub(crate) mod suback;
 mod subscribe;
-mod unsuback;
+pub(crate) mod unsuback;
 mod unsubscribe;
 
 /// MQTT packet type
@@ -426,9 +426,18 @@ impl Protocol for V5 {
                 let (pubcomp, properties) = pubcomp::read(fixed_header, packet)?;
                 Packet::PubComp(pubcomp, properties)
             }
-            // lmos-sidecar patch 16: CONNACK and UNSUBACK (server packets
-            // this reader has no decoder for) are errors, not a panic.
-            _ => return Err(Error::InvalidPacketType(packet_type as u8)),
+            // lmos-sidecar patch 25: CONNACK and UNSUBACK are decoded too
+            // (patch 16 made them errors instead of a panic), so that a
+            // client of this codec (the sidecar's guard, which reads what
+            // the broker sends) has a decoder for every packet.
+            PacketType::ConnAck => {
+                let (connack, properties) = connack::read(fixed_header, packet)?;
+                Packet::ConnAck(connack, properties)
+            }
+            PacketType::UnsubAck => {
+                let (unsuback, properties) = unsuback::read(fixed_header, packet)?;
+                Packet::UnsubAck(unsuback, properties)
+            }
         };
 
         Ok(packet)

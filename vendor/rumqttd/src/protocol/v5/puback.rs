@@ -13,10 +13,9 @@ fn len(puback: &PubAck, properties: &Option<PubAckProperties>) -> usize {
         let properties_len = properties::len(p);
         let properties_len_len = len_len(properties_len);
         len += properties_len_len + properties_len;
-    } else {
-        // just 1 byte representing 0 len properties
-        len += 1;
     }
+    // lmos-sidecar patch 26: no property length without properties (see
+    // `write`).
 
     len
 }
@@ -80,9 +79,10 @@ pub fn write(
     buffer.put_u8(code(puback.reason));
     if let Some(p) = properties {
         properties::write(p, buffer)?;
-    } else {
-        write_remaining_length(buffer, 0)?;
     }
+    // lmos-sidecar patch 26: a reason code without properties is written
+    // with a remaining length of 3 and no property length, as MQTT 5
+    // allows (§3.4.2.2.1) and clients expect byte for byte.
 
     Ok(1 + count + len)
 }
@@ -162,7 +162,7 @@ mod properties {
 }
 
 /// Connection return code type
-fn reason(num: u8) -> Result<PubAckReason, Error> {
+pub(crate) fn reason(num: u8) -> Result<PubAckReason, Error> {
     let code = match num {
         0 => PubAckReason::Success,
         16 => PubAckReason::NoMatchingSubscribers,
@@ -180,7 +180,7 @@ fn reason(num: u8) -> Result<PubAckReason, Error> {
 }
 
 // TODO: Is typecasting significantly faster than functions?
-fn code(reason: PubAckReason) -> u8 {
+pub(crate) fn code(reason: PubAckReason) -> u8 {
     match reason {
         PubAckReason::Success => 0,
         PubAckReason::NoMatchingSubscribers => 16,

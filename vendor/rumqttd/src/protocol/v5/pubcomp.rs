@@ -15,9 +15,9 @@ fn len(pubcomp: &PubComp, properties: &Option<PubCompProperties>) -> usize {
         let properties_len = properties::len(p);
         let properties_len_len = len_len(properties_len);
         len += properties_len_len + properties_len;
-    } else {
-        len += 1;
     }
+    // lmos-sidecar patch 26: no property length without properties (see
+    // `write`).
 
     len
 }
@@ -79,9 +79,10 @@ pub fn write(
 
     if let Some(p) = properties {
         properties::write(p, buffer)?;
-    } else {
-        write_remaining_length(buffer, 0)?;
     }
+    // lmos-sidecar patch 26: a reason code without properties is written
+    // with a remaining length of 3 and no property length, as MQTT 5
+    // allows (§3.4.2.2.1) and clients expect byte for byte.
 
     Ok(1 + count + len)
 }
@@ -159,7 +160,7 @@ mod properties {
     }
 }
 /// Connection return code type
-fn reason(num: u8) -> Result<PubCompReason, Error> {
+pub(crate) fn reason(num: u8) -> Result<PubCompReason, Error> {
     let code = match num {
         0 => PubCompReason::Success,
         146 => PubCompReason::PacketIdentifierNotFound,
@@ -169,7 +170,7 @@ fn reason(num: u8) -> Result<PubCompReason, Error> {
     Ok(code)
 }
 
-fn code(reason: PubCompReason) -> u8 {
+pub(crate) fn code(reason: PubCompReason) -> u8 {
     match reason {
         PubCompReason::Success => 0,
         PubCompReason::PacketIdentifierNotFound => 146,

@@ -15,9 +15,9 @@ fn len(pubrel: &PubRel, properties: &Option<PubRelProperties>) -> usize {
         let properties_len = properties::len(p);
         let properties_len_len = len_len(properties_len);
         len += properties_len_len + properties_len;
-    } else {
-        len += 1;
     }
+    // lmos-sidecar patch 26: no property length without properties (see
+    // `write`).
 
     len
 }
@@ -78,9 +78,10 @@ pub fn write(
 
     if let Some(p) = properties {
         properties::write(p, buffer)?;
-    } else {
-        write_remaining_length(buffer, 0)?;
     }
+    // lmos-sidecar patch 26: a reason code without properties is written
+    // with a remaining length of 3 and no property length, as MQTT 5
+    // allows (§3.4.2.2.1) and clients expect byte for byte.
 
     Ok(1 + count + len)
 }

@@ -139,7 +139,7 @@ mod properties {
     }
 }
 
-fn reason(code: u8) -> Result<SubscribeReasonCode, Error> {
+pub(crate) fn reason(code: u8) -> Result<SubscribeReasonCode, Error> {
     let v = match code {
         0 => SubscribeReasonCode::QoS0,
         1 => SubscribeReasonCode::QoS1,
@@ -159,7 +159,7 @@ fn reason(code: u8) -> Result<SubscribeReasonCode, Error> {
     Ok(v)
 }
 
-fn code(value: SubscribeReasonCode) -> u8 {
+pub(crate) fn code(value: SubscribeReasonCode) -> u8 {
     match value {
         SubscribeReasonCode::Success(qos) => qos as u8,
         SubscribeReasonCode::Failure => 0x80,

@@ -137,7 +137,7 @@ mod properties {
 }
 
 /// Connection return code type
-fn reason(num: u8) -> Result<UnsubAckReason, Error> {
+pub(crate) fn reason(num: u8) -> Result<UnsubAckReason, Error> {
     let code = match num {
         0x00 => UnsubAckReason::Success,
         0x11 => UnsubAckReason::NoSubscriptionExisted,
@@ -152,7 +152,7 @@ fn reason(num: u8) -> Result<UnsubAckReason, Error> {
     Ok(code)
 }
 
-fn code(reason: UnsubAckReason) -> u8 {
+pub(crate) fn code(reason: UnsubAckReason) -> u8 {
     match reason {
         UnsubAckReason::Success => 0x00,
         UnsubAckReason::NoSubscriptionExisted => 0x11,
