@@ -2,7 +2,9 @@
 //! clients see them (rumqttd patch 28): one group per share name and
 //! filter, a kept session's membership across its disconnection, and a
 //! router that survives a kept member leaving with a delivery in flight
-//! (upstream rumqttd panicked there, taking the whole broker down).
+//! (upstream rumqttd panicked there, taking the whole broker down); and, on
+//! the same resume path, the packet identifiers of what a resumed session
+//! gets again (patch 29).
 
 use lmos_testkit as common;
 
@@ -132,6 +134,57 @@ async fn unsubscribing_another_filter_keeps_the_shared_subscription() {
     assert!(
         mine > 0 && theirs > 0,
         "both still members: {mine} and {theirs}"
+    );
+    sidecar.stop().await;
+}
+
+/// What a kept session was sent and had not acknowledged comes again under the
+/// packet identifiers it was sent under, flagged DUP (MQTT-4.4.0-1), so a
+/// QoS 2 receiver can tell it has it already.
+#[tokio::test]
+async fn a_resumed_session_gets_its_unacknowledged_publications_under_their_identifiers() {
+    let sidecar = TestSidecar::start().await;
+    let addr = sidecar.mqtt;
+    let id = unique("resend");
+    let (mut member, _) = connect5(addr, &id, false, &kept()).await;
+    assert_eq!(member.subscribe_ok(1, &[("resend/#", 2)]).await, [2]);
+    let mut publisher = publisher(addr).await;
+    // Two acknowledged first, so that the identifiers in flight are not
+    // the ones a fresh connection would start with.
+    for n in 10..12u16 {
+        publish(&mut publisher, "resend/t", n, b"acknowledged").await;
+        assert_eq!(member.next_publish(true).await.payload, b"acknowledged");
+    }
+    for (n, qos) in [(1u16, 1u8), (2, 2), (3, 1)] {
+        let body = format!("m{n}");
+        let publish = m5::publish("resend/t", qos, false, n, &Props::new(), body.as_bytes());
+        publisher.publish_acked(&publish).await;
+    }
+    let mut first = Vec::new();
+    for _ in 0..3 {
+        let p = member.next_publish(false).await;
+        first.push((p.pkid.expect("QoS 1 or 2"), p.payload));
+    }
+    drop(member);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let (mut member, ack) = connect5(addr, &id, false, &kept()).await;
+    assert!(ack.session_present);
+    for (pkid, payload) in &first {
+        let again = member.next_publish(true).await;
+        assert_eq!(
+            (again.pkid, &again.payload, again.dup),
+            (Some(*pkid), payload, true),
+            "the same identifier, DUP"
+        );
+    }
+    publish(&mut publisher, "resend/t", 9, b"new").await;
+    let new = member.next_publish(true).await;
+    assert_eq!(new.payload, b"new");
+    assert!(!new.dup);
+    assert!(
+        first.iter().all(|(pkid, _)| Some(*pkid) != new.pkid),
+        "a new identifier for a new publication"
     );
     sidecar.stop().await;
 }

@@ -1,6 +1,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::protocol::{Publish, PublishProperties};
+use crate::router::FilterIdx;
+use crate::Cursor;
 
 use super::{
     options::SubscriptionOptions,
@@ -34,6 +36,7 @@ impl Graveyard {
         metrics: ConnectionEvents,
         unacked_pubrels: VecDeque<u16>,
         received: VecDeque<(Publish, Option<PublishProperties>)>,
+        sent: Vec<(u16, FilterIdx, Cursor)>,
     ) {
         tracker.pause(PauseReason::Busy);
         let id = tracker.id.clone();
@@ -44,6 +47,7 @@ impl Graveyard {
             options,
             unacked_pubrels,
             received,
+            sent,
         };
 
         self.connections.insert(
@@ -85,4 +89,7 @@ pub struct SessionState {
     /// lmos-sidecar patch 21: QoS 2 publications the client sent and the
     /// broker acknowledged with PUBREC, awaiting their PUBREL
     pub received: VecDeque<(Publish, Option<PublishProperties>)>,
+    /// lmos-sidecar patch 29: publications sent from the log and not
+    /// acknowledged, with their packet identifiers, in the order sent
+    pub sent: Vec<(u16, FilterIdx, Cursor)>,
 }

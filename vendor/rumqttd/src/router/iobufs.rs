@@ -65,6 +65,10 @@ pub struct Outgoing {
     pub(crate) unacked_pubrels: VecDeque<u16>,
     /// Last packet id
     last_pkid: u16,
+    /// lmos-sidecar patch 29: publications a resumed session was sent
+    /// before and had not acknowledged, by where they are in the log, with
+    /// the packet identifier they were sent under (MQTT-4.4.0-1)
+    resend: Vec<(u16, FilterIdx, Cursor)>,
     /// Metrics of outgoing messages of this connection
     pub(crate) meter: OutgoingMeter,
 }
@@ -88,6 +92,7 @@ impl Outgoing {
             unacked_pubrels,
             handle,
             last_pkid: 0,
+            resend: Vec::new(),
             meter: Default::default(),
         };
 
@@ -128,17 +133,24 @@ impl Outgoing {
                 continue;
             }
 
-            // Index and pkid of current outgoing packet
-            self.last_pkid += 1;
-            p.publish.pkid = self.last_pkid;
+            // lmos-sidecar patch 29: sent again under the identifier it
+            // was sent under before
+            let pkid = match resent(&mut self.resend, filter_idx, p.cursor) {
+                Some(pkid) => pkid,
+                None => {
+                    // Index and pkid of current outgoing packet
+                    self.last_pkid += 1;
+                    let pkid = self.last_pkid;
+                    // Place max pkid packet at index 0
+                    if self.last_pkid == MAX_PKID {
+                        self.last_pkid = 0;
+                    }
+                    pkid
+                }
+            };
+            p.publish.pkid = pkid;
 
-            self.inflight_buffer
-                .push_back((self.last_pkid, filter_idx, p.cursor));
-
-            // Place max pkid packet at index 0
-            if self.last_pkid == MAX_PKID {
-                self.last_pkid = 0;
-            }
+            self.inflight_buffer.push_back((pkid, filter_idx, p.cursor));
 
             self.meter.publish_count += 1;
             self.meter.total_size += p.publish.topic.len() + p.publish.payload.len();
@@ -156,6 +168,24 @@ impl Outgoing {
         }
 
         (buffer_count, inflight_count)
+    }
+
+    /// lmos-sidecar patch 29: what was sent from the log and not
+    /// acknowledged, for the session's next connection.
+    pub fn unacknowledged(&self) -> Vec<(u16, FilterIdx, Cursor)> {
+        self.inflight_buffer
+            .iter()
+            .filter_map(|&(pkid, idx, cursor)| Some((pkid, idx, cursor?)))
+            .collect()
+    }
+
+    /// lmos-sidecar patch 29: a resumed session's unacknowledged
+    /// publications keep their identifiers; new ones count on after them.
+    pub fn resume_sent(&mut self, sent: Vec<(u16, FilterIdx, Cursor)>) {
+        if let Some(&(last, _, _)) = sent.last() {
+            self.last_pkid = if last == MAX_PKID { 0 } else { last };
+        }
+        self.resend = sent;
     }
 
     // Returns (unsolicited, outoforder) flags
@@ -301,4 +331,18 @@ mod test {
     //         assert_eq!(outoforder, false);
     //     }
     // }
+}
+
+/// lmos-sidecar patch 29: the identifier `(filter_idx, cursor)` was sent
+/// under before the session's connection ended, if it was.
+fn resent(
+    resend: &mut Vec<(u16, FilterIdx, Cursor)>,
+    filter_idx: FilterIdx,
+    cursor: Option<Cursor>,
+) -> Option<u16> {
+    let cursor = cursor?;
+    let at = resend
+        .iter()
+        .position(|&(_, idx, c)| idx == filter_idx && c == cursor)?;
+    Some(resend.swap_remove(at).0)
 }

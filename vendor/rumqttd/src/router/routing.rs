@@ -236,6 +236,7 @@ impl Router {
                 ConnectionEvents::default(),
                 session.releasing.iter().copied().collect(),
                 received,
+                Vec::new(),
             );
         }
     }
@@ -464,6 +465,8 @@ impl Router {
                     pending_acks.clone_from(&session_state.unacked_pubrels);
                     outgoing.unacked_pubrels = session_state.unacked_pubrels;
                     received = session_state.received;
+                    // lmos-sidecar patch 29
+                    outgoing.resume_sent(session_state.sent);
                     session_state.tracker
                 },
             )
@@ -713,6 +716,7 @@ impl Router {
                 }
             }
 
+            let sent = outgoing.unacknowledged();
             self.graveyard.save_state(
                 tracker,
                 connection.subscriptions,
@@ -720,6 +724,7 @@ impl Router {
                 connection.events,
                 outgoing.unacked_pubrels,
                 ackslog.into_recorded(),
+                sent,
             );
         } else {
             // lmos-sidecar patch: the session ends with the connection, and
