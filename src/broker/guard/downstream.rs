@@ -78,16 +78,19 @@ impl Downstream<'_> {
 
     /// A publication from the broker, or an acknowledgement the guard
     /// owes it, goes through [`Delivery`]; the caller wakes the other pump
-    /// once for the batch.
+    /// once for the batch, when the guard owes the broker something: true.
     fn publish(
         &mut self,
         raw: &[u8],
         header_len: usize,
         now_ms: u64,
         out: &mut BytesMut,
-    ) -> Result<(), End> {
-        let result = self.lock().publish(raw, header_len, now_ms, out);
-        result.map_err(|e| {
+    ) -> Result<bool, End> {
+        let mut delivery = self.lock();
+        let result = delivery.publish(raw, header_len, now_ms, out);
+        let owes = delivery.owes();
+        drop(delivery);
+        result.map(|()| owes).map_err(|e| {
             warn!(error = %e, "The embedded MQTT broker sent a PUBLISH the guard cannot read.");
             End::BrokerClosed
         })
@@ -175,6 +178,18 @@ impl Downstream<'_> {
         }
         match self.version {
             Version::V5 => Ok(None),
+            // A successful acknowledgement (packet identifier alone, MQTT 5
+            // §3.4.2.1) is laid out as in 3.1.1: it goes as it came, and a
+            // batch of them (a publisher's PUBACKs) without a copy.
+            Version::V4
+                if body.len() == 2
+                    && matches!(
+                        kind,
+                        packet::PUBACK | packet::PUBREC | packet::PUBREL | packet::PUBCOMP
+                    ) =>
+            {
+                Ok(None)
+            }
             Version::V4 => match v4::downstream(first, body) {
                 Ok(Down::Packet(p)) => Ok(Some(Some(p))),
                 Ok(Down::Close) => Err(End::BrokerClosed),
@@ -203,9 +218,13 @@ impl Downstream<'_> {
         let mut pos = 0;
         let mut raw_from = 0;
         let mut end = None;
-        // One clock reading and one wake-up of the other pump per batch,
-        // not per publication.
+        // One clock reading and at most one wake-up of the other pump per
+        // batch, not per publication; none when the guard owes the broker
+        // nothing (the client acknowledges what it got: every plain QoS 1
+        // delivery), which was a wake-up of the connection's other task per
+        // batch (issue 32).
         let mut now = None;
+        let mut owes = false;
         loop {
             let header = match packet::frame(&buf[pos..], usize::MAX) {
                 Ok(Some(h)) => h,
@@ -220,10 +239,12 @@ impl Downstream<'_> {
                 out.extend_from_slice(&buf[raw_from..pos]);
                 raw_from = frame_end;
                 let now = *now.get_or_insert_with(now_ms);
-                if let Err(e) = self.publish(&buf[pos..frame_end], header.header_len, now, &mut out)
-                {
-                    end = Some(e);
-                    break;
+                match self.publish(&buf[pos..frame_end], header.header_len, now, &mut out) {
+                    Ok(owed) => owes |= owed,
+                    Err(e) => {
+                        end = Some(e);
+                        break;
+                    }
                 }
                 pos = frame_end;
                 continue;
@@ -245,7 +266,7 @@ impl Downstream<'_> {
             }
             pos = frame_end;
         }
-        if now.is_some() {
+        if owes {
             self.owed.notify_one();
         }
         if out.is_empty() && raw_from == 0 {
