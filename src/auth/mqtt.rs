@@ -440,7 +440,11 @@ mod tests {
         assert!(t("lmos/a/events/e", r#"{"thingID":"\u0061","data":1}"#).is_ok());
         assert!(t("lmos/a/events/e", r#"{"thingID":"\u0062","data":1}"#).is_err());
         assert!(t("lmos/a/events/e", r#"{"thingID":"ab","data":1}"#).is_err());
-        assert!(t("lmos/a/events/e", r#"{"thingId":"a","data":{"thingID":"b"}}"#).is_ok());
+        assert!(t(
+            "lmos/a/events/e",
+            r#"{"thingId":"a","data":{"thingID":"b"}}"#
+        )
+        .is_ok());
     }
 
     #[test]

@@ -195,10 +195,17 @@ async fn a_scoped_barrier_covers_its_own_changes_only() {
     assert_eq!(broker.barrier().seq, 0, "nothing queued through it yet");
     let _ = broker.table("kept").put(b"k".to_vec(), b"1".to_vec());
     let others: Vec<_> = (0u32..200)
-        .map(|i| store.table("history").put(i.to_be_bytes().to_vec(), vec![0; 100]))
+        .map(|i| {
+            store
+                .table("history")
+                .put(i.to_be_bytes().to_vec(), vec![0; 100])
+        })
         .collect();
     let barrier = broker.barrier();
-    assert_eq!(barrier.seq, 1, "its own change, not the 200 queued after it");
+    assert_eq!(
+        barrier.seq, 1,
+        "its own change, not the 200 queued after it"
+    );
     assert!(store.barrier().seq > 200);
     barrier.durable().await.unwrap();
     assert_eq!(
