@@ -278,3 +278,50 @@ impl Downstream<'_> {
         (out, end)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::guard::delivery::ClientLimits;
+
+    /// A 3.1.1 client's batch: its subscription's QoS 1 delivery rewritten,
+    /// its own publication's PUBACK as the broker sent it (the same bytes
+    /// in 3.1.1), and no wake-up of the other pump, which is owed nothing
+    /// (issue 32).
+    #[test]
+    fn a_plain_qos_1_batch_for_a_3_1_1_client_wakes_nothing_and_keeps_its_puback() {
+        let (pings, unacked, owed) = (AtomicU32::new(0), AtomicU32::new(1), Notify::new());
+        let delivery = Mutex::new(Delivery::new(Version::V4, ClientLimits::DEFAULT));
+        let mut down = Downstream {
+            version: Version::V4,
+            sub_plans: HashMap::new(),
+            unsub_plans: HashMap::new(),
+            guard_pings: &pings,
+            delivery: &delivery,
+            unacked: &unacked,
+            durable: true,
+            sync_first: false,
+            owed: &owed,
+            offer: Offer {
+                receive_max: 100,
+                max_packet: 1 << 20,
+                server_keep_alive: None,
+            },
+        };
+        // MQTT 5 PUBLISH, QoS 1, topic "t", packet identifier 7, no
+        // properties, payload "x"; then PUBACK 9.
+        let mut buf = BytesMut::from(&[0x32, 7, 0, 1, b't', 0, 7, 0, b'x', 0x40, 2, 0, 9][..]);
+        let (out, end) = down.client_bound(&mut buf, BytesMut::new());
+        assert!(end.is_none());
+        assert!(buf.is_empty());
+        assert_eq!(
+            &out[..],
+            &[0x32, 6, 0, 1, b't', 0, 7, b'x', 0x40, 2, 0, 9][..]
+        );
+        assert!(down.sync_first, "the PUBACK waits for the store");
+        assert_eq!(unacked.load(Ordering::Relaxed), 0);
+        let woken = futures_util::FutureExt::now_or_never(owed.notified());
+        assert!(woken.is_none(), "nothing owed, no wake-up");
+        assert!(lock(&delivery).take_owed().is_none());
+    }
+}
