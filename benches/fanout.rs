@@ -41,7 +41,9 @@
 //! Columns: msg/s is deliveries to all consumers per second from the first
 //! publish to the last delivery; msg/s/cons the mean of each consumer's own
 //! rate; pub msg/s the publisher's rate; spans what the collector received
-//! once the sidecar had stopped. Loss, duplicates, why a consumer stopped
+//! once the sidecar had stopped; CPU us this process's CPU time (user +
+//! system, all threads, the bench's own clients included) per delivery,
+//! which a busy machine disturbs much less than msg/s. Loss, duplicates, why a consumer stopped
 //! early, spans missing, a slow stop and the warnings and errors logged
 //! (by the sidecar or the OpenTelemetry SDK; its broker's are muted) are
 //! printed under the row.
@@ -197,6 +199,9 @@ struct Measured {
     p99: f64,
     max: f64,
     publish_rate: String,
+    /// This process's CPU time (user + system, every thread: broker,
+    /// sidecar and the bench's clients) per delivery, in microseconds.
+    cpu_us: f64,
     notes: Vec<String>,
 }
 
@@ -211,10 +216,11 @@ impl Measured {
             p99,
             max,
             ref publish_rate,
+            cpu_us,
             ..
         } = *self;
         let pct = 100.0 * delivered as f64 / expected as f64;
-        println!("{name:<15} {tracing:<9} {delivered:>9}/{expected:<9} {pct:>5.1}% {rate:>11.0} {per_consumer:>11.0} {p50:>8.2} {p99:>8.2} {max:>8.2} {publish_rate:>10} {spans:>9}");
+        println!("{name:<15} {tracing:<9} {delivered:>9}/{expected:<9} {pct:>5.1}% {rate:>11.0} {per_consumer:>11.0} {p50:>8.2} {p99:>8.2} {max:>8.2} {publish_rate:>10} {cpu_us:>7.2} {spans:>9}");
         for note in &self.notes {
             println!("    {note}");
         }
@@ -223,7 +229,7 @@ impl Measured {
 
 fn print_header() {
     println!(
-        "{:<15} {:<9} {:>26} {:>11} {:>11} {:>8} {:>8} {:>8} {:>10} {:>9}",
+        "{:<15} {:<9} {:>26} {:>11} {:>11} {:>8} {:>8} {:>8} {:>10} {:>7} {:>9}",
         "scenario",
         "tracing",
         "delivered/expected",
@@ -233,6 +239,7 @@ fn print_header() {
         "p99 ms",
         "max ms",
         "pub msg/s",
+        "CPU us",
         "spans"
     );
 }
@@ -276,6 +283,7 @@ async fn scenario(
         }
     };
     let (start_ns, deadline) = (now_ns(), Deadline::now() + DEADLINE);
+    let cpu_start = cpu_seconds();
     let spawn = |feed| tokio::spawn(receive(m, deadline, STALL, feed));
     let readers: Vec<_> = feeds.into_iter().map(spawn).collect();
     let published = timeout(DEADLINE, async {
@@ -316,6 +324,7 @@ async fn scenario(
     for r in readers {
         tallies.push(r.await?);
     }
+    let cpu = cpu_seconds() - cpu_start;
     match publisher {
         Publisher::Mqtt(client) => {
             let _ = client.try_disconnect();
@@ -359,8 +368,26 @@ async fn scenario(
         p99: ms(0.99),
         max: ms(1.0),
         publish_rate,
+        cpu_us: cpu * 1e6 / delivered.max(1) as f64,
         notes,
     })
+}
+
+/// CPU seconds (user + system) this process has used so far, all threads.
+/// Wall-clock rates swing with whatever else the machine runs; the CPU
+/// one delivery costs much less (issue 32). The bench's clients are in
+/// this process too and cost every MQTT row the same, so differences
+/// between rows are the brokers'.
+#[allow(unsafe_code)]
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// The sidecar's tracing in one row of the table.
@@ -959,15 +986,17 @@ async fn bench() -> Result<()> {
     };
     let rate = |name, mode| median(name, mode, |r| r.rate);
     let p99 = |name, mode| median(name, mode, |r| r.p99);
+    let cpu = |name, mode| median(name, mode, |r| r.cpu_us);
     if runs > 1 {
         println!();
-        println!("medians of {runs} runs                 msg/s    p99 ms");
+        println!("medians of {runs} runs                 msg/s    p99 ms  CPU us");
         for (name, mode) in rows.keys() {
-            let (r, p) = (rate(name, mode), p99(name, mode));
+            let (r, p, c) = (rate(name, mode), p99(name, mode), cpu(name, mode));
             println!(
-                "{name:<15} {mode:<9} {:>12.0} {:>9.2}",
+                "{name:<15} {mode:<9} {:>12.0} {:>9.2} {:>7.2}",
                 r.unwrap_or(f64::NAN),
-                p.unwrap_or(f64::NAN)
+                p.unwrap_or(f64::NAN),
+                c.unwrap_or(f64::NAN)
             );
         }
     }
@@ -995,6 +1024,10 @@ async fn bench() -> Result<()> {
     println!(
         "msg/s, sidecar WS / sidecar MQTT (tracing off):     {}",
         ratio(ws, sidecar)
+    );
+    println!(
+        "CPU per delivery, sidecar MQTT / bare rumqttd:      {}",
+        ratio(cpu("sidecar MQTT", "off"), cpu("bare rumqttd", "-"))
     );
     Ok(())
 }

@@ -42,6 +42,33 @@ fn a_message_names_the_thing_of_its_topic() {
     let topic = topics.event(thing, "e");
     assert!(t(&topic, r#"{"thingID":"urn:uuid:1/2"}"#).is_ok());
     assert!(t(&topic, r#"{"thingID":"urn:uuid:1"}"#).is_err());
+    // The first member read quickly decides only what the whole
+    // reading would: a second claim is a duplicate (not checked), an
+    // escaped or other first claim is read in full.
+    assert!(t("lmos/a/events/e", r#"{ "thingID" : "a", "thingID":"b"}"#).is_ok());
+    assert!(t("lmos/a/events/e", r#"{"thingID":"\u0061","data":1}"#).is_ok());
+    assert!(t("lmos/a/events/e", r#"{"thingID":"\u0062","data":1}"#).is_err());
+    assert!(t("lmos/a/events/e", r#"{"thingID":"ab","data":1}"#).is_err());
+    assert!(t(
+        "lmos/a/events/e",
+        r#"{"thingId":"a","data":{"thingID":"b"}}"#
+    )
+    .is_ok());
+}
+
+#[test]
+fn the_first_claim_is_read_without_parsing_the_rest() {
+    assert_eq!(first_claim(br#" { "thingID" : "a" ,"#), Some(&b"a"[..]));
+    assert_eq!(first_claim(br#"{"thingId":"urn:x","#), Some(&b"urn:x"[..]));
+    for none in [
+        &br#"{"data":1,"thingID":"a"}"#[..],
+        br#"{"thingID":"a\u0062"}"#,
+        br#"{"thingID":1}"#,
+        br#"{"thingID":"a"#,
+        br#"["thingID","a"]"#,
+    ] {
+        assert_eq!(first_claim(none), None);
+    }
 }
 use crate::auth::granted as principal;
 use crate::config::AuthConfig;

@@ -228,6 +228,9 @@ impl EmbeddedBroker {
             store,
             topics,
         } = hooks;
+        // The broker's writes (what it keeps, the guard's session records)
+        // are what its acknowledgements wait for; nothing else in the store.
+        let store = store.scoped();
         let Recovered {
             persistence,
             stale_presence,

@@ -90,6 +90,9 @@ pub struct StoreStats {
 #[derive(Clone)]
 pub struct Store {
     inner: Option<Arc<Inner>>,
+    /// A scoped handle's ([`Store::scoped`]): the last ticket taken through
+    /// it or its tables.
+    scope: Option<Arc<AtomicU64>>,
 }
 
 struct Inner {
@@ -113,7 +116,10 @@ struct Queue {
 impl Store {
     /// Keeps nothing; every ticket is resolved at once.
     pub fn memory() -> Store {
-        Store { inner: None }
+        Store {
+            inner: None,
+            scope: None,
+        }
     }
 
     /// Opens (or creates) the store of `config`, or a memory-only one.
@@ -143,6 +149,7 @@ impl Store {
                 reason: format!("cannot start its writer thread: {e}"),
             })?;
         Ok(Store {
+            scope: None,
             inner: Some(Arc::new(Inner {
                 db,
                 path,
@@ -198,12 +205,29 @@ impl Store {
         }
     }
 
-    /// A ticket for everything queued so far: resolves once all of it is
-    /// durable.
+    /// The same store, whose [`Store::barrier`] covers only what was
+    /// queued through this handle, its clones and their tables. The
+    /// broker's part writes through one: an MQTT acknowledgement waits for
+    /// what the broker keeps, not for the gateway's resume history, which
+    /// nothing waits for (every event's PUBACK waited for a commit of the
+    /// history with WebSocket consumers; issue 32).
+    pub fn scoped(&self) -> Store {
+        Store {
+            inner: self.inner.clone(),
+            scope: Some(Arc::new(AtomicU64::new(0))),
+        }
+    }
+
+    /// A ticket for everything queued so far (through this handle, when
+    /// scoped): resolves once all of it is durable.
     pub fn barrier(&self) -> Ticket {
-        match &self.inner {
-            None => Ticket::done(),
-            Some(inner) => {
+        match (&self.inner, &self.scope) {
+            (None, _) => Ticket::done(),
+            (Some(inner), Some(scope)) => Ticket {
+                seq: scope.load(Ordering::Acquire),
+                committed: Some(inner.committed.clone()),
+            },
+            (Some(inner), None) => {
                 let q = inner.lock_queue();
                 Ticket {
                     seq: q.next,
@@ -242,6 +266,12 @@ impl Store {
         };
         let sent = tx.send(op.with_seq(seq)).is_ok();
         q.next = seq;
+        if let Some(scope) = &self.scope {
+            // Under the queue's lock: a barrier taken after this returns
+            // covers it. A failed send counts too, so that what waits on
+            // it fails.
+            scope.fetch_max(seq, Ordering::Release);
+        }
         if !sent {
             return Ticket::failed(StoreError::Stopped);
         }

@@ -183,3 +183,38 @@ async fn past_its_byte_budget_a_change_waits_for_the_writer_and_none_is_lost() {
     store.close();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A scoped handle's barrier covers what went through it and its tables,
+/// and does not wait for what others queued (issue 32: the broker's
+/// acknowledgements waited for the gateway's history).
+#[tokio::test]
+async fn a_scoped_barrier_covers_its_own_changes_only() {
+    let dir = temp_dir("scoped");
+    let store = Store::open(&config(&dir)).unwrap();
+    let broker = store.scoped();
+    assert_eq!(broker.barrier().seq, 0, "nothing queued through it yet");
+    let _ = broker.table("kept").put(b"k".to_vec(), b"1".to_vec());
+    let others: Vec<_> = (0u32..200)
+        .map(|i| {
+            store
+                .table("history")
+                .put(i.to_be_bytes().to_vec(), vec![0; 100])
+        })
+        .collect();
+    let barrier = broker.barrier();
+    assert_eq!(
+        barrier.seq, 1,
+        "its own change, not the 200 queued after it"
+    );
+    assert!(store.barrier().seq > 200);
+    barrier.durable().await.unwrap();
+    assert_eq!(
+        broker.table("kept").load().unwrap(),
+        vec![(b"k".to_vec(), b"1".to_vec())]
+    );
+    for ticket in others {
+        ticket.durable().await.unwrap();
+    }
+    store.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}

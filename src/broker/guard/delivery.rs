@@ -63,8 +63,9 @@ pub struct Undelivered {
 pub struct Delivery {
     version: Version,
     limits: ClientLimits,
-    /// Topic aliases set for the client, by topic.
-    aliases: HashMap<String, u16>,
+    /// Topic aliases set for the client, by topic (its bytes: the topic
+    /// is never read as text here, see [`FromBroker`]).
+    aliases: HashMap<Box<[u8]>, u16>,
     /// QoS 1 and 2 publications sent and not yet acknowledged.
     inflight: u16,
     /// Publications waiting for the client's Receive Maximum, with their
@@ -94,8 +95,55 @@ struct Owed {
     ack: Option<Bytes>,
 }
 
+/// A PUBLISH from the broker, read without the checks a client's gets: its
+/// topic was checked when the publication came in (the guard's
+/// [`super::inspect`]; the sidecar's own are its code's), and the guard
+/// only copies it, so it stays bytes. Reading it as UTF-8 and looking for
+/// control characters at every delivery was most of the guard's cost of
+/// reading one (issue 32).
+struct FromBroker<'a> {
+    qos: u8,
+    /// 0 at QoS 0.
+    pkid: u16,
+    topic: &'a [u8],
+    /// The property list's content (its length field left out).
+    properties: &'a [u8],
+    payload: &'a [u8],
+}
+
+impl<'a> FromBroker<'a> {
+    fn read(first: u8, body: &'a [u8]) -> Result<FromBroker<'a>, PacketError> {
+        let malformed = PacketError::Malformed("PUBLISH");
+        let qos = (first >> 1) & 0x03;
+        if qos == 3 {
+            return Err(malformed);
+        }
+        let take = |buf: &'a [u8], n: usize| match buf.len() >= n {
+            true => Ok(buf.split_at(n)),
+            false => Err(PacketError::Malformed("PUBLISH")),
+        };
+        let (len, rest) = take(body, 2)?;
+        let (topic, rest) = take(rest, usize::from(u16::from_be_bytes([len[0], len[1]])))?;
+        let (pkid, rest) = match qos {
+            0 => (0, rest),
+            _ => {
+                let (id, rest) = take(rest, 2)?;
+                (u16::from_be_bytes([id[0], id[1]]), rest)
+            }
+        };
+        let (properties, used) = properties::list(rest)?;
+        Ok(FromBroker {
+            qos,
+            pkid,
+            topic,
+            properties,
+            payload: &rest[used..],
+        })
+    }
+}
+
 /// Bytes of a variable byte integer.
-fn varint_len(n: usize) -> usize {
+pub(super) fn varint_len(n: usize) -> usize {
     match n {
         0..=127 => 1,
         128..=16_383 => 2,
@@ -135,7 +183,7 @@ impl Delivery {
         client: &mut BytesMut,
     ) -> Result<(), PacketError> {
         let first = raw[0];
-        let p = packet::publish(first, &raw[header_len..], Version::V5)?;
+        let p = FromBroker::read(first, &raw[header_len..])?;
         let mut marker = None;
         let mut plain = true;
         for prop in properties::walk(p.properties) {
@@ -180,7 +228,7 @@ impl Delivery {
             return Ok(());
         }
         if let Some(alias) = new_alias {
-            self.aliases.insert(p.topic.to_owned(), alias);
+            self.aliases.insert(p.topic.into(), alias);
         }
         match (p.qos, qos) {
             (_, 0) => self.ack_for_client(p.qos, p.pkid),
@@ -205,7 +253,7 @@ impl Delivery {
         &self,
         first: u8,
         qos: u8,
-        p: &packet::Publish<'_>,
+        p: &FromBroker<'_>,
         expires_at_ms: Option<u64>,
         now_ms: u64,
         out: &mut BytesMut,
@@ -227,7 +275,7 @@ impl Delivery {
         let alias_property =
             alias.map(|(a, _)| properties::u16_property(properties::TOPIC_ALIAS, a));
         let topic = match alias {
-            Some((_, true)) => "",
+            Some((_, true)) => &[][..],
             _ => p.topic,
         };
         let props_len = if v5 {
@@ -255,7 +303,7 @@ impl Delivery {
         put_remaining_length(out, remaining);
         // The topic comes from a decoded packet, so it fits in 16 bits.
         out.put_u16(topic.len() as u16);
-        out.put_slice(topic.as_bytes());
+        out.put_slice(topic);
         if qos > 0 {
             out.put_u16(p.pkid);
         }
@@ -280,7 +328,7 @@ impl Delivery {
 
     /// The alias for `topic`, and whether the client already knows it; a
     /// new one (not yet recorded) while there are any left.
-    fn alias(&self, topic: &str) -> Option<(u16, bool)> {
+    fn alias(&self, topic: &[u8]) -> Option<(u16, bool)> {
         if self.limits.alias_max == 0 || topic.is_empty() {
             return None;
         }
@@ -393,7 +441,9 @@ impl Delivery {
         match kind {
             packet::PUBACK => {
                 self.inflight = self.inflight.saturating_sub(1);
-                if self.relabelled.remove(&pkid) {
+                // Relabelled QoS 2 publications are rare: no hashing
+                // for every PUBACK.
+                if !self.relabelled.is_empty() && self.relabelled.remove(&pkid) {
                     self.settle_ack(pkid, true, &packet::pubrec(pkid, 0));
                 } else {
                     self.settle_ack(pkid, false, raw);
@@ -413,6 +463,11 @@ impl Delivery {
             }
             _ => self.to_broker.extend_from_slice(raw),
         }
+    }
+
+    /// Whether the broker is owed something now.
+    pub fn owes(&self) -> bool {
+        !self.to_broker.is_empty()
     }
 
     /// What the broker is owed now, in order.

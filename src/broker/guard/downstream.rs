@@ -78,16 +78,19 @@ impl Downstream<'_> {
 
     /// A publication from the broker, or an acknowledgement the guard
     /// owes it, goes through [`Delivery`]; the caller wakes the other pump
-    /// once for the batch.
+    /// once for the batch, when the guard owes the broker something: true.
     fn publish(
         &mut self,
         raw: &[u8],
         header_len: usize,
         now_ms: u64,
         out: &mut BytesMut,
-    ) -> Result<(), End> {
-        let result = self.lock().publish(raw, header_len, now_ms, out);
-        result.map_err(|e| {
+    ) -> Result<bool, End> {
+        let mut delivery = self.lock();
+        let result = delivery.publish(raw, header_len, now_ms, out);
+        let owes = delivery.owes();
+        drop(delivery);
+        result.map(|()| owes).map_err(|e| {
             warn!(error = %e, "The embedded MQTT broker sent a PUBLISH the guard cannot read.");
             End::BrokerClosed
         })
@@ -166,6 +169,18 @@ impl Downstream<'_> {
         }
         match self.version {
             Version::V5 => Ok(None),
+            // A successful acknowledgement (packet identifier alone, MQTT 5
+            // §3.4.2.1) is laid out as in 3.1.1: it goes as it came, and a
+            // batch of them (a publisher's PUBACKs) without a copy.
+            Version::V4
+                if body.len() == 2
+                    && matches!(
+                        kind,
+                        packet::PUBACK | packet::PUBREC | packet::PUBREL | packet::PUBCOMP
+                    ) =>
+            {
+                Ok(None)
+            }
             Version::V4 => match v4::downstream(first, body) {
                 Ok(Down::Packet(p)) => Ok(Some(Some(p))),
                 Ok(Down::Close) => Err(End::BrokerClosed),
@@ -194,9 +209,13 @@ impl Downstream<'_> {
         let mut pos = 0;
         let mut raw_from = 0;
         let mut end = None;
-        // One clock reading and one wake-up of the other pump per batch,
-        // not per publication.
+        // One clock reading and at most one wake-up of the other pump per
+        // batch, not per publication; none when the guard owes the broker
+        // nothing (the client acknowledges what it got: every plain QoS 1
+        // delivery), which was a wake-up of the connection's other task per
+        // batch (issue 32).
         let mut now = None;
+        let mut owes = false;
         loop {
             let header = match packet::frame(&buf[pos..], usize::MAX) {
                 Ok(Some(h)) => h,
@@ -211,10 +230,12 @@ impl Downstream<'_> {
                 out.extend_from_slice(&buf[raw_from..pos]);
                 raw_from = frame_end;
                 let now = *now.get_or_insert_with(now_ms);
-                if let Err(e) = self.publish(&buf[pos..frame_end], header.header_len, now, &mut out)
-                {
-                    end = Some(e);
-                    break;
+                match self.publish(&buf[pos..frame_end], header.header_len, now, &mut out) {
+                    Ok(owed) => owes |= owed,
+                    Err(e) => {
+                        end = Some(e);
+                        break;
+                    }
                 }
                 pos = frame_end;
                 continue;
@@ -236,7 +257,7 @@ impl Downstream<'_> {
             }
             pos = frame_end;
         }
-        if now.is_some() {
+        if owes {
             self.owed.notify_one();
         }
         if out.is_empty() && raw_from == 0 {
@@ -246,5 +267,52 @@ impl Downstream<'_> {
         out.extend_from_slice(&buf[raw_from..pos]);
         buf.advance(pos);
         (out, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::guard::delivery::ClientLimits;
+
+    /// A 3.1.1 client's batch: its subscription's QoS 1 delivery rewritten,
+    /// its own publication's PUBACK as the broker sent it (the same bytes
+    /// in 3.1.1), and no wake-up of the other pump, which is owed nothing
+    /// (issue 32).
+    #[test]
+    fn a_plain_qos_1_batch_for_a_3_1_1_client_wakes_nothing_and_keeps_its_puback() {
+        let (pings, unacked, owed) = (AtomicU32::new(0), AtomicU32::new(1), Notify::new());
+        let delivery = Mutex::new(Delivery::new(Version::V4, ClientLimits::DEFAULT));
+        let mut down = Downstream {
+            version: Version::V4,
+            sub_plans: HashMap::new(),
+            unsub_plans: HashMap::new(),
+            guard_pings: &pings,
+            delivery: &delivery,
+            unacked: &unacked,
+            durable: true,
+            sync_first: false,
+            owed: &owed,
+            offer: Offer {
+                receive_max: 100,
+                max_packet: 1 << 20,
+                server_keep_alive: None,
+            },
+        };
+        // MQTT 5 PUBLISH, QoS 1, topic "t", packet identifier 7, no
+        // properties, payload "x"; then PUBACK 9.
+        let mut buf = BytesMut::from(&[0x32, 7, 0, 1, b't', 0, 7, 0, b'x', 0x40, 2, 0, 9][..]);
+        let (out, end) = down.client_bound(&mut buf, BytesMut::new());
+        assert!(end.is_none());
+        assert!(buf.is_empty());
+        assert_eq!(
+            &out[..],
+            &[0x32, 6, 0, 1, b't', 0, 7, b'x', 0x40, 2, 0, 9][..]
+        );
+        assert!(down.sync_first, "the PUBACK waits for the store");
+        assert_eq!(unacked.load(Ordering::Relaxed), 0);
+        let woken = futures_util::FutureExt::now_or_never(owed.notified());
+        assert!(woken.is_none(), "nothing owed, no wake-up");
+        assert!(lock(&delivery).take_owed().is_none());
     }
 }

@@ -130,6 +130,12 @@ impl Inspector<'_> {
                 }
             };
             let o = out.get_or_insert_with(BytesMut::new);
+            if o.capacity() == 0 && replacement.is_some() {
+                // Room for the rest of the batch at once (a 3.1.1
+                // publication grows by a byte or two), not a reallocation
+                // and a copy each time the buffer doubles.
+                o.reserve(buf.len() + buf.len() / 16 + 64);
+            }
             o.extend_from_slice(&buf[raw_from..pos]);
             if let Some(bytes) = replacement {
                 o.extend_from_slice(&bytes);

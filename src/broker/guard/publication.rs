@@ -10,6 +10,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::delivery::varint_len;
 use super::packet::{put_remaining_length, PacketError, Publish, Version};
 use super::properties::{self, Marker};
 
@@ -60,20 +61,20 @@ pub fn to_broker(
         kept.push(m);
     }
     let props_len: usize = kept.iter().map(|k| k.len()).sum();
-    let len = 2 + topic.len() + if p.qos > 0 { 2 } else { 0 } + 4 + props_len + p.payload.len();
-    let mut out = BytesMut::with_capacity(len + 5);
+    let pkid_len = if p.qos > 0 { 2 } else { 0 };
+    let len = 2 + topic.len() + pkid_len + varint_len(props_len) + props_len + p.payload.len();
+    // Written once, in place: every 3.1.1 publication comes this way.
+    let mut out = BytesMut::with_capacity(1 + varint_len(len) + len);
     out.put_u8(first);
-    let mut body = BytesMut::with_capacity(len);
+    put_remaining_length(&mut out, len);
     // The topic comes from a decoded packet, so it fits in 16 bits.
-    body.put_u16(topic.len() as u16);
-    body.put_slice(topic.as_bytes());
+    out.put_u16(topic.len() as u16);
+    out.put_slice(topic.as_bytes());
     if p.qos > 0 {
-        body.put_u16(p.pkid);
+        out.put_u16(p.pkid);
     }
-    properties::put_list(&mut body, &kept);
-    body.put_slice(p.payload);
-    put_remaining_length(&mut out, body.len());
-    out.put_slice(&body);
+    properties::put_list(&mut out, &kept);
+    out.put_slice(p.payload);
     Ok(Some(out.freeze()))
 }
 
