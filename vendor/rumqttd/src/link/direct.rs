@@ -104,7 +104,7 @@ impl Direct {
         }
         // A connection of the same client ID waiting out its will's delay:
         // a clean start fires the will, a resumed session cancels it.
-        let (will_tx, will_rx) = {
+        let awaiting = {
             let mut wills = self.wills.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(waiting) = wills.remove(&client_id) {
                 let decision = if connect.clean_session {
@@ -114,9 +114,14 @@ impl Direct {
                 };
                 let _ = waiting.try_send(decision);
             }
-            let (tx, rx) = flume::bounded(1);
-            wills.insert(client_id.clone(), tx.clone());
-            (tx, rx)
+            // lmos-sidecar patch 22: only a connection with a will waits
+            // for a decision on it (a channel and an entry here were some
+            // 250 bytes for every connection, most of them without one).
+            will.is_some().then(|| {
+                let (tx, rx) = flume::bounded(1);
+                wills.insert(client_id.clone(), tx.clone());
+                (tx, rx)
+            })
         };
         let session_expiry = props
             .as_ref()
@@ -161,9 +166,17 @@ impl Direct {
             Err(flume::TrySendError::Disconnected(_)) => return Err(refused()),
         }
         router_rx.recv_async().await.map_err(|_| refused())?;
-        let Some(Notification::DeviceAck(Ack::ConnAck(id, ack, ack_props))) =
-            outgoing_buffer.lock().pop_front()
-        else {
+        let connack = {
+            let mut queue = outgoing_buffer.lock();
+            let connack = queue.pop_front();
+            // lmos-sidecar patch 22: the room the CONNACK took (some 250
+            // bytes) is not kept for an idle connection.
+            if queue.is_empty() {
+                *queue = VecDeque::new();
+            }
+            connack
+        };
+        let Some(Notification::DeviceAck(Ack::ConnAck(id, ack, ack_props))) = connack else {
             return Err(io::Error::other(LinkError::NotConnectionAck));
         };
         let ack_props = match assigned {
@@ -189,10 +202,12 @@ impl Direct {
             end: Mutex::new(Some(End {
                 token: LinkToken(outgoing_buffer.clone()),
                 client_id,
-                will_tx,
-                will_rx,
-                will_delay,
-                wills: self.wills.clone(),
+                will: awaiting.map(|(tx, rx)| Will {
+                    tx,
+                    rx,
+                    delay: will_delay,
+                    wills: self.wills.clone(),
+                }),
             })),
         });
         Ok(DirectStream {
@@ -244,10 +259,16 @@ struct Shared {
 struct End {
     token: LinkToken,
     client_id: String,
+    /// `None`: the connection has no will (patch 22).
+    will: Option<Will>,
+}
+
+/// A connection's will, waiting for its end and a decision.
+struct Will {
     /// This connection's entry in `wills`, to know it there.
-    will_tx: Sender<AwaitingWill>,
-    will_rx: Receiver<AwaitingWill>,
-    will_delay: u32,
+    tx: Sender<AwaitingWill>,
+    rx: Receiver<AwaitingWill>,
+    delay: u32,
     wills: Wills,
 }
 
@@ -277,13 +298,17 @@ impl Shared {
             messages.push((id, Event::Disconnect(end.token.clone())));
         }
         let End {
-            client_id,
-            will_tx,
-            will_rx,
-            will_delay,
-            wills,
-            ..
+            client_id, will, ..
         } = end;
+        let Some(Will {
+            tx: will_tx,
+            rx: will_rx,
+            delay: will_delay,
+            wills,
+        }) = will
+        else {
+            return tell(&router_tx, messages);
+        };
         let will = move |client_id: String| (id, Event::PublishWill((client_id, None)));
         if will_delay == 0 {
             let fire = match will_rx.try_recv() {
