@@ -5,14 +5,12 @@
 //! [`super::relay`] moves the bytes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::sync::Notify;
 use tracing::warn;
 
-use super::connection::{lock, now_ms, End, ToClient};
+use super::connection::{now_ms, Between, End, ToClient};
 use super::delivery::Delivery;
 use super::handshake::{self, Offer};
 use super::packet::{self, Version};
@@ -27,9 +25,8 @@ pub(super) struct Downstream<'a> {
     pub(super) sub_plans: HashMap<u16, Option<Vec<Option<u8>>>>,
     /// UNSUBACKs to gather: how many more the broker owes, and the codes.
     pub(super) unsub_plans: HashMap<u16, (usize, Vec<u8>)>,
-    pub(super) guard_pings: &'a AtomicU32,
-    pub(super) delivery: &'a Mutex<Delivery>,
-    pub(super) unacked: &'a AtomicU32,
+    /// What this direction shares with the other.
+    pub(super) between: &'a Between,
     /// The broker keeps what must survive a restart in a store on disk.
     pub(super) durable: bool,
     /// What was just taken acknowledges what the client sent (a
@@ -37,13 +34,28 @@ pub(super) struct Downstream<'a> {
     /// retained it; a subscription of a kept session): the store syncs
     /// first, so that nothing acknowledged is lost in a crash.
     pub(super) sync_first: bool,
-    /// Wakes the other pump to write what [`Delivery`] owes the broker.
-    pub(super) owed: &'a Notify,
     /// What an MQTT 5 client's CONNACK announces.
     pub(super) offer: Offer,
 }
 
-impl Downstream<'_> {
+impl<'a> Downstream<'a> {
+    pub(super) fn new(
+        version: Version,
+        between: &'a Between,
+        durable: bool,
+        offer: Offer,
+    ) -> Downstream<'a> {
+        Downstream {
+            version,
+            sub_plans: HashMap::new(),
+            unsub_plans: HashMap::new(),
+            between,
+            durable,
+            sync_first: false,
+            offer,
+        }
+    }
+
     /// Applies one request of the inbound pump; true when it closes.
     pub(super) fn take(&mut self, message: ToClient, out: &mut BytesMut) -> bool {
         match message {
@@ -73,7 +85,7 @@ impl Downstream<'_> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Delivery> {
-        lock(self.delivery)
+        self.between.delivery()
     }
 
     /// A publication from the broker, or an acknowledgement the guard
@@ -116,12 +128,13 @@ impl Downstream<'_> {
             packet::PUBREL => {
                 let ours = packet::pubrel(body).is_ok_and(|pkid| self.lock().broker_pubrel(pkid));
                 if ours {
-                    self.owed.notify_one();
+                    self.between.owed.notify_one();
                     return Ok(Some(None));
                 }
             }
             packet::PUBACK | packet::PUBCOMP => {
                 let _ = self
+                    .between
                     .unacked
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             }
@@ -164,6 +177,7 @@ impl Downstream<'_> {
             }
             packet::PINGRESP => {
                 let ours = self
+                    .between
                     .guard_pings
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                     .is_ok();
@@ -246,7 +260,7 @@ impl Downstream<'_> {
             pos = frame_end;
         }
         if now.is_some() {
-            self.owed.notify_one();
+            self.between.owed.notify_one();
         }
         if out.is_empty() && raw_from == 0 {
             // The common case: nothing to add or change, no copy.
