@@ -24,7 +24,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use flume::r#async::{RecvFut, SendFut};
+use flume::r#async::SendFut;
 use flume::{Receiver, Sender};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
@@ -33,6 +33,7 @@ use uuid::Uuid;
 use crate::link::local::LinkError;
 use crate::protocol::v5::V5;
 use crate::protocol::{self, ConnAck, ConnectReturnCode, Packet, Protocol};
+use crate::router::iobufs::DirectWake;
 use crate::router::{Ack, Connection, Event, LinkToken, Notification};
 use crate::server::AwaitingWill;
 use crate::{ConnectionId, ConnectionSettings};
@@ -144,7 +145,7 @@ impl Direct {
             .last_will(will, will_props)
             .topic_alias_max(topic_alias_max.unwrap_or(0));
         let incoming = crate::router::iobufs::Incoming::new(client_id.clone());
-        let (outgoing, router_rx) = crate::router::iobufs::Outgoing::new(client_id.clone());
+        let (outgoing, wakeups) = crate::router::iobufs::Outgoing::direct(client_id.clone());
         let outgoing_buffer = outgoing.buffer();
         let incoming_buffer = incoming.buffer();
         let event = Event::Connect {
@@ -165,7 +166,9 @@ impl Direct {
             }
             Err(flume::TrySendError::Disconnected(_)) => return Err(refused()),
         }
-        router_rx.recv_async().await.map_err(|_| refused())?;
+        std::future::poll_fn(|cx| wakeups.poll(cx))
+            .await
+            .map_err(|_| refused())?;
         let connack = {
             let mut queue = outgoing_buffer.lock();
             let connack = queue.pop_front();
@@ -213,8 +216,7 @@ impl Direct {
         Ok(DirectStream {
             rx: DirectRx {
                 shared: Some(shared.clone()),
-                wakeups: router_rx,
-                waiting: None,
+                wakeups,
                 outgoing: outgoing_buffer,
                 notifications: VecDeque::new(),
                 out,
@@ -399,12 +401,10 @@ impl DirectStream {
     fn refused(ack: Packet) -> DirectStream {
         let mut out = BytesMut::new();
         let _ = V5.write(ack, &mut out);
-        let (_, never) = flume::bounded(1);
         DirectStream {
             rx: DirectRx {
                 shared: None,
-                wakeups: never,
-                waiting: None,
+                wakeups: Default::default(),
                 outgoing: Default::default(),
                 notifications: VecDeque::new(),
                 out,
@@ -432,8 +432,7 @@ impl DirectStream {
 pub struct DirectRx {
     shared: Option<Arc<Shared>>,
     /// The router's word that it left notifications in `outgoing`.
-    wakeups: Receiver<()>,
-    waiting: Option<RecvFut<'static, ()>>,
+    wakeups: Arc<DirectWake>,
     outgoing: Buffer<Notification>,
     notifications: VecDeque<Notification>,
     /// Encoded, not yet read.
@@ -478,15 +477,7 @@ impl DirectRx {
                     continue;
                 }
             }
-            let wakeups = &self.wakeups;
-            let waiting = self
-                .waiting
-                .get_or_insert_with(|| wakeups.clone().into_recv_async());
-            let woken = Pin::new(waiting).poll(cx);
-            if woken.is_ready() {
-                self.waiting = None;
-            }
-            match woken {
+            match self.wakeups.poll(cx) {
                 Poll::Ready(Ok(())) => {
                     std::mem::swap(&mut *self.outgoing.lock(), &mut self.notifications);
                     let lone = self.notifications.len() <= 1;
