@@ -1,54 +1,42 @@
-//! One client connection through the guard: the CONNECT handshake, then two
-//! pumps (client to broker, broker to client; [`super::relay`]) until
-//! either side closes or the sidecar shuts down, then the session's fate.
+//! One client connection through the guard: the CONNECT handshake and the
+//! session opened in rumqttd, then two pumps (client to broker, broker to
+//! client; [`super::live`], [`super::relay`]) until either side closes or
+//! the sidecar shuts down, then the session's fate.
 //!
 //! The pumps run concurrently so that neither side can stall the other:
 //! a broker blocked writing to us never stops us reading from it. Packets
 //! the guard itself owes the client (acks of denied publications, SUBACKs)
-//! go through a bounded channel to the broker-to-client pump, which writes
+//! go through a bounded outbox to the broker-to-client pump, which writes
 //! only whole packets and so never splits one of the broker's.
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::admission;
-use super::delivery::{ClientLimits, Delivery, Undelivered};
-use super::downstream::Downstream;
+use super::delivery::Delivery;
 use super::handshake::{self, Offer};
-use super::inspect::Inspector;
+use super::live::Live;
 use super::packet;
 use super::reason::*;
-use super::relay::{ClientStream, Outbox};
-use super::sessions::{AfterClose, Expiry, Handover, Opened, Refused};
+use super::relay::ClientStream;
+use super::sessions::{AfterClose, Expiry, Opened, Refused};
 use super::upstream;
 use super::{GuardEvent, GuardLimit, Session, Shared};
-use crate::broker::engine::{EngineRx, EngineStream, EngineTx};
+use crate::broker::engine::EngineStream;
 
 /// How long a final packet (DISCONNECT, refused CONNACK) may take to go out.
-const FAREWELL: Duration = Duration::from_secs(1);
-/// At shutdown, what the broker already sent (replies the sidecar published
-/// while stopping) still goes out: the connection closes once the broker
-/// has been quiet this long, or after `DRAIN` at the latest.
-const QUIET: Duration = Duration::from_millis(200);
-/// How long a connection asked to hand its client ID over keeps reading
-/// what its client sent before (a DISCONNECT already in the socket takes
-/// microseconds), and how long the new connection waits for that.
-const HANDOVER_DRAIN: Duration = Duration::from_millis(20);
+pub(super) const FAREWELL: Duration = Duration::from_secs(1);
+/// How long a new connection of a client ID waits for the connection
+/// holding it to finish reading what its client sent before (see
+/// [`super::live`]).
 const HANDOVER_WAIT: Duration = Duration::from_millis(200);
-const DRAIN: Duration = Duration::from_secs(2);
 /// rumqttd refuses keep-alive 0 (legal MQTT: no keep-alive). The guard
 /// gives the broker this keep-alive instead and pings it itself, every half
 /// of it, for as long as the client stays.
@@ -163,73 +151,6 @@ pub(super) struct Connection<S> {
     deadline: Instant,
 }
 
-/// What the two pumps share: the counters one changes and the other
-/// reads, the delivery state, and the guard's own packets for the client.
-/// Held in the connection's task.
-pub(super) struct Between {
-    /// PINGREQs the guard sent whose PINGRESP the client must not see.
-    pub(super) guard_pings: AtomicU32,
-    /// The client's QoS 1 and 2 publications the broker has not yet
-    /// acknowledged (PUBACK, PUBCOMP): at most the Receive Maximum the
-    /// CONNACK announced.
-    pub(super) unacked: AtomicU32,
-    /// What is on its way to the client; its acknowledgements change it.
-    pub(super) delivery: Mutex<Delivery>,
-    /// Wakes the client-to-broker pump to write what [`Delivery`] owes the
-    /// broker.
-    pub(super) owed: Notify,
-    pub(super) outbox: Outbox,
-}
-
-impl Between {
-    fn new(version: packet::Version, limits: ClientLimits) -> Between {
-        Between {
-            guard_pings: AtomicU32::new(0),
-            unacked: AtomicU32::new(0),
-            delivery: Mutex::new(Delivery::new(version, limits)),
-            owed: Notify::new(),
-            outbox: Outbox::default(),
-        }
-    }
-
-    /// The delivery state (see [`lock`]).
-    pub(super) fn delivery(&self) -> std::sync::MutexGuard<'_, Delivery> {
-        lock(&self.delivery)
-    }
-}
-
-/// An established connection: its session open in rumqttd, what its
-/// CONNECT asked for, both sides' halves. Held in the connection's task
-/// while it lasts.
-struct Live<S: ClientStream> {
-    shared: Arc<Shared>,
-    client_rx: S::Rx,
-    client_tx: S::Tx,
-    socket: RawFd,
-    /// What the client sent after its CONNECT, not yet inspected.
-    inbound: BytesMut,
-    /// The connection's place under `mqtt.max_connections`.
-    permit: OwnedSemaphorePermit,
-    version: packet::Version,
-    client_id: String,
-    up_rx: EngineRx,
-    up_tx: EngineTx,
-    opened: Opened,
-    asked: handshake::Asked,
-    /// For a client without keep-alive: how often the guard pings the
-    /// broker on its behalf.
-    pings: Option<Duration>,
-    offer: Offer,
-}
-
-/// How the pumps left the session.
-struct Ended {
-    end: End,
-    /// Set at DISCONNECT (see [`Inspector`]).
-    after_close: Option<AfterClose>,
-    expiry: Expiry,
-}
-
 impl<S: ClientStream> Connection<S> {
     pub(super) fn new(
         client: S,
@@ -310,66 +231,6 @@ impl<S: ClientStream> Connection<S> {
     }
 }
 
-impl<S: ClientStream> Live<S> {
-    /// Runs the two pumps until the connection ends.
-    async fn serve(&mut self, session: Box<dyn Session>) -> Ended {
-        let shared = &*self.shared;
-        let between = Between::new(self.version, self.asked.limits);
-        let mut inspector = Inspector {
-            version: self.version,
-            session,
-            shared,
-            aliases: HashMap::new(),
-            subscriptions: self.opened.filters.clone(),
-            denied_qos2: HashSet::new(),
-            pending: Vec::new(),
-            pings: self.pings,
-            between: &between,
-            client_id: &self.client_id,
-            generation: self.opened.generation,
-            expiry: self.asked.expiry,
-            after_close: None,
-            prepare_first: false,
-        };
-        let durable = shared.store.is_durable();
-        let mut downstream = Downstream::new(self.version, &between, durable, self.offer);
-        let relayed = AtomicU64::new(0);
-        let end = {
-            let inbound = &mut self.inbound;
-            let client_rx = &mut self.client_rx;
-            let inbound_pump = inspector.pump(client_rx, self.socket, &mut self.up_tx, inbound);
-            let upstream = (&mut self.up_rx, &shared.store);
-            let outbound_pump = downstream.relay(upstream, &mut self.client_tx, &relayed);
-            let pumps = Pumps {
-                inbound: std::pin::pin!(inbound_pump),
-                outbound: std::pin::pin!(outbound_pump),
-                relayed: &relayed,
-            };
-            pumps.until_end(&self.opened.handover, &shared.shutdown).await
-        };
-        log_undelivered(between.delivery().undelivered);
-        Ended {
-            end,
-            after_close: inspector.after_close.take(),
-            expiry: inspector.expiry,
-        }
-    }
-
-    /// The session's fate, then the client's side closed.
-    async fn finish(mut self, ended: Ended) {
-        let Ended {
-            end,
-            after_close,
-            expiry,
-        } = ended;
-        let (shared, client_id) = (&self.shared, &self.client_id);
-        session_ends(shared, client_id, &self.opened, after_close, expiry, end);
-        debug!(?end, "MQTT connection closed.");
-        close_client(end, &mut self.client_rx, &mut self.client_tx).await;
-        drop(self.permit);
-    }
-}
-
 /// The steps between admission and the pumps: the session's owner and
 /// quota checked, a connection holding the client ID handed over, the
 /// session opened in rumqttd with keep-alive `held_to` (0: none, the guard
@@ -422,20 +283,10 @@ fn offer(shared: &Shared, server_keep_alive: Option<u16>) -> Offer {
     }
 }
 
-fn log_undelivered(undelivered: Undelivered) {
-    if undelivered != Undelivered::default() {
-        debug!(
-            expired = undelivered.expired,
-            too_large = undelivered.too_large,
-            "Publications this MQTT client did not get."
-        );
-    }
-}
-
 /// The session's fate once its connection ended: kept (its expiry
 /// recorded), handed to the connection that took it over, or wiped when
 /// it expires.
-fn session_ends(
+pub(super) fn session_ends(
     shared: &Arc<Shared>,
     client_id: &str,
     opened: &Opened,
@@ -543,66 +394,8 @@ async fn open_upstream(
     }
 }
 
-/// The connection's two pumps, pinned in its task.
-struct Pumps<'p, I, O> {
-    inbound: Pin<&'p mut I>,
-    outbound: Pin<&'p mut O>,
-    /// Counts the writes of the broker-to-client pump.
-    relayed: &'p AtomicU64,
-}
-
-impl<I: Future<Output = End>, O: Future<Output = End>> Pumps<'_, I, O> {
-    /// Runs both pumps until one side ends, the session is handed over or
-    /// the sidecar shuts down, and says how it ended.
-    async fn until_end(mut self, handover: &Handover, shutdown: &CancellationToken) -> End {
-        let end = tokio::select! {
-            // What the client sent before its next connection counts
-            // first: a DISCONNECT already in the socket ends the session
-            // as it says. A client still talking is cut off.
-            _ = handover.asked() => Box::pin(self.handed_over()).await,
-            _ = shutdown.cancelled() => Box::pin(self.drain()).await,
-            end = self.inbound.as_mut() => {
-                if end == End::Closing {
-                    let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;
-                }
-                end
-            }
-            end = self.outbound.as_mut() => end,
-        };
-        // rumqttd closes the connection of a DISCONNECT itself; the guard
-        // waits for that, as `probe::leave` explains why.
-        if end == End::ClientDisconnected {
-            let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;
-        }
-        end
-    }
-
-    /// The next connection of the client ID asked for the session.
-    async fn handed_over(&mut self) -> End {
-        match tokio::time::timeout(HANDOVER_DRAIN, self.inbound.as_mut()).await {
-            Ok(end) => end,
-            Err(_) => End::TakenOver,
-        }
-    }
-
-    /// At shutdown: what the broker still sends goes out until it has been
-    /// quiet for a moment.
-    async fn drain(&mut self) -> End {
-        let deadline = Instant::now() + DRAIN;
-        loop {
-            let before = self.relayed.load(Ordering::Relaxed);
-            let sent = tokio::time::timeout(QUIET, self.outbound.as_mut());
-            let ended = sent.await.is_ok();
-            let idle = self.relayed.load(Ordering::Relaxed) == before;
-            if ended || idle || Instant::now() >= deadline {
-                return End::Shutdown;
-            }
-        }
-    }
-}
-
 /// Closes the client's side as the way the connection ended asks.
-async fn close_client<R, W>(end: End, client_rx: &mut R, client_tx: &mut W)
+pub(super) async fn close_client<R, W>(end: End, client_rx: &mut R, client_tx: &mut W)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -634,6 +427,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+
     use tokio::net::TcpStream;
 
     use super::*;

@@ -10,9 +10,10 @@ use std::sync::atomic::Ordering;
 use bytes::{Buf, Bytes, BytesMut};
 use tracing::warn;
 
-use super::connection::{now_ms, Between, End, ToClient};
+use super::connection::{now_ms, End, ToClient};
 use super::delivery::Delivery;
 use super::handshake::{self, Offer};
+use super::live::Between;
 use super::packet::{self, Version};
 use super::reason::UNSPECIFIED_ERROR;
 use super::v4::{self, Down};
@@ -133,10 +134,10 @@ impl<'a> Downstream<'a> {
                 }
             }
             packet::PUBACK | packet::PUBCOMP => {
-                let _ = self
-                    .between
-                    .unacked
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                let _ =
+                    self.between
+                        .unacked
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             }
             packet::SUBACK if !self.sub_plans.is_empty() => {
                 let plan = packet::suback_pkid(body).and_then(|pkid| self.sub_plans.remove(&pkid));

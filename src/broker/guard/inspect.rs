@@ -11,8 +11,9 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use tracing::{debug, info};
 
-use super::connection::{now_ms, packet_too_large, Between, End, ToClient};
+use super::connection::{now_ms, packet_too_large, End, ToClient};
 use super::handshake;
+use super::live::Between;
 use super::packet::{self, Header, PacketError, Version};
 use super::publication;
 use super::reason::*;

@@ -18,6 +18,7 @@ mod delivery;
 mod downstream;
 mod handshake;
 mod inspect;
+mod live;
 pub mod packet;
 mod properties;
 mod publication;

@@ -403,6 +403,30 @@ mod tests {
 
     use super::*;
 
+    /// The guard's outbox holds room only while it holds packets (issue
+    /// 32), and a full one makes the client-to-broker pump wait until the
+    /// other pump has taken one.
+    #[tokio::test(start_paused = true)]
+    async fn the_outbox_holds_room_only_while_it_holds_packets() {
+        let outbox = Outbox::default();
+        assert_eq!(outbox.lock().capacity(), 0);
+        for _ in 0..OUTBOX {
+            outbox.send(ToClient::Release).await;
+        }
+        let mut full = std::pin::pin!(outbox.send(ToClient::Release));
+        let waited = tokio::time::timeout(Duration::from_secs(1), &mut full);
+        assert!(waited.await.is_err(), "no room");
+        assert!(matches!(outbox.recv().await, ToClient::Release));
+        let sent = tokio::time::timeout(Duration::from_secs(1), &mut full);
+        sent.await.expect("room was made");
+        let mut taken = 0;
+        while outbox.try_recv().is_some() {
+            taken += 1;
+        }
+        assert_eq!(taken, OUTBOX);
+        assert_eq!(outbox.lock().capacity(), 0, "its room given back");
+    }
+
     /// An idle client costs its read buffer only while it sends (issue 32):
     /// with nothing left to read, the read waits holding none, and what
     /// comes later, and the client's end, still arrive.

@@ -173,9 +173,13 @@ impl Direct {
             let mut queue = outgoing_buffer.lock();
             let connack = queue.pop_front();
             // lmos-sidecar patch 22: the room the CONNACK took (some 250
-            // bytes) is not kept for an idle connection.
+            // bytes) is not kept for an idle connection. What came with it
+            // (a resumed session's publications) is read at once: wake-ups
+            // coalesce, and the one for them was the CONNACK's.
             if queue.is_empty() {
                 *queue = VecDeque::new();
+            } else {
+                wakeups.wake();
             }
             connack
         };

@@ -88,8 +88,7 @@ impl Wakeup {
         match self {
             Wakeup::Channel(tx) => tx.try_send(()).map_err(drop),
             Wakeup::Direct(wake) => {
-                wake.woken.store(true, Ordering::Release);
-                wake.waker.wake();
+                wake.wake();
                 Ok(())
             }
         }
@@ -116,6 +115,12 @@ pub struct DirectWake {
 }
 
 impl DirectWake {
+    /// The link has notifications to read.
+    pub(crate) fn wake(&self) {
+        self.woken.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
     /// Ready once woken since it was last ready (several wake-ups make
     /// one); `Err` once the router has dropped the connection and nothing
     /// is left to read.
