@@ -26,6 +26,13 @@
 //! failed, the time until the last CONNACK, the broker's RSS with all of
 //! them connected (3 s after the last CONNACK) and, from its RSS before
 //! the burst, what each idle client costs.
+//!
+//! To see where an idle client's memory goes, run the sidecar yourself
+//! under a heap profiler and point the burst at it:
+//! `CAPACITY_MQTT_AT=127.0.0.1:1883 CAPACITY_HOLD_S=20` bursts at that
+//! address only (no RSS, no Mosquitto) and keeps the clients connected
+//! and idle that long; kill the profiled process meanwhile, and what it
+//! still held is what the idle clients cost (`heaptrack_print --print-leaks`).
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -209,6 +216,13 @@ async fn burst_row(name: &str, broker: &Sidecar, addr: std::net::SocketAddr, n: 
 
 async fn mqtt_scenario() -> Result<()> {
     let n: usize = env_or("CAPACITY_BURST", "5000").parse()?;
+    if let Ok(at) = std::env::var("CAPACITY_MQTT_AT") {
+        let hold: u64 = env_or("CAPACITY_HOLD_S", "20").parse()?;
+        let (ok, failed, last, _open) = burst(at.parse()?, n, "profiled").await;
+        println!("{ok} connected, {failed} failed, the last after {last:?}; holding {hold} s");
+        tokio::time::sleep(Duration::from_secs(hold)).await;
+        return Ok(());
+    }
     println!("{n} MQTT 3.1.1 clients connecting at once, 5 s CONNACK timeout each");
     println!();
     println!(

@@ -30,7 +30,6 @@ const CONNECT_CHUNK: usize = 512;
 pub(super) struct Admitted {
     pub(super) header: Header,
     pub(super) connect: Connect,
-    pub(super) version: Version,
     /// The connection's place under `mqtt.max_connections`.
     pub(super) permit: OwnedSemaphorePermit,
     pub(super) session: Box<dyn Session>,
@@ -136,7 +135,6 @@ where
     Some(Admitted {
         header,
         connect,
-        version,
         permit,
         session,
         asked,

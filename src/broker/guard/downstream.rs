@@ -5,16 +5,15 @@
 //! [`super::relay`] moves the bytes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::sync::Notify;
 use tracing::warn;
 
-use super::connection::{lock, now_ms, End, ToClient};
+use super::connection::{now_ms, End, ToClient};
 use super::delivery::Delivery;
 use super::handshake::{self, Offer};
+use super::live::Between;
 use super::packet::{self, Version};
 use super::reason::UNSPECIFIED_ERROR;
 use super::v4::{self, Down};
@@ -27,9 +26,8 @@ pub(super) struct Downstream<'a> {
     pub(super) sub_plans: HashMap<u16, Option<Vec<Option<u8>>>>,
     /// UNSUBACKs to gather: how many more the broker owes, and the codes.
     pub(super) unsub_plans: HashMap<u16, (usize, Vec<u8>)>,
-    pub(super) guard_pings: &'a AtomicU32,
-    pub(super) delivery: &'a Mutex<Delivery>,
-    pub(super) unacked: &'a AtomicU32,
+    /// What this direction shares with the other.
+    pub(super) between: &'a Between,
     /// The broker keeps what must survive a restart in a store on disk.
     pub(super) durable: bool,
     /// What was just taken acknowledges what the client sent (a
@@ -37,13 +35,28 @@ pub(super) struct Downstream<'a> {
     /// retained it; a subscription of a kept session): the store syncs
     /// first, so that nothing acknowledged is lost in a crash.
     pub(super) sync_first: bool,
-    /// Wakes the other pump to write what [`Delivery`] owes the broker.
-    pub(super) owed: &'a Notify,
     /// What an MQTT 5 client's CONNACK announces.
     pub(super) offer: Offer,
 }
 
-impl Downstream<'_> {
+impl<'a> Downstream<'a> {
+    pub(super) fn new(
+        version: Version,
+        between: &'a Between,
+        durable: bool,
+        offer: Offer,
+    ) -> Downstream<'a> {
+        Downstream {
+            version,
+            sub_plans: HashMap::new(),
+            unsub_plans: HashMap::new(),
+            between,
+            durable,
+            sync_first: false,
+            offer,
+        }
+    }
+
     /// Applies one request of the inbound pump; true when it closes.
     pub(super) fn take(&mut self, message: ToClient, out: &mut BytesMut) -> bool {
         match message {
@@ -73,7 +86,7 @@ impl Downstream<'_> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Delivery> {
-        lock(self.delivery)
+        self.between.delivery()
     }
 
     /// A publication from the broker, or an acknowledgement the guard
@@ -119,14 +132,15 @@ impl Downstream<'_> {
             packet::PUBREL => {
                 let ours = packet::pubrel(body).is_ok_and(|pkid| self.lock().broker_pubrel(pkid));
                 if ours {
-                    self.owed.notify_one();
+                    self.between.owed.notify_one();
                     return Ok(Some(None));
                 }
             }
             packet::PUBACK | packet::PUBCOMP => {
-                let _ = self
-                    .unacked
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                let _ =
+                    self.between
+                        .unacked
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             }
             packet::SUBACK if !self.sub_plans.is_empty() => {
                 let plan = packet::suback_pkid(body).and_then(|pkid| self.sub_plans.remove(&pkid));
@@ -158,6 +172,7 @@ impl Downstream<'_> {
             }
             packet::PINGRESP => {
                 let ours = self
+                    .between
                     .guard_pings
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                     .is_ok();
@@ -258,7 +273,7 @@ impl Downstream<'_> {
             pos = frame_end;
         }
         if owes {
-            self.owed.notify_one();
+            self.between.owed.notify_one();
         }
         if out.is_empty() && raw_from == 0 {
             // The common case: nothing to add or change, no copy.
@@ -281,24 +296,14 @@ mod tests {
     /// (issue 32).
     #[test]
     fn a_plain_qos_1_batch_for_a_3_1_1_client_wakes_nothing_and_keeps_its_puback() {
-        let (pings, unacked, owed) = (AtomicU32::new(0), AtomicU32::new(1), Notify::new());
-        let delivery = Mutex::new(Delivery::new(Version::V4, ClientLimits::DEFAULT));
-        let mut down = Downstream {
-            version: Version::V4,
-            sub_plans: HashMap::new(),
-            unsub_plans: HashMap::new(),
-            guard_pings: &pings,
-            delivery: &delivery,
-            unacked: &unacked,
-            durable: true,
-            sync_first: false,
-            owed: &owed,
-            offer: Offer {
-                receive_max: 100,
-                max_packet: 1 << 20,
-                server_keep_alive: None,
-            },
+        let between = Between::new(Version::V4, ClientLimits::DEFAULT);
+        between.unacked.store(1, Ordering::Relaxed);
+        let offer = Offer {
+            receive_max: 100,
+            max_packet: 1 << 20,
+            server_keep_alive: None,
         };
+        let mut down = Downstream::new(Version::V4, &between, true, offer);
         // MQTT 5 PUBLISH, QoS 1, topic "t", packet identifier 7, no
         // properties, payload "x"; then PUBACK 9.
         let mut buf = BytesMut::from(&[0x32, 7, 0, 1, b't', 0, 7, 0, b'x', 0x40, 2, 0, 9][..]);
@@ -310,9 +315,9 @@ mod tests {
             &[0x32, 6, 0, 1, b't', 0, 7, b'x', 0x40, 2, 0, 9][..]
         );
         assert!(down.sync_first, "the PUBACK waits for the store");
-        assert_eq!(unacked.load(Ordering::Relaxed), 0);
-        let woken = futures_util::FutureExt::now_or_never(owed.notified());
+        assert_eq!(between.unacked.load(Ordering::Relaxed), 0);
+        let woken = futures_util::FutureExt::now_or_never(between.owed.notified());
         assert!(woken.is_none(), "nothing owed, no wake-up");
-        assert!(lock(&delivery).take_owed().is_none());
+        assert!(between.delivery().take_owed().is_none());
     }
 }

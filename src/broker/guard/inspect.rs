@@ -4,16 +4,16 @@
 //! state; [`super::relay`] moves the bytes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tracing::{debug, info};
 
-use super::connection::{lock, now_ms, packet_too_large, End, ToClient};
-use super::delivery::Delivery;
+use super::connection::{now_ms, packet_too_large, End, ToClient};
 use super::handshake;
+use super::live::Between;
 use super::packet::{self, Header, PacketError, Version};
 use super::publication;
 use super::reason::*;
@@ -46,18 +46,11 @@ pub(super) struct Inspector<'a> {
     /// Packets for the client, sent before the batch that caused them goes
     /// to the broker.
     pub(super) pending: Vec<ToClient>,
-    pub(super) outbox: flume::Sender<ToClient>,
     /// For a client without keep-alive: how often the guard pings the
     /// broker on its behalf.
     pub(super) pings: Option<Duration>,
-    /// PINGREQs the guard sent whose PINGRESP the client must not see.
-    pub(super) guard_pings: &'a AtomicU32,
-    /// What is on its way to the client; its acknowledgements change it.
-    pub(super) delivery: &'a Mutex<Delivery>,
-    /// The client's QoS 1 and 2 publications the broker has not yet
-    /// acknowledged (PUBACK, PUBCOMP): at most the Receive Maximum the
-    /// CONNACK announced.
-    pub(super) unacked: &'a AtomicU32,
+    /// What this direction shares with the other.
+    pub(super) between: &'a Between,
     pub(super) client_id: &'a str,
     /// The session's generation this connection opened.
     pub(super) generation: u64,
@@ -72,6 +65,8 @@ pub(super) struct Inspector<'a> {
     /// What was just inspected, for the order of SUBSCRIBEs and
     /// publications across connections ([`super::order`]).
     pub(super) order: Inspected,
+    /// When the connection last handed the router publications.
+    pub(super) last_publish: Option<tokio::time::Instant>,
 }
 
 /// Kinds of packet in what was just inspected.
@@ -83,7 +78,7 @@ pub(super) struct Inspected {
 
 impl Inspector<'_> {
     pub(super) fn take_owed(&self) -> Option<Bytes> {
-        lock(self.delivery).take_owed()
+        self.between.delivery().take_owed()
     }
 
     /// Decides on every whole packet in `buf` and takes them out: what goes
@@ -182,7 +177,7 @@ impl Inspector<'_> {
             // Delivery, which passes them on in rumqttd's order (a 3.1.1
             // acknowledgement is a valid MQTT 5 one as it is).
             packet::PUBACK | packet::PUBREC | packet::PUBCOMP => {
-                let mut delivery = lock(self.delivery);
+                let mut delivery = self.between.delivery();
                 delivery.client_ack(raw, header.header_len);
                 if delivery.releasable() {
                     self.pending.push(ToClient::Release);
@@ -353,7 +348,7 @@ impl Inspector<'_> {
     /// its alias stood for; counted against the Receive Maximum.
     pub(super) fn accepted(&mut self, first: u8, p: &packet::Publish<'_>, topic: &str) -> Verdict {
         if p.qos > 0 && self.version == Version::V5 {
-            let unacked = self.unacked.fetch_add(1, Ordering::Relaxed) + 1;
+            let unacked = self.between.unacked.fetch_add(1, Ordering::Relaxed) + 1;
             if unacked > u32::from(self.shared.limits.receive_maximum) {
                 debug!(
                     limit = self.shared.limits.receive_maximum,

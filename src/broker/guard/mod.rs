@@ -18,6 +18,7 @@ mod delivery;
 mod downstream;
 mod handshake;
 mod inspect;
+mod live;
 mod order;
 pub mod packet;
 mod properties;
@@ -31,6 +32,7 @@ pub mod validate;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -320,14 +322,13 @@ impl Guard {
             };
             match accepted {
                 Ok((stream, peer)) => {
-                    let guard = self.clone();
                     let span = tracing::info_span!(
                         "mqtt_connection",
                         %peer,
                         client_id = tracing::field::Empty,
                         principal = tracing::field::Empty,
                     );
-                    tokio::spawn(guard.handle(stream, peer).instrument(span));
+                    self.clone().spawn(stream, peer, span);
                 }
                 // Out of file descriptors and the like: pause rather than
                 // spin; established connections are unaffected.
@@ -339,37 +340,48 @@ impl Guard {
         }
     }
 
-    async fn handle(self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    /// The connection's task. A plain connection's is its `run` itself (a
+    /// wrapper would add its own state to every idle client's task, issue
+    /// 32); a TLS one first takes its handshake.
+    fn spawn(self, stream: tokio::net::TcpStream, peer: SocketAddr, span: tracing::Span) {
         let deadline = tokio::time::Instant::now() + self.shared.limits.handshake_timeout;
         // Acks are small and latency-bound; Nagle would hold them back.
         let _ = stream.set_nodelay(true);
         let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
-        match &self.tls {
+        match self.tls.clone() {
             None => {
-                Connection::new(stream, socket, peer, self.shared, deadline)
-                    .run()
-                    .await
+                let connection = Connection::new(stream, socket, peer, self.shared, deadline);
+                tokio::spawn(Box::new(connection).run().instrument(span));
             }
-            // Boxed: a task's future is as large as its largest state, and
-            // the TLS handshake and a TLS connection's state (rustls'
-            // buffers and session) would otherwise make every plain
-            // connection's task that large too (issue 16).
             Some(acceptor) => {
-                let shutdown = self.shared.shutdown.clone();
-                let accept = Box::pin(tokio::time::timeout_at(deadline, acceptor.accept(stream)));
-                let handshake = tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    r = accept => r,
-                };
-                match handshake {
-                    Ok(Ok(tls)) => {
-                        Box::pin(Connection::new(tls, socket, peer, self.shared, deadline).run())
-                            .await
-                    }
-                    Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed."),
-                    Err(_) => admission::handshake_timed_out(&self.shared),
-                }
+                let tls = self.tls_handshake(acceptor, stream, (socket, peer), deadline);
+                tokio::spawn(tls.instrument(span));
             }
+        }
+    }
+
+    /// Boxed in its task: the TLS handshake's and a TLS connection's state
+    /// (rustls' buffers and session) are large (issue 16).
+    async fn tls_handshake(
+        self,
+        acceptor: TlsAcceptor,
+        stream: tokio::net::TcpStream,
+        (socket, peer): (RawFd, SocketAddr),
+        deadline: tokio::time::Instant,
+    ) {
+        let shutdown = self.shared.shutdown.clone();
+        let accept = Box::pin(tokio::time::timeout_at(deadline, acceptor.accept(stream)));
+        let handshake = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = accept => r,
+        };
+        match handshake {
+            Ok(Ok(tls)) => {
+                let connection = Connection::new(tls, socket, peer, self.shared, deadline);
+                Box::pin(Box::new(connection).run()).await
+            }
+            Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed."),
+            Err(_) => admission::handshake_timed_out(&self.shared),
         }
     }
 }

@@ -68,6 +68,11 @@ impl SubscribeOrder {
         Ticket(Arc::clone(self))
     }
 
+    /// A SUBSCRIBE is in flight.
+    pub(super) fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
     /// Waits until no SUBSCRIBE is in flight, or [`MAX_WAIT`] passed. Not
     /// for a connection that holds a ticket itself: two such would wait for
     /// each other.

@@ -3,10 +3,12 @@
 //! direction's pure state ([`super::inspect`], [`super::downstream`]) what
 //! to write.
 
-use std::future::Future;
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -23,6 +25,8 @@ use super::order;
 use crate::broker::engine::{EngineRx, EngineTx};
 use crate::store::Store;
 
+/// Packets the guard may owe a client before it stops reading from it.
+const OUTBOX: usize = 64;
 /// Read buffers grow by this much; whole packets larger than it grow them
 /// to their size.
 const READ_CHUNK: usize = 16 * 1024;
@@ -50,8 +54,10 @@ pub(super) trait ClientRx: AsyncRead + Unpin + Send + 'static {
     const UNBUFFERED_WAIT: bool;
     /// Reads what has arrived, without waiting: `WouldBlock` if nothing.
     fn try_read(&mut self, buf: &mut BytesMut) -> io::Result<usize>;
-    /// Waits until a read would find something (or the end).
-    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_;
+    /// Ready when a read would find something (or the end). A poll, not
+    /// a future: tokio's `readable()` future is some 170 bytes, held in
+    /// every idle connection's task (issue 32).
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
 impl ClientStream for TcpStream {
@@ -67,8 +73,9 @@ impl ClientRx for OwnedReadHalf {
     fn try_read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         self.try_read_buf(buf)
     }
-    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
-        OwnedReadHalf::readable(self)
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // The one reader of the socket: only its waker is kept.
+        self.as_ref().poll_read_ready(cx)
     }
 }
 
@@ -87,8 +94,8 @@ impl ClientRx for tokio::io::ReadHalf<Tls> {
     fn try_read(&mut self, _: &mut BytesMut) -> io::Result<usize> {
         Err(io::ErrorKind::WouldBlock.into())
     }
-    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
-        std::future::ready(Ok(()))
+    fn poll_readable(&self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -106,7 +113,7 @@ async fn read_some<R: ClientRx>(client: &mut R, buf: &mut BytesMut) -> io::Resul
                 }
                 *buf = BytesMut::new();
             }
-            client.readable().await?;
+            std::future::poll_fn(|cx| client.poll_readable(cx)).await?;
             grow(buf);
         }
     }
@@ -125,6 +132,73 @@ pub(super) fn grow(buf: &mut BytesMut) {
     }
 }
 
+/// Packets the guard owes a client, from the client-to-broker pump to the
+/// broker-to-client pump, at most [`OUTBOX`] at a time. Held in the
+/// connection's task, its queue allocated only while something is in it:
+/// a channel cost every idle client some 320 bytes (issue 32).
+#[derive(Default)]
+pub(super) struct Outbox {
+    queue: Mutex<VecDeque<ToClient>>,
+    /// Something was queued.
+    queued: Notify,
+    /// Room was made.
+    room: Notify,
+}
+
+impl Outbox {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<ToClient>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `message`, waiting for room while the client does not read
+    /// what the guard owes it (the guard stops reading from it meanwhile).
+    async fn send(&self, mut message: ToClient) {
+        loop {
+            // Asked for before looking: room made in between still wakes it.
+            let room = self.room.notified();
+            match self.try_send(message) {
+                Ok(()) => return,
+                Err(full) => message = full,
+            }
+            room.await;
+        }
+    }
+
+    fn try_send(&self, message: ToClient) -> Result<(), ToClient> {
+        let mut queue = self.lock();
+        if queue.len() >= OUTBOX {
+            return Err(message);
+        }
+        queue.push_back(message);
+        drop(queue);
+        self.queued.notify_one();
+        Ok(())
+    }
+
+    /// The next packet, if one is queued.
+    fn try_recv(&self) -> Option<ToClient> {
+        let mut queue = self.lock();
+        let message = queue.pop_front()?;
+        if queue.is_empty() {
+            *queue = VecDeque::new();
+        }
+        drop(queue);
+        self.room.notify_one();
+        Some(message)
+    }
+
+    /// The next packet, once there is one.
+    async fn recv(&self) -> ToClient {
+        loop {
+            if let Some(message) = self.try_recv() {
+                return message;
+            }
+            // A packet queued since stored its wake-up (one receiver).
+            self.queued.notified().await;
+        }
+    }
+}
+
 impl Inspector<'_> {
     /// The client-to-broker pump: reads the client, inspects, writes the
     /// broker what the inspection let through (and what the guard owes
@@ -135,59 +209,18 @@ impl Inspector<'_> {
         socket: RawFd,
         upstream: &mut EngineTx,
         buf: &mut BytesMut,
-        owed: &Notify,
     ) -> End {
         let mut ping = self.pings.map(|every| {
             let mut i = tokio::time::interval_at(Instant::now() + every, every);
             i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             i
         });
-        let mut last_publish: Option<Instant> = None;
+        let between = self.between;
         loop {
-            let (chunk, end) = self.inspect_all(buf);
-            let inspected = std::mem::take(&mut self.order);
-            let ticket = inspected.subscribing.then(|| self.shared.order.begin());
-            for message in self.pending.drain(..) {
-                if self.outbox.send_async(message).await.is_err() {
-                    return End::Closing;
-                }
-            }
-            // What the guard owes the broker goes first (the client's
-            // acknowledgements are among it, in the order rumqttd needs),
-            // in the same write.
-            let chunk = match self.take_owed() {
-                None => chunk,
-                Some(acks) if chunk.is_empty() => acks,
-                Some(acks) => {
-                    let mut both = BytesMut::with_capacity(acks.len() + chunk.len());
-                    both.extend_from_slice(&acks);
-                    both.extend_from_slice(&chunk);
-                    both.freeze()
-                }
-            };
-            if std::mem::take(&mut self.prepare_first) {
-                if let Some(p) = &self.shared.prerequisite {
-                    p.prepare().await;
-                }
-            }
-            if inspected.publishing && ticket.is_none() {
-                // A publication after a quiet spell lets the sockets that
-                // became readable with it be read first (a yield polls the
-                // I/O driver); a stream of them does not pay for it.
-                let now = Instant::now();
-                if last_publish.is_none_or(|at| now - at > order::QUIET) {
-                    for _ in 0..order::YIELDS {
-                        tokio::task::yield_now().await;
-                    }
-                }
-                last_publish = Some(now);
-                self.shared.order.settled().await;
-            }
-            if !chunk.is_empty() && to_broker(upstream, &chunk).await.is_err() {
-                return End::BrokerClosed;
-            }
-            drop(ticket);
-            if let Some(end) = end {
+            // Inspected and written before the next read: an idle
+            // connection holds nothing of what came last (an empty chunk
+            // held the CONNECT's buffer, issue 32).
+            if let Some(end) = self.forward(upstream, buf).await {
                 return end;
             }
             // Acknowledgements the guard owes the broker for what it
@@ -196,12 +229,12 @@ impl Inspector<'_> {
                 tokio::select! {
                     read = read_some(client, buf) => break read,
                     _ = async { ping.as_mut()?.tick().await; Some(()) }, if ping.is_some() => {
-                        self.guard_pings.fetch_add(1, Ordering::Relaxed);
+                        between.guard_pings.fetch_add(1, Ordering::Relaxed);
                         if to_broker(upstream, &PINGREQ).await.is_err() {
                             return End::BrokerClosed;
                         }
                     }
-                    _ = owed.notified() => {
+                    _ = between.owed.notified() => {
                         if let Some(acks) = self.take_owed() {
                             if to_broker(upstream, &acks).await.is_err() {
                                 return End::BrokerClosed;
@@ -218,6 +251,60 @@ impl Inspector<'_> {
                     return End::ClientFailed;
                 }
             }
+        }
+    }
+
+    /// Inspects what `buf` holds and writes the broker what goes there
+    /// (what the guard owes it first, in the same write), the client's
+    /// answers from the guard before; how the connection ends, if it does.
+    async fn forward(&mut self, upstream: &mut EngineTx, buf: &mut BytesMut) -> Option<End> {
+        let (chunk, end) = self.inspect_all(buf);
+        let inspected = std::mem::take(&mut self.order);
+        let ticket = inspected.subscribing.then(|| self.shared.order.begin());
+        // Boxed: rare, and its wait for room would take room in the task.
+        for message in std::mem::take(&mut self.pending) {
+            Box::pin(self.between.outbox.send(message)).await;
+        }
+        let chunk = match self.take_owed() {
+            None => chunk,
+            Some(acks) if chunk.is_empty() => acks,
+            Some(acks) => {
+                let mut both = BytesMut::with_capacity(acks.len() + chunk.len());
+                both.extend_from_slice(&acks);
+                both.extend_from_slice(&chunk);
+                both.freeze()
+            }
+        };
+        if std::mem::take(&mut self.prepare_first) {
+            if let Some(p) = &self.shared.prerequisite {
+                p.prepare().await;
+            }
+        }
+        if inspected.publishing && ticket.is_none() {
+            self.after_subscribes().await;
+        }
+        if !chunk.is_empty() && to_broker(upstream, &chunk).await.is_err() {
+            return Some(End::BrokerClosed);
+        }
+        drop(ticket);
+        end
+    }
+
+    /// Publications go after the SUBSCRIBEs read before them
+    /// ([`order`]). One after a quiet spell lets the sockets that became
+    /// readable with it be read first (a yield polls the I/O driver); a
+    /// stream of them does not pay for it.
+    async fn after_subscribes(&mut self) {
+        let now = Instant::now();
+        if self.last_publish.is_none_or(|at| now - at > order::QUIET) {
+            for _ in 0..order::YIELDS {
+                tokio::task::yield_now().await;
+            }
+        }
+        self.last_publish = Some(now);
+        if self.shared.order.busy() {
+            // Boxed: rare, and its timer would take room in every task.
+            Box::pin(self.shared.order.settled()).await;
         }
     }
 }
@@ -256,76 +343,79 @@ fn quick_ack(socket: RawFd) {
     let _ = socket;
 }
 
-/// The broker-to-client direction: relays whole packets (translated for
-/// an MQTT 3.1.1 client), rewrites the acknowledgements of SUBSCRIBEs and
-/// UNSUBSCRIBEs the guard changed, and slips the guard's own packets in
-/// between the broker's.
-pub(super) async fn relay<W: AsyncWrite + Unpin>(
-    mut state: Downstream<'_>,
-    (upstream, store): (&mut EngineRx, &Store),
-    client: &mut W,
-    from_guard: flume::Receiver<ToClient>,
-    relayed: &AtomicU64,
-) -> End {
-    // The link hands over a buffer of its own when this one is empty
-    // (`DirectRx::read_into`), so an idle connection holds none.
-    let mut buf = BytesMut::new();
-    let mut guard_open = true;
-    loop {
-        let mut out = BytesMut::new();
-        let mut closing = None;
-        tokio::select! {
-            biased;
-            message = from_guard.recv_async(), if guard_open => match message.ok() {
-                Some(m) => {
-                    let mut close = state.take(m, &mut out);
-                    while let (false, Ok(m)) = (close, from_guard.try_recv()) {
-                        close = state.take(m, &mut out);
+impl Downstream<'_> {
+    /// The broker-to-client pump: relays whole packets (translated for an
+    /// MQTT 3.1.1 client), rewrites the acknowledgements of SUBSCRIBEs and
+    /// UNSUBSCRIBEs the guard changed, and slips the guard's own packets in
+    /// between the broker's.
+    pub(super) async fn relay<W: AsyncWrite + Unpin>(
+        &mut self,
+        (upstream, store): (&mut EngineRx, &Store),
+        client: &mut W,
+        relayed: &AtomicU64,
+    ) -> End {
+        let outbox = &self.between.outbox;
+        // The link hands over a buffer of its own when this one is empty
+        // (`DirectRx::read_into`), so an idle connection holds none.
+        let mut buf = BytesMut::new();
+        loop {
+            let mut out = BytesMut::new();
+            let closing;
+            tokio::select! {
+                biased;
+                m = outbox.recv() => {
+                    let mut close = self.take(m, &mut out);
+                    while let (false, Some(m)) = (close, outbox.try_recv()) {
+                        close = self.take(m, &mut out);
                     }
                     closing = close.then_some(End::Closing);
                 }
-                None => guard_open = false,
-            },
-            read = upstream.read_into(&mut buf) => {
-                match read {
-                    Ok(0) | Err(_) => return End::BrokerClosed,
-                    Ok(_) => {}
-                }
-                // A SUBACK's plan is queued before its SUBSCRIBE is sent, so
-                // it is in the channel by the time the SUBACK is read.
-                let mut close = false;
-                while let (false, Ok(m)) = (close, from_guard.try_recv()) {
-                    close = state.take(m, &mut out);
-                }
-                if close {
-                    closing = Some(End::Closing);
-                } else {
-                    let (chunk, end) = state.client_bound(&mut buf, out);
-                    out = chunk;
-                    closing = end;
-                }
-                if buf.is_empty() {
-                    buf = BytesMut::new();
+                read = upstream.read_into(&mut buf) => {
+                    match read {
+                        Ok(0) | Err(_) => return End::BrokerClosed,
+                        Ok(_) => {}
+                    }
+                    // A SUBACK's plan is queued before its SUBSCRIBE is
+                    // sent, so it is in the outbox by the time the SUBACK
+                    // is read.
+                    let mut close = false;
+                    while let (false, Some(m)) = (close, outbox.try_recv()) {
+                        close = self.take(m, &mut out);
+                    }
+                    if close {
+                        closing = Some(End::Closing);
+                    } else {
+                        let (chunk, end) = self.client_bound(&mut buf, out);
+                        out = chunk;
+                        closing = end;
+                    }
+                    if buf.is_empty() {
+                        buf = BytesMut::new();
+                    }
                 }
             }
-        }
-        if std::mem::take(&mut state.sync_first) && store.barrier().durable().await.is_err() {
-            // Never acknowledge what is not on disk: the client publishes
-            // it again on its next connection.
-            return End::BrokerClosed;
-        }
-        if !out.is_empty() {
-            let written = async {
-                client.write_all(&out).await?;
-                client.flush().await
-            };
-            if written.await.is_err() {
-                return End::ClientFailed;
+            // Boxed: only a durable store waits, and the wait would take
+            // room in every connection's task.
+            if std::mem::take(&mut self.sync_first)
+                && Box::pin(store.barrier().durable()).await.is_err()
+            {
+                // Never acknowledge what is not on disk: the client
+                // publishes it again on its next connection.
+                return End::BrokerClosed;
             }
-            relayed.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(end) = closing {
-            return end;
+            if !out.is_empty() {
+                let written = async {
+                    client.write_all(&out).await?;
+                    client.flush().await
+                };
+                if written.await.is_err() {
+                    return End::ClientFailed;
+                }
+                relayed.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(end) = closing {
+                return end;
+            }
         }
     }
 }
@@ -337,6 +427,30 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+
+    /// The guard's outbox holds room only while it holds packets (issue
+    /// 32), and a full one makes the client-to-broker pump wait until the
+    /// other pump has taken one.
+    #[tokio::test(start_paused = true)]
+    async fn the_outbox_holds_room_only_while_it_holds_packets() {
+        let outbox = Outbox::default();
+        assert_eq!(outbox.lock().capacity(), 0);
+        for _ in 0..OUTBOX {
+            outbox.send(ToClient::Release).await;
+        }
+        let mut full = std::pin::pin!(outbox.send(ToClient::Release));
+        let waited = tokio::time::timeout(Duration::from_secs(1), &mut full);
+        assert!(waited.await.is_err(), "no room");
+        assert!(matches!(outbox.recv().await, ToClient::Release));
+        let sent = tokio::time::timeout(Duration::from_secs(1), &mut full);
+        sent.await.expect("room was made");
+        let mut taken = 0;
+        while outbox.try_recv().is_some() {
+            taken += 1;
+        }
+        assert_eq!(taken, OUTBOX);
+        assert_eq!(outbox.lock().capacity(), 0, "its room given back");
+    }
 
     /// An idle client costs its read buffer only while it sends (issue 32):
     /// with nothing left to read, the read waits holding none, and what

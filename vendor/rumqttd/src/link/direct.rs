@@ -24,7 +24,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use flume::r#async::{RecvFut, SendFut};
+use flume::r#async::SendFut;
 use flume::{Receiver, Sender};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
@@ -33,6 +33,7 @@ use uuid::Uuid;
 use crate::link::local::LinkError;
 use crate::protocol::v5::V5;
 use crate::protocol::{self, ConnAck, ConnectReturnCode, Packet, Protocol};
+use crate::router::iobufs::DirectWake;
 use crate::router::{Ack, Connection, Event, LinkToken, Notification};
 use crate::server::AwaitingWill;
 use crate::{ConnectionId, ConnectionSettings};
@@ -104,7 +105,7 @@ impl Direct {
         }
         // A connection of the same client ID waiting out its will's delay:
         // a clean start fires the will, a resumed session cancels it.
-        let (will_tx, will_rx) = {
+        let awaiting = {
             let mut wills = self.wills.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(waiting) = wills.remove(&client_id) {
                 let decision = if connect.clean_session {
@@ -114,9 +115,14 @@ impl Direct {
                 };
                 let _ = waiting.try_send(decision);
             }
-            let (tx, rx) = flume::bounded(1);
-            wills.insert(client_id.clone(), tx.clone());
-            (tx, rx)
+            // lmos-sidecar patch 22: only a connection with a will waits
+            // for a decision on it (a channel and an entry here were some
+            // 250 bytes for every connection, most of them without one).
+            will.is_some().then(|| {
+                let (tx, rx) = flume::bounded(1);
+                wills.insert(client_id.clone(), tx.clone());
+                (tx, rx)
+            })
         };
         let session_expiry = props
             .as_ref()
@@ -139,7 +145,7 @@ impl Direct {
             .last_will(will, will_props)
             .topic_alias_max(topic_alias_max.unwrap_or(0));
         let incoming = crate::router::iobufs::Incoming::new(client_id.clone());
-        let (outgoing, router_rx) = crate::router::iobufs::Outgoing::new(client_id.clone());
+        let (outgoing, wakeups) = crate::router::iobufs::Outgoing::direct(client_id.clone());
         let outgoing_buffer = outgoing.buffer();
         let incoming_buffer = incoming.buffer();
         let event = Event::Connect {
@@ -160,10 +166,24 @@ impl Direct {
             }
             Err(flume::TrySendError::Disconnected(_)) => return Err(refused()),
         }
-        router_rx.recv_async().await.map_err(|_| refused())?;
-        let Some(Notification::DeviceAck(Ack::ConnAck(id, ack, ack_props))) =
-            outgoing_buffer.lock().pop_front()
-        else {
+        std::future::poll_fn(|cx| wakeups.poll(cx))
+            .await
+            .map_err(|_| refused())?;
+        let connack = {
+            let mut queue = outgoing_buffer.lock();
+            let connack = queue.pop_front();
+            // lmos-sidecar patch 22: the room the CONNACK took (some 250
+            // bytes) is not kept for an idle connection. What came with it
+            // (a resumed session's publications) is read at once: wake-ups
+            // coalesce, and the one for them was the CONNACK's.
+            if queue.is_empty() {
+                *queue = VecDeque::new();
+            } else {
+                wakeups.wake();
+            }
+            connack
+        };
+        let Some(Notification::DeviceAck(Ack::ConnAck(id, ack, ack_props))) = connack else {
             return Err(io::Error::other(LinkError::NotConnectionAck));
         };
         let ack_props = match assigned {
@@ -189,17 +209,18 @@ impl Direct {
             end: Mutex::new(Some(End {
                 token: LinkToken(outgoing_buffer.clone()),
                 client_id,
-                will_tx,
-                will_rx,
-                will_delay,
-                wills: self.wills.clone(),
+                will: awaiting.map(|(tx, rx)| Will {
+                    tx,
+                    rx,
+                    delay: will_delay,
+                    wills: self.wills.clone(),
+                }),
             })),
         });
         Ok(DirectStream {
             rx: DirectRx {
                 shared: Some(shared.clone()),
-                wakeups: router_rx,
-                waiting: None,
+                wakeups,
                 outgoing: outgoing_buffer,
                 notifications: VecDeque::new(),
                 out,
@@ -244,10 +265,16 @@ struct Shared {
 struct End {
     token: LinkToken,
     client_id: String,
+    /// `None`: the connection has no will (patch 22).
+    will: Option<Will>,
+}
+
+/// A connection's will, waiting for its end and a decision.
+struct Will {
     /// This connection's entry in `wills`, to know it there.
-    will_tx: Sender<AwaitingWill>,
-    will_rx: Receiver<AwaitingWill>,
-    will_delay: u32,
+    tx: Sender<AwaitingWill>,
+    rx: Receiver<AwaitingWill>,
+    delay: u32,
     wills: Wills,
 }
 
@@ -277,13 +304,17 @@ impl Shared {
             messages.push((id, Event::Disconnect(end.token.clone())));
         }
         let End {
-            client_id,
-            will_tx,
-            will_rx,
-            will_delay,
-            wills,
-            ..
+            client_id, will, ..
         } = end;
+        let Some(Will {
+            tx: will_tx,
+            rx: will_rx,
+            delay: will_delay,
+            wills,
+        }) = will
+        else {
+            return tell(&router_tx, messages);
+        };
         let will = move |client_id: String| (id, Event::PublishWill((client_id, None)));
         if will_delay == 0 {
             let fire = match will_rx.try_recv() {
@@ -374,12 +405,10 @@ impl DirectStream {
     fn refused(ack: Packet) -> DirectStream {
         let mut out = BytesMut::new();
         let _ = V5.write(ack, &mut out);
-        let (_, never) = flume::bounded(1);
         DirectStream {
             rx: DirectRx {
                 shared: None,
-                wakeups: never,
-                waiting: None,
+                wakeups: Default::default(),
                 outgoing: Default::default(),
                 notifications: VecDeque::new(),
                 out,
@@ -407,8 +436,7 @@ impl DirectStream {
 pub struct DirectRx {
     shared: Option<Arc<Shared>>,
     /// The router's word that it left notifications in `outgoing`.
-    wakeups: Receiver<()>,
-    waiting: Option<RecvFut<'static, ()>>,
+    wakeups: Arc<DirectWake>,
     outgoing: Buffer<Notification>,
     notifications: VecDeque<Notification>,
     /// Encoded, not yet read.
@@ -453,15 +481,7 @@ impl DirectRx {
                     continue;
                 }
             }
-            let wakeups = &self.wakeups;
-            let waiting = self
-                .waiting
-                .get_or_insert_with(|| wakeups.clone().into_recv_async());
-            let woken = Pin::new(waiting).poll(cx);
-            if woken.is_ready() {
-                self.waiting = None;
-            }
-            match woken {
+            match self.wakeups.poll(cx) {
                 Poll::Ready(Ok(())) => {
                     std::mem::swap(&mut *self.outgoing.lock(), &mut self.notifications);
                     let lone = self.notifications.len() <= 1;

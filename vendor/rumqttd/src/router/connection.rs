@@ -22,16 +22,17 @@ pub struct Connection {
     pub clean: bool,
     /// Subscriptions
     pub subscriptions: HashSet<Filter>,
-    /// Last will of this connection
-    pub last_will: Option<LastWill>,
-    /// Properties of Last will
-    pub last_will_properties: Option<LastWillProperties>,
+    /// Last will of this connection and its properties. lmos-sidecar patch
+    /// 22: boxed (the router takes it out as the connection registers, and
+    /// each connection's slot held room for some 200 bytes of it)
+    pub last_will: Option<Box<(LastWill, Option<LastWillProperties>)>>,
     /// Connection events
     pub events: ConnectionEvents,
     /// Topic aliases set by clients
     pub(crate) topic_aliases: HashMap<u16, Topic>,
-    /// Topic aliases used by broker
-    pub(crate) broker_topic_aliases: Option<BrokerAliases>,
+    /// Topic aliases used by broker. lmos-sidecar patch 22: boxed, most
+    /// connections have none
+    pub(crate) broker_topic_aliases: Option<Box<BrokerAliases>>,
     /// lmos-sidecar patch 14: each subscription's options (its ID, QoS, No
     /// Local, Retain As Published), as its last SUBSCRIBE said; was
     /// `subscription_ids`, the IDs alone
@@ -72,7 +73,6 @@ impl Connection {
             clean,
             subscriptions: HashSet::default(),
             last_will: None,
-            last_will_properties: None,
             events: ConnectionEvents::default(),
             topic_aliases: HashMap::new(),
             broker_topic_aliases: None,
@@ -85,7 +85,7 @@ impl Connection {
     pub fn topic_alias_max(&mut self, max: u16) -> &mut Connection {
         // if topic_alias_max is 0, that means client doesn't want to use / support topic alias
         if max > 0 {
-            self.broker_topic_aliases = Some(BrokerAliases::new(max));
+            self.broker_topic_aliases = Some(Box::new(BrokerAliases::new(max)));
         }
         self
     }
@@ -95,8 +95,7 @@ impl Connection {
         will: Option<LastWill>,
         props: Option<LastWillProperties>,
     ) -> &mut Connection {
-        self.last_will = will;
-        self.last_will_properties = props;
+        self.last_will = will.map(|will| Box::new((will, props)));
         self
     }
 }

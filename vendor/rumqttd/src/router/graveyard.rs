@@ -58,17 +58,6 @@ impl Graveyard {
             },
         );
     }
-
-    /// Save only metrics for connection
-    pub fn save_metrics(&mut self, id: String, metrics: ConnectionEvents) {
-        self.connections.insert(
-            id,
-            SavedState {
-                session_state: None,
-                metrics,
-            },
-        );
-    }
 }
 
 #[derive(Debug)]

@@ -1,7 +1,11 @@
 use std::{
     collections::{HashMap, VecDeque},
+    sync::atomic::{AtomicBool, Ordering},
     sync::Arc,
+    task::{Context, Poll},
 };
+
+use atomic_waker::AtomicWaker;
 
 use flume::{Receiver, Sender};
 use parking_lot::Mutex;
@@ -58,7 +62,7 @@ pub struct Outgoing {
     /// Send buffer
     pub(crate) data_buffer: Arc<Mutex<VecDeque<Notification>>>,
     /// Handle which is given to router to allow router to communicate with this connection
-    pub(crate) handle: Sender<()>,
+    pub(crate) handle: Wakeup,
     /// The buffer to keep track of inflight packets.
     inflight_buffer: VecDeque<(u16, FilterIdx, Option<Cursor>)>,
     /// PubRels waiting for PubComp
@@ -73,10 +77,91 @@ pub struct Outgoing {
     pub(crate) meter: OutgoingMeter,
 }
 
+/// lmos-sidecar patch 22: how the router tells a connection's link that it
+/// left notifications in its buffer. A direct link is woken through a flag
+/// and its waker: a channel, and the hook its wait left in it, cost every
+/// idle direct link some 280 bytes.
+#[derive(Debug)]
+pub(crate) enum Wakeup {
+    Channel(Sender<()>),
+    Direct(Arc<DirectWake>),
+}
+
+impl Wakeup {
+    pub(crate) fn try_send(&self, (): ()) -> Result<(), ()> {
+        match self {
+            Wakeup::Channel(tx) => tx.try_send(()).map_err(drop),
+            Wakeup::Direct(wake) => {
+                wake.wake();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The router has dropped the connection: as a channel whose sender is
+/// gone.
+impl Drop for Wakeup {
+    fn drop(&mut self) {
+        if let Wakeup::Direct(wake) = self {
+            wake.closed.store(true, Ordering::Release);
+            wake.waker.wake();
+        }
+    }
+}
+
+/// A direct link's side of [`Wakeup::Direct`].
+#[derive(Debug, Default)]
+pub struct DirectWake {
+    woken: AtomicBool,
+    closed: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl DirectWake {
+    /// The link has notifications to read.
+    pub(crate) fn wake(&self) {
+        self.woken.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Ready once woken since it was last ready (several wake-ups make
+    /// one); `Err` once the router has dropped the connection and nothing
+    /// is left to read.
+    pub(crate) fn poll(&self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        if let Some(ready) = self.ready() {
+            return Poll::Ready(ready);
+        }
+        self.waker.register(cx.waker());
+        match self.ready() {
+            Some(ready) => Poll::Ready(ready),
+            None => Poll::Pending,
+        }
+    }
+
+    fn ready(&self) -> Option<Result<(), ()>> {
+        if self.woken.swap(false, Ordering::AcqRel) {
+            return Some(Ok(()));
+        }
+        self.closed.load(Ordering::Acquire).then_some(Err(()))
+    }
+}
+
 impl Outgoing {
+    /// lmos-sidecar patch 22: for a direct link, woken without a channel.
+    pub(crate) fn direct(client_id: String) -> (Self, Arc<DirectWake>) {
+        let wake = Arc::new(DirectWake::default());
+        let outgoing = Self::with(client_id, Wakeup::Direct(wake.clone()));
+        (outgoing, wake)
+    }
+
     #[inline]
     pub(crate) fn new(client_id: String) -> (Self, Receiver<()>) {
         let (handle, rx) = flume::bounded(MAX_CHANNEL_CAPACITY);
+        (Self::with(client_id, Wakeup::Channel(handle)), rx)
+    }
+
+    fn with(client_id: String, handle: Wakeup) -> Self {
         // lmos-sidecar patch: the buffers grow on demand; they were
         // allocated at their full capacity (200 notifications, 100 + 100
         // inflight entries, and 200 packets in `Incoming`) for every
@@ -85,7 +170,7 @@ impl Outgoing {
         let inflight_buffer = VecDeque::new();
         let unacked_pubrels = VecDeque::new();
 
-        let outgoing = Self {
+        Self {
             client_id,
             data_buffer: Arc::new(Mutex::new(data_buffer)),
             inflight_buffer,
@@ -94,9 +179,7 @@ impl Outgoing {
             last_pkid: 0,
             resend: Vec::new(),
             meter: Default::default(),
-        };
-
-        (outgoing, rx)
+        }
     }
 
     #[inline]

@@ -14,7 +14,6 @@ use slab::Slab;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::str::Utf8Error;
 use std::thread;
-use std::time::SystemTime;
 use thiserror::Error;
 use tracing::{debug, error, info, trace, warn};
 
@@ -506,17 +505,9 @@ impl Router {
 
         let ackslog = AckLog::with_recorded(received);
 
-        let time = match SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
-            Ok(v) => v.as_millis().to_string(),
-            Err(e) => format!("Time error = {e:?}"),
-        };
-
-        let event = "connection at ".to_owned() + &time + ", clean = " + &clean_session.to_string();
-        connection.events.events.push_back(event);
-
-        if connection.events.events.len() > 10 {
-            connection.events.events.pop_front();
-        }
+        // lmos-sidecar patch 22: no "connection at" event for the console's
+        // metrics (its string and queue were some 150 bytes per connection;
+        // the embedder runs no console)
 
         // lmos-sidecar patch 20: the client of a will an earlier run kept
         // is back: its old session ended if it starts clean (the will goes
@@ -535,7 +526,7 @@ impl Router {
             }
         }
         if let Some(will) = connection.last_will.take() {
-            let properties = connection.last_will_properties.take();
+            let (will, properties) = *will;
             // lmos-sidecar patch 20: kept until it is published or its
             // client says DISCONNECT
             self.datalog
@@ -641,7 +632,7 @@ impl Router {
         }
 
         // Remove connection from router
-        let mut connection = self.connections.remove(id);
+        let connection = self.connections.remove(id);
         let _incoming = self.ibufs.remove(id);
         let outgoing = self.obufs.remove(id);
         let mut tracker = self.scheduler.remove(id);
@@ -677,18 +668,7 @@ impl Router {
             }
         }
 
-        // Add disconnection event to metrics
-        let time = match SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
-            Ok(v) => v.as_millis().to_string(),
-            Err(e) => format!("Time error = {e:?}"),
-        };
-
-        let event = "disconnection at ".to_owned() + &time;
-        connection.events.events.push_back(event);
-
-        if connection.events.events.len() > 10 {
-            connection.events.events.pop_front();
-        }
+        // lmos-sidecar patch 22: no "disconnection at" event either
 
         // Save state for persistent sessions
         if !connection.clean {
@@ -730,10 +710,9 @@ impl Router {
             // lmos-sidecar patch: the session ends with the connection, and
             // with it its hold on its filters
             self.datalog.release(&connection.subscriptions);
-            tracker.pause(PauseReason::Busy);
-            let id = tracker.id.clone();
-            // Only save metrics in clean session
-            self.graveyard.save_metrics(id, connection.events);
+            // lmos-sidecar patch 22: nothing is kept of a clean session;
+            // its metrics were kept for every client ID that ever
+            // connected, and never freed
         }
         self.router_meters.total_connections -= 1;
     }

@@ -118,7 +118,9 @@ pub enum PauseReason {
 
 impl Tracker {
     pub fn new(client_id: String) -> Tracker {
-        let requests = VecDeque::with_capacity(2);
+        // lmos-sidecar patch 22: was `with_capacity(2)`, some 240 bytes for
+        // every connection, most of which subscribe to nothing or later.
+        let requests = VecDeque::new();
         Tracker {
             id: client_id,
             data_requests: requests,

@@ -1,0 +1,239 @@
+//! An established connection: its two pumps ([`super::relay`]) and what
+//! they share, run until either side closes, the session is handed over or
+//! the sidecar shuts down. Everything here is held in the connection's
+//! task for as long as the client stays, so it is kept small (issue 32):
+//! what is rare is boxed when it happens.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::os::fd::RawFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::connection::{close_client, lock, session_ends, End, FAREWELL};
+use super::delivery::{ClientLimits, Delivery, Undelivered};
+use super::downstream::Downstream;
+use super::handshake::{self, Offer};
+use super::inspect::Inspector;
+use super::packet;
+use super::relay::{ClientStream, Outbox};
+use super::sessions::{AfterClose, Expiry, Handover, Opened};
+use super::{Session, Shared};
+use crate::broker::engine::{EngineRx, EngineTx};
+
+/// At shutdown, what the broker already sent (replies the sidecar published
+/// while stopping) still goes out: the connection closes once the broker
+/// has been quiet this long, or after `DRAIN` at the latest.
+const QUIET: Duration = Duration::from_millis(200);
+/// How long a connection asked to hand its client ID over keeps reading
+/// what its client sent before (a DISCONNECT already in the socket takes
+/// microseconds).
+const HANDOVER_DRAIN: Duration = Duration::from_millis(20);
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// What the two pumps share: the counters one changes and the other
+/// reads, the delivery state, and the guard's own packets for the client.
+/// Held in the connection's task.
+pub(super) struct Between {
+    /// PINGREQs the guard sent whose PINGRESP the client must not see.
+    pub(super) guard_pings: AtomicU32,
+    /// The client's QoS 1 and 2 publications the broker has not yet
+    /// acknowledged (PUBACK, PUBCOMP): at most the Receive Maximum the
+    /// CONNACK announced.
+    pub(super) unacked: AtomicU32,
+    /// What is on its way to the client; its acknowledgements change it.
+    pub(super) delivery: Mutex<Delivery>,
+    /// Wakes the client-to-broker pump to write what [`Delivery`] owes the
+    /// broker.
+    pub(super) owed: Notify,
+    pub(super) outbox: Outbox,
+}
+
+impl Between {
+    pub(super) fn new(version: packet::Version, limits: ClientLimits) -> Between {
+        Between {
+            guard_pings: AtomicU32::new(0),
+            unacked: AtomicU32::new(0),
+            delivery: Mutex::new(Delivery::new(version, limits)),
+            owed: Notify::new(),
+            outbox: Outbox::default(),
+        }
+    }
+
+    /// The delivery state (see [`lock`]).
+    pub(super) fn delivery(&self) -> std::sync::MutexGuard<'_, Delivery> {
+        lock(&self.delivery)
+    }
+}
+
+/// An established connection: its session open in rumqttd, what its
+/// CONNECT asked for, both sides' halves. Held in the connection's task
+/// while it lasts.
+pub(super) struct Live<S: ClientStream> {
+    pub(super) shared: Arc<Shared>,
+    pub(super) client_rx: S::Rx,
+    pub(super) client_tx: S::Tx,
+    pub(super) socket: RawFd,
+    /// What the client sent after its CONNECT, not yet inspected.
+    pub(super) inbound: BytesMut,
+    /// The connection's place under `mqtt.max_connections`.
+    pub(super) permit: OwnedSemaphorePermit,
+    pub(super) version: packet::Version,
+    pub(super) client_id: String,
+    pub(super) up_rx: EngineRx,
+    pub(super) up_tx: EngineTx,
+    pub(super) opened: Opened,
+    pub(super) asked: handshake::Asked,
+    /// For a client without keep-alive: how often the guard pings the
+    /// broker on its behalf.
+    pub(super) pings: Option<Duration>,
+    pub(super) offer: Offer,
+}
+
+/// How the pumps left the session.
+pub(super) struct Ended {
+    end: End,
+    /// Set at DISCONNECT (see [`Inspector`]).
+    after_close: Option<AfterClose>,
+    expiry: Expiry,
+}
+
+impl<S: ClientStream> Live<S> {
+    /// Runs the two pumps until the connection ends.
+    pub(super) async fn serve(&mut self, session: Box<dyn Session>) -> Ended {
+        let shared = &*self.shared;
+        let between = Between::new(self.version, self.asked.limits);
+        let mut inspector = Inspector {
+            version: self.version,
+            session,
+            shared,
+            aliases: HashMap::new(),
+            subscriptions: self.opened.filters.clone(),
+            denied_qos2: HashSet::new(),
+            pending: Vec::new(),
+            pings: self.pings,
+            between: &between,
+            client_id: &self.client_id,
+            generation: self.opened.generation,
+            expiry: self.asked.expiry,
+            after_close: None,
+            prepare_first: false,
+            order: Default::default(),
+            last_publish: None,
+        };
+        let durable = shared.store.is_durable();
+        let mut downstream = Downstream::new(self.version, &between, durable, self.offer);
+        let relayed = AtomicU64::new(0);
+        let end = {
+            let inbound = &mut self.inbound;
+            let client_rx = &mut self.client_rx;
+            let inbound_pump = inspector.pump(client_rx, self.socket, &mut self.up_tx, inbound);
+            let upstream = (&mut self.up_rx, &shared.store);
+            let outbound_pump = downstream.relay(upstream, &mut self.client_tx, &relayed);
+            let pumps = Pumps {
+                inbound: std::pin::pin!(inbound_pump),
+                outbound: std::pin::pin!(outbound_pump),
+                relayed: &relayed,
+            };
+            pumps
+                .until_end(&self.opened.handover, &shared.shutdown)
+                .await
+        };
+        log_undelivered(between.delivery().undelivered);
+        Ended {
+            end,
+            after_close: inspector.after_close.take(),
+            expiry: inspector.expiry,
+        }
+    }
+
+    /// The session's fate, then the client's side closed.
+    pub(super) async fn finish(mut self, ended: Ended) {
+        let Ended {
+            end,
+            after_close,
+            expiry,
+        } = ended;
+        let (shared, client_id) = (&self.shared, &self.client_id);
+        session_ends(shared, client_id, &self.opened, after_close, expiry, end);
+        debug!(?end, "MQTT connection closed.");
+        close_client(end, &mut self.client_rx, &mut self.client_tx).await;
+        drop(self.permit);
+    }
+}
+
+/// The connection's two pumps, pinned in its task.
+struct Pumps<'p, I, O> {
+    inbound: Pin<&'p mut I>,
+    outbound: Pin<&'p mut O>,
+    /// Counts the writes of the broker-to-client pump.
+    relayed: &'p AtomicU64,
+}
+
+impl<I: Future<Output = End>, O: Future<Output = End>> Pumps<'_, I, O> {
+    /// Runs both pumps until one side ends, the session is handed over or
+    /// the sidecar shuts down, and says how it ended.
+    async fn until_end(mut self, handover: &Handover, shutdown: &CancellationToken) -> End {
+        let end = tokio::select! {
+            // What the client sent before its next connection counts
+            // first: a DISCONNECT already in the socket ends the session
+            // as it says. A client still talking is cut off.
+            _ = handover.asked() => Box::pin(self.handed_over()).await,
+            _ = shutdown.cancelled() => Box::pin(self.drain()).await,
+            end = self.inbound.as_mut() => {
+                if end == End::Closing {
+                    let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;
+                }
+                end
+            }
+            end = self.outbound.as_mut() => end,
+        };
+        // rumqttd closes the connection of a DISCONNECT itself; the guard
+        // waits for that, as `probe::leave` explains why.
+        if end == End::ClientDisconnected {
+            let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;
+        }
+        end
+    }
+
+    /// The next connection of the client ID asked for the session.
+    async fn handed_over(&mut self) -> End {
+        match tokio::time::timeout(HANDOVER_DRAIN, self.inbound.as_mut()).await {
+            Ok(end) => end,
+            Err(_) => End::TakenOver,
+        }
+    }
+
+    /// At shutdown: what the broker still sends goes out until it has been
+    /// quiet for a moment.
+    async fn drain(&mut self) -> End {
+        let deadline = Instant::now() + DRAIN;
+        loop {
+            let before = self.relayed.load(Ordering::Relaxed);
+            let sent = tokio::time::timeout(QUIET, self.outbound.as_mut());
+            let ended = sent.await.is_ok();
+            let idle = self.relayed.load(Ordering::Relaxed) == before;
+            if ended || idle || Instant::now() >= deadline {
+                return End::Shutdown;
+            }
+        }
+    }
+}
+
+fn log_undelivered(undelivered: Undelivered) {
+    if undelivered != Undelivered::default() {
+        debug!(
+            expired = undelivered.expired,
+            too_large = undelivered.too_large,
+            "Publications this MQTT client did not get."
+        );
+    }
+}
