@@ -356,17 +356,10 @@ async fn an_mqtt5_session_expiry_counts_across_the_restart() {
     second.terminate();
 }
 
-/// An MQTT 5 client on a kept session (expiry one hour): not clean.
-async fn connect_v5_kept(
-    mqtt: std::net::SocketAddr,
-    id: &str,
-) -> (rumqttc::v5::AsyncClient, rumqttc::v5::EventLoop, bool) {
-    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
-    let mut options = MqttOptions::new(id, mqtt.ip().to_string(), mqtt.port());
-    options.set_clean_start(false);
-    options.set_session_expiry_interval(Some(3_600));
-    let (client, mut events) = AsyncClient::new(options, 10);
-    let present = tokio::time::timeout(WAIT, async {
+/// Polls `events` to the CONNACK: whether the session was present.
+async fn session_present(events: &mut rumqttc::v5::EventLoop) -> bool {
+    use rumqttc::v5::Event;
+    tokio::time::timeout(WAIT, async {
         loop {
             if let Event::Incoming(Packet::ConnAck(a)) = events.poll().await.unwrap() {
                 return a.session_present;
@@ -374,7 +367,20 @@ async fn connect_v5_kept(
         }
     })
     .await
-    .expect("CONNACK in time");
+    .expect("CONNACK in time")
+}
+
+/// An MQTT 5 client on a kept session (expiry one hour): not clean.
+async fn connect_v5_kept(
+    mqtt: std::net::SocketAddr,
+    id: &str,
+) -> (rumqttc::v5::AsyncClient, rumqttc::v5::EventLoop, bool) {
+    use rumqttc::v5::{AsyncClient, MqttOptions};
+    let mut options = MqttOptions::new(id, mqtt.ip().to_string(), mqtt.port());
+    options.set_clean_start(false);
+    options.set_session_expiry_interval(Some(3_600));
+    let (client, mut events) = AsyncClient::new(options, 10);
+    let present = session_present(&mut events).await;
     (client, events, present)
 }
 
@@ -500,7 +506,7 @@ async fn v5_with_will(
     bool,
 ) {
     use rumqttc::v5::mqttbytes::v5::{LastWill, LastWillProperties};
-    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    use rumqttc::v5::{AsyncClient, MqttOptions};
     let mut options = MqttOptions::new(id, mqtt.ip().to_string(), mqtt.port());
     options.set_clean_start(clean_start);
     options.set_session_expiry_interval(Some(60));
@@ -522,15 +528,7 @@ async fn v5_with_will(
     );
     options.set_last_will(will);
     let (client, mut events) = AsyncClient::new(options, 10);
-    let present = tokio::time::timeout(WAIT, async {
-        loop {
-            if let Event::Incoming(Packet::ConnAck(a)) = events.poll().await.unwrap() {
-                return a.session_present;
-            }
-        }
-    })
-    .await
-    .expect("CONNACK in time");
+    let present = session_present(&mut events).await;
     let (stop, stopped) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         tokio::select! {

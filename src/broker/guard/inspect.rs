@@ -70,9 +70,11 @@ pub(super) struct Inspector<'a> {
 }
 
 /// Kinds of packet in what was just inspected.
-#[derive(Default, Clone, Copy)]
+#[derive(Default)]
 pub(super) struct Inspected {
-    pub(super) subscribing: bool,
+    /// Held from a SUBSCRIBE's inspection until it is in the router's
+    /// queue.
+    pub(super) subscribing: Option<super::order::Ticket>,
     pub(super) publishing: bool,
 }
 
@@ -162,7 +164,10 @@ impl Inspector<'_> {
                 self.publish(header.first, body)
             }
             packet::SUBSCRIBE => {
-                self.order.subscribing = true;
+                // From before its checks: they take longer than a PUBLISH's.
+                if self.order.subscribing.is_none() {
+                    self.order.subscribing = Some(self.shared.order.begin());
+                }
                 self.subscribe(raw)
             }
             packet::UNSUBSCRIBE => self.unsubscribe(raw),

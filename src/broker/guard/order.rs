@@ -14,8 +14,10 @@
 //! a SUBSCRIBE that arrived with or just before the publication, on
 //! another connection, is read first. (Without it, a task woken later could
 //! run first: tokio runs the most recently woken task next.) And a
-//! SUBSCRIBE holds a [`Ticket`] from the moment it is read until it is
-//! in the router's queue, and a connection about to hand publications to the
+//! SUBSCRIBE holds a [`Ticket`] from its inspection until it is in the
+//! router's queue (or until its connection must wait for something else:
+//! room for the guard's answers to a client that does not read, the
+//! cluster's prerequisite), and a connection about to hand publications to the
 //! router first waits, briefly, for every SUBSCRIBE in flight at that moment
 //! (the router then takes them in that order); a connection with a SUBSCRIBE
 //! of its own in the same read does not wait (its own order is kept anyway,

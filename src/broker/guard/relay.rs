@@ -20,7 +20,7 @@ use tracing::debug;
 
 use super::connection::{End, ToClient};
 use super::downstream::Downstream;
-use super::inspect::Inspector;
+use super::inspect::{Inspected, Inspector};
 use super::order;
 use crate::broker::engine::{EngineRx, EngineTx};
 use crate::store::Store;
@@ -259,11 +259,18 @@ impl Inspector<'_> {
     /// answers from the guard before; how the connection ends, if it does.
     async fn forward(&mut self, upstream: &mut EngineTx, buf: &mut BytesMut) -> Option<End> {
         let (chunk, end) = self.inspect_all(buf);
-        let inspected = std::mem::take(&mut self.order);
-        let ticket = inspected.subscribing.then(|| self.shared.order.begin());
-        // Boxed: rare, and its wait for room would take room in the task.
+        let Inspected {
+            subscribing: mut ticket,
+            publishing,
+        } = std::mem::take(&mut self.order);
         for message in std::mem::take(&mut self.pending) {
-            Box::pin(self.between.outbox.send(message)).await;
+            if let Err(message) = self.between.outbox.try_send(message) {
+                // A client that does not read holds up no publisher.
+                ticket = None;
+                // Boxed: rare, and its wait for room would take room in
+                // the task.
+                Box::pin(self.between.outbox.send(message)).await;
+            }
         }
         let chunk = match self.take_owed() {
             None => chunk,
@@ -277,10 +284,12 @@ impl Inspector<'_> {
         };
         if std::mem::take(&mut self.prepare_first) {
             if let Some(p) = &self.shared.prerequisite {
+                // Nor does a slow prerequisite (the cluster's).
+                ticket = None;
                 p.prepare().await;
             }
         }
-        if inspected.publishing && ticket.is_none() {
+        if publishing && ticket.is_none() {
             self.after_subscribes().await;
         }
         if !chunk.is_empty() && to_broker(upstream, &chunk).await.is_err() {
