@@ -784,3 +784,53 @@ async fn a_kept_session_is_still_its_principals_after_the_restart() {
     assert!(reader.session_present, "its owner resumes it");
     second.terminate();
 }
+
+#[tokio::test]
+async fn a_qos2_delivery_in_flight_at_a_crash_comes_again_under_its_identifier() {
+    use common::mqtt5::{self, Props, SESSION_EXPIRY};
+    let dir = DataDir::new("qos2-sent");
+    let first = start(&dir);
+    let kept = Props::new().int(SESSION_EXPIRY, 600);
+    let (mut subscriber, _) = mqtt5::connect5(first.mqtt, "qos2-sent-sub", false, &kept).await;
+    assert_eq!(subscriber.subscribe_ok(1, &[("sensors/#", 2)]).await, [2]);
+    let (mut publisher, _) =
+        mqtt5::connect5(first.mqtt, "qos2-sent-pub", true, &Props::new()).await;
+    // Two acknowledged first, so that the identifier in flight is not the
+    // one a fresh connection would start with.
+    for n in 1..3u16 {
+        let warm = mqtt5::publish("sensors/warm", 2, false, n, &Props::new(), b"warm");
+        publisher.publish_acked(&warm).await;
+        assert_eq!(subscriber.next_publish(true).await.payload, b"warm");
+    }
+    let once = mqtt5::publish("sensors/once", 2, false, 3, &Props::new(), b"exactly once");
+    publisher.publish_acked(&once).await;
+    let delivery = subscriber.next_publish(false).await;
+    assert_eq!(
+        (delivery.qos, &delivery.payload[..]),
+        (2, &b"exactly once"[..])
+    );
+    let pkid = delivery.pkid.expect("a packet identifier");
+    // Received, never acknowledged: the crash comes first. A later
+    // publication's PUBACK comes once what went before it is on disk.
+    let after = mqtt5::publish("sensors/after", 1, false, 4, &Props::new(), b"after");
+    publisher.publish_acked(&after).await;
+    first.kill();
+
+    let second = start(&dir);
+    let (mut subscriber, ack) = mqtt5::connect5(second.mqtt, "qos2-sent-sub", false, &kept).await;
+    assert!(ack.session_present);
+    let again = subscriber.next_publish(true).await;
+    assert_eq!(
+        (again.pkid, &again.payload[..], again.dup),
+        (Some(pkid), &b"exactly once"[..], true),
+        "the same identifier, flagged DUP, so the subscriber knows it"
+    );
+    let next = subscriber.next_publish(true).await;
+    assert_eq!(next.payload, b"after");
+    assert_ne!(next.pkid, Some(pkid));
+    assert!(subscriber
+        .quiet(Duration::from_millis(500))
+        .await
+        .is_empty());
+    second.terminate();
+}

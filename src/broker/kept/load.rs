@@ -59,6 +59,7 @@ pub(super) fn sessions(tables: &Tables) -> Result<Sessions, StoreError> {
         }
     }
     releasing(tables, &expired, &mut by_client)?;
+    sent(tables, &mut by_client)?;
     for client in expiry.keys() {
         entry(&mut by_client, client);
     }
@@ -228,6 +229,35 @@ fn read_publication(position: &Bytes, value: &[u8]) -> Option<RestoredPublicatio
     })
 }
 
+/// The QoS 2 publications each session was sent and had not acknowledged,
+/// with their packet identifiers; entries of no publication still queued
+/// for it go.
+fn sent(tables: &Tables, by_client: &mut ByClient) -> Result<(), StoreError> {
+    for (key, pkid) in tables.sent.load()? {
+        let kept = split(&key).and_then(|(client, position)| {
+            let session = by_client.get_mut(client)?;
+            let at = session.queued.iter().position(|q| q[..] == *position)?;
+            let pkid = u16::from_be_bytes(<[u8; 2]>::try_from(&pkid[..]).ok()?);
+            session.sent.push((session.queued[at].clone(), pkid));
+            Some(())
+        });
+        if kept.is_none() {
+            let _ = tables.sent.delete(key);
+        }
+    }
+    Ok(())
+}
+
+/// The keys in `mqtt_sent` after [`sessions`] dropped the stale ones.
+pub(super) fn sent_keys(tables: &Tables) -> Result<HashSet<Vec<u8>>, StoreError> {
+    Ok(tables
+        .sent
+        .load()?
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect())
+}
+
 /// The PUBRELs each session is owed, in the order their PUBRECs came.
 fn releasing(
     tables: &Tables,
@@ -267,6 +297,7 @@ fn entry<'a>(
             queued: Vec::new(),
             received: Vec::new(),
             releasing: Vec::new(),
+            sent: Vec::new(),
         })
 }
 

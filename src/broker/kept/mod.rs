@@ -12,6 +12,7 @@
 //! | `mqtt_sessions` | client ID | expiry (s, u32 BE), ended at (Unix ms, u64 BE; 0 while connected), the principal whose session it is |
 //! | `mqtt_received` | client ID, 0, packet identifier (u16 BE) | a QoS 2 publication its client got PUBREC for, awaiting PUBREL: MQTT 5 PUBLISH |
 //! | `mqtt_releasing` | client ID, 0, packet identifier (u16 BE) | the order its PUBREC came in: run (u32 BE), count (u32 BE); a QoS 2 delivery whose PUBREL the broker owes its client |
+//! | `mqtt_sent` | as in `mqtt_queued` | the packet identifier (u16 BE) a QoS 2 publication was sent to the session under, until it acknowledges it |
 //! | `mqtt_wills` | client ID | will delay (s, u32 BE), the will as an MQTT 5 PUBLISH |
 //! | `mqtt_meta` | `run` | this run's number (u32 BE) |
 //!
@@ -46,6 +47,7 @@ const SESSIONS: &str = "mqtt_sessions";
 const WILLS: &str = "mqtt_wills";
 const RECEIVED: &str = "mqtt_received";
 const RELEASING: &str = "mqtt_releasing";
+const SENT: &str = "mqtt_sent";
 const META: &str = "mqtt_meta";
 
 struct Tables {
@@ -57,6 +59,7 @@ struct Tables {
     wills: Table,
     received: Table,
     releasing: Table,
+    sent: Table,
 }
 
 impl Tables {
@@ -70,6 +73,7 @@ impl Tables {
             wills: store.table(WILLS),
             received: store.table(RECEIVED),
             releasing: store.table(RELEASING),
+            sent: store.table(SENT),
         }
     }
 }
@@ -86,6 +90,9 @@ struct Kept {
     placed: BTreeMap<Position, (Bytes, u32)>,
     /// PUBRECs counted in this run, to restore owed PUBRELs in order.
     releases: u32,
+    /// The keys in `mqtt_sent`, so that acknowledging a QoS 1 publication
+    /// costs no delete of what is not there.
+    sent: HashSet<Vec<u8>>,
 }
 
 fn client_prefix(client_id: &str) -> Vec<u8> {
@@ -165,6 +172,15 @@ impl Keeper for Kept {
         }
     }
 
+    fn sent(&mut self, client_id: &str, position: Position, pkid: u16) {
+        let key = self.queue_key(client_id, position);
+        let _ticket = self
+            .tables
+            .sent
+            .put(key.clone(), pkid.to_be_bytes().to_vec());
+        self.sent.insert(key);
+    }
+
     fn delivered(&mut self, client_id: &str, position: Position) {
         let mut key = client_prefix(client_id);
         match self.placed.get_mut(&position) {
@@ -177,6 +193,9 @@ impl Keeper for Kept {
                 }
             }
             None => key.extend_from_slice(&position_key(self.run, position)),
+        }
+        if !self.sent.is_empty() && self.sent.remove(&key) {
+            let _ticket = self.tables.sent.delete(key.clone());
         }
         let _ticket = self.tables.queued.delete(key);
     }
@@ -246,6 +265,17 @@ impl Keeper for Kept {
 }
 
 impl Kept {
+    /// A session's queue entry for the publication at `position` (restored
+    /// ones by their earlier run's key).
+    fn queue_key(&self, client_id: &str, position: Position) -> Vec<u8> {
+        let mut key = client_prefix(client_id);
+        match self.placed.get(&position) {
+            Some((restored, _)) => key.extend_from_slice(restored),
+            None => key.extend_from_slice(&position_key(self.run, position)),
+        }
+        key
+    }
+
     /// The publications restored from an earlier run whose new positions
     /// fall in `positions` (the router let them go): forgotten, their data
     /// deleted; their keys, for the sessions' entries.
@@ -350,6 +380,7 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
     let run_saved = meta.put(b"run".to_vec(), run.to_be_bytes().to_vec());
     let (retained, stale_presence) = load::retained(&tables.retained, topics)?;
     let (sessions, publications, kept) = load::sessions(&tables)?;
+    let sent = load::sent_keys(&tables)?;
     let (wills, wills_due) = load::wills(&tables.wills, &kept)?;
     let queued = sessions.iter().map(|s| s.queued.len()).sum();
     Ok(Some(Recovered {
@@ -364,6 +395,7 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
                 run,
                 placed: BTreeMap::new(),
                 releases: 0,
+                sent,
             }),
         },
         sessions: kept,
@@ -380,7 +412,8 @@ fn forget(tables: &Tables, client: &str) {
     let _ = tables.subscriptions.delete_prefix(prefix.clone());
     let _ = tables.queued.delete_prefix(prefix.clone());
     let _ = tables.received.delete_prefix(prefix.clone());
-    let _ = tables.releasing.delete_prefix(prefix);
+    let _ = tables.releasing.delete_prefix(prefix.clone());
+    let _ = tables.sent.delete_prefix(prefix);
     let _ = tables.sessions.delete(client.as_bytes().to_vec());
 }
 

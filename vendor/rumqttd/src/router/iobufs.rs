@@ -73,6 +73,9 @@ pub struct Outgoing {
     /// before and had not acknowledged, by where they are in the log, with
     /// the packet identifier they were sent under (MQTT-4.4.0-1)
     resend: Vec<(u16, FilterIdx, Cursor)>,
+    /// lmos-sidecar patch 30: QoS 2 publications just sent from the log,
+    /// with their packet identifiers, for the keeper of a kept session
+    pub(crate) sent_qos2: Vec<(u16, Cursor)>,
     /// Metrics of outgoing messages of this connection
     pub(crate) meter: OutgoingMeter,
 }
@@ -178,6 +181,7 @@ impl Outgoing {
             handle,
             last_pkid: 0,
             resend: Vec::new(),
+            sent_qos2: Vec::new(),
             meter: Default::default(),
         }
     }
@@ -219,7 +223,12 @@ impl Outgoing {
             // lmos-sidecar patch 29: sent again under the identifier it
             // was sent under before
             let pkid = match resent(&mut self.resend, filter_idx, p.cursor) {
-                Some(pkid) => pkid,
+                Some(pkid) => {
+                    // lmos-sidecar patch 30: sent before, under this
+                    // identifier (also in an earlier run)
+                    p.publish.dup = true;
+                    pkid
+                }
                 None => {
                     // Index and pkid of current outgoing packet
                     self.last_pkid += 1;
@@ -232,6 +241,9 @@ impl Outgoing {
                 }
             };
             p.publish.pkid = pkid;
+            if let (QoS::ExactlyOnce, Some(cursor)) = (p.publish.qos, p.cursor) {
+                self.sent_qos2.push((pkid, cursor));
+            }
 
             self.inflight_buffer.push_back((pkid, filter_idx, p.cursor));
 

@@ -290,6 +290,14 @@ impl DataLog {
         }
     }
 
+    /// lmos-sidecar patch 30: a kept session was sent the QoS 2
+    /// publication at `position` under `pkid`.
+    pub fn keep_sent(&mut self, client_id: &str, position: KeptPosition, pkid: u16) {
+        if let Some(keeper) = &mut self.keeper {
+            keeper.sent(client_id, position, pkid);
+        }
+    }
+
     /// lmos-sidecar patch 27: the broker owes a kept session's client the
     /// PUBREL for `pkid` (`owed`), or no longer (its PUBCOMP came).
     pub fn keep_releasing(&mut self, client_id: &str, pkid: u16, owed: bool) {

@@ -61,6 +61,9 @@ pub trait Keeper: Send + 'static {
     /// client acknowledged a QoS 2 delivery with PUBREC (`true`), or the
     /// PUBCOMP came and nothing is owed (`false`) (patch 27).
     fn releasing(&mut self, client_id: &str, pkid: u16, owed: bool);
+    /// A kept session was sent the QoS 2 publication at `position` under
+    /// `pkid` (patch 30); forgotten when it is [`Keeper::delivered`].
+    fn sent(&mut self, client_id: &str, position: Position, pkid: u16);
     /// The session acknowledged the publication at `position` (PUBACK,
     /// PUBREC).
     fn delivered(&mut self, client_id: &str, position: Position);
@@ -104,6 +107,10 @@ pub struct RestoredSession {
     /// owed, in the order their PUBRECs came (patch 27); they are sent
     /// again when the session resumes.
     pub releasing: Vec<u16>,
+    /// QoS 2 publications it was sent and had not acknowledged: their key
+    /// (as in `queued`) and packet identifier (patch 30); sent again under
+    /// it, flagged DUP.
+    pub sent: Vec<(Bytes, u16)>,
 }
 
 /// The last will of a connection of an earlier run that had not ended

@@ -221,6 +221,14 @@ impl Router {
                     resend_to: None,
                 });
             }
+            // lmos-sidecar patch 30: QoS 2 deliveries in flight at the end
+            // of the earlier run, under their packet identifiers
+            let mut sent: Vec<(u16, FilterIdx, Offset)> = session
+                .sent
+                .iter()
+                .filter_map(|(key, pkid)| placed.get(key).map(|&(idx, at)| (*pkid, idx, at)))
+                .collect();
+            sent.sort_by_key(|&(_, idx, at)| (idx, at));
             // lmos-sidecar patch 21
             let received = session
                 .received
@@ -235,7 +243,8 @@ impl Router {
                 ConnectionEvents::default(),
                 session.releasing.iter().copied().collect(),
                 received,
-                Vec::new(),
+                // lmos-sidecar patch 30
+                sent,
             );
         }
     }
@@ -1983,6 +1992,13 @@ fn forward_device_data(
         });
 
     let (len, inflight) = outgoing.push_forwards(forwards, filter_idx);
+    // lmos-sidecar patch 30: a kept session's QoS 2 deliveries keep their
+    // packet identifiers across a restart
+    for (pkid, cursor) in outgoing.sent_qos2.drain(..) {
+        if !connection.clean {
+            datalog.keep_sent(&connection.client_id, (filter_idx, cursor), pkid);
+        }
+    }
 
     debug!(
         inflight_count = inflight,
