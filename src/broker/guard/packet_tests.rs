@@ -43,7 +43,7 @@ fn oversized_packets_fail_at_their_header() {
 }
 
 /// A whole packet from its first byte and body.
-fn packet(first: u8, body: &[u8]) -> Bytes {
+pub(super) fn packet(first: u8, body: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(body.len() + 5);
     out.put_u8(first);
     put_remaining_length(&mut out, body.len());

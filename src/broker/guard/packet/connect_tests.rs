@@ -1,20 +1,11 @@
 //! Tests of `connect.rs`: CONNECT through rumqttd's codec (patch 24) and
 //! back.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use rumqttd::protocol as wire;
 
-use super::super::put_remaining_length;
+use super::super::tests::packet;
 use super::*;
-
-/// A whole packet from its first byte and body.
-fn packet(first: u8, body: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(body.len() + 5);
-    out.put_u8(first);
-    put_remaining_length(&mut out, body.len());
-    out.put_slice(body);
-    out.freeze()
-}
 
 /// A CONNECT from its body's parts.
 fn raw_connect(parts: &[&[u8]]) -> Bytes {
