@@ -293,6 +293,91 @@ async fn message_expiry(addr: SocketAddr) {
     assert!(left.is_some_and(|l| (55..=60).contains(&l)), "{g:?}");
 }
 
+#[tokio::test]
+async fn a_3_1_1_subscriber_gets_mqtt_5_publications_in_3_1_1() {
+    on_sidecar(for_a_3_1_1_subscriber).await;
+}
+
+/// The guard writes a 3.1.1 subscriber's publications itself from what
+/// the broker's link hands over (issue 32): each is plain 3.1.1, without
+/// the properties it was published with; an expired one is not delivered;
+/// QoS is the lower of published and granted; a retained one sent at
+/// subscription carries RETAIN, a redelivery DUP under its identifier.
+async fn for_a_3_1_1_subscriber(addr: SocketAddr) {
+    let (id, topic, kept) = (unique("v4-sub"), unique("v4"), unique("v4-kept"));
+    let props = || {
+        Props::new()
+            .text(CONTENT_TYPE, "text/plain")
+            .int(MESSAGE_EXPIRY, 60)
+    };
+    let mut p = publisher(addr).await;
+    p.publish_acked(&m5::publish(&kept, 1, true, 1, &props(), b"kept"))
+        .await;
+    let resume = |clean| {
+        let connect = raw::connect_with(4, &id, clean, 60);
+        async move {
+            let mut s = Client::open(addr).await;
+            s.send(&connect).await;
+            (s.recv().await.expect("CONNACK"), s)
+        }
+    };
+    let (ack, mut s) = resume(false).await;
+    assert_eq!(ack, [0x20, 2, 0, 0], "a new session");
+    s.send(&raw::subscribe(4, 1, &[(&topic, 1), (&kept, 1)]))
+        .await;
+    assert_eq!(s.recv().await.unwrap(), [0x90, 4, 0, 1, 1, 1]);
+    let got = s.recv().await.expect("the retained one");
+    assert_eq!(got[0], 0x33, "QoS 1, RETAIN: {got:?}");
+    assert_eq!(raw::published(4, &got), (kept.clone(), b"kept".to_vec()));
+    s.send(&raw::packet(0x40, &got[got.len() - 6..got.len() - 4]))
+        .await;
+    s.send(&[0xE0, 0]).await;
+    assert!(s.until_closed().await.is_empty());
+
+    // Queued while it is away: one that expires, one that lasts, and one
+    // published at QoS 2 to its QoS 1 subscription.
+    let expiring = Props::new().int(MESSAGE_EXPIRY, 1);
+    p.publish_acked(&m5::publish(&topic, 1, false, 2, &expiring, b"expires"))
+        .await;
+    p.publish_acked(&m5::publish(&topic, 1, false, 3, &props(), b"lasts"))
+        .await;
+    let two = m5::publish(&topic, 2, false, 4, &props(), b"two");
+    assert_eq!(p.publish_acked(&two).await, 0);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+
+    let (ack, mut s) = resume(false).await;
+    assert_eq!(ack, [0x20, 2, 1, 0], "its session");
+    let lasts = s.recv().await.expect("lasts");
+    assert_eq!(
+        raw::published(4, &lasts),
+        (topic.clone(), b"lasts".to_vec())
+    );
+    let body = raw::string(topic.as_bytes());
+    assert_eq!(lasts[0], 0x32, "{lasts:?}");
+    assert_eq!(&lasts[2..2 + body.len()], &body[..]);
+    assert_eq!(
+        lasts.len(),
+        2 + body.len() + 2 + b"lasts".len(),
+        "no properties"
+    );
+    let pkid = &lasts[2 + body.len()..2 + body.len() + 2];
+    s.send(&raw::packet(0x40, pkid)).await;
+    let two = s.recv().await.expect("two");
+    assert_eq!(two[0], 0x32, "at the granted QoS 1: {two:?}");
+    assert_eq!(raw::published(4, &two), (topic.clone(), b"two".to_vec()));
+    assert!(s.until_pong().await.is_empty(), "nothing more yet");
+    drop(s);
+
+    let (ack, mut s) = resume(false).await;
+    assert_eq!(ack, [0x20, 2, 1, 0]);
+    let again = s.recv().await.expect("two, again");
+    assert_eq!(again[0], 0x3A, "DUP: {again:?}");
+    assert_eq!(again[1..], two[1..], "under its identifier");
+    s.send(&raw::packet(0x40, &two[two.len() - 5..two.len() - 3]))
+        .await;
+    assert!(s.until_pong().await.is_empty(), "the expired one never");
+}
+
 // 4. Session expiry ---------------------------------------------------------
 
 #[tokio::test]

@@ -30,7 +30,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::packet::{self, put_remaining_length, PacketError, Version};
-use super::properties;
+use super::properties::{self, Marker};
 
 /// What the client declared it can take (MQTT 5 CONNECT properties).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +195,49 @@ impl Delivery {
                 plain = false;
             }
         }
+        let as_it_came = plain && self.version == Version::V5 && self.limits.alias_max == 0;
+        self.deliver(first, &p, marker, as_it_came.then_some(raw), now_ms, client);
+        Ok(())
+    }
+
+    /// One publication the broker's link handed over unwritten, for an
+    /// MQTT 3.1.1 client (which gets none of its properties but the
+    /// guard's marker's say): as [`Delivery::publish`], without writing
+    /// it as MQTT 5 first and reading that back (issue 32).
+    pub fn publish_unwritten(
+        &mut self,
+        p: &rumqttd::Publication,
+        now_ms: u64,
+        client: &mut BytesMut,
+    ) {
+        debug_assert_eq!(self.version, Version::V4);
+        let first = 0x30 | u8::from(p.dup()) << 3 | p.qos() << 1 | u8::from(p.retain());
+        let marker = p
+            .properties
+            .as_ref()
+            .and_then(|props| Marker::among(&props.user_properties));
+        let from = FromBroker {
+            qos: p.qos(),
+            pkid: p.pkid(),
+            topic: p.topic(),
+            properties: &[],
+            payload: p.payload(),
+        };
+        self.deliver(first, &from, marker, None, now_ms, client);
+    }
+
+    /// What the client gets for `p` goes to `client` (`raw` when it goes
+    /// as it came); what the broker is owed waits in
+    /// [`Delivery::take_owed`].
+    fn deliver(
+        &mut self,
+        first: u8,
+        p: &FromBroker<'_>,
+        marker: Option<Marker>,
+        raw: Option<&[u8]>,
+        now_ms: u64,
+        client: &mut BytesMut,
+    ) {
         if p.qos > 0 {
             self.acks.push_back(Owed {
                 pkid: p.pkid,
@@ -206,7 +249,7 @@ impl Delivery {
             if at <= now_ms {
                 self.undelivered.expired += 1;
                 self.ack_for_client(p.qos, p.pkid);
-                return Ok(());
+                return;
             }
         }
         let qos = p.qos.min(marker.as_ref().map_or(2, |m| m.qos));
@@ -214,18 +257,18 @@ impl Delivery {
         // it is too large or must wait.
         let start = client.len();
         let mut new_alias = None;
-        if plain && qos == p.qos && self.version == Version::V5 && self.limits.alias_max == 0 {
-            // As it came.
-            client.extend_from_slice(raw);
-        } else {
-            let expires_at_ms = marker.as_ref().and_then(|m| m.expires_at_ms);
-            new_alias = self.encode(first, qos, &p, expires_at_ms, now_ms, client);
+        match raw {
+            Some(raw) if qos == p.qos => client.extend_from_slice(raw),
+            _ => {
+                let expires_at_ms = marker.as_ref().and_then(|m| m.expires_at_ms);
+                new_alias = self.encode(first, qos, p, expires_at_ms, now_ms, client);
+            }
         }
         if client.len() - start > self.limits.max_packet {
             client.truncate(start);
             self.undelivered.too_large += 1;
             self.ack_for_client(p.qos, p.pkid);
-            return Ok(());
+            return;
         }
         if let Some(alias) = new_alias {
             self.aliases.insert(p.topic.into(), alias);
@@ -244,7 +287,6 @@ impl Delivery {
         } else {
             self.held.push_back((qos, client.split_off(start).freeze()));
         }
-        Ok(())
     }
 
     /// Appends the client packet for `p`, at `qos`, with the properties it

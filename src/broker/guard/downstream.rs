@@ -17,6 +17,7 @@ use super::live::Between;
 use super::packet::{self, Version};
 use super::reason::UNSPECIFIED_ERROR;
 use super::v4::{self, Down};
+use rumqttd::Publication;
 
 /// The broker-to-client direction's state.
 pub(super) struct Downstream<'a> {
@@ -207,11 +208,14 @@ impl<'a> Downstream<'a> {
         }
     }
 
-    /// Takes the whole packets off `buf` and appends what the client gets
-    /// to `out`. `Err` when the connection ends (after `out`).
+    /// Takes the whole packets off `buf`, and the publications handed over
+    /// unwritten with them (an MQTT 3.1.1 client's, each in its place among
+    /// the packets), and appends what the client gets to `out`. `Err` when
+    /// the connection ends (after `out`).
     pub(super) fn client_bound(
         &mut self,
         buf: &mut BytesMut,
+        unwritten: &[Publication],
         mut out: BytesMut,
     ) -> (BytesMut, Option<End>) {
         if self.version == Version::V4 {
@@ -219,8 +223,13 @@ impl<'a> Downstream<'a> {
             // grows (the broker's properties are left out): room for all
             // of them at once, instead of a reallocation and a copy each
             // time the buffer doubles.
-            out.reserve(buf.len());
+            let written: usize = unwritten
+                .iter()
+                .map(|p| p.topic().len() + p.payload().len() + 9)
+                .sum();
+            out.reserve(buf.len() + written);
         }
+        let mut unwritten = unwritten.iter().peekable();
         let mut pos = 0;
         let mut raw_from = 0;
         let mut end = None;
@@ -232,6 +241,17 @@ impl<'a> Downstream<'a> {
         let mut now = None;
         let mut owes = false;
         loop {
+            if unwritten.peek().is_some_and(|p| p.at <= pos) {
+                out.extend_from_slice(&buf[raw_from..pos]);
+                raw_from = pos;
+                let now = *now.get_or_insert_with(now_ms);
+                let mut delivery = self.lock();
+                while let Some(p) = unwritten.next_if(|p| p.at <= pos) {
+                    delivery.publish_unwritten(p, now, &mut out);
+                }
+                owes |= delivery.owes();
+                continue;
+            }
             let header = match packet::frame(&buf[pos..], usize::MAX) {
                 Ok(Some(h)) => h,
                 Ok(None) => break,
@@ -307,7 +327,7 @@ mod tests {
         // MQTT 5 PUBLISH, QoS 1, topic "t", packet identifier 7, no
         // properties, payload "x"; then PUBACK 9.
         let mut buf = BytesMut::from(&[0x32, 7, 0, 1, b't', 0, 7, 0, b'x', 0x40, 2, 0, 9][..]);
-        let (out, end) = down.client_bound(&mut buf, BytesMut::new());
+        let (out, end) = down.client_bound(&mut buf, &[], BytesMut::new());
         assert!(end.is_none());
         assert!(buf.is_empty());
         assert_eq!(

@@ -22,6 +22,7 @@ use super::connection::{End, ToClient};
 use super::downstream::Downstream;
 use super::inspect::{Inspected, Inspector};
 use super::order;
+use super::packet::Version;
 use crate::broker::engine::{EngineRx, EngineTx};
 use crate::store::Store;
 
@@ -325,6 +326,22 @@ async fn to_broker(upstream: &mut EngineTx, packets: &[u8]) -> std::io::Result<(
     upstream.flush().await
 }
 
+/// Reads what the broker sent. An MQTT 3.1.1 client's publications come
+/// unwritten: the guard writes them in 3.1.1 itself (issue 32: writing them
+/// as MQTT 5 and reading that back was most of what a delivery cost the
+/// guard).
+async fn read_broker(
+    upstream: &mut EngineRx,
+    buf: &mut BytesMut,
+    unwritten: &mut Vec<rumqttd::Publication>,
+    version: Version,
+) -> io::Result<usize> {
+    match version {
+        Version::V4 => upstream.read_split(buf, unwritten).await,
+        Version::V5 => upstream.read_into(buf).await,
+    }
+}
+
 /// Acknowledges what was just read at once instead of after the kernel's
 /// delayed-ACK timer. A peer that leaves Nagle on (rumqttd on the sockets
 /// it accepts; many MQTT clients) holds each small packet it writes while
@@ -367,6 +384,7 @@ impl Downstream<'_> {
         // The link hands over a buffer of its own when this one is empty
         // (`DirectRx::read_into`), so an idle connection holds none.
         let mut buf = BytesMut::new();
+        let mut unwritten = Vec::new();
         loop {
             let mut out = BytesMut::new();
             let closing;
@@ -379,7 +397,7 @@ impl Downstream<'_> {
                     }
                     closing = close.then_some(End::Closing);
                 }
-                read = upstream.read_into(&mut buf) => {
+                read = read_broker(upstream, &mut buf, &mut unwritten, self.version) => {
                     match read {
                         Ok(0) | Err(_) => return End::BrokerClosed,
                         Ok(_) => {}
@@ -394,13 +412,16 @@ impl Downstream<'_> {
                     if close {
                         closing = Some(End::Closing);
                     } else {
-                        let (chunk, end) = self.client_bound(&mut buf, out);
+                        let (chunk, end) = self.client_bound(&mut buf, &unwritten, out);
                         out = chunk;
                         closing = end;
                     }
                     if buf.is_empty() {
                         buf = BytesMut::new();
                     }
+                    // Its publications go with it (what they hold is the
+                    // router's log's).
+                    unwritten = Vec::new();
                 }
             }
             // Boxed: only a durable store waits, and the wait would take

@@ -20,7 +20,7 @@ use tracing_subscriber::{
 
 pub use link::alerts;
 // lmos-sidecar patch
-pub use link::direct::{Direct, DirectRx, DirectStream, DirectTx};
+pub use link::direct::{Direct, DirectRx, DirectStream, DirectTx, Publication};
 pub use link::local;
 pub use link::meters;
 // lmos-sidecar patch 12

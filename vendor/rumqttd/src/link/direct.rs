@@ -32,7 +32,7 @@ use uuid::Uuid;
 
 use crate::link::local::LinkError;
 use crate::protocol::v5::V5;
-use crate::protocol::{self, ConnAck, ConnectReturnCode, Packet, Protocol};
+use crate::protocol::{self, ConnAck, ConnectReturnCode, Packet, Protocol, Publish, PublishProperties};
 use crate::router::iobufs::DirectWake;
 use crate::router::{Ack, Connection, Event, LinkToken, Notification};
 use crate::server::AwaitingWill;
@@ -432,6 +432,44 @@ impl DirectStream {
     }
 }
 
+/// lmos-sidecar patch 31: a publication the router sent, handed over
+/// unwritten by [`DirectRx::poll_read_split`].
+pub struct Publication {
+    /// Where it goes: after this many of the bytes read with it.
+    pub at: usize,
+    publish: Publish,
+    /// As the router has them; what MQTT 5 would write.
+    pub properties: Option<PublishProperties>,
+}
+
+impl Publication {
+    /// Its QoS: 0, 1 or 2.
+    pub fn qos(&self) -> u8 {
+        self.publish.qos as u8
+    }
+
+    /// 0 at QoS 0.
+    pub fn pkid(&self) -> u16 {
+        self.publish.pkid
+    }
+
+    pub fn dup(&self) -> bool {
+        self.publish.dup
+    }
+
+    pub fn retain(&self) -> bool {
+        self.publish.retain
+    }
+
+    pub fn topic(&self) -> &[u8] {
+        &self.publish.topic
+    }
+
+    pub fn payload(&self) -> &[u8] {
+        &self.publish.payload
+    }
+}
+
 /// What the router sends the connection, as MQTT 5 bytes.
 pub struct DirectRx {
     shared: Option<Arc<Shared>>,
@@ -454,16 +492,53 @@ impl DirectRx {
     /// Appends what the router has sent to `dst`, waiting for something if
     /// nothing has come; `Ok(0)` once the link has ended.
     pub fn poll_read_into(&mut self, cx: &mut Context<'_>, dst: &mut BytesMut) -> Poll<io::Result<usize>> {
+        self.poll_read_some(cx, dst, None)
+    }
+
+    /// lmos-sidecar patch 31: [`Self::poll_read_into`], but the
+    /// publications are appended to `publications` unwritten, each marked
+    /// with where it goes among the bytes appended to `dst`. An embedder
+    /// that writes publications in another form (MQTT 3.1.1) then need not
+    /// read back the MQTT 5 this link would write. `Ok(n)`: bytes and
+    /// publications together, 0 once the link has ended.
+    pub fn poll_read_split(
+        &mut self,
+        cx: &mut Context<'_>,
+        dst: &mut BytesMut,
+        publications: &mut Vec<Publication>,
+    ) -> Poll<io::Result<usize>> {
+        self.poll_read_some(cx, dst, Some(publications))
+    }
+
+    /// [`Self::poll_read_split`] as a future.
+    pub async fn read_split(&mut self, dst: &mut BytesMut, publications: &mut Vec<Publication>) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_read_split(cx, dst, publications)).await
+    }
+
+    fn poll_read_some(
+        &mut self,
+        cx: &mut Context<'_>,
+        dst: &mut BytesMut,
+        mut publications: Option<&mut Vec<Publication>>,
+    ) -> Poll<io::Result<usize>> {
+        let from = publications.as_ref().map_or(0, |p| p.len());
         loop {
-            if !self.out.is_empty() {
+            let split = publications.as_ref().map_or(0, |p| p.len() - from);
+            if !self.out.is_empty() || split > 0 {
                 let n = self.out.len();
+                if let Some(p) = publications.as_deref_mut() {
+                    // Their places were counted in `out`, which goes after
+                    // what `dst` holds.
+                    let base = dst.len();
+                    p[from..].iter_mut().for_each(|p| p.at += base);
+                }
                 if dst.is_empty() {
                     std::mem::swap(dst, &mut self.out);
                 } else {
                     dst.extend_from_slice(&self.out);
                     self.out.clear();
                 }
-                return Poll::Ready(Ok(n));
+                return Poll::Ready(Ok(n + split));
             }
             if self.eof {
                 return Poll::Ready(Ok(0));
@@ -488,6 +563,12 @@ impl DirectRx {
                     let mut unscheduled = false;
                     for notification in self.notifications.drain(..) {
                         match Option::<Packet>::from(notification) {
+                            Some(Packet::Publish(publish, properties)) if publications.is_some() => {
+                                if let Some(p) = publications.as_deref_mut() {
+                                    let at = self.out.len();
+                                    p.push(Publication { at, publish, properties });
+                                }
+                            }
                             Some(packet) => {
                                 if let Err(e) = V5.write(packet, &mut self.out) {
                                     tracing::error!(error = ?e, "Cannot write a packet for a direct link");
@@ -581,6 +662,30 @@ impl DirectTx {
     }
 }
 
+/// Takes the successful acknowledgements (PUBACK, PUBREC, PUBREL, PUBCOMP
+/// with a packet identifier and nothing else, as MQTT 5 §3.4.2.1 allows)
+/// off the front of `buf` into `incoming`: the packets `V5::read_mut`
+/// would read from them. Returns what is left.
+fn plain_acks<'a>(mut buf: &'a [u8], incoming: &mut VecDeque<Packet>, parsed: &mut usize) -> &'a [u8] {
+    use crate::protocol::{
+        PubAck, PubAckReason, PubComp, PubCompReason, PubRec, PubRecReason, PubRel, PubRelReason,
+    };
+    while let [first, 2, hi, lo, rest @ ..] = buf {
+        let pkid = u16::from_be_bytes([*hi, *lo]);
+        let packet = match first {
+            0x40 => Packet::PubAck(PubAck { pkid, reason: PubAckReason::Success }, None),
+            0x50 => Packet::PubRec(PubRec { pkid, reason: PubRecReason::Success }, None),
+            0x62 => Packet::PubRel(PubRel { pkid, reason: PubRelReason::Success }, None),
+            0x70 => Packet::PubComp(PubComp { pkid, reason: PubCompReason::Success }, None),
+            _ => break,
+        };
+        incoming.push_back(packet);
+        *parsed += 1;
+        buf = rest;
+    }
+    buf
+}
+
 impl AsyncWrite for DirectTx {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
@@ -592,10 +697,18 @@ impl AsyncWrite for DirectTx {
             return Poll::Ready(Err(broken()));
         }
         shared.heard();
-        this.read.extend_from_slice(buf);
         let mut parsed = 0;
         {
             let mut incoming = this.incoming.lock();
+            // lmos-sidecar patch 31: most of what a subscriber sends is
+            // plain acknowledgements (ten for a publication fanned out to
+            // ten): read in place, not copied into the read buffer and cut
+            // out of it one by one to be read as any packet.
+            let rest = match this.read.is_empty() {
+                true => plain_acks(buf, &mut incoming, &mut parsed),
+                false => buf,
+            };
+            this.read.extend_from_slice(rest);
             loop {
                 match V5.read_mut(&mut this.read, this.max_size) {
                     Ok(packet) => {
