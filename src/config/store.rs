@@ -21,7 +21,8 @@ pub struct StoreConfig {
     /// synced only every `sync_interval_ms`, so a crash can lose up to that
     /// long of acknowledged changes.
     pub sync: SyncMode,
-    /// How often `periodic` syncs, in milliseconds.
+    /// How often `periodic` syncs, in milliseconds; in either mode, how
+    /// soon changes of lazy tables (nothing waits for them) are synced.
     pub sync_interval_ms: u64,
     /// Bytes of changes queued for the writer and not yet taken: past it,
     /// whatever writes (the broker, the gateway) waits for the disk, so that

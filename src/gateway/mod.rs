@@ -514,7 +514,7 @@ fn kept_history(
     if !store.is_durable() {
         return Ok(None);
     }
-    let log = history::HistoryLog::new(store.table(history::TABLE));
+    let log = history::HistoryLog::new(store.lazy_table(history::TABLE));
     let rows = log.load()?;
     Ok(Some((log, rows)))
 }

@@ -218,3 +218,42 @@ async fn a_scoped_barrier_covers_its_own_changes_only() {
     store.close();
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Changes nothing waits for (the resume history) are committed without a
+/// sync of their own (issue 32: syncing each batch of history was a fifth
+/// of a WebSocket fan-out's CPU), synced with the next change something
+/// waits for, and all on disk after a graceful close.
+#[tokio::test]
+async fn lazy_changes_ride_on_the_next_sync() {
+    let dir = temp_dir("lazy");
+    let store = Store::open(&config(&dir)).unwrap();
+    let stats = store.stats().unwrap().clone();
+    let (lazy, eager) = (store.lazy_table("lazy"), store.table("eager"));
+    // The first commit after a quiet spell syncs: it is due.
+    eager
+        .put(b"first".to_vec(), vec![])
+        .durable()
+        .await
+        .unwrap();
+    let before = stats.syncs.load(Ordering::Relaxed);
+    for i in 0u32..50 {
+        let ticket = lazy.put(i.to_be_bytes().to_vec(), vec![0; 100]);
+        ticket.durable().await.unwrap();
+    }
+    assert_eq!(
+        stats.syncs.load(Ordering::Relaxed),
+        before,
+        "no sync for them"
+    );
+    assert!(stats.commits.load(Ordering::Relaxed) > before);
+    eager.put(b"then".to_vec(), vec![]).durable().await.unwrap();
+    assert_eq!(stats.syncs.load(Ordering::Relaxed), before + 1);
+    let _ = lazy.put(b"last".to_vec(), vec![]);
+    store.close();
+    drop((lazy, eager, store));
+    let again = Store::open(&config(&dir)).unwrap();
+    assert_eq!(again.table("lazy").load().unwrap().len(), 51);
+    assert_eq!(again.table("eager").load().unwrap().len(), 2);
+    again.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}

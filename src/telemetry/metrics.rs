@@ -289,6 +289,7 @@ impl Metrics {
             ("queued_bytes", stats.queued_bytes.load(Relaxed)),
             ("waits", stats.waits.load(Relaxed)),
             ("commits", stats.commits.load(Relaxed)),
+            ("syncs", stats.syncs.load(Relaxed)),
             ("changes", stats.changes.load(Relaxed)),
             ("commit_micros_total", stats.commit_micros.load(Relaxed)),
             ("max_commit_micros", stats.max_commit_micros.load(Relaxed)),

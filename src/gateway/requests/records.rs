@@ -76,7 +76,7 @@ impl Requests {
         if !store.is_durable() {
             return Ok(self);
         }
-        let table = store.table(TABLE);
+        let table = store.lazy_table(TABLE);
         let started = Instant::now();
         let (kept, failed) = self.restore(&table, wall_millis())?;
         store.note_recovered("invocations", (kept + failed) as u64);
