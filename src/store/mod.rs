@@ -138,14 +138,13 @@ impl Store {
         stats.file_bytes.store(file_len(&path), Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         let (committed_tx, committed) = watch::channel(Committed::default());
-        let sync = config.sync;
         let interval = Duration::from_millis(config.sync_interval_ms.max(1));
         let writer = Writer::new(
             db.clone(),
             path.clone(),
             committed_tx,
             stats.clone(),
-            sync,
+            config.sync,
             interval,
         );
         let handle = std::thread::Builder::new()

@@ -229,7 +229,7 @@ async fn lazy_changes_ride_on_the_next_sync() {
     let store = Store::open(&config(&dir)).unwrap();
     let stats = store.stats().unwrap().clone();
     let (lazy, eager) = (store.lazy_table("lazy"), store.table("eager"));
-    // The first commit after a quiet spell syncs: it is due.
+    // A change something waits for is synced with its batch.
     eager
         .put(b"first".to_vec(), vec![])
         .durable()
