@@ -562,19 +562,17 @@ impl DirectRx {
                     let lone = self.notifications.len() <= 1;
                     let mut unscheduled = false;
                     for notification in self.notifications.drain(..) {
-                        match Option::<Packet>::from(notification) {
-                            Some(Packet::Publish(publish, properties)) if publications.is_some() => {
-                                if let Some(p) = publications.as_deref_mut() {
-                                    let at = self.out.len();
-                                    p.push(Publication { at, publish, properties });
-                                }
+                        match (Option::<Packet>::from(notification), publications.as_deref_mut()) {
+                            (Some(Packet::Publish(publish, properties)), Some(p)) => {
+                                let at = self.out.len();
+                                p.push(Publication { at, publish, properties });
                             }
-                            Some(packet) => {
+                            (Some(packet), _) => {
                                 if let Err(e) = V5.write(packet, &mut self.out) {
                                     tracing::error!(error = ?e, "Cannot write a packet for a direct link");
                                 }
                             }
-                            None => unscheduled = true,
+                            (None, _) => unscheduled = true,
                         }
                     }
                     // lmos-sidecar patch 15: a link that is not busy keeps
