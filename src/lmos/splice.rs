@@ -9,9 +9,10 @@ use serde_json::{Map, Value};
 
 use super::member::{CORRELATION_ID, MESSAGE_ID, THING_ID};
 
-/// A message serialized once for many recipients; serializable as it is
-/// for the resume history's store.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+/// A message serialized once for many recipients. The resume history's store
+/// keeps its parts ([`Prepared::tail`], [`Prepared::from_stored`]); rows it
+/// wrote before it kept them in chunks hold it as JSON (`Deserialize`).
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct Prepared {
     /// The canonical JSON text minus its opening brace, without
     /// `correlationID`, `traceparent` and `tracestate`, e.g. `"thingID":"x"}`.
@@ -137,6 +138,32 @@ impl Prepared {
             message_type: Some(identity.message_type),
             message_id: Some(identity.message_id),
             timestamp: identity.timestamp,
+        }
+    }
+
+    /// The text after the envelope's spliced members (see [`Prepared::with`]),
+    /// as the resume history's store keeps it.
+    pub fn tail(&self) -> &str {
+        &self.tail
+    }
+
+    /// A message as the resume history's store kept it: `tail` as
+    /// [`Prepared::tail`] gave it.
+    pub fn from_stored(
+        tail: String,
+        traceparent: Option<String>,
+        tracestate: Option<String>,
+        message_type: Option<String>,
+        message_id: Option<String>,
+        timestamp: Option<String>,
+    ) -> Prepared {
+        Prepared {
+            tail,
+            traceparent,
+            tracestate,
+            message_type,
+            message_id,
+            timestamp,
         }
     }
 

@@ -118,7 +118,6 @@ pub struct Activity {
 }
 
 /// What the dispatcher reports to and consults besides the bus.
-#[derive(Clone)]
 pub struct Services {
     pub tracer: MessageTracer,
     pub directory: DirectoryService,
@@ -275,6 +274,12 @@ impl<D: Decisions> Core<D> {
             return self.barrier_passed(token);
         }
         self.deliver(delivery);
+    }
+
+    /// The end of a turn of deliveries: what the history recorded in it
+    /// goes to the store together.
+    pub fn end_turn(&mut self) {
+        self.history.flush();
     }
 
     /// The router's timers that fired.

@@ -1,55 +1,56 @@
-//! The resume history across a restart (issue 31): each entry is put in the
-//! store's `history` table as it is recorded and deleted as it leaves the
-//! history (trimmed, evicted, its Thing no longer followed); start-up
-//! rebuilds the history from what the table holds, within the same limits.
+//! The resume history across a restart (issue 31): each turn of the
+//! dispatcher puts the entries it recorded in the store's `history` table,
+//! a row per Thing ("chunk", `stored.rs`); a row is deleted once every
+//! entry in it left the history (trimmed, evicted, its Thing no longer
+//! followed). Start-up rebuilds the history from what the table holds,
+//! within the same limits.
 //!
-//! Keys are the Thing's ID, a zero byte and the entry's sequence number,
-//! big-endian: the sequence numbers go on from the largest restored, so an
-//! entry never takes the key of one still on disk, and the order of all
-//! Things' events (what `max_bytes` evicts first) survives the restart.
+//! Keys are the Thing's ID, a zero byte and the sequence number of the
+//! chunk's first entry, big-endian: the sequence numbers go on from the
+//! largest restored, so a chunk never takes the key of one still on disk,
+//! and the order of all Things' events (what `max_bytes` evicts first)
+//! survives the restart.
+//!
+//! A row stays while any entry of it is held, so a restart may read
+//! entries that had left: start-up applies the limits again, as if the
+//! events were recorded again in their order, which trims them again. Only
+//! what the byte budget over all Things (`max_bytes`) evicted for another
+//! Thing's events, since gone with that Thing, may come back.
 //!
 //! Nothing waits for these writes: events have no acknowledgement to hold
 //! back. What the store had committed when the process died is what comes
-//! back (with `store.sync = "every_batch"`, all but the last batch at most).
+//! back (see `Store::lazy_table`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tracing::warn;
 
+use super::stored::{decode_row, encode_entry, EntryRef, ReadEntry};
 use super::{entry_bytes, Entry, History, ThingHistory};
-use crate::lmos::splice::Prepared;
 use crate::store::{StoreError, Table};
 
 /// The store's table for the history.
 pub const TABLE: &str = "history";
 
 /// Where the history writes its entries.
-#[derive(Clone)]
 pub struct HistoryLog {
     table: Table,
+    /// Entries still held, per chunk (by the sequence number in its key).
+    live: HashMap<u64, u32>,
+    /// This turn's chunks, written at its end ([`HistoryLog::flush`]).
+    pending: Vec<Pending>,
+    scratch: Vec<u8>,
 }
 
-/// An entry as stored.
-#[derive(Serialize)]
-struct StoredRef<'a> {
-    event: &'a str,
-    time: i64,
-    wall: i64,
-    /// The Thing's latest event time before this one: its `complete_since`
-    /// after a restart when this is the oldest entry left.
-    before: i64,
-    message: &'a Prepared,
-}
-
-#[derive(Deserialize)]
-struct Stored {
-    event: String,
-    time: i64,
-    wall: i64,
-    before: i64,
-    message: Prepared,
+/// A Thing's entries of this turn.
+struct Pending {
+    thing: Arc<str>,
+    chunk: u64,
+    bytes: Vec<u8>,
+    /// Where each entry begins in `bytes`.
+    starts: Vec<usize>,
 }
 
 fn key(thing: &str, seq: u64) -> Vec<u8> {
@@ -79,25 +80,81 @@ impl std::fmt::Debug for HistoryLog {
 
 impl HistoryLog {
     pub fn new(table: Table) -> HistoryLog {
-        HistoryLog { table }
+        HistoryLog {
+            table,
+            live: HashMap::new(),
+            pending: Vec::new(),
+            scratch: Vec::new(),
+        }
     }
 
-    pub(super) fn put(&self, thing: &str, entry: &Entry, before: i64) {
-        let stored = StoredRef {
+    /// Adds an entry of `thing` (the history's own key) to this turn's
+    /// chunk of that Thing; returns the chunk.
+    pub(super) fn put(&mut self, thing: &Arc<str>, entry: &Entry, before: i64) -> u64 {
+        let i = match self
+            .pending
+            .iter()
+            .rposition(|p| Arc::ptr_eq(&p.thing, thing) || p.thing == *thing)
+        {
+            Some(i) => i,
+            None => {
+                self.pending.push(Pending {
+                    thing: thing.clone(),
+                    chunk: entry.seq,
+                    bytes: Vec::new(),
+                    starts: Vec::new(),
+                });
+                self.pending.len() - 1
+            }
+        };
+        let p = &mut self.pending[i];
+        p.starts.push(p.bytes.len());
+        let stored = EntryRef {
+            seq: entry.seq,
             event: &entry.event,
             time: entry.time,
             wall: entry.wall,
             before,
             message: &entry.prepared,
         };
-        // Serializing plain strings and numbers cannot fail.
-        let value = serde_json::to_vec(&stored).unwrap_or_default();
-        // No one waits for an event to be on disk (see the module's doc).
-        let _queued = self.table.put(key(thing, entry.seq), value);
+        encode_entry(&mut p.bytes, &stored, &mut self.scratch);
+        *self.live.entry(p.chunk).or_default() += 1;
+        p.chunk
     }
 
-    pub(super) fn delete(&self, thing: &str, seq: u64) {
-        let _queued = self.table.delete(key(thing, seq));
+    /// An entry of `chunk` left the history; the chunk's row goes with its
+    /// last one.
+    pub(super) fn release(&mut self, thing: &str, chunk: u64) {
+        let Some(left) = self.live.get_mut(&chunk) else {
+            return;
+        };
+        *left -= 1;
+        if *left > 0 {
+            return;
+        }
+        self.live.remove(&chunk);
+        if let Some(i) = self.pending.iter().position(|p| p.chunk == chunk) {
+            // Never written.
+            self.pending.swap_remove(i);
+            return;
+        }
+        let _queued = self.table.delete(key(thing, chunk));
+    }
+
+    /// Writes this turn's chunks.
+    pub(super) fn flush(&mut self) {
+        for p in self.pending.drain(..) {
+            let held = self.live.get(&p.chunk).map_or(0, |n| *n as usize);
+            // A Thing's entries leave oldest first: those of the chunk that
+            // already left are its first ones.
+            let Some(&start) = p.starts.get(p.starts.len().saturating_sub(held)) else {
+                continue;
+            };
+            let mut bytes = p.bytes;
+            bytes.drain(..start);
+            // No one waits for an event to be on disk (see the module's doc).
+            let _queued = self.table.put(key(&p.thing, p.chunk), bytes);
+        }
     }
 
     /// What the table holds (start-up).
@@ -120,6 +177,14 @@ pub struct Restored {
     pub dropped: usize,
 }
 
+/// An entry on its way back into the history.
+struct Restoring {
+    thing: String,
+    chunk: u64,
+    received: Instant,
+    entry: ReadEntry,
+}
+
 impl History {
     /// Rebuilds the history from `rows`, loaded from `log`'s table (at
     /// start-up, before any event is recorded), and keeps every later
@@ -127,7 +192,7 @@ impl History {
     /// limits apply as if the events were recorded again in their order.
     pub fn restore(
         &mut self,
-        log: HistoryLog,
+        mut log: HistoryLog,
         rows: Rows,
         now: Instant,
         wall_now: i64,
@@ -135,47 +200,61 @@ impl History {
         let mut restored = Restored::default();
         let mut entries = Vec::with_capacity(rows.len());
         for (k, v) in rows {
-            let parsed = parse_key(&k).zip(serde_json::from_slice::<Stored>(&v).ok());
-            match parsed {
-                Some(((thing, seq), stored)) if self.is_on() => {
-                    entries.push((thing.to_owned(), seq, stored))
-                }
-                _ => {
-                    let _queued = log.table.delete(k);
-                    restored.dropped += 1;
-                }
-            }
-        }
-        entries.sort_unstable_by_key(|(_, seq, _)| *seq);
-        self.log = Some(log);
-        for (thing, seq, stored) in entries {
-            self.next_seq = self.next_seq.max(seq.saturating_add(1));
-            let age = u64::try_from(wall_now.saturating_sub(stored.wall)).unwrap_or(0);
-            let age = Duration::from_micros(age);
-            let received = now.checked_sub(age).filter(|_| age < self.limits.max_age);
-            let Some(received) = received else {
-                if let Some(log) = &self.log {
-                    log.delete(&thing, seq);
-                }
+            let parsed = parse_key(&k).and_then(|(thing, chunk)| {
+                let read = decode_row(&v, chunk)?;
+                Some((thing.to_owned(), chunk, read))
+            });
+            let Some((thing, chunk, read)) = parsed.filter(|_| self.is_on()) else {
+                let _queued = log.table.delete(k);
                 restored.dropped += 1;
                 continue;
             };
+            let before = entries.len();
+            for entry in read {
+                self.next_seq = self.next_seq.max(entry.seq.saturating_add(1));
+                let age = u64::try_from(wall_now.saturating_sub(entry.wall)).unwrap_or(0);
+                let age = Duration::from_micros(age);
+                match now.checked_sub(age).filter(|_| age < self.limits.max_age) {
+                    Some(received) => entries.push(Restoring {
+                        thing: thing.clone(),
+                        chunk,
+                        received,
+                        entry,
+                    }),
+                    None => restored.dropped += 1,
+                }
+            }
+            // Every entry is counted before any goes in: going in may trim.
+            match entries.len() - before {
+                0 => {
+                    let _queued = log.table.delete(k);
+                }
+                n => {
+                    log.live.insert(chunk, n as u32);
+                }
+            }
+        }
+        entries.sort_unstable_by_key(|r| r.entry.seq);
+        self.log = Some(log);
+        for r in entries {
+            let (thing, e) = (r.thing, r.entry);
             if !self.things.contains_key(thing.as_str()) {
-                let mut h = ThingHistory::new(stored.before);
+                let mut h = ThingHistory::new(e.before);
                 let until = now + self.limits.max_age;
                 h.linger_until = Some(until);
                 self.expiries.push_back((until, thing.clone()));
                 self.things.insert(thing.as_str().into(), h);
                 restored.things.push(thing.clone());
             }
-            let prepared = Arc::new(stored.message);
+            let prepared = Arc::new(e.message);
             let entry = Entry {
-                seq,
-                time: stored.time,
-                received,
-                wall: stored.wall,
-                bytes: entry_bytes(&stored.event, &prepared),
-                event: stored.event.into(),
+                seq: e.seq,
+                chunk: r.chunk,
+                time: e.time,
+                received: r.received,
+                wall: e.wall,
+                bytes: entry_bytes(&e.event, &prepared),
+                event: e.event.into(),
                 prepared,
             };
             self.insert(&thing, entry, now);
@@ -195,11 +274,9 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::history::Anchor;
-    use crate::gateway::history::HistoryLimits;
-    use crate::gateway::history::Replay;
-
+    use crate::gateway::history::{Anchor, HistoryLimits, Replay};
     use crate::gateway::subscriptions::Selector;
+    use crate::lmos::splice::Prepared;
     use crate::store::{Store, StoreConfig};
     use serde_json::json;
 
@@ -244,19 +321,30 @@ mod tests {
         (h, restored)
     }
 
+    /// The first sequence number of each row on disk.
+    async fn rows(store: &Store) -> Vec<u64> {
+        store.barrier().durable().await.unwrap();
+        let rows = store.table(TABLE).load().unwrap();
+        rows.iter().map(|(k, _)| parse_key(k).unwrap().1).collect()
+    }
+
+    fn temp_dir() -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("lmos-history-{}", uuid::Uuid::new_v4()))
+    }
+
     #[tokio::test]
     async fn the_history_comes_back_within_its_limits_and_numbers_on() {
-        let dir = std::env::temp_dir().join(format!("lmos-history-{}", uuid::Uuid::new_v4()));
+        let dir = temp_dir();
         let store = open(&dir);
         let (mut h, restored) = history(&store, BASE);
         assert_eq!(restored, Restored::default());
         h.follow(T);
+        // A turn each.
         for i in 0..5 {
             h.record(T, "e", event(i), Instant::now(), BASE + i64::from(i));
+            h.flush();
         }
-        store.barrier().durable().await.unwrap();
-        let on_disk = store.table(TABLE).load().unwrap();
-        assert_eq!(on_disk.len(), 3, "trimmed events are deleted");
+        assert_eq!(rows(&store).await, [2, 3, 4], "trimmed events are deleted");
         store.close();
         drop((h, store));
 
@@ -283,16 +371,100 @@ mod tests {
         let r = h.replay(T, &Anchor::Time(BASE), &Selector::AllEvents, now);
         assert!(r.gap);
         h.record(T, "e", event(5), now, BASE + 10_000_000);
+        h.flush();
         assert_eq!(h.next_seq, 6, "numbered on from the restored");
-        store.barrier().durable().await.unwrap();
-        let keys: Vec<u64> = store
-            .table(TABLE)
-            .load()
+        assert_eq!(rows(&store).await, [3, 4, 5]);
+        store.close();
+        drop((h, store));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_turn_is_one_row_that_goes_with_its_last_entry() {
+        let dir = temp_dir();
+        let store = open(&dir);
+        let (mut h, _) = history(&store, BASE);
+        h.follow(T);
+        let now = Instant::now();
+        // Five in one turn, three held: the row holds those three.
+        for i in 0..5 {
+            h.record(T, "e", event(i), now, BASE + i64::from(i));
+        }
+        h.flush();
+        assert_eq!(rows(&store).await, [0]);
+        let row = &store.table(TABLE).load().unwrap()[0].1;
+        let held: Vec<u64> = super::super::stored::decode_row(row, 0)
             .unwrap()
             .iter()
-            .map(|(k, _)| parse_key(k).unwrap().1)
+            .map(|e| e.seq)
             .collect();
-        assert_eq!(keys, [3, 4, 5]);
+        assert_eq!(held, [2, 3, 4], "what left in the turn is not written");
+        // Two more: the first row still holds m4.
+        h.record(T, "e", event(5), now, BASE + 5);
+        h.record(T, "e", event(6), now, BASE + 6);
+        h.flush();
+        assert_eq!(rows(&store).await, [0, 5]);
+        store.close();
+        drop((h, store));
+
+        // m2 and m3 come back from the first row and leave again.
+        let store = open(&dir);
+        let (mut h, restored) = history(&store, BASE + 10_000_000);
+        assert_eq!(restored.events, 3);
+        assert_eq!(
+            restored.dropped, 0,
+            "entries trimmed again are not lost ones"
+        );
+        let now = Instant::now();
+        let r = h.replay(
+            T,
+            &Anchor::MessageId("m3".into()),
+            &Selector::AllEvents,
+            now,
+        );
+        assert!(r.gap, "m3 had left before the restart");
+        assert_eq!(ids(&r), ["m4", "m5", "m6"]);
+        let r = h.replay(
+            T,
+            &Anchor::Time(BASE + 3_000_000),
+            &Selector::AllEvents,
+            now,
+        );
+        assert!(!r.gap, "complete since m3's time");
+        // m4 leaves: so does its row.
+        h.record(T, "e", event(7), now, BASE + 7);
+        h.flush();
+        assert_eq!(rows(&store).await, [5, 7]);
+        // Its Thing no longer followed: every row goes.
+        h.leave(T, now);
+        h.expire(now + Duration::from_secs(61));
+        assert_eq!(rows(&store).await, Vec::<u64>::new());
+        store.close();
+        drop((h, store));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_row_written_before_chunks_comes_back() {
+        let dir = temp_dir();
+        let store = open(&dir);
+        let legacy = json!({"event": "e", "time": BASE, "wall": BASE, "before": i64::MIN, "message": {"tail": "\"thingID\":\"urn:t\",\"messageID\":\"old\"}", "traceparent": null, "tracestate": null, "message_type": "event", "message_id": "old", "timestamp": null}});
+        let table = store.table(TABLE);
+        let _queued = table.put(key(T, 41), legacy.to_string().into_bytes());
+        let _queued = table.put(key(T, 40), b"unreadable".to_vec());
+        store.barrier().durable().await.unwrap();
+        let (mut h, restored) = history(&store, BASE + 1_000_000);
+        assert_eq!((restored.events, restored.dropped), (1, 1));
+        let now = Instant::now();
+        let r = h.replay(T, &Anchor::Time(i64::MIN + 1), &Selector::AllEvents, now);
+        assert_eq!(ids(&r), ["old"]);
+        h.record(T, "e", event(1), now, BASE + 1_000_000);
+        h.flush();
+        assert_eq!(
+            rows(&store).await,
+            [41, 42],
+            "the unreadable row is deleted"
+        );
         store.close();
         drop((h, store));
         std::fs::remove_dir_all(dir).unwrap();
@@ -300,12 +472,14 @@ mod tests {
 
     #[tokio::test]
     async fn ages_count_across_the_restart() {
-        let dir = std::env::temp_dir().join(format!("lmos-history-{}", uuid::Uuid::new_v4()));
+        let dir = temp_dir();
         let store = open(&dir);
         let (mut h, _) = history(&store, BASE);
         h.follow(T);
         h.record(T, "e", event(0), Instant::now(), BASE);
+        h.flush();
         h.record(T, "e", event(1), Instant::now(), BASE + 30_000_000);
+        h.flush();
         store.barrier().durable().await.unwrap();
         store.close();
         drop((h, store));
@@ -315,8 +489,7 @@ mod tests {
         let (h, restored) = history(&store, BASE + 61_000_000);
         assert_eq!((restored.events, restored.dropped), (1, 1));
         assert_eq!(h.stats().events, 1);
-        store.barrier().durable().await.unwrap();
-        assert_eq!(store.table(TABLE).load().unwrap().len(), 1);
+        assert_eq!(rows(&store).await.len(), 1);
         store.close();
         drop((h, store));
         std::fs::remove_dir_all(dir).unwrap();

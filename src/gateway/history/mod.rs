@@ -37,6 +37,7 @@ use super::subscriptions::Selector;
 use crate::lmos::splice::Prepared;
 
 mod durable;
+mod stored;
 pub use durable::{HistoryLog, Restored, Rows, TABLE};
 
 /// Bounds of each Thing's history; either one 0 turns the history off.
@@ -79,6 +80,8 @@ pub struct Replay {
 struct Entry {
     /// Its place in the order of all Things' events.
     seq: u64,
+    /// The store's row that holds it (see `durable.rs`).
+    chunk: u64,
     event: Arc<str>,
     /// The event's `timestamp` (else when it arrived), µs since the epoch.
     time: i64,
@@ -127,7 +130,7 @@ impl ThingHistory {
         &mut self,
         limits: &HistoryLimits,
         now: Instant,
-        log: Option<(&HistoryLog, &str)>,
+        mut log: Option<(&mut HistoryLog, &str)>,
     ) -> Trimmed {
         let mut trimmed = Trimmed::default();
         while let Some(front) = self.entries.front() {
@@ -138,18 +141,18 @@ impl ThingHistory {
                 break;
             }
             trimmed.for_bytes += u64::from(too_big && !too_many && !too_old);
-            trimmed.bytes += self.pop_front(log);
+            trimmed.bytes += self.pop_front(log.as_mut().map(|(l, t)| (&mut **l, *t)));
         }
         trimmed
     }
 
     /// Drops the oldest event (from the store too); its bytes.
-    fn pop_front(&mut self, log: Option<(&HistoryLog, &str)>) -> usize {
+    fn pop_front(&mut self, log: Option<(&mut HistoryLog, &str)>) -> usize {
         let Some(gone) = self.entries.pop_front() else {
             return 0;
         };
         if let Some((log, thing)) = log {
-            log.delete(thing, gone.seq);
+            log.release(thing, gone.chunk);
         }
         self.complete_since = self.complete_since.max(gone.time);
         self.bytes -= gone.bytes;
@@ -243,7 +246,7 @@ impl History {
                 continue;
             };
             if h.entries.front().is_some_and(|e| e.seq == seq) {
-                self.bytes -= h.pop_front(self.log.as_ref().map(|l| (l, &*thing)));
+                self.bytes -= h.pop_front(self.log.as_mut().map(|l| (l, &*thing)));
                 evicted = true;
             }
         }
@@ -325,8 +328,9 @@ impl History {
             .unwrap_or(wall_micros);
         let seq = self.next_seq;
         self.next_seq += 1;
-        let entry = Entry {
+        let mut entry = Entry {
             seq,
+            chunk: seq,
             event: event.into(),
             time,
             received: now,
@@ -334,9 +338,10 @@ impl History {
             bytes: entry_bytes(event, &prepared),
             prepared,
         };
-        if let Some(log) = &self.log {
-            let before = self.things.get(thing).map_or(i64::MIN, |h| h.max_time);
-            log.put(thing, &entry, before);
+        if let Some(log) = &mut self.log {
+            if let Some((key, h)) = self.things.get_key_value(thing) {
+                entry.chunk = log.put(key, &entry, h.max_time);
+            }
         }
         self.insert(thing, entry, now);
     }
@@ -352,7 +357,7 @@ impl History {
         h.max_time = h.max_time.max(entry.time);
         h.entries.push_back(entry);
         h.bytes += bytes;
-        let trimmed = h.trim(&limits, now, self.log.as_ref().map(|l| (l, thing)));
+        let trimmed = h.trim(&limits, now, self.log.as_mut().map(|l| (l, thing)));
         self.order.push_back((seq, key));
         self.bytes += bytes;
         self.trimmed(trimmed);
@@ -376,7 +381,7 @@ impl History {
                 events: Vec::new(),
             };
         };
-        let trimmed = h.trim(&limits, now, self.log.as_ref().map(|l| (l, thing)));
+        let trimmed = h.trim(&limits, now, self.log.as_mut().map(|l| (l, thing)));
         let h = &*h;
         let (gap, start) = match anchor {
             Anchor::MessageId(id) => {
@@ -431,9 +436,9 @@ impl History {
             {
                 if let Some(h) = self.things.remove(thing.as_str()) {
                     self.bytes -= h.bytes;
-                    if let Some(log) = &self.log {
+                    if let Some(log) = &mut self.log {
                         for e in &h.entries {
-                            log.delete(&thing, e.seq);
+                            log.release(&thing, e.chunk);
                         }
                     }
                 }
@@ -444,6 +449,14 @@ impl History {
             b.set(self.bytes);
         }
         gone
+    }
+
+    /// Puts what was recorded since the last call in the store: the end of
+    /// a dispatcher turn.
+    pub fn flush(&mut self) {
+        if let Some(log) = &mut self.log {
+            log.flush();
+        }
     }
 
     pub fn stats(&self) -> HistoryStats {
