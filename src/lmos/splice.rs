@@ -5,6 +5,8 @@
 //! serialized once without a correlation ID; each subscriber's copy is that
 //! text with `"correlationID":"...",` spliced in after the opening brace.
 
+use std::sync::OnceLock;
+
 use serde_json::{Map, Value};
 
 use super::member::{CORRELATION_ID, MESSAGE_ID, THING_ID};
@@ -24,6 +26,12 @@ pub struct Prepared {
     pub message_id: Option<String>,
     /// Its `timestamp`, as written (kept in the text too).
     pub timestamp: Option<String>,
+    /// `traceparent` and `tracestate` as the members every recipient's copy
+    /// carries, `,"traceparent":"…"`, written by the first one: checking
+    /// them for escapes per recipient was 1.5 % of a fan-out's CPU. Set the
+    /// trace context before any copy is made.
+    #[serde(skip)]
+    trace_members: OnceLock<Box<str>>,
 }
 
 /// What [`Prepared::from_raw`] keeps beside the text.
@@ -106,6 +114,7 @@ impl Prepared {
             message_type: string("messageType"),
             message_id: string(MESSAGE_ID.canonical).or_else(|| string(MESSAGE_ID.alternative)),
             timestamp: string("timestamp"),
+            trace_members: OnceLock::new(),
         }
     }
 
@@ -138,6 +147,7 @@ impl Prepared {
             message_type: Some(identity.message_type),
             message_id: Some(identity.message_id),
             timestamp: identity.timestamp,
+            trace_members: OnceLock::new(),
         }
     }
 
@@ -164,15 +174,18 @@ impl Prepared {
             message_type,
             message_id,
             timestamp,
+            trace_members: OnceLock::new(),
         }
     }
 
     /// Heap memory it holds, for the resume history's accounting.
     pub fn heap_bytes(&self) -> usize {
         let len = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+        // The trace context twice: once more as the copies' members, which
+        // the first copy writes.
         self.tail.capacity()
-            + len(&self.traceparent)
-            + len(&self.tracestate)
+            + 2 * (len(&self.traceparent) + len(&self.tracestate))
+            + 32
             + len(&self.message_type)
             + len(&self.message_id)
             + len(&self.timestamp)
@@ -188,33 +201,42 @@ impl Prepared {
     /// As [`Prepared::with_correlation`], with the recipient's own
     /// `traceparent` when tracing gave it one (else the original, if any).
     pub fn with(&self, correlation_json: &str, traceparent: Option<&str>) -> String {
-        let traceparent = traceparent.or(self.traceparent.as_deref());
-        let tracestate = self.tracestate.as_deref();
-        // Written straight into the one buffer: this runs once per
-        // recipient, and encoding each value into a string of its own first
-        // was most of a WebSocket delivery's cost (issue 16).
-        let mut out = String::with_capacity(
-            64 + correlation_json.len()
-                + traceparent.map_or(0, str::len)
-                + tracestate.map_or(0, str::len)
-                + self.tail.len(),
-        );
-        out.push_str("{\"correlationID\":");
-        out.push_str(correlation_json);
-        if let Some(t) = traceparent {
-            out.push_str(",\"traceparent\":");
-            push_json_string(&mut out, t);
+        let own;
+        let trace: &str = match traceparent {
+            Some(t) => {
+                own = trace_members(Some(t), self.tracestate.as_deref());
+                &own
+            }
+            None => self.trace_members.get_or_init(|| {
+                trace_members(self.traceparent.as_deref(), self.tracestate.as_deref()).into()
+            }),
+        };
+        const OPEN: &str = "{\"correlationID\":";
+        let comma = if self.tail == "}" { "" } else { "," };
+        // Written straight into the one buffer, of the exact length: its
+        // bytes become the frame's without another allocation.
+        let parts = [OPEN, correlation_json, trace, comma, &self.tail];
+        let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for part in parts {
+            out.push_str(part);
         }
-        if let Some(t) = tracestate {
-            out.push_str(",\"tracestate\":");
-            push_json_string(&mut out, t);
-        }
-        if self.tail != "}" {
-            out.push(',');
-        }
-        out.push_str(&self.tail);
         out
     }
+}
+
+/// `,"traceparent":"…","tracestate":"…"`, each member present when given.
+fn trace_members(traceparent: Option<&str>, tracestate: Option<&str>) -> String {
+    let mut out = String::new();
+    for (key, value) in [
+        (",\"traceparent\":", traceparent),
+        (",\"tracestate\":", tracestate),
+    ] {
+        if let Some(v) = value {
+            out.push_str(key);
+            push_json_string(&mut out, v);
+        }
+    }
+    out
 }
 
 /// The payload with its `traceparent` replaced (or added), everything else,

@@ -71,7 +71,8 @@ pub fn check(
     Ok(Arc::new(with_trace(prepared, trace)))
 }
 
-/// The publication's own trace context, else the one it came with.
+/// The publication's own trace context, else the one it came with (set
+/// before any recipient's copy is made).
 fn with_trace(mut prepared: Prepared, trace: Option<TraceContext>) -> Prepared {
     if let (None, Some(t)) = (&prepared.traceparent, trace) {
         prepared.traceparent = Some(t.traceparent);
