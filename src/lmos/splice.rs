@@ -226,11 +226,15 @@ impl Prepared {
 
 /// `,"traceparent":"…","tracestate":"…"`, each member present when given.
 fn trace_members(traceparent: Option<&str>, tracestate: Option<&str>) -> String {
-    let mut out = String::new();
-    for (key, value) in [
+    let members = [
         (",\"traceparent\":", traceparent),
         (",\"tracestate\":", tracestate),
-    ] {
+    ];
+    let plain_len =
+        |(key, value): &(&str, Option<&str>)| value.map_or(0, |v| key.len() + v.len() + 2);
+    // Of the exact length when nothing needs escaping, as trace context does not.
+    let mut out = String::with_capacity(members.iter().map(plain_len).sum());
+    for (key, value) in members {
         if let Some(v) = value {
             out.push_str(key);
             push_json_string(&mut out, v);

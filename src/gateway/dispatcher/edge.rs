@@ -14,7 +14,7 @@ use tracing::warn;
 use super::{Command, Core, Decisions, Services};
 use crate::broker::{Bus, BusCommand, Delivery};
 use crate::gateway::budget::Budget;
-use crate::gateway::outbound::{Account, Frame, Offer, Outbound, RecipientCopy, TooSlow};
+use crate::gateway::outbound::{Account, Frame, Offer, Outbound, Queued, RecipientCopy, TooSlow};
 use crate::gateway::requests::Requests;
 use crate::gateway::subscriptions::ConnId;
 use crate::telemetry::metrics::Metrics;
@@ -98,14 +98,19 @@ impl Handoff {
     fn offer_all(&mut self, mut frames: Vec<(ConnId, Frame)>) {
         // Stable: each connection's frames keep their order.
         frames.sort_by_key(|(conn, _)| *conn);
-        for (conn, frame) in frames {
-            self.offer_now(conn, frame);
+        let mut frames = frames.into_iter().peekable();
+        while let Some((conn, first)) = frames.next() {
+            let mut batch = vec![Queued::new(first)];
+            while let Some((_, frame)) = frames.next_if(|(c, _)| *c == conn) {
+                batch.push(Queued::new(frame));
+            }
+            self.offer_now(conn, batch);
         }
     }
 
     fn offer(&mut self, conn: ConnId, frame: Frame) {
         let Some(held) = &mut self.held else {
-            return self.offer_now(conn, frame);
+            return self.offer_now(conn, vec![Queued::new(frame)]);
         };
         held.push((conn, frame));
         if held.len() >= HELD {
@@ -114,8 +119,9 @@ impl Handoff {
         }
     }
 
-    fn offer_now(&mut self, conn: ConnId, frame: Frame) {
-        let bytes = frame.wire_len();
+    /// Offers a connection its frames, in order.
+    fn offer_now(&mut self, conn: ConnId, batch: Vec<Queued>) {
+        let bytes = batch.iter().map(Queued::bytes).sum();
         if self.global.would_exceed(bytes) {
             self.shed(bytes);
         }
@@ -123,15 +129,18 @@ impl Handoff {
             // Gone, or it was the slowest.
             return;
         };
-        match outbound.offer_counted(frame, bytes) {
-            Offer::Queued => {}
-            Offer::Dropped => self.metrics.dropped("slow_consumer"),
+        let offered = outbound.offer_batch(batch);
+        for _ in 0..offered.dropped {
+            self.metrics.dropped("slow_consumer");
+        }
+        match offered.end {
+            None | Some(Offer::Queued | Offer::Dropped) => {}
             // The connection closes itself and deregisters; stop offering now.
-            Offer::Disconnected => {
+            Some(Offer::Disconnected) => {
                 self.metrics.dropped("slow_consumer_disconnected");
                 self.outbounds.remove(&conn);
             }
-            Offer::Closed => {
+            Some(Offer::Closed) => {
                 self.outbounds.remove(&conn);
             }
         }
