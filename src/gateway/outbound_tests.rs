@@ -54,3 +54,53 @@ async fn bytes_fill_a_queue_too_and_are_given_back() {
     drop(inbox);
     assert_eq!(l.global.used(), 0);
 }
+
+fn texts(inbox: &mut Inbox) -> Vec<String> {
+    std::iter::from_fn(|| inbox.try_recv())
+        .map(|f| f.into_text().to_string())
+        .collect()
+}
+
+fn batch(texts: &[&str]) -> Vec<Queued> {
+    texts
+        .iter()
+        .map(|t| Queued::new(String::from(*t).into()))
+        .collect()
+}
+
+#[test]
+fn a_batch_is_offered_message_by_message_in_order() {
+    let l = limits(3, 1000, SlowConsumerPolicy::Drop);
+    let (out, mut inbox) = channel(&l);
+    let offered = out.offer_batch(batch(&["a", "b", "c", "d", "e"]));
+    assert_eq!((offered.queued, offered.dropped, offered.end), (3, 2, None));
+    assert_eq!(inbox.dropped.load(Ordering::Relaxed), 2);
+    assert_eq!((inbox.account.queued(), l.global.used()), (3, 3));
+    assert_eq!(texts(&mut inbox), ["a", "b", "c"]);
+    assert_eq!((inbox.account.queued(), l.global.used()), (0, 0));
+
+    // Bytes: the first always fits an empty queue; the policy closes.
+    let l = limits(100, 4, SlowConsumerPolicy::Disconnect);
+    let (out, mut inbox) = channel(&l);
+    let offered = out.offer_batch(batch(&["12345", "6", "7"]));
+    assert_eq!(offered.end, Some(Offer::Disconnected));
+    assert_eq!(offered.queued, 1, "what came before the full one is queued");
+    assert_eq!(inbox.account.too_slow(), Some(TooSlow::Bytes));
+    assert_eq!(texts(&mut inbox), ["12345"]);
+}
+
+#[tokio::test]
+async fn messages_count_until_the_connection_asks_for_more() {
+    let l = limits(2, 1000, SlowConsumerPolicy::Drop);
+    let (out, mut inbox) = channel(&l);
+    assert_eq!(out.offer_batch(batch(&["a", "b"])).queued, 2);
+    assert_eq!(inbox.recv().await.unwrap().into_text().as_str(), "a");
+    // Taken, not yet written: still counted.
+    assert_eq!(out.offer(String::from("c").into()), Offer::Dropped);
+    assert!(inbox.try_recv().is_some());
+    assert!(inbox.try_recv().is_none(), "the end of a batch gives back");
+    assert_eq!(out.offer_batch(batch(&["d", "e"])).queued, 2);
+    drop(inbox);
+    assert_eq!(l.global.used(), 0, "what was still queued no longer counts");
+    assert_eq!(out.offer(String::from("f").into()), Offer::Closed);
+}

@@ -290,7 +290,7 @@ impl Dispatcher {
     /// entries put in the store together. Offered one by one, every copy
     /// woke its connection to write one or two frames: a flush, a system
     /// call and a wake-up of the consumer each.
-    fn turn(&mut self, first: Delivery) {
+    pub(super) fn turn(&mut self, first: Delivery) {
         self.core.out.hold();
         self.core.on_delivery(first);
         for _ in 1..TURN {

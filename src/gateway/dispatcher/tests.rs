@@ -19,6 +19,8 @@ struct Rig {
     dispatcher: Dispatcher,
     /// What the dispatcher hands the bus.
     bus: mpsc::Receiver<BusCommand>,
+    /// Deliveries waiting for a turn.
+    waiting: mpsc::Sender<Delivery>,
 }
 
 /// The dispatcher's parts, as the gateway builds them; its bus handle.
@@ -64,18 +66,23 @@ fn rig() -> Rig {
     let (bus_handle, topics, requests, services, bus) = parts();
     // The loop is not run: the test applies commands and deliveries itself.
     let (_, commands) = mpsc::channel(1);
-    let (_, deliveries) = mpsc::channel(1);
+    let (waiting, deliveries) = mpsc::channel(64);
     let dispatcher = Dispatcher::new(bus_handle, topics, requests, services, commands, deliveries);
-    Rig { dispatcher, bus }
+    Rig {
+        dispatcher,
+        bus,
+        waiting,
+    }
 }
 
 impl Rig {
     /// A registered connection and its queue.
     fn connect(&mut self, conn: ConnId) -> Inbox {
-        let (outbound, inbox) = channel(&QueueLimits::messages_only(
-            16,
-            SlowConsumerPolicy::Disconnect,
-        ));
+        self.connect_with(conn, 16, SlowConsumerPolicy::Disconnect)
+    }
+
+    fn connect_with(&mut self, conn: ConnId, queue: usize, policy: SlowConsumerPolicy) -> Inbox {
+        let (outbound, inbox) = channel(&QueueLimits::messages_only(queue, policy));
         self.dispatcher.command(Command::Register {
             conn,
             outbound,
@@ -103,14 +110,18 @@ impl Rig {
     }
 
     fn event(&mut self, event: &str, data: i64) {
-        let payload = serde_json::json!({"thingID": THING, "messageID": format!("m{data}"), "messageType": "event", "event": event, "data": data, "timestamp": "2025-01-20T19:00:00Z"});
-        self.dispatcher.delivery(Delivery {
-            topic: format!("lmos/{THING}/events/{event}").into(),
-            payload: payload.to_string().into(),
-            response: None,
-            trace: None,
-            publisher: None,
-        });
+        self.dispatcher.delivery(event_delivery(event, data));
+    }
+}
+
+fn event_delivery(event: &str, data: i64) -> Delivery {
+    let payload = serde_json::json!({"thingID": THING, "messageID": format!("m{data}"), "messageType": "event", "event": event, "data": data, "timestamp": "2025-01-20T19:00:00Z"});
+    Delivery {
+        topic: format!("lmos/{THING}/events/{event}").into(),
+        payload: payload.to_string().into(),
+        response: None,
+        trace: None,
+        publisher: None,
     }
 }
 
@@ -176,6 +187,31 @@ fn an_event_reaches_each_subscriber_under_its_own_correlation_id_and_no_one_else
     );
     assert_eq!(b[0]["correlationID"], "s2");
     assert!(received(&mut other).is_empty());
+}
+
+#[test]
+fn a_turn_hands_each_connection_its_copies_in_order_within_its_queue() {
+    let mut r = rig();
+    let mut a = r.connect(1);
+    let mut b = r.connect(2);
+    let mut small = r.connect_with(3, 4, SlowConsumerPolicy::Drop);
+    r.subscribe(1, "e", "s1");
+    r.subscribe(2, "e", "s2");
+    r.subscribe(3, "e", "s3");
+    for data in 1..10 {
+        r.waiting.try_send(event_delivery("e", data)).unwrap();
+    }
+    r.dispatcher.turn(event_delivery("e", 0));
+    let data = |inbox: &mut Inbox, correlation: &str| -> Vec<i64> {
+        let got = received(inbox);
+        assert!(got.iter().all(|m| m["correlationID"] == correlation));
+        got.iter().map(|m| m["data"].as_i64().unwrap()).collect()
+    };
+    let all: Vec<i64> = (0..10).collect();
+    assert_eq!(data(&mut a, "s1"), all);
+    assert_eq!(data(&mut b, "s2"), all);
+    assert_eq!(data(&mut small, "s3"), [0, 1, 2, 3], "the rest dropped");
+    assert_eq!(small.dropped.load(std::sync::atomic::Ordering::Relaxed), 6);
 }
 
 #[test]
