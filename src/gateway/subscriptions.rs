@@ -210,11 +210,9 @@ impl Table {
             return Vec::new();
         };
         let named = subs.events.get(event);
-        let mut out: Vec<_> = named
-            .into_iter()
-            .flatten()
-            .map(|(c, k)| (*c, k.clone()))
-            .collect();
+        let most = named.map_or(0, |n| n.len()) + subs.all_events.len();
+        let mut out = Vec::with_capacity(most);
+        out.extend(named.into_iter().flatten().map(|(c, k)| (*c, k.clone())));
         out.extend(
             subs.all_events
                 .iter()

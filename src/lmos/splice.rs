@@ -122,12 +122,14 @@ impl Prepared {
     /// each key decoded and its value's JSON text, in order. For a message
     /// already known to hold its envelope in the table's spelling and no
     /// correlation ID (`gateway::published`'s plain path): the values go
-    /// into the text as they came instead of written anew.
+    /// into the text as they came instead of written anew. `capacity`: the
+    /// text's length, or more (the message's whole length will do).
     pub fn from_raw<'a>(
         members: impl IntoIterator<Item = (&'a str, &'a str)>,
         identity: Identity,
+        capacity: usize,
     ) -> Prepared {
-        let mut tail = String::with_capacity(256);
+        let mut tail = String::with_capacity(capacity);
         for (key, raw) in members {
             if matches!(key, "traceparent" | "tracestate") {
                 continue;

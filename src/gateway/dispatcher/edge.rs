@@ -34,8 +34,10 @@ pub struct Handoff {
     /// Queues of connections closed for `global` whose bytes are not yet
     /// given back (their connections are still closing).
     doomed: Vec<Arc<Account>>,
-    /// During a turn, the frames decided so far (see [`Dispatcher::turn`]).
-    held: Option<Vec<(ConnId, Frame)>>,
+    /// During a turn (`holding`), the frames decided so far (see
+    /// [`Dispatcher::turn`]).
+    holding: bool,
+    held: Vec<(ConnId, Frame)>,
 }
 
 /// Frames held in a turn beyond which they are offered at once: a turn's
@@ -84,38 +86,44 @@ impl Decisions for Handoff {
 impl Handoff {
     /// Holds what the core decides until [`Handoff::release`].
     fn hold(&mut self) {
-        self.held.get_or_insert_with(Vec::new);
+        self.holding = true;
     }
 
     /// Offers what was held, connection by connection, each one's in the
     /// order decided, and holds no more.
     fn release(&mut self) {
-        if let Some(held) = self.held.take() {
-            self.offer_all(held);
-        }
+        self.holding = false;
+        self.offer_held();
     }
 
-    fn offer_all(&mut self, mut frames: Vec<(ConnId, Frame)>) {
+    /// Offers what is held. The buffer is kept for the next turn.
+    fn offer_held(&mut self) {
+        let mut held = std::mem::take(&mut self.held);
         // Stable: each connection's frames keep their order.
-        frames.sort_by_key(|(conn, _)| *conn);
-        let mut frames = frames.into_iter().peekable();
+        held.sort_by_key(|(conn, _)| *conn);
+        let mut frames = held.drain(..);
         while let Some((conn, first)) = frames.next() {
-            let mut batch = vec![Queued::new(first)];
-            while let Some((_, frame)) = frames.next_if(|(c, _)| *c == conn) {
-                batch.push(Queued::new(frame));
-            }
+            let run = 1 + frames
+                .as_slice()
+                .iter()
+                .take_while(|(c, _)| *c == conn)
+                .count();
+            let mut batch = Vec::with_capacity(run);
+            batch.push(Queued::new(first));
+            batch.extend(frames.by_ref().take(run - 1).map(|(_, f)| Queued::new(f)));
             self.offer_now(conn, batch);
         }
+        drop(frames);
+        self.held = held;
     }
 
     fn offer(&mut self, conn: ConnId, frame: Frame) {
-        let Some(held) = &mut self.held else {
+        if !self.holding {
             return self.offer_now(conn, vec![Queued::new(frame)]);
-        };
-        held.push((conn, frame));
-        if held.len() >= HELD {
-            let frames = std::mem::take(held);
-            self.offer_all(frames);
+        }
+        self.held.push((conn, frame));
+        if self.held.len() >= HELD {
+            self.offer_held();
         }
     }
 
@@ -219,7 +227,8 @@ impl Dispatcher {
             metrics: services.metrics.clone(),
             global: services.budgets.outbound.clone(),
             doomed: Vec::new(),
-            held: None,
+            holding: false,
+            held: Vec::new(),
         };
         Dispatcher {
             core: Core::new(topics, requests, services, handoff)

@@ -89,6 +89,7 @@ pub(super) fn check(payload: &[u8], expected: Expected<'_>) -> Option<Prepared> 
     Some(Prepared::from_raw(
         members.iter().map(|(k, v)| (k.as_ref(), v.get())),
         identity,
+        text.len(),
     ))
 }
 
