@@ -328,14 +328,21 @@ impl History {
             .unwrap_or(wall_micros);
         let seq = self.next_seq;
         self.next_seq += 1;
+        // A Thing's events mostly share a few names: one allocation each.
+        let last = self.things.get(thing).and_then(|h| h.entries.back());
+        let event: Arc<str> = match last {
+            Some(e) if *e.event == *event => e.event.clone(),
+            _ => event.into(),
+        };
+        let bytes = entry_bytes(&event, &prepared);
         let mut entry = Entry {
             seq,
             chunk: seq,
-            event: event.into(),
+            event,
             time,
             received: now,
             wall: wall_micros,
-            bytes: entry_bytes(event, &prepared),
+            bytes,
             prepared,
         };
         if let Some(log) = &mut self.log {

@@ -21,6 +21,17 @@ use serde_json::value::RawValue;
 use super::Expected;
 use crate::lmos::splice::{Identity, Prepared};
 
+/// A JSON string's value: borrowed when it holds no escape (most of the
+/// envelope's, compared and dropped), decoded otherwise; `None` for
+/// anything but a string.
+fn json_str(raw: &str) -> Option<Cow<'_, str>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str(raw).ok().map(Cow::Owned)
+}
+
 /// Members that send a message to the full check: the envelope's other
 /// spellings and the correlation ID (renamed, merged or dropped there),
 /// and what marks the Kotlin dialect.
@@ -50,13 +61,13 @@ pub(super) fn check(payload: &[u8], expected: Expected<'_>) -> Option<Prepared> 
         }
     }
     let raw = |key: &str| members.iter().find(|(k, _)| k == key).map(|(_, v)| v.get());
-    let string = |key: &str| -> Option<String> { serde_json::from_str(raw(key)?).ok() };
+    let string = |key: &str| -> Option<Cow<'_, str>> { json_str(raw(key)?) };
     let non_empty = |key: &str| string(key).filter(|s| !s.is_empty());
     // `null` or a string; anything else goes to the full check.
     let optional = |key: &str| -> Result<Option<String>, ()> {
         match raw(key) {
             None | Some("null") => Ok(None),
-            Some(_) => string(key).map(Some).ok_or(()),
+            Some(_) => string(key).map(|s| Some(s.into_owned())).ok_or(()),
         }
     };
 
@@ -74,8 +85,8 @@ pub(super) fn check(payload: &[u8], expected: Expected<'_>) -> Option<Prepared> 
     if matches!(expected, Expected::Reading { .. }) && raw("data").is_some() {
         return None;
     }
-    let message_id = non_empty("messageID")?;
-    let timestamp = string("timestamp")?;
+    let message_id = non_empty("messageID")?.into_owned();
+    let timestamp = string("timestamp")?.into_owned();
     crate::lmos::parse_timestamp(&timestamp)?;
     let traceparent = optional("traceparent").ok()?;
     let tracestate = optional("tracestate").ok()?;
