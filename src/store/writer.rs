@@ -16,9 +16,9 @@ use super::{definition, file_len, Bytes, Committed, StoreError, StoreStats, Sync
 /// until one huge commit ends.
 const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 
-/// How long the writer lets lazy changes gather into one commit, unless a
-/// change something waits for comes first.
-const LAZY_GATHER: Duration = Duration::from_millis(10);
+/// How long the writer lets lazy changes gather after committing a batch
+/// of nothing else.
+const LAZY_GATHER: Duration = Duration::from_millis(1);
 
 /// One change; `lazy`: of a [`super::Store::lazy_table`].
 pub(super) enum Op {
@@ -136,7 +136,17 @@ impl Writer {
                     Err(_) => break,
                 },
             };
-            let (batch, bytes) = gather(&rx, first);
+            let mut batch = vec![first];
+            let mut bytes = batch[0].bytes();
+            while bytes < MAX_BATCH_BYTES {
+                match rx.try_recv() {
+                    Ok(op) => {
+                        bytes += op.bytes();
+                        batch.push(op);
+                    }
+                    Err(_) => break,
+                }
+            }
             let due = self.last_sync.elapsed() >= self.interval;
             let sync = match self.mode {
                 SyncMode::EveryBatch => due || batch.iter().any(|op| !op.lazy()),
@@ -145,7 +155,15 @@ impl Writer {
             self.stats
                 .queued_bytes
                 .fetch_sub(bytes as u64, Ordering::Relaxed);
+            let lazy = !sync && batch.iter().all(Op::lazy);
             self.commit(batch, sync);
+            if lazy {
+                // Lets a stream of lazy changes gather instead of waking
+                // this thread for each (its wake-ups were as costly as the
+                // commits); a change something waits for waits this much
+                // longer at most, and only while such a stream flows.
+                std::thread::sleep(LAZY_GATHER);
+            }
         }
         if self.unsynced {
             self.commit(Vec::new(), true);
@@ -254,32 +272,4 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
-}
-
-/// `first` and what follows it into one batch: whatever is queued, and, while
-/// the batch holds only lazy changes, what comes within [`LAZY_GATHER`]. A
-/// commit per few lazy changes (a dispatcher turn's history) cost as much as
-/// the changes, and so did waking this thread for each; a change something
-/// waits for ends the gathering at once.
-fn gather(rx: &Receiver<Op>, first: Op) -> (Vec<Op>, usize) {
-    let until = Instant::now() + LAZY_GATHER;
-    let mut awaited = !first.lazy();
-    let mut bytes = first.bytes();
-    let mut batch = vec![first];
-    while bytes < MAX_BATCH_BYTES {
-        let next = match rx.try_recv() {
-            Ok(op) => Some(op),
-            Err(_) if awaited => None,
-            Err(_) => rx
-                .recv_timeout(until.saturating_duration_since(Instant::now()))
-                .ok(),
-        };
-        let Some(op) = next else {
-            break;
-        };
-        awaited |= !op.lazy();
-        bytes += op.bytes();
-        batch.push(op);
-    }
-    (batch, bytes)
 }
