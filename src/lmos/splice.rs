@@ -203,46 +203,59 @@ impl Prepared {
     /// As [`Prepared::with_correlation`], with the recipient's own
     /// `traceparent` when tracing gave it one (else the original, if any).
     pub fn with(&self, correlation_json: &str, traceparent: Option<&str>) -> String {
-        let own;
-        let trace: &str = match traceparent {
-            Some(t) => {
-                own = trace_members(Some(t), self.tracestate.as_deref());
-                &own
-            }
-            None => self.trace_members.get_or_init(|| {
-                trace_members(self.traceparent.as_deref(), self.tracestate.as_deref()).into()
-            }),
-        };
         const OPEN: &str = "{\"correlationID\":";
         let comma = if self.tail == "}" { "" } else { "," };
-        // Written straight into the one buffer, of the exact length: its
-        // bytes become the frame's without another allocation.
-        let parts = [OPEN, correlation_json, trace, comma, &self.tail];
-        let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
-        for part in parts {
-            out.push_str(part);
-        }
+        let Some(traceparent) = traceparent else {
+            let trace = self.trace_members.get_or_init(|| {
+                let (tp, ts) = (self.traceparent.as_deref(), self.tracestate.as_deref());
+                let mut members = String::with_capacity(trace_members_len(tp, ts));
+                push_trace_members(&mut members, tp, ts);
+                members.into()
+            });
+            // Of the exact length: its bytes become the frame's without
+            // another allocation.
+            let parts = [OPEN, correlation_json, trace, comma, &self.tail];
+            let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+            for part in parts {
+                out.push_str(part);
+            }
+            return out;
+        };
+        // The fan-out's own `traceparent` (tracing on).
+        let tracestate = self.tracestate.as_deref();
+        let trace_len = trace_members_len(Some(traceparent), tracestate);
+        let len = OPEN.len() + correlation_json.len() + trace_len + comma.len() + self.tail.len();
+        let mut out = String::with_capacity(len);
+        out.push_str(OPEN);
+        out.push_str(correlation_json);
+        push_trace_members(&mut out, Some(traceparent), tracestate);
+        out.push_str(comma);
+        out.push_str(&self.tail);
         out
     }
 }
 
+const TRACEPARENT_MEMBER: &str = ",\"traceparent\":";
+const TRACESTATE_MEMBER: &str = ",\"tracestate\":";
+
+/// The length of [`push_trace_members`]'s text when nothing needs escaping,
+/// as trace context does not.
+fn trace_members_len(traceparent: Option<&str>, tracestate: Option<&str>) -> usize {
+    let member = |key: &str, value: Option<&str>| value.map_or(0, |v| key.len() + v.len() + 2);
+    member(TRACEPARENT_MEMBER, traceparent) + member(TRACESTATE_MEMBER, tracestate)
+}
+
 /// `,"traceparent":"…","tracestate":"…"`, each member present when given.
-fn trace_members(traceparent: Option<&str>, tracestate: Option<&str>) -> String {
-    let members = [
-        (",\"traceparent\":", traceparent),
-        (",\"tracestate\":", tracestate),
-    ];
-    let plain_len =
-        |(key, value): &(&str, Option<&str>)| value.map_or(0, |v| key.len() + v.len() + 2);
-    // Of the exact length when nothing needs escaping, as trace context does not.
-    let mut out = String::with_capacity(members.iter().map(plain_len).sum());
-    for (key, value) in members {
+fn push_trace_members(out: &mut String, traceparent: Option<&str>, tracestate: Option<&str>) {
+    for (key, value) in [
+        (TRACEPARENT_MEMBER, traceparent),
+        (TRACESTATE_MEMBER, tracestate),
+    ] {
         if let Some(v) = value {
             out.push_str(key);
-            push_json_string(&mut out, v);
+            push_json_string(out, v);
         }
     }
-    out
 }
 
 /// The payload with its `traceparent` replaced (or added), everything else,
