@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -38,6 +39,36 @@ fn type_label(message_type: &str) -> &'static str {
         .map_or("unknown", MessageType::as_str)
 }
 
+/// The transports messages are counted under.
+const TRANSPORTS: [&str; 5] = [WEBSOCKET, MQTT, HTTP, MCP, A2A];
+
+/// A message family's counters by message type (and `unknown`) and
+/// transport, each looked up in the family once: a hash of the labels and a
+/// lock per message, twice per event fanned out, were 1 % of a WebSocket
+/// fan-out's CPU.
+#[derive(Default)]
+struct Resolved([[std::sync::OnceLock<Counter>; TRANSPORTS.len()]; MessageType::ALL.len() + 1]);
+
+impl Resolved {
+    /// The counter of `message_type` on `transport` in `family`.
+    fn with(
+        &self,
+        family: &Family<Labels2, Counter>,
+        transport: &'static str,
+        message_type: &str,
+        count: impl FnOnce(&Counter),
+    ) {
+        let parsed = message_type.parse::<MessageType>().ok();
+        let label = parsed.map_or("unknown", MessageType::as_str);
+        let labels = [("message_type", label), ("transport", transport)];
+        let Some(t) = TRANSPORTS.iter().position(|x| *x == transport) else {
+            return count(&family.get_or_create(&labels));
+        };
+        let m = parsed.map_or(MessageType::ALL.len(), |m| m as usize);
+        count(self.0[m][t].get_or_init(|| family.get_or_create(&labels).clone()));
+    }
+}
+
 struct Inner {
     registry: Registry,
     messages: Messages,
@@ -47,6 +78,8 @@ struct Inner {
     cluster: Cluster,
     kept: Kept,
     store_stats: std::sync::OnceLock<Arc<crate::store::StoreStats>>,
+    received: Resolved,
+    sent: Resolved,
 }
 
 #[derive(Clone)]
@@ -89,15 +122,16 @@ impl Metrics {
             cluster,
             kept,
             store_stats: std::sync::OnceLock::new(),
+            received: Resolved::default(),
+            sent: Resolved::default(),
         }))
     }
 
     pub fn received(&self, transport: &'static str, message_type: &str) {
-        let labels = [
-            ("message_type", type_label(message_type)),
-            ("transport", transport),
-        ];
-        self.0.messages.received.get_or_create(&labels).inc();
+        let family = &self.0.messages.received;
+        self.0.received.with(family, transport, message_type, |c| {
+            c.inc();
+        });
     }
 
     pub fn sent(&self, transport: &'static str, message_type: &str) {
@@ -105,11 +139,10 @@ impl Metrics {
     }
 
     pub fn sent_many(&self, transport: &'static str, message_type: &str, n: u64) {
-        let labels = [
-            ("message_type", type_label(message_type)),
-            ("transport", transport),
-        ];
-        self.0.messages.sent.get_or_create(&labels).inc_by(n);
+        let family = &self.0.messages.sent;
+        self.0.sent.with(family, transport, message_type, |c| {
+            c.inc_by(n);
+        });
     }
 
     /// `kind` is a problem slug (`invalid-json`, `timeout`, ...).
