@@ -300,22 +300,24 @@ impl Dispatcher {
     /// woke its connection to write one or two frames: a flush, a system
     /// call and a wake-up of the consumer each.
     pub(super) fn turn(&mut self, first: Delivery) {
+        self.turn_of(first, TURN);
+    }
+
+    /// A turn of one delivery.
+    pub(super) fn delivery(&mut self, delivery: Delivery) {
+        self.turn_of(delivery, 1);
+    }
+
+    /// A turn of `first` and at most `most - 1` deliveries waiting behind it.
+    fn turn_of(&mut self, first: Delivery, most: usize) {
         self.core.out.hold();
         self.core.on_delivery(first);
-        for _ in 1..TURN {
+        for _ in 1..most {
             let Ok(delivery) = self.deliveries.try_recv() else {
                 break;
             };
             self.core.on_delivery(delivery);
         }
-        self.core.end_turn();
-        self.core.out.release();
-    }
-
-    /// A turn of one delivery.
-    pub(super) fn delivery(&mut self, delivery: Delivery) {
-        self.core.out.hold();
-        self.core.on_delivery(delivery);
         self.core.end_turn();
         self.core.out.release();
     }

@@ -318,9 +318,16 @@ impl History {
         now: Instant,
         wall_micros: i64,
     ) {
-        if !self.things.contains_key(thing) {
+        // One lookup of the Thing for what recording needs of it.
+        let Some((key, h)) = self.things.get_key_value(thing) else {
             return;
-        }
+        };
+        let (key, max_time) = (key.clone(), h.max_time);
+        // A Thing's events mostly share a few names: one allocation each.
+        let event: Arc<str> = match h.entries.back() {
+            Some(e) if *e.event == *event => e.event.clone(),
+            _ => event.into(),
+        };
         let time = prepared
             .timestamp
             .as_deref()
@@ -328,12 +335,6 @@ impl History {
             .unwrap_or(wall_micros);
         let seq = self.next_seq;
         self.next_seq += 1;
-        // A Thing's events mostly share a few names: one allocation each.
-        let last = self.things.get(thing).and_then(|h| h.entries.back());
-        let event: Arc<str> = match last {
-            Some(e) if *e.event == *event => e.event.clone(),
-            _ => event.into(),
-        };
         let bytes = entry_bytes(&event, &prepared);
         let mut entry = Entry {
             seq,
@@ -346,9 +347,7 @@ impl History {
             prepared,
         };
         if let Some(log) = &mut self.log {
-            if let Some((key, h)) = self.things.get_key_value(thing) {
-                entry.chunk = log.put(key, &entry, h.max_time);
-            }
+            entry.chunk = log.put(&key, &entry, max_time);
         }
         self.insert(thing, entry, now);
     }
