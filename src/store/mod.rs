@@ -18,6 +18,10 @@
 //! per commit, but lost a third of its records silently on a damaged
 //! journal; SQLite lets two processes share a file.
 
+mod bounds;
+mod failures;
+mod room;
+mod ticket;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -29,7 +33,13 @@ use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::watch;
 
 pub use crate::config::{StoreConfig, SyncMode};
+use failures::Failures;
+pub use ticket::{Settled, Ticket};
 use writer::{Op, Writer};
+
+/// The database, shared by the writer and the readers (start-up's scans);
+/// empty while the writer opens it again after an I/O error.
+type DbSlot = Arc<Mutex<Option<Arc<redb::Database>>>>;
 
 /// The file in the data directory.
 pub const FILE_NAME: &str = "store.redb";
@@ -51,16 +61,21 @@ pub enum StoreError {
     Open { path: PathBuf, reason: String },
     #[error("the store could not write: {0}")]
     Write(String),
+    /// `store.max_file_bytes` or `store.min_free_bytes` reached: puts are
+    /// refused until there is room again (deletes still go through).
+    #[error("the store is full ({reason}): writes are refused until space returns")]
+    Full { reason: String },
     #[error("the store has stopped")]
     Stopped,
 }
 
-/// What a commit reached: tickets up to `seq` are durable, unless writing
-/// failed.
+/// What the writer decided: changes up to `seq` are durable, except those
+/// in `failures`; once `stopped`, nothing more will be.
 #[derive(Debug, Clone, Default)]
 struct Committed {
     seq: u64,
-    failed: Option<StoreError>,
+    failures: Failures,
+    stopped: Option<StoreError>,
 }
 
 /// Figures for the metrics endpoint.
@@ -86,6 +101,50 @@ pub struct StoreStats {
     /// What start-up found, by kind (retained, sessions, queued, history,
     /// invocations, tds).
     pub recovered: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// 1 while puts are refused (`store.max_file_bytes`,
+    /// `store.min_free_bytes`), else 0.
+    pub full: AtomicU64,
+    /// Puts refused for want of room, since start.
+    pub refused: AtomicU64,
+    /// Times the database was opened again after an I/O error.
+    pub reopens: AtomicU64,
+    /// Why puts are refused, while they are.
+    full_reason: Mutex<Option<&'static str>>,
+    /// Why the store stopped for good, if it did.
+    stopped: Mutex<Option<String>>,
+    /// Wakes what waits for room in the writer's queue.
+    room: room::Room,
+}
+
+impl StoreStats {
+    /// While puts are refused: why (for `/readyz`).
+    pub fn full_reason(&self) -> Option<&'static str> {
+        *self.full_reason.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why the store stopped for good (for `/healthz`).
+    pub fn stopped(&self) -> Option<String> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_full(&self, reason: Option<&'static str>) {
+        self.full.store(reason.is_some() as u64, Ordering::Relaxed);
+        *self.full_reason.lock().unwrap_or_else(|e| e.into_inner()) = reason;
+    }
+
+    fn set_stopped(&self, why: &str) {
+        *self.stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_owned());
+        self.room.wake();
+    }
+
+    /// The writer took `bytes` off the queue.
+    fn taken(&self, bytes: u64) {
+        self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.room.wake();
+    }
 }
 
 /// Handle to the store; cheap to clone.
@@ -98,7 +157,7 @@ pub struct Store {
 }
 
 struct Inner {
-    db: Arc<redb::Database>,
+    db: DbSlot,
     path: PathBuf,
     /// Sequence numbers and the channel under one lock, so that the writer
     /// sees changes in ticket order and "committed up to n" is exact.
@@ -133,12 +192,19 @@ impl Store {
         prepare_directory(dir)?;
         let path = dir.join(FILE_NAME);
         let db = open_database(&path)?;
-        let db = Arc::new(db);
+        let db: DbSlot = Arc::new(Mutex::new(Some(Arc::new(db))));
         let stats = Arc::new(StoreStats::default());
         stats.file_bytes.store(file_len(&path), Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         let (committed_tx, committed) = watch::channel(Committed::default());
         let interval = Duration::from_millis(config.sync_interval_ms.max(1));
+        let bounds = bounds::Bounds::new(
+            path.clone(),
+            dir.clone(),
+            config.max_file_bytes,
+            config.min_free_bytes,
+            interval,
+        );
         let writer = Writer::new(
             db.clone(),
             path.clone(),
@@ -146,7 +212,12 @@ impl Store {
             stats.clone(),
             config.sync,
             interval,
-        );
+            bounds,
+        )
+        .ok_or_else(|| StoreError::Open {
+            path: path.clone(),
+            reason: "opened and gone".into(),
+        })?;
         let handle = std::thread::Builder::new()
             .name("lmos-store".into())
             .spawn(move || writer.run(rx))
@@ -238,23 +309,48 @@ impl Store {
         }
     }
 
-    /// A ticket for everything queued so far (through this handle, when
-    /// scoped): resolves once all of it is durable.
-    pub fn barrier(&self) -> Ticket {
+    /// Where the queue stands (through this handle, when scoped): a
+    /// barrier taken later with [`Store::barrier_since`] this mark fails
+    /// only if a change queued after it failed. The guard takes one as it
+    /// hands the broker a publication, for the acknowledgement to come.
+    pub fn mark(&self) -> u64 {
         match (&self.inner, &self.scope) {
-            (None, _) => Ticket::done(),
-            (Some(inner), Some(scope)) => Ticket {
-                seq: scope.load(Ordering::Acquire),
-                committed: Some(inner.committed.clone()),
-            },
-            (Some(inner), None) => {
-                let q = inner.lock_queue();
-                Ticket {
-                    seq: q.next,
-                    committed: Some(inner.committed.clone()),
-                }
+            (None, _) => 0,
+            (Some(_), Some(scope)) => scope.load(Ordering::Acquire),
+            (Some(inner), None) => inner.lock_queue().next,
+        }
+    }
+
+    /// A ticket for everything queued so far (through this handle, when
+    /// scoped): resolves once all of it is decided, and fails if a change
+    /// queued after `mark` failed. What failed before is someone else's
+    /// news: one failure must not fail every later acknowledgement.
+    pub fn barrier_since(&self, mark: u64) -> Ticket {
+        match &self.inner {
+            None => Ticket::done(),
+            Some(inner) => Ticket::new(self.mark(), mark, inner.committed.clone()),
+        }
+    }
+
+    /// A ticket for everything queued so far and not yet decided (through
+    /// this handle, when scoped).
+    pub fn barrier(&self) -> Ticket {
+        match &self.inner {
+            None => Ticket::done(),
+            Some(inner) => {
+                let decided = inner.committed.borrow().seq;
+                self.barrier_since(decided)
             }
         }
+    }
+
+    /// Resolves once the writer's queue is under `store.max_queued_bytes`
+    /// (or the store stopped): what an async producer awaits before it
+    /// takes more input, since [`Table::put`] never waits on a tokio
+    /// worker.
+    pub async fn room(&self) {
+        let Some(inner) = &self.inner else { return };
+        inner.stats.room.wait(|| inner.has_room(0)).await;
     }
 
     /// Writes what is queued, syncs and stops the writer; later changes
@@ -297,34 +393,39 @@ impl Store {
         }
         drop(q);
         inner.stats.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
-        Ticket {
-            seq,
-            committed: Some(inner.committed.clone()),
-        }
+        Ticket::new(seq, seq - 1, inner.committed.clone())
     }
 }
 
 impl Inner {
-    /// Past `max_queued_bytes`, waits until the writer has taken some of
-    /// the queue (it takes up to 8 MiB per commit), or has stopped. Callers
-    /// never block otherwise; here they wait for the disk, as a broker
-    /// without memory to spare must.
+    /// Whether `bytes` more fit in the writer's queue (one change always
+    /// does), or the writer is gone and nothing will make room.
+    fn has_room(&self, bytes: u64) -> bool {
+        let queued = self.stats.queued_bytes.load(Ordering::Relaxed);
+        queued == 0
+            || queued.saturating_add(bytes) <= self.max_queued_bytes
+            || self.writer_stopped()
+    }
+
+    /// Past `max_queued_bytes`, a std thread (rumqttd's router, writing
+    /// through the keeper) waits until the writer has taken some of the
+    /// queue, as a broker without memory to spare must. A tokio worker
+    /// never does: it would stall every task on it; async producers await
+    /// [`Store::room`] before taking more input instead, so the queue
+    /// passes the bound by what they had in hand at most.
     fn wait_for_room(&self, bytes: u64) {
-        let full = || {
-            let queued = self.stats.queued_bytes.load(Ordering::Relaxed);
-            queued > 0 && queued.saturating_add(bytes) > self.max_queued_bytes
-        };
-        if !full() {
+        if self.has_room(bytes) {
             return;
         }
         self.stats.waits.fetch_add(1, Ordering::Relaxed);
-        while full() && !self.writer_stopped() {
-            std::thread::sleep(Duration::from_millis(1));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return;
         }
+        self.stats.room.block(|| self.has_room(bytes));
     }
 
     fn writer_stopped(&self) -> bool {
-        self.committed.borrow().failed.is_some()
+        self.committed.borrow().stopped.is_some()
             || self
                 .writer
                 .lock()
@@ -401,7 +502,9 @@ impl Table {
             path: inner.path.clone(),
             reason: format!("reading table {}: {e}", self.name),
         };
-        let txn = inner.db.begin_read().map_err(|e| read_error(&e))?;
+        let db = inner.db.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let db = db.ok_or(StoreError::Stopped)?;
+        let txn = db.begin_read().map_err(|e| read_error(&e))?;
         let table = match txn.open_table(definition(self.name)) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
@@ -419,59 +522,6 @@ pub(crate) type Bytes = &'static [u8];
 
 fn definition(name: &str) -> TableDefinition<'_, Bytes, Bytes> {
     TableDefinition::new(name)
-}
-
-/// Resolves once its change, and every change queued before it, is durable.
-#[must_use = "a ticket says when a change is on disk; drop it only when nothing waits for that"]
-pub struct Ticket {
-    seq: u64,
-    committed: Option<watch::Receiver<Committed>>,
-}
-
-impl Ticket {
-    fn done() -> Ticket {
-        Ticket {
-            seq: 0,
-            committed: None,
-        }
-    }
-
-    fn failed(error: StoreError) -> Ticket {
-        let (_tx, rx) = watch::channel(Committed {
-            seq: 0,
-            failed: Some(error),
-        });
-        Ticket {
-            seq: u64::MAX,
-            committed: Some(rx),
-        }
-    }
-
-    /// Already durable (no need to wait).
-    pub fn is_durable(&self) -> bool {
-        match &self.committed {
-            None => true,
-            Some(rx) => {
-                let c = rx.borrow();
-                c.failed.is_none() && c.seq >= self.seq
-            }
-        }
-    }
-
-    pub async fn durable(self) -> Result<(), StoreError> {
-        let Some(mut rx) = self.committed else {
-            return Ok(());
-        };
-        let seq = self.seq;
-        let reached = rx
-            .wait_for(|c| c.failed.is_some() || c.seq >= seq)
-            .await
-            .map_err(|_| StoreError::Stopped)?;
-        match &reached.failed {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
-    }
 }
 
 fn prepare_directory(dir: &Path) -> Result<(), StoreError> {

@@ -1,3 +1,5 @@
+use futures_util::FutureExt;
+
 use super::*;
 
 fn config(dir: &Path) -> StoreConfig {
@@ -171,12 +173,18 @@ async fn past_its_byte_budget_a_change_waits_for_the_writer_and_none_is_lost() {
     };
     let store = Store::open(&config).unwrap();
     let table = store.table("flood");
-    // 4 MiB of changes nobody awaits, far past the 64 KiB budget.
-    for i in 0u32..1024 {
-        let _ = table.put(i.to_be_bytes().to_vec(), vec![7u8; 4096]);
-        let queued = store.stats().unwrap().queued_bytes.load(Ordering::Relaxed);
-        assert!(queued <= 64 * 1024 + 4100, "queued {queued}");
-    }
+    // 4 MiB of changes nobody awaits, far past the 64 KiB budget, from a
+    // std thread (rumqttd's router writes so): it blocks for room.
+    let (s, t) = (store.clone(), table.clone());
+    std::thread::spawn(move || {
+        for i in 0u32..1024 {
+            let _ = t.put(i.to_be_bytes().to_vec(), vec![7u8; 4096]);
+            let queued = s.stats().unwrap().queued_bytes.load(Ordering::Relaxed);
+            assert!(queued <= 64 * 1024 + 4100, "queued {queued}");
+        }
+    })
+    .join()
+    .unwrap();
     assert!(store.stats().unwrap().waits.load(Ordering::Relaxed) > 0);
     store.barrier().durable().await.unwrap();
     assert_eq!(table.load().unwrap().len(), 1024);
@@ -255,5 +263,132 @@ async fn lazy_changes_ride_on_the_next_sync() {
     assert_eq!(again.table("lazy").load().unwrap().len(), 51);
     assert_eq!(again.table("eager").load().unwrap().len(), 2);
     again.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn bounded(dir: &Path, max_file_bytes: u64) -> StoreConfig {
+    StoreConfig {
+        max_file_bytes,
+        min_free_bytes: 0,
+        sync_interval_ms: 10,
+        ..config(dir)
+    }
+}
+
+/// Past `store.max_file_bytes` puts fail with `Full` and deletes go on;
+/// once deletes made room, puts are written again without a restart
+/// (issue 43: one failure failed every later change until a restart).
+#[tokio::test]
+async fn past_max_file_bytes_puts_are_refused_until_deletes_make_room() {
+    let dir = temp_dir("max-file");
+    let store = Store::open(&bounded(&dir, 4 * 1024 * 1024)).unwrap();
+    let table = store.table("t");
+    let mut refused = None;
+    for i in 0u32..200 {
+        let put = table.put(i.to_be_bytes().to_vec(), vec![1u8; 64 * 1024]);
+        if let Err(e) = put.durable().await {
+            refused = Some((i, e));
+            break;
+        }
+    }
+    let (last, e) = refused.expect("the bound was reached");
+    assert!(
+        matches!(&e, StoreError::Full { reason } if reason.contains("store.max_file_bytes")),
+        "{e}"
+    );
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.full.load(Ordering::Relaxed), 1);
+    assert!(stats.full_reason().is_some());
+    assert!(stats.refused.load(Ordering::Relaxed) >= 1);
+    let len = file_len(store.path().unwrap());
+    assert!(len <= 4 * 1024 * 1024 + 64 * 1024, "{len} after {last}");
+    let mark = store.mark();
+    table.delete_prefix(Vec::new()).durable().await.unwrap();
+    // The refused put does not fail what comes after it.
+    store.barrier_since(mark).durable().await.unwrap();
+    let mut again = None;
+    for _ in 0..200 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        if table
+            .put(b"again".to_vec(), vec![2u8; 1024])
+            .durable()
+            .await
+            .is_ok()
+        {
+            again = Some(());
+            break;
+        }
+    }
+    assert!(
+        again.is_some(),
+        "puts are written again after {last} refused"
+    );
+    assert_eq!(stats.full.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        table.load().unwrap(),
+        vec![(b"again".to_vec(), vec![2u8; 1024])]
+    );
+    store.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A barrier fails for a failed change in its window, and not for one
+/// before its mark.
+#[tokio::test]
+async fn a_barrier_fails_only_for_a_failure_since_its_mark() {
+    let dir = temp_dir("window");
+    // Every put is refused; deletes are written.
+    let config = StoreConfig {
+        min_free_bytes: u64::MAX / 2,
+        ..bounded(&dir, 0)
+    };
+    let store = Store::open(&config).unwrap().scoped();
+    let table = store.table("t");
+    let before = store.mark();
+    assert!(table
+        .put(b"k".to_vec(), b"v".to_vec())
+        .durable()
+        .await
+        .is_err());
+    assert!(store.barrier_since(before).durable().await.is_err());
+    let after = store.mark();
+    table.delete(b"k".to_vec()).durable().await.unwrap();
+    store.barrier_since(after).durable().await.unwrap();
+    store.barrier().durable().await.unwrap();
+    let settled = store.barrier_since(before).settle().await;
+    assert!(settled.failed_since(before).is_some());
+    assert!(settled.failed_since(after).is_none());
+    store.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `room()` waits while the writer's queue is past `store.max_queued_bytes`
+/// and a commit wakes it; a put on a tokio worker never blocks.
+#[tokio::test]
+async fn room_waits_for_the_writer_and_a_commit_wakes_it() {
+    let dir = temp_dir("room");
+    let config = StoreConfig {
+        max_queued_bytes: 1_000,
+        ..config(&dir)
+    };
+    let store = Store::open(&config).unwrap();
+    store.room().await;
+    let stats = store.stats().unwrap().clone();
+    // As if 2 000 bytes were queued and not yet taken.
+    stats.queued_bytes.fetch_add(2_000, Ordering::Relaxed);
+    let mut room = std::pin::pin!(store.room());
+    assert!(room.as_mut().now_or_never().is_none(), "no room");
+    // Never blocks here, though the queue is past its bound.
+    let ticket = store.table("t").put(b"k".to_vec(), vec![0; 100]);
+    assert!(ticket.is_durable() || stats.queued_bytes.load(Ordering::Relaxed) >= 2_000);
+    stats.queued_bytes.fetch_sub(2_000, Ordering::Relaxed);
+    ticket.durable().await.unwrap();
+    // The wake-up came with the writer taking the put: the queue was
+    // emptied since, and the next put's commit wakes it in any case.
+    let _ = store.table("t").put(b"k".to_vec(), vec![0; 100]);
+    tokio::time::timeout(std::time::Duration::from_secs(10), room)
+        .await
+        .expect("the commit woke it");
+    store.close();
     std::fs::remove_dir_all(dir).unwrap();
 }

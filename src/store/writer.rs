@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use redb::Durability;
 use tokio::sync::watch;
 
-use super::{definition, file_len, Bytes, Committed, StoreError, StoreStats, SyncMode};
+use super::bounds::{Bounds, Limit};
+use super::failures::Failures;
+use super::{definition, file_len, Bytes, Committed, DbSlot, StoreError, StoreStats, SyncMode};
 
 /// Most changes in one transaction, so a flood does not hold every ticket
 /// until one huge commit ends.
@@ -72,6 +74,10 @@ impl Op {
         }
     }
 
+    fn is_put(&self) -> bool {
+        matches!(self, Op::Put { .. })
+    }
+
     fn table(&self) -> &'static str {
         match self {
             Op::Put { table, .. } | Op::Delete { table, .. } | Op::DeletePrefix { table, .. } => {
@@ -82,7 +88,10 @@ impl Op {
 }
 
 pub(super) struct Writer {
-    db: Arc<redb::Database>,
+    /// `None` once it could not be opened again.
+    db: Option<Arc<redb::Database>>,
+    /// Shares `db` with the readers; emptied while it is reopened.
+    slot: DbSlot,
     path: PathBuf,
     committed: watch::Sender<Committed>,
     stats: Arc<StoreStats>,
@@ -94,19 +103,28 @@ pub(super) struct Writer {
     last_sync: Instant,
     /// Committed without sync since `last_sync`.
     unsynced: bool,
+    /// `store.max_file_bytes`, `store.min_free_bytes`.
+    bounds: Bounds,
+    /// Set when the database could not be reopened after an I/O error:
+    /// every later change fails.
+    stopped: Option<StoreError>,
 }
 
 impl Writer {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
-        db: Arc<redb::Database>,
+        slot: DbSlot,
         path: PathBuf,
         committed: watch::Sender<Committed>,
         stats: Arc<StoreStats>,
         mode: SyncMode,
         interval: Duration,
-    ) -> Writer {
-        Writer {
-            db,
+        bounds: Bounds,
+    ) -> Option<Writer> {
+        let db = slot.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+        Some(Writer {
+            db: Some(db),
+            slot,
             path,
             committed,
             stats,
@@ -114,18 +132,32 @@ impl Writer {
             interval,
             last_sync: Instant::now(),
             unsynced: false,
-        }
+            bounds,
+            stopped: None,
+        })
     }
 
     /// Until every sender is gone: what is left is written and synced.
     pub(super) fn run(mut self, rx: Receiver<Op>) {
         loop {
-            let first = match self.unsynced {
+            let first = match self.unsynced || self.bounds.full.is_some() {
                 true => {
-                    match rx.recv_timeout(self.interval.saturating_sub(self.last_sync.elapsed())) {
+                    let wait = match self.unsynced {
+                        true => self.interval.saturating_sub(self.last_sync.elapsed()),
+                        false => self.interval,
+                    };
+                    match rx.recv_timeout(wait) {
                         Ok(op) => op,
                         Err(RecvTimeoutError::Timeout) => {
-                            self.commit(Vec::new(), true);
+                            if self.unsynced {
+                                self.commit(Vec::new(), true);
+                            }
+                            // Room comes back without a change to write.
+                            let db = self.db.clone();
+                            let used = move || used_bytes(db.as_deref());
+                            if self.bounds.recheck(&used) {
+                                self.room_again();
+                            }
                             continue;
                         }
                         Err(RecvTimeoutError::Disconnected) => break,
@@ -152,9 +184,7 @@ impl Writer {
                 SyncMode::EveryBatch => due || batch.iter().any(|op| !op.lazy()),
                 SyncMode::Periodic => due,
             };
-            self.stats
-                .queued_bytes
-                .fetch_sub(bytes as u64, Ordering::Relaxed);
+            self.stats.taken(bytes as u64);
             let lazy = !sync && batch.iter().all(Op::lazy);
             self.commit(batch, sync);
             if lazy {
@@ -168,17 +198,45 @@ impl Writer {
         if self.unsynced {
             self.commit(Vec::new(), true);
         }
+        // Nothing will make room any more: what waits for it goes on (and
+        // its changes fail as the store's are stopped).
+        self.stats.room.wake();
     }
 
-    fn commit(&mut self, batch: Vec<Op>, sync: bool) {
-        if self.committed.borrow().failed.is_some() {
+    /// Writes `batch` (its puts only if there is room), then tells the
+    /// tickets up to its last change which of them failed.
+    fn commit(&mut self, mut batch: Vec<Op>, sync: bool) {
+        let (Some(first), Some(last)) = (batch.first().map(Op::seq), batch.last().map(Op::seq))
+        else {
+            if self.stopped.is_some() {
+                return;
+            }
+            if let Err(e) = self.write(Vec::new(), sync) {
+                self.failed_io(&e);
+            } else {
+                self.synced(sync);
+            }
             return;
+        };
+        let mut failures = Failures::default();
+        if let Some(e) = &self.stopped {
+            failures.add(first, last, e);
+            return self.tell(last, &failures);
         }
+        let put_bytes: u64 = batch
+            .iter()
+            .filter(|op| op.is_put())
+            .map(|op| op.bytes() as u64)
+            .sum();
+        if put_bytes > 0 {
+            self.refuse_puts_without_room(&mut batch, put_bytes, &mut failures);
+        }
+        let written = if failures.is_empty() { put_bytes } else { 0 };
         let started = Instant::now();
-        let last = batch.last().map(Op::seq);
         let changes = batch.len() as u64;
         match self.write(batch, sync) {
             Ok(()) => {
+                self.bounds.wrote(written);
                 let micros = started.elapsed().as_micros() as u64;
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.changes.fetch_add(changes, Ordering::Relaxed);
@@ -188,39 +246,126 @@ impl Writer {
                 self.stats
                     .max_commit_micros
                     .fetch_max(micros, Ordering::Relaxed);
-                if sync {
-                    self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-                    // A stat per commit was 5 % of a lazy commit's cost.
-                    self.stats
-                        .file_bytes
-                        .store(file_len(&self.path), Ordering::Relaxed);
-                    self.last_sync = Instant::now();
-                    self.unsynced = false;
-                } else {
-                    self.unsynced = true;
-                }
-                if let Some(seq) = last {
-                    self.committed.send_modify(|c| c.seq = seq);
-                }
+                self.synced(sync);
             }
             Err(e) => {
-                // Nothing acknowledged after this point: every waiting and
-                // later ticket fails, and the health check says why.
-                tracing::error!(path = %self.path.display(), error = %e, "the store cannot write; nothing more will be acknowledged as durable");
-                self.committed.send_modify(|c| c.failed = Some(e));
+                // This batch's changes fail, and only they: the next batch
+                // is written to the database opened again.
+                failures = Failures::default();
+                failures.add(first, last, &e);
+                if matches!(e, StoreError::Full { .. }) && self.bounds.full.is_none() {
+                    // Past the reserve: refused like a bound until a
+                    // reading says there is room.
+                    tracing::warn!(path = %self.path.display(), "The store is full: writes are refused until space returns.");
+                    self.bounds.full = Some(Limit::Free);
+                    self.stats.set_full(Some(Limit::Free.reason()));
+                }
+                self.failed_io(&e);
+            }
+        }
+        self.tell(last, &failures);
+    }
+
+    fn synced(&mut self, sync: bool) {
+        if sync {
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+            // A stat per commit was 5 % of a lazy commit's cost.
+            self.stats
+                .file_bytes
+                .store(file_len(&self.path), Ordering::Relaxed);
+            self.last_sync = Instant::now();
+            self.unsynced = false;
+        } else {
+            self.unsynced = true;
+        }
+    }
+
+    /// Tickets up to `last` are decided; those in `failures` failed.
+    fn tell(&self, last: u64, failures: &Failures) {
+        self.committed.send_modify(|c| {
+            if !failures.is_empty() {
+                c.failures.extend(failures);
+            }
+            c.seq = last;
+            if c.stopped.is_none() {
+                c.stopped.clone_from(&self.stopped);
+            }
+        });
+    }
+
+    /// Past `store.max_file_bytes` or `store.min_free_bytes`, the batch's
+    /// puts are refused (redb is not asked: a write into a full disk
+    /// latches its file as failed) and its deletes, which give room back,
+    /// are written.
+    fn refuse_puts_without_room(&mut self, batch: &mut Vec<Op>, bytes: u64, failed: &mut Failures) {
+        let db = self.db.clone();
+        let used = move || used_bytes(db.as_deref());
+        let Some(limit) = self.bounds.admit(bytes, &used) else {
+            if self.bounds.full.is_some() {
+                self.room_again();
+            }
+            return;
+        };
+        if self.bounds.full != Some(limit) {
+            tracing::warn!(path = %self.path.display(), reason = limit.reason(), "The store is full: writes are refused until space returns.");
+            self.stats.set_full(Some(limit.reason()));
+        }
+        self.bounds.full = Some(limit);
+        let error = StoreError::Full {
+            reason: limit.reason().to_owned(),
+        };
+        let mut refused = 0;
+        batch.retain(|op| {
+            if op.is_put() {
+                failed.add(op.seq(), op.seq(), &error);
+                refused += 1;
+            }
+            !op.is_put()
+        });
+        self.stats.refused.fetch_add(refused, Ordering::Relaxed);
+    }
+
+    fn room_again(&mut self) {
+        self.bounds.full = None;
+        tracing::info!(path = %self.path.display(), "The store has room again: writes are accepted.");
+        self.stats.set_full(None);
+    }
+
+    /// redb latches its file after an I/O error (every later call fails
+    /// with `PreviousIo`); the database is opened again, which repairs
+    /// what the failed commit left. Only if that fails does the store stop.
+    fn failed_io(&mut self, e: &StoreError) {
+        tracing::error!(path = %self.path.display(), error = %e, "The store could not write; the changes of that commit are refused and the store is opened again.");
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        // Every handle must be gone before redb lets the file open again.
+        slot.take();
+        self.db = None;
+        match super::open_database(&self.path) {
+            Ok(db) => {
+                let db = Arc::new(db);
+                *slot = Some(db.clone());
+                self.db = Some(db);
+                self.stats.reopens.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::error!(path = %self.path.display(), error = %e, "The store cannot be opened again; nothing more will be acknowledged as durable.");
+                self.stats.set_stopped(&e.to_string());
+                self.stopped = Some(e);
             }
         }
     }
 
     fn write(&self, batch: Vec<Op>, sync: bool) -> Result<(), StoreError> {
-        let fail = |e: &dyn std::fmt::Display| StoreError::Write(e.to_string());
-        let mut txn = self.db.begin_write().map_err(|e| fail(&e))?;
+        let Some(db) = &self.db else {
+            return Err(StoreError::Stopped);
+        };
+        let mut txn = db.begin_write().map_err(write_error)?;
         let durability = if sync {
             Durability::Immediate
         } else {
             Durability::None
         };
-        txn.set_durability(durability).map_err(|e| fail(&e))?;
+        txn.set_durability(durability).map_err(write_error)?;
         // Quick repair: a crash costs no full scan at the next start.
         txn.set_quick_repair(true);
         {
@@ -230,7 +375,7 @@ impl Writer {
                 let index = match open.iter().position(|(n, _)| *n == name) {
                     Some(i) => i,
                     None => {
-                        let t = txn.open_table(definition(name)).map_err(|e| fail(&e))?;
+                        let t = txn.open_table(definition(name)).map_err(write_error)?;
                         open.push((name, t));
                         open.len() - 1
                     }
@@ -240,10 +385,10 @@ impl Writer {
                     Op::Put { key, value, .. } => {
                         table
                             .insert(key.as_slice(), value.as_slice())
-                            .map_err(|e| fail(&e))?;
+                            .map_err(write_error)?;
                     }
                     Op::Delete { key, .. } => {
-                        table.remove(key.as_slice()).map_err(|e| fail(&e))?;
+                        table.remove(key.as_slice()).map_err(write_error)?;
                     }
                     Op::DeletePrefix { prefix, .. } => {
                         let p = prefix.as_slice();
@@ -253,12 +398,35 @@ impl Writer {
                             }
                             None => table.retain_in::<&[u8], _>(p.., |k, _| !k.starts_with(p)),
                         };
-                        removed.map_err(|e| fail(&e))?;
+                        removed.map_err(write_error)?;
                     }
                 }
             }
         }
-        txn.commit().map_err(|e| fail(&e))
+        txn.commit().map_err(write_error)
+    }
+}
+
+/// Bytes of the pages `db` uses (its file holds the most it ever used).
+fn used_bytes(db: Option<&redb::Database>) -> Option<u64> {
+    let txn = db?.begin_write().ok()?;
+    let stats = txn.stats().ok()?;
+    let bytes = stats
+        .allocated_pages()
+        .saturating_mul(stats.page_size() as u64);
+    txn.abort().ok()?;
+    Some(bytes)
+}
+
+/// A full disk that slipped past `store.min_free_bytes` (redb grows its
+/// file by more than a batch) is what the bound says; other I/O errors
+/// say what they are.
+fn write_error(e: impl Into<redb::Error>) -> StoreError {
+    match e.into() {
+        redb::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => StoreError::Full {
+            reason: "the disk is full".into(),
+        },
+        other => StoreError::Write(other.to_string()),
     }
 }
 
