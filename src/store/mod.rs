@@ -108,6 +108,9 @@ pub struct StoreStats {
     pub refused: AtomicU64,
     /// Times the database was opened again after an I/O error.
     pub reopens: AtomicU64,
+    /// Acknowledgements (MQTT PUBACK, PUBREC, SUBACK chunks) refused
+    /// because what they covered was not written.
+    pub refused_acks: AtomicU64,
     /// Why puts are refused, while they are.
     full_reason: Mutex<Option<&'static str>>,
     /// Why the store stopped for good, if it did.
@@ -256,6 +259,14 @@ impl Store {
         match self.path() {
             Some(path) => path.display().to_string(),
             None => "memory only".to_owned(),
+        }
+    }
+
+    /// An acknowledgement was refused for a change that failed (counted
+    /// for the metrics).
+    pub fn note_refused_acknowledgement(&self) {
+        if let Some(inner) = &self.inner {
+            inner.stats.refused_acks.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -36,6 +36,10 @@ pub(super) struct Downstream<'a> {
     /// retained it; a subscription of a kept session): the store syncs
     /// first, so that nothing acknowledged is lost in a crash.
     pub(super) sync_first: bool,
+    /// The packet identifiers of the PUBACKs, PUBRECs and SUBACKs in what
+    /// was just taken: each covers the store's changes since its packet
+    /// went to the broker ([`super::stored`]).
+    pub(super) acked: Vec<u16>,
     /// What an MQTT 5 client's CONNACK announces.
     pub(super) offer: Offer,
 }
@@ -54,6 +58,7 @@ impl<'a> Downstream<'a> {
             between,
             durable,
             sync_first: false,
+            acked: Vec::new(),
             offer,
         }
     }
@@ -119,6 +124,12 @@ impl<'a> Downstream<'a> {
             packet::PUBACK | packet::PUBREC | packet::PUBCOMP | packet::SUBACK | packet::UNSUBACK
         ) {
             self.sync_first |= self.durable;
+            if self.durable
+                && matches!(kind, packet::PUBACK | packet::PUBREC | packet::SUBACK)
+                && body.len() >= 2
+            {
+                self.acked.push(u16::from_be_bytes([body[0], body[1]]));
+            }
         }
         match kind {
             packet::CONNACK if self.version == Version::V5 => {

@@ -362,6 +362,9 @@ impl Inspector<'_> {
                 return self.close(RECEIVE_MAXIMUM_EXCEEDED);
             }
         }
+        if p.qos > 0 {
+            self.awaits_ack(p.pkid);
+        }
         let principal = self
             .session
             .names_publisher(topic)
@@ -370,6 +373,16 @@ impl Inspector<'_> {
             Ok(None) => Verdict::Forward,
             Ok(Some(bytes)) => Verdict::Replace(bytes),
             Err(e) => self.malformed(&e),
+        }
+    }
+
+    /// What the broker's acknowledgement of `pkid` will cover: the store's
+    /// changes from now on ([`super::stored`]). Taken before the packet is
+    /// handed over, so every change it causes is after the mark.
+    fn awaits_ack(&self, pkid: u16) {
+        if self.shared.store.is_durable() {
+            let mark = self.shared.store.mark();
+            self.between.marks().record(pkid, mark);
         }
     }
 
@@ -444,6 +457,9 @@ impl Inspector<'_> {
             }
         }
         drop(held);
+        if !allowed.is_empty() {
+            self.awaits_ack(s.pkid);
+        }
         if allowed.len() == s.filters.len() {
             // As it came (MQTT 5), or re-encoded as MQTT 5 (3.1.1).
             return self.upstream(|| packet::encode_subscribe(s.pkid, None, allowed));

@@ -55,6 +55,9 @@ pub(super) struct Between {
     /// broker.
     pub(super) owed: Notify,
     pub(super) outbox: Outbox,
+    /// The store's mark as each packet awaiting an acknowledgement went
+    /// to the broker ([`super::stored`]); only with a durable store.
+    pub(super) marks: Mutex<super::stored::Marks>,
 }
 
 impl Between {
@@ -65,7 +68,13 @@ impl Between {
             delivery: Mutex::new(Delivery::new(version, limits)),
             owed: Notify::new(),
             outbox: Outbox::default(),
+            marks: Mutex::default(),
         }
+    }
+
+    pub(super) fn marks(&self) -> std::sync::MutexGuard<'_, super::stored::Marks> {
+        // Two integers per entry: a panic leaves them consistent.
+        self.marks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The delivery state (see [`lock`]).

@@ -26,6 +26,7 @@ mod publication;
 mod reason;
 mod relay;
 mod sessions;
+mod stored;
 mod upstream;
 mod v4;
 pub mod validate;

@@ -387,7 +387,7 @@ impl Downstream<'_> {
         let mut unwritten = Vec::new();
         loop {
             let mut out = BytesMut::new();
-            let closing;
+            let mut closing;
             tokio::select! {
                 biased;
                 m = outbox.recv() => {
@@ -426,12 +426,14 @@ impl Downstream<'_> {
             }
             // Boxed: only a durable store waits, and the wait would take
             // room in every connection's task.
-            if std::mem::take(&mut self.sync_first)
-                && Box::pin(store.barrier().durable()).await.is_err()
-            {
-                // Never acknowledge what is not on disk: the client
-                // publishes it again on its next connection.
-                return End::BrokerClosed;
+            if std::mem::take(&mut self.sync_first) {
+                let (checked, refused) = Box::pin(self.stored(store, out)).await;
+                out = checked;
+                if refused {
+                    // Never acknowledge what is not on disk: the client
+                    // publishes it again on its next connection.
+                    closing = Some(End::BrokerClosed);
+                }
             }
             if !out.is_empty() {
                 let written = async {
@@ -446,6 +448,52 @@ impl Downstream<'_> {
             if let Some(end) = closing {
                 return end;
             }
+        }
+    }
+}
+
+impl Downstream<'_> {
+    /// Waits until the store has decided the changes the acknowledgements
+    /// in `out` cover, and refuses those whose changes failed
+    /// ([`super::stored`]); true when the connection must close after
+    /// what is returned (a 3.1.1 client's PUBACK cannot refuse).
+    async fn stored(&mut self, store: &Store, out: BytesMut) -> (BytesMut, bool) {
+        let marks: Vec<(u16, u64)> = match self.acked.is_empty() {
+            true => Vec::new(),
+            false => {
+                let mut held = self.between.marks();
+                self.acked
+                    .drain(..)
+                    .filter_map(|pkid| Some((pkid, held.take(pkid)?)))
+                    .collect()
+            }
+        };
+        if self.acked.capacity() > 1024 {
+            self.acked = Vec::new();
+        }
+        // Without a mark (an UNSUBACK, a PUBCOMP): waits for what is
+        // queued, refuses nothing.
+        let since = marks.iter().map(|(_, m)| *m).min();
+        let settled = store
+            .barrier_since(since.unwrap_or(store.mark()))
+            .settle()
+            .await;
+        let Some(since) = since else {
+            return (out, false);
+        };
+        if settled.failed_since(since).is_none() {
+            return (out, false);
+        }
+        let failed = |pkid: u16| {
+            let (_, mark) = marks.iter().find(|(p, _)| *p == pkid)?;
+            settled.failed_since(*mark)
+        };
+        // Counted, not logged: the store logs once as it fills and
+        // empties, and a flood of refusals must not fill the log.
+        store.note_refused_acknowledgement();
+        match super::stored::refuse(self.version, &out, failed) {
+            Ok(rewritten) => (rewritten, false),
+            Err(before) => (before, true),
         }
     }
 }
