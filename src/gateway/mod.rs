@@ -191,7 +191,8 @@ impl Gateway {
             services,
             commands_rx,
             deliveries,
-        );
+        )
+        .with_store(store.clone());
         let shared = Arc::new(Shared {
             bus,
             topics,

@@ -137,9 +137,17 @@ pub fn router(state: HttpState) -> Router {
 /// Alive unless the embedded broker has failed (the process then stops by
 /// itself; a supervisor that sees this first may restart it).
 async fn healthz(State(state): State<HttpState>) -> (StatusCode, String) {
-    match state.broker.failure() {
+    if let Some(why) = state.broker.failure() {
+        return broker_failed(why);
+    }
+    // The store could not be opened again after an I/O error: nothing
+    // will be kept until a restart, which is what a supervisor does.
+    match state.metrics.store_stats().and_then(|s| s.stopped()) {
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store stopped: {why}\n"),
+        ),
         None => (StatusCode::OK, "ok\n".to_owned()),
-        Some(why) => broker_failed(why),
     }
 }
 
@@ -157,7 +165,10 @@ fn broker_failed(why: &str) -> (StatusCode, String) {
 /// A memory budget reached in the last seconds adds a line but keeps the
 /// 200: the sidecar still serves everyone else (the budget closed the
 /// connection holding the most), and a 503 would let whoever fills a
-/// budget take the pod, agent included, out of service at will.
+/// budget take the pod, agent included, out of service at will. A full
+/// store (`store.max_file_bytes`, `store.min_free_bytes`) likewise: what
+/// needs no write (QoS 0, clean sessions, reads, consumers, invocations)
+/// is still served, and writes come back by themselves with the space.
 async fn readyz(State(state): State<HttpState>) -> (StatusCode, String) {
     readiness(&state).await
 }
@@ -172,6 +183,11 @@ pub(crate) async fn readiness(state: &HttpState) -> (StatusCode, String) {
     for line in state.gateway.budget_report() {
         text.push_str(&line);
         text.push('\n');
+    }
+    if let Some(reason) = state.metrics.store_stats().and_then(|s| s.full_reason()) {
+        text.push_str(&format!(
+            "store full: {reason}: writes are refused until space returns\n"
+        ));
     }
     let (td_bytes, directory_full) = state.directory.directory().bytes();
     if directory_full {

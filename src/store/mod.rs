@@ -355,6 +355,12 @@ impl Store {
         }
     }
 
+    /// Whether the writer's queue is under `store.max_queued_bytes` (see
+    /// [`Store::room`]).
+    pub fn has_room(&self) -> bool {
+        self.inner.as_deref().is_none_or(|inner| inner.has_room(0))
+    }
+
     /// Resolves once the writer's queue is under `store.max_queued_bytes`
     /// (or the store stopped): what an async producer awaits before it
     /// takes more input, since [`Table::put`] never waits on a tokio

@@ -312,6 +312,12 @@ impl Metrics {
         let _ = self.0.store_stats.set(stats);
     }
 
+    /// The store's figures, once [`Metrics::watch_store`] gave them: for
+    /// `/readyz` and `/healthz`.
+    pub fn store_stats(&self) -> Option<&Arc<crate::store::StoreStats>> {
+        self.0.store_stats.get()
+    }
+
     fn refresh_store(&self) {
         use std::sync::atomic::Ordering::Relaxed;
         let Some(stats) = self.0.store_stats.get() else {
@@ -326,7 +332,16 @@ impl Metrics {
             ("changes", stats.changes.load(Relaxed)),
             ("commit_micros_total", stats.commit_micros.load(Relaxed)),
             ("max_commit_micros", stats.max_commit_micros.load(Relaxed)),
+            ("reopens", stats.reopens.load(Relaxed)),
+            ("refused_acks", stats.refused_acks.load(Relaxed)),
         ];
+        self.0.kept.store_full.set(stats.full.load(Relaxed) as i64);
+        let refused = stats.refused.load(Relaxed);
+        let counted = self.0.kept.store_refused.get();
+        self.0
+            .kept
+            .store_refused
+            .inc_by(refused.saturating_sub(counted));
         for (what, value) in figures {
             self.0
                 .kept

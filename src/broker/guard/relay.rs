@@ -293,6 +293,13 @@ impl Inspector<'_> {
         if publishing && ticket.is_none() {
             self.after_subscribes().await;
         }
+        if publishing && !self.shared.store.has_room() {
+            // What the broker keeps of publications waits for the disk
+            // here, on this connection, not on a worker thread (issue 43).
+            // Boxed: rare, and its wait would take room in every task.
+            ticket = None;
+            Box::pin(self.shared.store.room()).await;
+        }
         if !chunk.is_empty() && to_broker(upstream, &chunk).await.is_err() {
             return Some(End::BrokerClosed);
         }

@@ -202,6 +202,10 @@ pub struct Dispatcher {
     pub(super) bus: Bus,
     commands: mpsc::Receiver<Command>,
     pub(super) deliveries: mpsc::Receiver<Delivery>,
+    /// What the history and the invocation records are written to: past
+    /// `store.max_queued_bytes` the loop takes no more input until the
+    /// writer made room (a put never waits on a tokio worker).
+    store: crate::store::Store,
 }
 
 /// Commands queued for the bus beyond which the dispatcher stops taking the
@@ -236,7 +240,13 @@ impl Dispatcher {
             bus,
             commands,
             deliveries,
+            store: crate::store::Store::memory(),
         }
+    }
+
+    pub fn with_store(mut self, store: crate::store::Store) -> Dispatcher {
+        self.store = store;
+        self
     }
 
     /// Runs until `shutdown`; then answers every request still waiting
@@ -246,6 +256,10 @@ impl Dispatcher {
         // nothing the other branches change.
         let bus = self.bus.clone();
         loop {
+            if !self.store.has_room() {
+                // Boxed: rare, and its wait would take room in the loop.
+                Box::pin(self.store.room()).await;
+            }
             let expiry = self.core.history.next_expiry();
             tokio::select! {
                 _ = shutdown.cancelled() => {

@@ -207,6 +207,8 @@ impl Clients {
 #[derive(Default)]
 pub(super) struct Kept {
     pub store: Family<Labels1, Gauge>,
+    pub store_full: Gauge,
+    pub store_refused: Counter,
     pub history: Family<Labels1, Gauge>,
 }
 
@@ -217,6 +219,16 @@ impl Kept {
             "store",
             "The embedded store (store.dir), by `what`: file_bytes, queued_bytes (changes not yet committed), waits (changes that waited for the writer: store.max_queued_bytes reached), commits and changes since start, commit_micros_total and max_commit_micros (writing and syncing), recovered_* (what start-up found: retained, sessions, queued, invocations)",
             it.store.clone(),
+        );
+        registry.register(
+            "store_full",
+            "1 while the store refuses writes (store.max_file_bytes or store.min_free_bytes reached: /readyz says which), else 0",
+            it.store_full.clone(),
+        );
+        registry.register(
+            "store_refused_writes",
+            "Changes the store refused for want of room (store.max_file_bytes, store.min_free_bytes, a full disk): MQTT 5 clients got 0x97, 3.1.1 publishers no PUBACK, HTTP writes 507",
+            it.store_refused.clone(),
         );
         registry.register(
             "resume_history",
