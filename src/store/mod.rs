@@ -384,6 +384,9 @@ impl Store {
         if let Some(handle) = handle {
             let _ = handle.join();
         }
+        // The file's lock goes with the last handle: the same directory
+        // can be opened again at once (a restart within the process).
+        inner.db.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     fn submit(&self, op: Op) -> Ticket {

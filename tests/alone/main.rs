@@ -3,7 +3,8 @@
 //! process), capture its one global logger (`lmos_testkit::CapturedLogs`:
 //! `bad_input`, `broker_alerts`, `export_failures`, `log_injection`), or
 //! panic a broker thread, which every sidecar in the process would notice
-//! (`broker_failure`: the panic hook is process-wide). Every test here
+//! (`broker_failure`: the panic hook is process-wide), or fill a filesystem
+//! (`full_disk`: it mounts a small tmpfs). Every test here
 //! takes `lmos_testkit::alone()`'s turn for its whole length
 //! (`CapturedLogs::install` takes it too), so they run one at a time.
 //!
@@ -19,4 +20,5 @@ mod broker_alerts;
 mod broker_failure;
 mod budgets;
 mod export_failures;
+mod full_disk;
 mod log_injection;
