@@ -88,7 +88,11 @@ fn pkid4(p: &[u8]) -> u16 {
 
 async fn readyz(sidecar: &TestSidecar) -> String {
     let ready = http(sidecar.http, "GET", "/readyz", None, b"").await;
-    assert_eq!(ready.status, 200, "a full store keeps the 200: {}", ready.body);
+    assert_eq!(
+        ready.status, 200,
+        "a full store keeps the 200: {}",
+        ready.body
+    );
     ready.body
 }
 
@@ -117,7 +121,8 @@ async fn until_ready_says(sidecar: &TestSidecar, full: bool) -> String {
 /// A kept 3.1.1 session subscribed to [`TOPIC`] at QoS 1.
 async fn kept_session(sidecar: &TestSidecar) -> Client {
     let mut c = Client::open(sidecar.mqtt).await;
-    c.send(&raw::connect_with(4, "kept-reader", false, 60)).await;
+    c.send(&raw::connect_with(4, "kept-reader", false, 60))
+        .await;
     let ack = c.recv().await.expect("CONNACK");
     assert_eq!((ack[0], ack[3]), (0x20, 0), "{ack:?}");
     c
@@ -152,7 +157,10 @@ async fn a_full_disk_refuses_what_it_cannot_keep_and_recovers_by_itself() {
         let pkid = (i % 60_000) as u16 + 1;
         let publish = raw::publish(5, TOPIC, 1, pkid, &[], &payload(i));
         publisher.send(&publish).await;
-        let ack = publisher.recv().await.expect("a PUBACK, not a closed connection");
+        let ack = publisher
+            .recv()
+            .await
+            .expect("a PUBACK, not a closed connection");
         match puback_reason(&ack) {
             0 => {
                 acked.insert(i);
@@ -189,12 +197,18 @@ async fn a_full_disk_refuses_what_it_cannot_keep_and_recovers_by_itself() {
         body.contains("writes are refused until space returns"),
         "{body}"
     );
-    assert_eq!(store_full_metric(&sidecar).await, "lmos_sidecar_store_full 1");
+    assert_eq!(
+        store_full_metric(&sidecar).await,
+        "lmos_sidecar_store_full 1"
+    );
 
     // Space returns: no restart.
     std::fs::remove_file(&filler).unwrap();
     until_ready_says(&sidecar, false).await;
-    assert_eq!(store_full_metric(&sidecar).await, "lmos_sidecar_store_full 0");
+    assert_eq!(
+        store_full_metric(&sidecar).await,
+        "lmos_sidecar_store_full 0"
+    );
     let after = 10_000;
     publisher
         .send(&raw::publish(5, TOPIC, 1, 1, &[], &payload(after)))
@@ -204,7 +218,10 @@ async fn a_full_disk_refuses_what_it_cannot_keep_and_recovers_by_itself() {
     acked.insert(after);
     let mut newcomer = Client::connect_clean(sidecar.mqtt5, 5, "newcomer").await;
     newcomer.send(&raw::subscribe(5, 7, &[("y/#", 1)])).await;
-    let suback = newcomer.recv().await.expect("a SUBACK, not a closed connection");
+    let suback = newcomer
+        .recv()
+        .await
+        .expect("a SUBACK, not a closed connection");
     assert_eq!((suback[0], suback[5]), (0x90, 1), "{suback:?}");
     drop((publisher, clean, newcomer));
 
