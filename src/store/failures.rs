@@ -65,6 +65,22 @@ impl Failures {
             .map(|r| &r.error)
     }
 
+    /// The failures among the changes after `from` up to `to` only (none,
+    /// and no allocation, as a rule: old failures are not copied into
+    /// every ticket's answer).
+    pub(super) fn window(&self, from: u64, to: u64) -> Failures {
+        if self.within(from, to).is_none() {
+            return Failures::default();
+        }
+        let ranges = self
+            .ranges
+            .iter()
+            .filter(|r| r.hi > from && r.lo <= to)
+            .cloned()
+            .collect();
+        Failures { ranges }
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
@@ -139,6 +155,18 @@ mod tests {
         assert!(f.within(1, 5).is_some());
         let last = (MAX_RANGES as u64 + 9) * 10;
         assert!(f.within(last - 9, last - 1).is_none());
+    }
+
+    #[test]
+    fn a_window_copies_only_its_own_failures() {
+        let mut f = Failures::default();
+        f.add(1, 2, &full());
+        f.add(10, 10, &StoreError::Write("EIO".into()));
+        assert!(f.window(2, 9).is_empty());
+        let w = f.window(0, 5);
+        assert_eq!(w.ranges.len(), 1);
+        assert!(w.within(0, 5).is_some());
+        assert_eq!(f.window(0, 100).ranges.len(), 2);
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Ticket {
         let Some(mut rx) = self.committed else {
             return Settled::default();
         };
-        let seq = self.seq;
+        let (seq, from) = (self.seq, self.from);
         let Ok(reached) = rx.wait_for(|c| c.stopped.is_some() || c.seq >= seq).await else {
             return Settled {
                 seq,
@@ -103,10 +103,7 @@ impl Ticket {
         };
         Settled {
             seq,
-            failures: match reached.failures.is_empty() {
-                true => Failures::default(),
-                false => reached.failures.clone(),
-            },
+            failures: reached.failures.window(from, seq),
             // Stopped before this window was written: nothing of it is.
             stopped: match reached.seq >= seq {
                 true => None,
