@@ -67,8 +67,15 @@ async fn user_properties_fill_a_filter_buffer_as_payload_does() {
 
 /// bob's retained publication at QoS 1 on `topic`: the PUBACK's reason.
 async fn retain(c: &mut Client, pkid: u16, topic: &str, payload: &[u8]) -> u8 {
-    c.send(&mqtt5::publish(topic, 1, true, pkid, &Props::new(), payload))
-        .await;
+    c.send(&mqtt5::publish(
+        topic,
+        1,
+        true,
+        pkid,
+        &Props::new(),
+        payload,
+    ))
+    .await;
     let ack = c.recv().await.expect("PUBACK");
     mqtt5::ack_of(&ack).1
 }
