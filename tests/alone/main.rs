@@ -19,4 +19,5 @@ mod broker_alerts;
 mod broker_failure;
 mod budgets;
 mod export_failures;
+mod keeps;
 mod log_injection;
