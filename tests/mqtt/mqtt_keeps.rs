@@ -45,10 +45,19 @@ async fn connect(
     user: &str,
     will: Option<usize>,
 ) -> (Client, Vec<u8>) {
+    let payload = vec![b'w'; will.unwrap_or(0)];
+    let will = will.map(|_| ("junk/will", &payload[..], false));
+    connect_with_will(addr, level, (id, user), will).await
+}
+
+async fn connect_with_will(
+    addr: std::net::SocketAddr,
+    level: u8,
+    (id, user): (&str, &str),
+    will: Option<(&str, &[u8], bool)>,
+) -> (Client, Vec<u8>) {
     let mut c = Client::open(addr).await;
     let pw = format!("{user}-pw");
-    let payload = vec![b'w'; will.unwrap_or(0)];
-    let will = will.map(|_| ("junk/will", &payload[..]));
     c.send(&raw_mqtt::connect_will(level, id, Some((user, &pw)), will))
         .await;
     let ack = c.recv().await.expect("CONNACK");
@@ -232,4 +241,24 @@ async fn a_connect_whose_will_passes_the_principals_will_bytes_is_refused() {
     first.bye(&Props::new()).await;
     let (_, ack) = connect(sidecar.mqtt5, 5, "bob-2", "bob", Some(6_000)).await;
     assert_eq!(mqtt5::connack(&ack).reason, 0, "room again");
+}
+
+#[tokio::test]
+async fn a_retained_will_counts_as_its_principals_retained_message() {
+    // A will with RETAIN becomes a retained message when published: were it
+    // not counted, connecting and vanishing would retain without bound.
+    let sidecar = sidecar(2, 1_000).await;
+    let mut bob = v5(&sidecar, "bob-1", "bob").await;
+    assert_eq!(retain(&mut bob, 1, 1, "junk/1", b"one").await.0, 0);
+    assert_eq!(retain(&mut bob, 2, 1, "junk/2", b"two").await.0, 0);
+    let will = Some(("junk/3", &b"gone"[..], true));
+    let (_, ack) = connect_with_will(sidecar.mqtt5, 5, ("bob-2", "bob"), will).await;
+    let ack = mqtt5::connack(&ack);
+    assert_eq!(ack.reason, 0x97, "{ack:?}");
+    let why = ack.props.text_of(0x1F).unwrap_or_default();
+    assert!(why.contains("quotas.retained"), "{why}");
+    // A retained will on a topic it already holds takes no more room.
+    let will = Some(("junk/1", &b"gone"[..], true));
+    let (_, ack) = connect_with_will(sidecar.mqtt5, 5, ("bob-3", "bob"), will).await;
+    assert_eq!(mqtt5::connack(&ack).reason, 0);
 }

@@ -161,7 +161,8 @@ where
 
 /// The bytes the broker keeps of a last will (topic, properties and
 /// payload), charged to `principal` until the connection on `socket` ends
-/// (see [`super::wills`]); the sidecar's own connections are not counted.
+/// (see [`super::wills`]), and a retained will's retained message (see
+/// [`super::retained`]); the sidecar's own connections are not counted.
 fn charge_will(
     shared: &Shared,
     connect: &Connect,
@@ -183,7 +184,18 @@ fn charge_will(
     });
     let bytes = (will.topic.len() + will.will.message.len() + properties) as u64;
     let wills = &shared.keeps.wills;
-    wills.charge(&connect.client_id, socket, principal, bytes)
+    wills.charge(&connect.client_id, socket, principal, bytes)?;
+    // A retained will becomes the principal's retained message when it is
+    // published: charged now, as a retained publication would be (else
+    // connecting and vanishing would retain without bound).
+    if will.will.retain {
+        let retained = &shared.keeps.retained;
+        if let Err(over) = retained.charge(Some(principal), &will.topic, bytes) {
+            wills.release(&connect.client_id, socket);
+            return Err(over);
+        }
+    }
+    Ok(())
 }
 
 /// The client's first packet's fixed header, once it is whole: a
