@@ -103,6 +103,18 @@ pub struct MqttConfig {
     /// exceeded; 3.1.1: server unavailable).
     pub max_kept_sessions: usize,
     pub max_kept_sessions_per_principal: usize,
+    /// Retained messages the broker keeps (in memory and in the store), and
+    /// their bytes (topic, properties and payload), over all publishers; a
+    /// retained publication past either is refused (MQTT 5: Quota
+    /// exceeded; 3.1.1: dropped). Per principal: `quotas.retained` and
+    /// `quotas.retained_bytes`. 0: no limit.
+    pub max_retained: u64,
+    pub max_retained_bytes: u64,
+    /// Bytes of the last wills of all open connections (each is kept in
+    /// memory and in the store until published or dropped); a CONNECT whose
+    /// will would pass it is refused. Per principal: `quotas.will_bytes`.
+    /// 0: no limit.
+    pub max_will_bytes: u64,
     /// The longest keep-alive, in seconds, an MQTT 5 client may use: one
     /// asking for more, or for none (0), is told this in its CONNACK's
     /// Server Keep Alive and held to it. 0: clients keep what they ask.
@@ -134,6 +146,9 @@ impl Default for MqttConfig {
             max_subscriptions: 1_000,
             max_kept_sessions: 10_000,
             max_kept_sessions_per_principal: 1_000,
+            max_retained: 1_000_000,
+            max_retained_bytes: 1024 * 1024 * 1024,
+            max_will_bytes: 256 * 1024 * 1024,
             max_keep_alive_s: 0,
             refused_filters: Vec::new(),
             authentication: false,

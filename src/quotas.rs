@@ -28,15 +28,21 @@ pub enum Quota {
     Subscriptions,
     Things,
     TdBytes,
+    Retained,
+    RetainedBytes,
+    WillBytes,
 }
 
 impl Quota {
-    pub const ALL: [Quota; 5] = [
+    pub const ALL: [Quota; 8] = [
         Quota::RunningInvocations,
         Quota::PendingRequests,
         Quota::Subscriptions,
         Quota::Things,
         Quota::TdBytes,
+        Quota::Retained,
+        Quota::RetainedBytes,
+        Quota::WillBytes,
     ];
 
     /// The key in `[quotas]` (and in `[quotas.principals.<name>]`).
@@ -47,6 +53,9 @@ impl Quota {
             Quota::Subscriptions => "subscriptions",
             Quota::Things => "things",
             Quota::TdBytes => "td_bytes",
+            Quota::Retained => "retained",
+            Quota::RetainedBytes => "retained_bytes",
+            Quota::WillBytes => "will_bytes",
         }
     }
 
@@ -58,6 +67,9 @@ impl Quota {
             Quota::Subscriptions => "quotas.subscriptions",
             Quota::Things => "quotas.things",
             Quota::TdBytes => "quotas.td_bytes",
+            Quota::Retained => "quotas.retained",
+            Quota::RetainedBytes => "quotas.retained_bytes",
+            Quota::WillBytes => "quotas.will_bytes",
         }
     }
 
@@ -68,6 +80,9 @@ impl Quota {
             Quota::Subscriptions => limits.subscriptions,
             Quota::Things => limits.things,
             Quota::TdBytes => limits.td_bytes,
+            Quota::Retained => limits.retained,
+            Quota::RetainedBytes => limits.retained_bytes,
+            Quota::WillBytes => limits.will_bytes,
         }
     }
 
@@ -78,6 +93,9 @@ impl Quota {
             Quota::Subscriptions => config.subscriptions,
             Quota::Things => config.things,
             Quota::TdBytes => config.td_bytes,
+            Quota::Retained => config.retained,
+            Quota::RetainedBytes => config.retained_bytes,
+            Quota::WillBytes => config.will_bytes,
         }
     }
 }
@@ -113,6 +131,9 @@ impl std::fmt::Display for Exceeded {
             Quota::Subscriptions => write!(f, "`{who}` holds {n} subscriptions over all its connections ({key}), as many as one principal may; unsubscribe from some first."),
             Quota::Things => write!(f, "`{who}` has {n} Thing Descriptions registered ({key}), as many as one principal may; delete some first."),
             Quota::TdBytes => write!(f, "`{who}`'s Thing Descriptions would take more than {n} bytes as served ({key}), as much as one principal may; delete or shrink some first."),
+            Quota::Retained => write!(f, "`{who}` has {n} retained messages kept ({key}), as many as one principal may; delete some first (an empty retained payload)."),
+            Quota::RetainedBytes => write!(f, "`{who}`'s retained messages would take more than {n} bytes ({key}), as much as one principal may; delete or shrink some first."),
+            Quota::WillBytes => write!(f, "`{who}`'s last wills would take more than {n} bytes over its connections ({key}), as much as one principal may; connect with a smaller will or none."),
         }
     }
 }

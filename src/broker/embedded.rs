@@ -39,7 +39,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::engine::Engine;
-use super::guard::{AllowAll, Guard, Limits, Policy, Prerequisite};
+use super::guard::retained::{RetainedBook, RetainedLimits};
+use super::guard::wills::WillBook;
+use super::guard::{AllowAll, Guard, Keeps, Limits, Policy, Prerequisite};
 use super::health::Health;
 use super::kept::KeptSession;
 use super::probe::wait_ready;
@@ -198,6 +200,9 @@ pub struct Hooks {
     pub store: Store,
     /// To tell agents' presence among the retained messages kept.
     pub topics: Topics,
+    /// Per-principal bounds on what MQTT clients make the broker keep
+    /// (retained messages, wills).
+    pub quotas: Arc<crate::quotas::Quotas>,
 }
 
 impl EmbeddedBroker {
@@ -227,7 +232,15 @@ impl EmbeddedBroker {
             prerequisite,
             store,
             topics,
+            quotas,
         } = hooks;
+        let retained = RetainedBook::new(
+            quotas.clone(),
+            RetainedLimits {
+                count: config.max_retained,
+                bytes: config.max_retained_bytes,
+            },
+        );
         // The broker's writes (what it keeps, the guard's session records)
         // are what its acknowledgements wait for; nothing else in the store.
         let store = store.scoped();
@@ -236,7 +249,7 @@ impl EmbeddedBroker {
             stale_presence,
             kept_sessions,
             wills_due,
-        } = recover(&store, &topics).await?;
+        } = recover(&store, &topics, &retained).await?;
         let own_links = 1 + side_filters.len();
         let (mut broker, engine, mqtt_connections) =
             open_broker(rumqttd_config, persistence, internal_listener, own_links)?;
@@ -281,6 +294,11 @@ impl EmbeddedBroker {
             prerequisite,
             store,
             kept_sessions,
+            keeps: Keeps {
+                retained,
+                wills: WillBook::new(quotas, config.max_will_bytes),
+                own: false,
+            },
         };
         serve_guards(engine, config, (policy, tls), guarded, listeners, shutdown);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
@@ -390,9 +408,13 @@ struct Recovered {
     wills_due: Vec<(String, std::time::Duration)>,
 }
 
-async fn recover(store: &Store, topics: &Topics) -> Result<Recovered, BrokerError> {
+async fn recover(
+    store: &Store,
+    topics: &Topics,
+    retained: &Arc<RetainedBook>,
+) -> Result<Recovered, BrokerError> {
     let started = std::time::Instant::now();
-    let recovered = crate::broker::kept::recover(store, topics)?;
+    let recovered = crate::broker::kept::recover(store, topics, retained)?;
     let (stale_presence, kept_sessions) = match &recovered {
         Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
         None => (Vec::new(), Vec::new()),
@@ -438,6 +460,7 @@ struct Guarded {
     prerequisite: Option<Arc<dyn Prerequisite>>,
     store: Store,
     kept_sessions: Vec<KeptSession>,
+    keeps: Keeps,
 }
 
 /// The public listeners through the guard applying `policy` (TLS with
@@ -451,6 +474,7 @@ fn serve_guards(
         prerequisite,
         store,
         kept_sessions,
+        keeps,
     }: Guarded,
     listeners: Listeners,
     shutdown: CancellationToken,
@@ -463,7 +487,7 @@ fn serve_guards(
         limits.clone(),
         tls,
         shutdown.clone(),
-        store.clone(),
+        (store.clone(), keeps.clone()),
     );
     guard.restore_sessions(kept_sessions);
     guard.serve(listeners.public);
@@ -475,7 +499,7 @@ fn serve_guards(
         limits,
         None,
         shutdown,
-        store,
+        (store, Keeps { own: true, ..keeps }),
     );
     trusted.serve(listeners.trusted);
 }

@@ -24,6 +24,14 @@ pub struct QuotasConfig {
     /// Bytes of registered Thing Descriptions (as served, forms included)
     /// one principal may have.
     pub td_bytes: u64,
+    /// MQTT retained messages one principal may have the broker keep (the
+    /// last publisher of a topic owns its retained message).
+    pub retained: u64,
+    /// Bytes of those retained messages (topic, properties and payload).
+    pub retained_bytes: u64,
+    /// Bytes of the last wills (topic, properties and payload) of one
+    /// principal's open MQTT connections.
+    pub will_bytes: u64,
     /// Per principal (`[quotas.principals.<name>]`): any of the keys above,
     /// instead of the default. Names must be `[[auth.principals]]` names or
     /// `anonymous`.
@@ -38,6 +46,9 @@ impl Default for QuotasConfig {
             subscriptions: 10_000,
             things: 1_000,
             td_bytes: 8 * 1024 * 1024,
+            retained: 10_000,
+            retained_bytes: 32 * 1024 * 1024,
+            will_bytes: 16 * 1024 * 1024,
             principals: BTreeMap::new(),
         }
     }
@@ -57,6 +68,12 @@ pub struct QuotaOverrides {
     pub things: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub td_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retained: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retained_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub will_bytes: Option<u64>,
 }
 
 #[cfg(test)]

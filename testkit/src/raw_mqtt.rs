@@ -282,3 +282,43 @@ impl Client {
         false
     }
 }
+
+/// A clean CONNECT at protocol `level` 4 or 5, keep-alive 60 s, with
+/// `login` as user name and password and a QoS 0 last will `(topic,
+/// payload, retain)`.
+pub fn connect_will(
+    level: u8,
+    client_id: &str,
+    login: Option<(&str, &str)>,
+    will: Option<(&str, &[u8], bool)>,
+) -> Vec<u8> {
+    match level {
+        4 => encoded4(v4::Packet::Connect(v4::Connect {
+            protocol: Protocol::V4,
+            keep_alive: 60,
+            client_id: client_id.into(),
+            clean_session: true,
+            last_will: will.map(|(t, p, retain)| {
+                v4::LastWill::new(t, p.to_vec(), rumqttc::QoS::AtMostOnce, retain)
+            }),
+            login: login.map(|(u, p)| v4::Login::new(u, p)),
+        })),
+        _ => {
+            let connect = wire::Connect {
+                keep_alive: 60,
+                client_id: client_id.into(),
+                clean_start: true,
+                properties: None,
+            };
+            let will = will.map(|(t, p, retain)| wire::LastWill {
+                topic: Bytes::copy_from_slice(t.as_bytes()),
+                message: Bytes::copy_from_slice(p),
+                qos: rumqttc::v5::mqttbytes::QoS::AtMostOnce,
+                retain,
+                properties: None,
+            });
+            let login = login.map(|(u, p)| wire::Login::new(u, p));
+            encoded5(wire::Packet::Connect(connect, will, login))
+        }
+    }
+}

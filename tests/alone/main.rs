@@ -21,4 +21,5 @@ mod broker_failure;
 mod budgets;
 mod export_failures;
 mod full_disk;
+mod keeps;
 mod log_injection;

@@ -14,5 +14,6 @@ mod mqtt5_features;
 mod mqtt5_subscriptions;
 mod mqtt_conformance;
 mod mqtt_guard;
+mod mqtt_keeps;
 mod mqtt_security;
 mod shared_subscriptions;

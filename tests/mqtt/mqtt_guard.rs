@@ -125,6 +125,7 @@ impl Rig {
                 prerequisite: None,
                 store: lmos_sidecar::store::Store::memory(),
                 topics: lmos_sidecar::topics::Topics::new("lmos").unwrap(),
+                quotas: lmos_sidecar::quotas::Quotas::none(),
             },
             tls,
             stop.clone(),

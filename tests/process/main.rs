@@ -18,4 +18,5 @@ mod docs;
 mod docs_commands;
 mod first_hour;
 mod restart;
+mod restart_keeps;
 mod restart_state;

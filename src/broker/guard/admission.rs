@@ -5,6 +5,7 @@
 //! here; what passes goes on to the broker in [`super::connection`].
 
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
@@ -62,7 +63,7 @@ pub(super) fn handshake_timed_out(shared: &Shared) {
 /// (refused, answered where MQTT has an answer, or gone).
 pub(super) async fn admit<R, W>(
     shared: &Shared,
-    peer: SocketAddr,
+    (peer, socket): (SocketAddr, RawFd),
     deadline: Instant,
     client_rx: &mut R,
     client_tx: &mut W,
@@ -131,6 +132,23 @@ where
             return None;
         }
     };
+    if let Err(over) = charge_will(shared, &connect, socket, session.name()) {
+        debug!(
+            principal = session.name(),
+            key = %over.key(),
+            "Refused an MQTT connection whose last will would pass a bound."
+        );
+        let label = over.label();
+        shared
+            .policy
+            .observe(GuardEvent::Limit(GuardLimit::Keep(label)));
+        let ack = match version {
+            Version::V4 => packet::connack(version, V4_SERVER_UNAVAILABLE),
+            Version::V5 => packet::connack_saying(version, QUOTA_EXCEEDED, &over.reason_string()),
+        };
+        farewell(client_tx, &ack).await;
+        return None;
+    }
 
     Some(Admitted {
         header,
@@ -139,6 +157,45 @@ where
         session,
         asked,
     })
+}
+
+/// The bytes the broker keeps of a last will (topic, properties and
+/// payload), charged to `principal` until the connection on `socket` ends
+/// (see [`super::wills`]), and a retained will's retained message (see
+/// [`super::retained`]); the sidecar's own connections are not counted.
+fn charge_will(
+    shared: &Shared,
+    connect: &Connect,
+    socket: RawFd,
+    principal: &str,
+) -> Result<(), super::retained::Over> {
+    let Some(will) = connect.will.as_ref().filter(|_| !shared.keeps.own) else {
+        return Ok(());
+    };
+    let properties = will.properties.as_ref().map_or(0, |p| {
+        let user: usize = p
+            .user_properties
+            .iter()
+            .map(|(k, v)| 4 + k.len() + v.len())
+            .sum();
+        let text = |t: &Option<String>| t.as_ref().map_or(0, |t| 3 + t.len());
+        let data = p.correlation_data.as_ref().map_or(0, |d| 3 + d.len());
+        16 + user + text(&p.content_type) + text(&p.response_topic) + data
+    });
+    let bytes = (will.topic.len() + will.will.message.len() + properties) as u64;
+    let wills = &shared.keeps.wills;
+    wills.charge(&connect.client_id, socket, principal, bytes)?;
+    // A retained will becomes the principal's retained message when it is
+    // published: charged now, as a retained publication would be (else
+    // connecting and vanishing would retain without bound).
+    if will.will.retain {
+        let retained = &shared.keeps.retained;
+        if let Err(over) = retained.charge(Some(principal), &will.topic, bytes) {
+            wills.release(&connect.client_id, socket);
+            return Err(over);
+        }
+    }
+    Ok(())
 }
 
 /// The client's first packet's fixed header, once it is whole: a

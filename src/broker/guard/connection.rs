@@ -195,7 +195,8 @@ impl<S: ClientStream> Connection<S> {
         let (mut client_rx, mut client_tx) = client.split();
         let mut inbound = BytesMut::new();
         let (rx, tx) = (&mut client_rx, &mut client_tx);
-        let admitted = admission::admit(&shared, peer, deadline, rx, tx, &mut inbound).await?;
+        let at = (peer, socket);
+        let admitted = admission::admit(&shared, at, deadline, rx, tx, &mut inbound).await?;
         let admission::Admitted {
             header,
             connect,
@@ -206,8 +207,11 @@ impl<S: ClientStream> Connection<S> {
         let version = connect.version;
         let limit = shared.limits.max_keep_alive;
         let (held_to, offered) = handshake::keep_alive(version, connect.keep_alive, limit);
-        let opened = open_session(&shared, &connect, &asked, session.name(), held_to, tx).await?;
-        let (upstream, opened) = opened;
+        let opened = open_session(&shared, &connect, &asked, session.name(), held_to, tx).await;
+        let Some((upstream, opened)) = opened else {
+            shared.keeps.wills.release(&connect.client_id, socket);
+            return None;
+        };
         let client_id = connect.client_id.to_owned();
         inbound.advance(header.size());
         let (up_rx, up_tx) = upstream.into_split();

@@ -67,6 +67,9 @@ pub(super) struct Inspector<'a> {
     pub(super) order: Inspected,
     /// When the connection last handed the router publications.
     pub(super) last_publish: Option<tokio::time::Instant>,
+    /// A retained publication was refused past a bound: logged once per
+    /// connection, then only counted.
+    pub(super) over_logged: bool,
 }
 
 /// Kinds of packet in what was just inspected.
@@ -326,26 +329,48 @@ impl Inspector<'_> {
             );
             self.shared.policy.observe(GuardEvent::PayloadRefused);
             PAYLOAD_FORMAT_INVALID
+        } else if let Err(over) = self.keep_retained(first, p, topic) {
+            return self.over_bound(p, &over);
         } else {
             return self.accepted(first, p, topic);
         };
-        match (p.qos, self.version) {
-            (0, _) => Verdict::Drop,
+        self.refused(p, reason, None)
+    }
+
+    /// The answer to a publication the broker does not get: nothing at QoS
+    /// 0, else a PUBACK or PUBREC with `reason` (and `why` as its Reason
+    /// String, MQTT 5).
+    pub(super) fn refused(
+        &mut self,
+        p: &packet::Publish<'_>,
+        reason: u8,
+        why: Option<String>,
+    ) -> Verdict {
+        match (p.qos, self.version, why) {
+            (0, _, _) => Verdict::Drop,
+            (qos, Version::V5, Some(why)) => {
+                if qos == 2 {
+                    self.denied_qos2.insert(p.pkid);
+                }
+                let ack = packet::refused_saying(qos, p.pkid, reason, &why);
+                self.pending.push(ToClient::Packet(ack));
+                Verdict::Drop
+            }
             // MQTT 3.1.1 has no negative PUBACK; §3.3.5 allows a positive
             // one for a message the server will not deliver.
-            (1, version) => {
+            (1, version, _) => {
                 self.pending
                     .push(ToClient::Packet(packet::puback(version, p.pkid, reason)));
                 Verdict::Drop
             }
-            (_, Version::V5) => {
+            (_, Version::V5, None) => {
                 self.denied_qos2.insert(p.pkid);
                 self.pending
                     .push(ToClient::Packet(packet::pubrec(p.pkid, reason)));
                 Verdict::Drop
             }
             // A positive PUBREC would promise exactly-once delivery.
-            (_, Version::V4) => self.close(UNSPECIFIED_ERROR),
+            (_, Version::V4, _) => self.close(UNSPECIFIED_ERROR),
         }
     }
 

@@ -137,6 +137,7 @@ impl<S: ClientStream> Live<S> {
             prepare_first: false,
             order: Default::default(),
             last_publish: None,
+            over_logged: false,
         };
         let durable = shared.store.is_durable();
         let mut downstream = Downstream::new(self.version, &between, durable, self.offer);
@@ -173,6 +174,8 @@ impl<S: ClientStream> Live<S> {
         } = ended;
         let (shared, client_id) = (&self.shared, &self.client_id);
         session_ends(shared, client_id, &self.opened, after_close, expiry, end);
+        // Its will is published or dropped now (issue 43).
+        shared.keeps.wills.release(client_id, self.socket);
         debug!(?end, "MQTT connection closed.");
         close_client(end, &mut self.client_rx, &mut self.client_tx).await;
         drop(self.permit);

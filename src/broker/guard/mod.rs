@@ -25,11 +25,13 @@ mod properties;
 mod publication;
 mod reason;
 mod relay;
+pub mod retained;
 mod sessions;
 mod stored;
 mod upstream;
 mod v4;
 pub mod validate;
+pub mod wills;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -149,6 +151,33 @@ pub enum GuardLimit {
     /// `mqtt.max_kept_sessions` or `mqtt.max_kept_sessions_per_principal`
     /// reached by a CONNECT asking for a session to be kept.
     KeptSessions,
+    /// A retained message or a will past a bound of what the broker keeps
+    /// (issue 43): the label, `max_retained`, `quotas.retained`, ...
+    Keep(&'static str),
+}
+
+/// What the guard's connections may make the broker keep besides their
+/// sessions: retained messages and wills, counted across connections (and,
+/// for retained messages, across the guards and the broker's own links).
+#[derive(Clone)]
+pub struct Keeps {
+    pub retained: Arc<retained::RetainedBook>,
+    pub wills: Arc<wills::WillBook>,
+    /// The sidecar's own connections (the trusted listener): their retained
+    /// messages are counted as nobody's and never refused, their wills not
+    /// counted.
+    pub own: bool,
+}
+
+impl Keeps {
+    /// Nothing bounded (tests, tools).
+    pub fn unbounded() -> Keeps {
+        Keeps {
+            retained: retained::RetainedBook::unbounded(),
+            wills: wills::WillBook::new(crate::quotas::Quotas::none(), 0),
+            own: false,
+        }
+    }
 }
 
 /// Who published a delivery, when the guard named them (see
@@ -250,6 +279,8 @@ struct Shared {
     records: crate::broker::kept::SessionRecords,
     /// SUBSCRIBEs go to the router before publications read after them.
     order: Arc<order::SubscribeOrder>,
+    /// Retained messages and wills, per principal and in all.
+    keeps: Keeps,
 }
 
 /// Serves listeners until the cancellation token fires; cheap to clone.
@@ -267,7 +298,7 @@ impl Guard {
         limits: Limits,
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
-        store: Store,
+        (store, keeps): (Store, Keeps),
     ) -> Guard {
         let connections = Arc::new(Semaphore::new(
             limits.max_connections.min(Semaphore::MAX_PERMITS),
@@ -284,6 +315,7 @@ impl Guard {
                 records: crate::broker::kept::SessionRecords::new(&store),
                 order: Arc::default(),
                 store,
+                keeps,
             }),
             tls,
         }

@@ -9,10 +9,62 @@
 //! itself, see vendor/rumqttd/PATCHES.md.)
 
 use bytes::{BufMut, Bytes, BytesMut};
+use tracing::info;
 
 use super::delivery::varint_len;
+use super::inspect::{Inspector, Verdict};
 use super::packet::{put_remaining_length, PacketError, Publish, Version};
 use super::properties::{self, Marker};
+use super::reason::QUOTA_EXCEEDED;
+use super::retained::{self, Over};
+use super::{GuardEvent, GuardLimit};
+
+impl Inspector<'_> {
+    /// A retained publication charged to its publisher (see
+    /// [`retained`]), or `Err` past a bound; an empty payload, which
+    /// deletes the topic's retained message whether retained or not
+    /// (rumqttd), credits its owner. Nothing for the others: the flag and
+    /// the payload's length are all they cost.
+    pub(super) fn keep_retained(
+        &mut self,
+        first: u8,
+        p: &Publish<'_>,
+        topic: &str,
+    ) -> Result<(), Over> {
+        let retain = first & 0x01 != 0;
+        if !retain && !p.payload.is_empty() {
+            return Ok(());
+        }
+        let keeps = &self.shared.keeps;
+        if p.payload.is_empty() {
+            keeps.retained.remove(topic);
+            return Ok(());
+        }
+        let owner = (!keeps.own).then(|| self.session.name());
+        let bytes = retained::size(topic, p.properties, p.payload);
+        keeps.retained.charge(owner, topic, bytes)
+    }
+
+    /// A retained publication past a bound: not accepted (neither retained
+    /// nor delivered); MQTT 5 QoS 1/2 get Quota exceeded naming the key,
+    /// the rest is dropped. Counted each time, logged once per connection.
+    pub(super) fn over_bound(&mut self, p: &Publish<'_>, over: &Over) -> Verdict {
+        let label = over.label();
+        self.shared
+            .policy
+            .observe(GuardEvent::Limit(GuardLimit::Keep(label)));
+        if !self.over_logged {
+            self.over_logged = true;
+            info!(
+                principal = self.session.name(),
+                key = %over.key(),
+                "Refused a retained publication past a bound; further ones on this connection are counted in lmos_sidecar_limit_hits_total, not logged."
+            );
+        }
+        let why = over.reason_string();
+        self.refused(p, QUOTA_EXCEEDED, Some(why))
+    }
+}
 
 /// The MQTT 5 PUBLISH the broker gets for an accepted publication; `None`
 /// when an MQTT 5 client's packet can go as it came. `topic` is the one

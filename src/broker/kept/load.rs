@@ -9,27 +9,38 @@ use tracing::warn;
 
 use super::{client_prefix, forget, now_ms, read_options, KeptSession, Tables};
 use crate::broker::guard::packet::{self, Version};
+use crate::broker::guard::retained::{self, RetainedBook};
 use crate::broker::Publication;
 use crate::store::{StoreError, Table};
 use crate::topics::{Route, Topics};
 
 pub(super) type Retained = (Vec<RestoredRetained>, Vec<Publication>);
 
-pub(super) fn retained(table: &Table, topics: &Topics) -> Result<Retained, StoreError> {
+/// The retained messages kept, each counted again in `owners` (issue 43;
+/// one kept before messages had owners counts as nobody's).
+pub(super) fn retained(
+    table: &Table,
+    topics: &Topics,
+    owners: &RetainedBook,
+) -> Result<Retained, StoreError> {
     let now = now_ms();
     let mut restored = Vec::new();
     let mut stale = Vec::new();
     for (key, value) in table.load()? {
-        if value.len() < 8 {
+        let Some((at, owner, packet)) = split_retained(&value) else {
             warn!(topic = %String::from_utf8_lossy(&key), "Dropped a kept retained message too short to read.");
             let _ = table.delete(key);
             continue;
-        }
-        let (at, packet) = value.split_at(8);
-        let at = u64::from_be_bytes(at.try_into().unwrap_or_default());
-        if let Some(offline) = stale_presence(packet, topics) {
+        };
+        let publish = read_publish(packet);
+        if let Some(offline) = publish.as_ref().and_then(|p| stale_presence(p, topics)) {
             stale.push(offline);
         }
+        let topic = String::from_utf8_lossy(&key);
+        let bytes = publish.map_or(packet.len() as u64, |p| {
+            retained::size(p.topic, p.properties, p.payload)
+        });
+        owners.restore(&topic, owner, bytes);
         restored.push(RestoredRetained {
             packet: Bytes::copy_from_slice(packet),
             age: Duration::from_millis(now.saturating_sub(at)),
@@ -307,12 +318,28 @@ fn split(key: &[u8]) -> Option<(&str, &[u8])> {
     Some((client, &key[at + 1..]))
 }
 
-/// An agent's retained "online" presence, as its offline successor (the
-/// same message with `status` offline).
-fn stale_presence(packet: &[u8], topics: &Topics) -> Option<Publication> {
+/// A value of `mqtt_retained`: when it was retained, its owner, the
+/// PUBLISH (see the table in `mod.rs`).
+fn split_retained(value: &[u8]) -> Option<(u64, Option<&str>, &[u8])> {
+    let at = u64::from_be_bytes(value.get(..8)?.try_into().ok()?);
+    let rest = &value[8..];
+    if rest.first() != Some(&0) {
+        return Some((at, None, rest));
+    }
+    let len = usize::from(u16::from_be_bytes(rest.get(1..3)?.try_into().ok()?));
+    let owner = std::str::from_utf8(rest.get(3..3 + len)?).ok()?;
+    Some((at, Some(owner), &rest[3 + len..]))
+}
+
+fn read_publish(packet: &[u8]) -> Option<packet::Publish<'_>> {
     let header = packet::frame(packet, usize::MAX).ok()??;
     let body = packet.get(header.header_len..header.size())?;
-    let publish = packet::publish(header.first, body, Version::V5).ok()?;
+    packet::publish(header.first, body, Version::V5).ok()
+}
+
+/// An agent's retained "online" presence, as its offline successor (the
+/// same message with `status` offline).
+fn stale_presence(publish: &packet::Publish<'_>, topics: &Topics) -> Option<Publication> {
     let Some(Route::AgentStatus { .. }) = topics.parse(publish.topic) else {
         return None;
     };

@@ -5,7 +5,7 @@
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `mqtt_retained` | topic | retained at (Unix ms, u64 BE) + MQTT 5 PUBLISH |
+//! | `mqtt_retained` | topic | retained at (Unix ms, u64 BE), then, for a message a principal published (issue 43), a 0 byte, the principal's name's length (u16 BE) and the name; then the MQTT 5 PUBLISH (whose first byte is never 0) |
 //! | `mqtt_subscriptions` | client ID, 0, filter | QoS, then flags (1 No Local, 2 Retain As Published, 4 identifier) and the subscription identifier (u32 BE) |
 //! | `mqtt_queued_data` | position: run (u32 BE), filter index, segment, offset (u64 BE each) | filter length (u16 BE), filter, MQTT 5 PUBLISH |
 //! | `mqtt_queued` | client ID, 0, position | the publication, as in `mqtt_queued_data`, when it is queued for this session alone; else empty |
@@ -28,11 +28,13 @@
 //! forbids U+0000), hence the separator.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use rumqttd::{Keeper, Persistence, Position, SubscriptionOptions};
 
+use crate::broker::guard::retained::RetainedBook;
 use crate::broker::Publication;
 use crate::store::{Store, StoreError, Table, Ticket};
 use crate::topics::Topics;
@@ -84,6 +86,9 @@ impl Tables {
 /// a SUBACK until the store's barrier.
 struct Kept {
     tables: Tables,
+    /// Who owns each retained message (the guard's accounts): written
+    /// next to it, and told of those the guard did not see.
+    owners: Arc<RetainedBook>,
     run: u32,
     /// Publications restored from an earlier run: their key, and how many
     /// sessions have yet to get them.
@@ -115,12 +120,17 @@ impl Keeper for Kept {
     fn retained(&mut self, topic: &str, packet: Option<Bytes>) {
         let _ticket = match packet {
             Some(packet) => {
-                let mut value = Vec::with_capacity(8 + packet.len());
-                value.extend_from_slice(&now_ms().to_be_bytes());
-                value.extend_from_slice(&packet);
+                let owner = self.owners.owner(topic);
+                if owner.is_none() {
+                    self.owners.observed(topic, packet.len() as u64);
+                }
+                let value = retained_value(now_ms(), owner.as_deref(), &packet);
                 self.tables.retained.put(topic.as_bytes().to_vec(), value)
             }
-            None => self.tables.retained.delete(topic.as_bytes().to_vec()),
+            None => {
+                self.owners.remove(topic);
+                self.tables.retained.delete(topic.as_bytes().to_vec())
+            }
         };
     }
 
@@ -292,6 +302,22 @@ impl Kept {
     }
 }
 
+/// A retained message as `mqtt_retained` keeps it (see the table above).
+fn retained_value(at: u64, owner: Option<&str>, packet: &[u8]) -> Vec<u8> {
+    // A name longer than 64 KiB is no principal's.
+    let owner = owner.filter(|o| o.len() <= usize::from(u16::MAX));
+    let named = owner.map_or(0, |o| 3 + o.len());
+    let mut value = Vec::with_capacity(8 + named + packet.len());
+    value.extend_from_slice(&at.to_be_bytes());
+    if let Some(owner) = owner {
+        value.push(0);
+        value.extend_from_slice(&(owner.len() as u16).to_be_bytes());
+        value.extend_from_slice(owner.as_bytes());
+    }
+    value.extend_from_slice(packet);
+    value
+}
+
 /// A subscription's options as `mqtt_subscriptions` keeps them.
 fn write_options(options: &SubscriptionOptions) -> Vec<u8> {
     let flags = u8::from(options.nolocal)
@@ -365,7 +391,12 @@ pub fn schedule_wills(trigger: rumqttd::WillTrigger, due: Vec<(String, Duration)
 
 /// What the last run kept, and the keeper for this one; `None` when
 /// nothing is kept.
-pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, StoreError> {
+/// The retained messages are counted again in `owners`, by owner.
+pub fn recover(
+    store: &Store,
+    topics: &Topics,
+    owners: &Arc<RetainedBook>,
+) -> Result<Option<Recovered>, StoreError> {
     if !store.is_durable() {
         return Ok(None);
     }
@@ -378,7 +409,7 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
         .and_then(|(_, v)| Some(u32::from_be_bytes(v.get(..4)?.try_into().ok()?)))
         .map_or(1, |r| r.wrapping_add(1));
     let run_saved = meta.put(b"run".to_vec(), run.to_be_bytes().to_vec());
-    let (retained, stale_presence) = load::retained(&tables.retained, topics)?;
+    let (retained, stale_presence) = load::retained(&tables.retained, topics, owners)?;
     let (sessions, publications, kept) = load::sessions(&tables)?;
     let sent = load::sent_keys(&tables)?;
     let (wills, wills_due) = load::wills(&tables.wills, &kept)?;
@@ -392,6 +423,7 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
             wills,
             keeper: Box::new(Kept {
                 tables,
+                owners: owners.clone(),
                 run,
                 placed: BTreeMap::new(),
                 releases: 0,

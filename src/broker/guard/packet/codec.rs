@@ -164,6 +164,49 @@ pub fn connack(version: Version, code: u8) -> Bytes {
     encode_for(version, wire::Packet::ConnAck(connack, None))
 }
 
+/// A CONNACK refusing the connection with an MQTT 5 Reason String
+/// (`why`, left out for a 3.1.1 client, which has no properties).
+pub fn connack_saying(version: Version, code: u8, why: &str) -> Bytes {
+    if version == Version::V4 {
+        return connack(version, code);
+    }
+    let connack = wire::ConnAck {
+        session_present: false,
+        code: wire::ConnectReturnCode::from_v5(code)
+            .unwrap_or(wire::ConnectReturnCode::ServiceUnavailable),
+    };
+    let properties = wire::ConnAckProperties {
+        reason_string: Some(why.to_owned()),
+        ..wire::ConnAckProperties::default()
+    };
+    encode_for(version, wire::Packet::ConnAck(connack, Some(properties)))
+}
+
+/// An MQTT 5 PUBACK or PUBREC (`qos` 1 or 2) refusing a publication, with
+/// a Reason String.
+pub fn refused_saying(qos: u8, pkid: u16, reason: u8, why: &str) -> Bytes {
+    let reason_string = Some(why.to_owned());
+    let user_properties = Vec::new();
+    let packet = if qos == 1 {
+        let reason =
+            wire::PubAckReason::from_v5(reason).unwrap_or(wire::PubAckReason::UnspecifiedError);
+        let properties = wire::PubAckProperties {
+            reason_string,
+            user_properties,
+        };
+        wire::Packet::PubAck(wire::PubAck { pkid, reason }, Some(properties))
+    } else {
+        let reason =
+            wire::PubRecReason::from_v5(reason).unwrap_or(wire::PubRecReason::UnspecifiedError);
+        let properties = wire::PubRecProperties {
+            reason_string,
+            user_properties,
+        };
+        wire::Packet::PubRec(wire::PubRec { pkid, reason }, Some(properties))
+    };
+    encode_for(Version::V5, packet)
+}
+
 /// A PUBACK; MQTT 3.1.1 has no reason code, so `reason` is then ignored.
 pub fn puback(version: Version, pkid: u16, reason: u8) -> Bytes {
     let reason =

@@ -248,7 +248,10 @@ impl Outgoing {
             self.inflight_buffer.push_back((pkid, filter_idx, p.cursor));
 
             self.meter.publish_count += 1;
-            self.meter.total_size += p.publish.topic.len() + p.publish.payload.len();
+            // lmos-sidecar patch 32: properties count as in the log
+            self.meter.total_size += p.publish.topic.len()
+                + p.publish.payload.len()
+                + crate::protocol::v5::publish::properties_len(&p.properties);
             buffer.push_back(Notification::Forward(p));
         }
 

@@ -44,10 +44,14 @@ pub type ReadPublication = (PubWithProp, Offset, Source);
 
 // TODO: remove this from here
 impl Storage for PublishData {
-    // TODO: calculate size of publish properties as well!
+    /// lmos-sidecar patch 32: the properties count too (MQTT 5 user
+    /// properties can carry as many bytes as the payload), so that a
+    /// filter's log stops at its segments' size whatever carries the bytes.
     fn size(&self) -> usize {
         let publish = &self.publish;
-        4 + publish.topic.len() + publish.payload.len()
+        4 + publish.topic.len()
+            + publish.payload.len()
+            + crate::protocol::v5::publish::properties_len(&self.properties)
     }
 }
 
@@ -830,6 +834,42 @@ mod test {
         data.matches("topic/a");
 
         assert_eq!(data.publish_filters.get("topic/a").unwrap().len(), 1);
+    }
+
+    /// lmos-sidecar patch 32: bytes in user properties fill a filter's
+    /// log as payload bytes do.
+    #[test]
+    fn properties_count_toward_a_filters_log() {
+        use super::{Data, PublishData};
+        use crate::protocol::{Publish, PublishProperties, QoS};
+        use crate::segments::Storage;
+
+        let big = PublishProperties {
+            user_properties: vec![("k".into(), "v".repeat(10_000)); 4],
+            ..PublishProperties::default()
+        };
+        let publication = || {
+            let mut publish = Publish::new("t", "", false);
+            publish.qos = QoS::AtLeastOnce;
+            PublishData::from((publish, Some(big.clone())))
+        };
+        assert!(publication().size() > 40_000, "{}", publication().size());
+        // Two segments of 64 kB: at most three such publications each.
+        let config = RouterConfig {
+            max_segment_size: 64 * 1024,
+            max_connections: 10,
+            max_segment_count: 2,
+            max_outgoing_packet_count: 1024,
+            custom_segment: None,
+            initialized_filters: None,
+            shared_subscriptions_strategy: Strategy::RoundRobin,
+        };
+        let mut data: Data<PublishData> = Data::new("t", &config);
+        let mut woken = std::collections::VecDeque::new();
+        for _ in 0..100 {
+            data.append(publication(), &mut woken);
+        }
+        assert!(data.log.size() < 4 * 64 * 1024, "{}", data.log.size());
     }
 
     //     #[test]

@@ -21,6 +21,13 @@ pub fn len(publish: &Publish, properties: &Option<PublishProperties>) -> usize {
     len
 }
 
+/// lmos-sidecar patch 32: the encoded length of a publication's
+/// properties (user properties, correlation data, response topic, ...),
+/// without the length's own varint; 0 without properties.
+pub(crate) fn properties_len(properties: &Option<PublishProperties>) -> usize {
+    properties.as_ref().map_or(0, properties::len)
+}
+
 pub fn read(
     fixed_header: FixedHeader,
     mut bytes: Bytes,
