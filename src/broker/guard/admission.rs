@@ -184,14 +184,14 @@ fn charge_will(
     });
     let bytes = (will.topic.len() + will.will.message.len() + properties) as u64;
     let wills = &shared.keeps.wills;
-    wills.charge(&connect.client_id, socket, principal, bytes)?;
+    wills.charge(socket, principal, bytes)?;
     // A retained will becomes the principal's retained message when it is
     // published: charged now, as a retained publication would be (else
     // connecting and vanishing would retain without bound).
     if will.will.retain {
         let retained = &shared.keeps.retained;
         if let Err(over) = retained.charge(Some(principal), &will.topic, bytes) {
-            wills.release(&connect.client_id, socket);
+            wills.release(socket);
             return Err(over);
         }
     }

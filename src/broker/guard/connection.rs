@@ -209,7 +209,7 @@ impl<S: ClientStream> Connection<S> {
         let (held_to, offered) = handshake::keep_alive(version, connect.keep_alive, limit);
         let opened = open_session(&shared, &connect, &asked, session.name(), held_to, tx).await;
         let Some((upstream, opened)) = opened else {
-            shared.keeps.wills.release(&connect.client_id, socket);
+            shared.keeps.wills.release(socket);
             return None;
         };
         let client_id = connect.client_id.to_owned();

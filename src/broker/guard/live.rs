@@ -175,7 +175,7 @@ impl<S: ClientStream> Live<S> {
         let (shared, client_id) = (&self.shared, &self.client_id);
         session_ends(shared, client_id, &self.opened, after_close, expiry, end);
         // Its will is published or dropped now (issue 43).
-        shared.keeps.wills.release(client_id, self.socket);
+        shared.keeps.wills.release(self.socket);
         debug!(?end, "MQTT connection closed.");
         close_client(end, &mut self.client_rx, &mut self.client_tx).await;
         drop(self.permit);

@@ -16,14 +16,15 @@ use crate::quotas::{Quota, Quotas};
 struct Held {
     owner: Arc<str>,
     bytes: u64,
-    /// The connection's socket: a connection taking the client ID over
-    /// holds another, so the one it replaced cannot credit its will.
-    socket: RawFd,
 }
 
 #[derive(Debug, Default)]
 struct Book {
-    by_client: HashMap<Box<str>, Held>,
+    /// By the connection's socket, unique among open connections and
+    /// released before it closes: a connection taking a client ID over
+    /// counts apart from the one it replaces until that one ends, and a
+    /// connection refused after admission cannot give back another's.
+    by_socket: HashMap<RawFd, Held>,
     by: HashMap<Arc<str>, u64>,
     total: u64,
 }
@@ -53,33 +54,17 @@ impl WillBook {
         self.book.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A CONNECT of `client_id` on `socket` by `owner` with a will of
-    /// `bytes`: charged, or refused with the bound it would pass. A will
-    /// the client ID's earlier connection held is replaced (the broker
-    /// publishes or drops it at the takeover).
-    pub fn charge(
-        &self,
-        client_id: &str,
-        socket: RawFd,
-        owner: &str,
-        bytes: u64,
-    ) -> Result<(), Over> {
+    /// A CONNECT on `socket` by `owner` with a will of `bytes`: charged,
+    /// or refused with the bound it would pass.
+    pub fn charge(&self, socket: RawFd, owner: &str, bytes: u64) -> Result<(), Over> {
         let mut book = self.lock();
-        let (old_owner, old_bytes) = match book.by_client.get(client_id) {
-            Some(h) => (Some(h.owner.clone()), h.bytes),
-            None => (None, 0),
-        };
-        let total = book.total - old_bytes + bytes;
-        if self.limit > 0 && total > self.limit {
+        if self.limit > 0 && book.total + bytes > self.limit {
             return Err(Over::Sidecar {
                 key: "mqtt.max_will_bytes",
                 limit: self.limit,
             });
         }
-        let mut usage = book.by.get(owner).copied().unwrap_or(0);
-        if old_owner.as_deref() == Some(owner) {
-            usage -= old_bytes;
-        }
+        let usage = book.by.get(owner).copied().unwrap_or(0);
         self.quotas
             .check(owner, Quota::WillBytes, usage, bytes)
             .map_err(Over::Quota)?;
@@ -87,30 +72,22 @@ impl WillBook {
             Some((known, _)) => known.clone(),
             None => Arc::from(owner),
         };
-        if book.remove(client_id).is_none() {
+        if book.remove(socket).is_none() {
             self.held.fetch_add(1, Ordering::Relaxed);
         }
         book.total += bytes;
         *book.by.entry(owner.clone()).or_insert(0) += bytes;
-        let held = Held {
-            owner,
-            bytes,
-            socket,
-        };
-        book.by_client.insert(client_id.into(), held);
+        book.by_socket.insert(socket, Held { owner, bytes });
         Ok(())
     }
 
-    /// The connection of `client_id` on `socket` ended: its will is
-    /// published or dropped.
-    pub fn release(&self, client_id: &str, socket: RawFd) {
+    /// The connection on `socket` ended (or was refused after admission):
+    /// its will is published or dropped.
+    pub fn release(&self, socket: RawFd) {
         if self.held.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut book = self.lock();
-        if book.by_client.get(client_id).map(|h| h.socket) == Some(socket)
-            && book.remove(client_id).is_some()
-        {
+        if self.lock().remove(socket).is_some() {
             self.held.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -123,8 +100,8 @@ impl WillBook {
 }
 
 impl Book {
-    fn remove(&mut self, client_id: &str) -> Option<Held> {
-        let held = self.by_client.remove(client_id)?;
+    fn remove(&mut self, socket: RawFd) -> Option<Held> {
+        let held = self.by_socket.remove(&socket)?;
         self.total -= held.bytes;
         if let Some(b) = self.by.get_mut(&held.owner) {
             *b = b.saturating_sub(held.bytes);
@@ -152,25 +129,28 @@ mod tests {
     #[test]
     fn a_principal_past_its_will_bytes_is_refused_until_one_ends() {
         let b = book(0);
-        b.charge("c1", 7, "bob", 60).unwrap();
-        let e = b.charge("c2", 8, "bob", 60).unwrap_err();
+        b.charge(7, "bob", 60).unwrap();
+        let e = b.charge(8, "bob", 60).unwrap_err();
         assert_eq!(e.key(), "quotas.will_bytes");
-        b.charge("c3", 9, "alice", 60).unwrap();
-        b.release("c1", 7);
-        b.charge("c2", 8, "bob", 60).unwrap();
+        b.charge(9, "alice", 60).unwrap();
+        b.release(7);
+        b.charge(8, "bob", 60).unwrap();
         assert_eq!(b.usage("bob"), (60, 120));
     }
 
     #[test]
-    fn a_takeover_replaces_the_will_and_the_old_connection_credits_nothing() {
+    fn each_connection_counts_until_it_ends_whatever_its_client_id() {
         let b = book(150);
-        b.charge("c", 7, "bob", 90).unwrap();
-        b.charge("c", 8, "bob", 90).unwrap();
-        b.release("c", 7);
-        assert_eq!(b.usage("bob"), (90, 90));
-        let e = b.charge("d", 9, "alice", 90).unwrap_err();
+        b.charge(7, "bob", 60).unwrap();
+        // The same client ID on another connection, refused later: its
+        // release gives back its own will only.
+        b.charge(8, "bob", 30).unwrap();
+        b.release(8);
+        assert_eq!(b.usage("bob"), (60, 60));
+        let e = b.charge(9, "alice", 91).unwrap_err();
         assert_eq!(e.key(), "mqtt.max_will_bytes");
-        b.release("c", 8);
+        b.release(7);
+        b.release(7);
         assert_eq!(b.usage("bob"), (0, 0));
         assert_eq!(b.held.load(Ordering::Relaxed), 0);
     }
