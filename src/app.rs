@@ -116,13 +116,20 @@ impl Application {
             ("http.tls_cert", "http.tls_key"),
         )?;
         let mqtt_stop = CancellationToken::new();
-        let mut broker = start_broker(&config, &authority, &metrics, &store, &mqtt_stop).await?;
+        let quotas = Quotas::new(&config.quotas, !config.auth.principals.is_empty());
+        let mut broker = start_broker(
+            &config,
+            &authority,
+            (&metrics, &quotas),
+            &store,
+            &mqtt_stop,
+        )
+        .await?;
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
         };
         let cluster = cluster_link(&config, &mut broker, &thing_id)?;
-        let quotas = Quotas::new(&config.quotas, !config.auth.principals.is_empty());
         let directory = parts::directory_service(
             &config,
             (&quotas, &metrics),
@@ -308,7 +315,7 @@ impl Application {
 async fn start_broker(
     config: &Config,
     authority: &Authority,
-    metrics: &Metrics,
+    (metrics, quotas): (&Metrics, &Arc<Quotas>),
     store: &Store,
     stop: &CancellationToken,
 ) -> Result<EmbeddedBroker, StartError> {
@@ -341,6 +348,8 @@ async fn start_broker(
             .map(|m| Arc::new(m) as Arc<dyn crate::broker::guard::Prerequisite>),
         store: store.clone(),
         topics: topics.clone(),
+        quotas: quotas.clone(),
+        metrics: metrics.clone(),
     };
     let filters = Gateway::bus_filters(&topics);
     let mut broker = EmbeddedBroker::start(

@@ -331,6 +331,7 @@ impl Policy for MqttPolicy {
                     GuardLimit::PacketSize => "max_payload_size",
                     GuardLimit::HandshakeTimeout => "connection_timeout_ms",
                     GuardLimit::KeptSessions => "max_kept_sessions",
+                    GuardLimit::ClientIdLength => "max_client_id_length",
                 },
             ),
             GuardEvent::PayloadRefused => self.metrics.dropped("thing_mismatch"),

@@ -198,6 +198,9 @@ pub struct Hooks {
     pub store: Store,
     /// To tell agents' presence among the retained messages kept.
     pub topics: Topics,
+    /// Per-principal shares (`[quotas] queued_bytes`).
+    pub quotas: Arc<crate::quotas::Quotas>,
+    pub metrics: crate::telemetry::metrics::Metrics,
 }
 
 impl EmbeddedBroker {
@@ -227,16 +230,26 @@ impl EmbeddedBroker {
             prerequisite,
             store,
             topics,
+            quotas,
+            metrics,
         } = hooks;
         // The broker's writes (what it keeps, the guard's session records)
         // are what its acknowledgements wait for; nothing else in the store.
         let store = store.scoped();
+        let owners = crate::broker::kept::Owners::default();
+        let limits = crate::broker::kept::QueueLimits {
+            per_session: config.max_queued_bytes_per_session,
+            total: config.max_queued_bytes,
+            quotas,
+            owners: owners.clone(),
+            metrics,
+        };
         let Recovered {
             persistence,
             stale_presence,
             kept_sessions,
             wills_due,
-        } = recover(&store, &topics).await?;
+        } = recover(&store, &topics, limits).await?;
         let own_links = 1 + side_filters.len();
         let (mut broker, engine, mqtt_connections) =
             open_broker(rumqttd_config, persistence, internal_listener, own_links)?;
@@ -280,6 +293,7 @@ impl EmbeddedBroker {
         let guarded = Guarded {
             prerequisite,
             store,
+            owners,
             kept_sessions,
         };
         serve_guards(engine, config, (policy, tls), guarded, listeners, shutdown);
@@ -390,9 +404,13 @@ struct Recovered {
     wills_due: Vec<(String, std::time::Duration)>,
 }
 
-async fn recover(store: &Store, topics: &Topics) -> Result<Recovered, BrokerError> {
+async fn recover(
+    store: &Store,
+    topics: &Topics,
+    limits: crate::broker::kept::QueueLimits,
+) -> Result<Recovered, BrokerError> {
     let started = std::time::Instant::now();
-    let recovered = crate::broker::kept::recover(store, topics)?;
+    let recovered = crate::broker::kept::recover(store, topics, limits)?;
     let (stale_presence, kept_sessions) = match &recovered {
         Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
         None => (Vec::new(), Vec::new()),
@@ -437,6 +455,8 @@ struct Listeners {
 struct Guarded {
     prerequisite: Option<Arc<dyn Prerequisite>>,
     store: Store,
+    /// The kept sessions' owners, for the keeper to charge.
+    owners: crate::broker::kept::Owners,
     kept_sessions: Vec<KeptSession>,
 }
 
@@ -450,6 +470,7 @@ fn serve_guards(
     Guarded {
         prerequisite,
         store,
+        owners,
         kept_sessions,
     }: Guarded,
     listeners: Listeners,
@@ -463,7 +484,7 @@ fn serve_guards(
         limits.clone(),
         tls,
         shutdown.clone(),
-        store.clone(),
+        (store.clone(), owners.clone()),
     );
     guard.restore_sessions(kept_sessions);
     guard.serve(listeners.public);
@@ -475,7 +496,7 @@ fn serve_guards(
         limits,
         None,
         shutdown,
-        store,
+        (store, owners),
     );
     trusted.serve(listeners.trusted);
 }

@@ -24,6 +24,12 @@ pub struct QuotasConfig {
     /// Bytes of registered Thing Descriptions (as served, forms included)
     /// one principal may have.
     pub td_bytes: u64,
+    /// Bytes the publications queued for one principal's kept MQTT
+    /// sessions may take on disk, over all of them (counted as
+    /// `mqtt.max_queued_bytes_per_session` counts them); past it their
+    /// newest publications are not written to disk. A quarter of the
+    /// default `mqtt.max_queued_bytes`.
+    pub queued_bytes: u64,
     /// Per principal (`[quotas.principals.<name>]`): any of the keys above,
     /// instead of the default. Names must be `[[auth.principals]]` names or
     /// `anonymous`.
@@ -38,6 +44,7 @@ impl Default for QuotasConfig {
             subscriptions: 10_000,
             things: 1_000,
             td_bytes: 8 * 1024 * 1024,
+            queued_bytes: 256 * 1024 * 1024,
             principals: BTreeMap::new(),
         }
     }
@@ -57,6 +64,8 @@ pub struct QuotaOverrides {
     pub things: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub td_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_bytes: Option<u64>,
 }
 
 #[cfg(test)]

@@ -125,6 +125,8 @@ impl Rig {
                 prerequisite: None,
                 store: lmos_sidecar::store::Store::memory(),
                 topics: lmos_sidecar::topics::Topics::new("lmos").unwrap(),
+                quotas: lmos_sidecar::quotas::Quotas::none(),
+                metrics: lmos_sidecar::telemetry::metrics::Metrics::default(),
             },
             tls,
             stop.clone(),

@@ -148,6 +148,8 @@ pub enum GuardLimit {
     /// `mqtt.max_kept_sessions` or `mqtt.max_kept_sessions_per_principal`
     /// reached by a CONNECT asking for a session to be kept.
     KeptSessions,
+    /// A CONNECT's client ID longer than `mqtt.max_client_id_length`.
+    ClientIdLength,
 }
 
 /// Who published a delivery, when the guard named them (see
@@ -211,6 +213,8 @@ pub struct Limits {
     /// Sessions that may outlive their connection, in all and per
     /// principal (`mqtt.max_kept_sessions`, `..._per_principal`).
     pub kept: sessions::KeptLimits,
+    /// The longest client ID, in bytes (`mqtt.max_client_id_length`).
+    pub max_client_id_length: usize,
 }
 
 impl Limits {
@@ -227,6 +231,7 @@ impl Limits {
                 total: config.max_kept_sessions,
                 per_principal: config.max_kept_sessions_per_principal,
             },
+            max_client_id_length: config.max_client_id_length,
         }
     }
 }
@@ -266,7 +271,7 @@ impl Guard {
         limits: Limits,
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
-        store: Store,
+        (store, owners): (Store, crate::broker::kept::Owners),
     ) -> Guard {
         let connections = Arc::new(Semaphore::new(
             limits.max_connections.min(Semaphore::MAX_PERMITS),
@@ -274,7 +279,7 @@ impl Guard {
         Guard {
             shared: Arc::new(Shared {
                 upstream,
-                sessions: sessions::Sessions::new(limits.kept),
+                sessions: sessions::Sessions::new(limits.kept).with_owners(owners),
                 policy,
                 prerequisite,
                 limits,

@@ -21,7 +21,7 @@ mod codec;
 mod connect;
 
 pub use codec::{
-    connack, disconnect, encode_suback, encode_subscribe, encode_unsuback, encode_unsubscribe,
+    connack, connack_because, disconnect, encode_suback, encode_subscribe, encode_unsuback, encode_unsubscribe,
     puback, pubcomp, pubrec, suback_reply, subscribe, unsubscribe, Subscribe, Unsubscribe,
 };
 pub(super) use codec::{decode_body, encode_for};

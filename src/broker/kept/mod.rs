@@ -26,8 +26,13 @@
 //! than the router's memory; those no session waits for any more are
 //! dropped at the next start. Client IDs and filters never hold a NUL (MQTT
 //! forbids U+0000), hence the separator.
+//!
+//! What each kept session's queue costs on disk is counted and bounded
+//! ([`budget`]): past a bound, a session's newest publications are not
+//! written for it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -37,7 +42,10 @@ use crate::broker::Publication;
 use crate::store::{Store, StoreError, Table, Ticket};
 use crate::topics::Topics;
 
+mod budget;
 mod load;
+
+pub use budget::{Limits as QueueLimits, Owners};
 
 const RETAINED: &str = "mqtt_retained";
 const SUBSCRIPTIONS: &str = "mqtt_subscriptions";
@@ -93,6 +101,42 @@ struct Kept {
     /// The keys in `mqtt_sent`, so that acknowledging a QoS 1 publication
     /// costs no delete of what is not there.
     sent: HashSet<Vec<u8>>,
+    /// What the queues cost on disk, and the bounds.
+    budget: budget::Budget,
+    /// Until the router has placed the restored publications: who waits
+    /// for which, to count their entries where they now sit.
+    restoring: Option<Restoring>,
+}
+
+/// The restored queue entries, by publication.
+struct Restoring {
+    /// By key: its value's length (as in `mqtt_queued_data`) and the
+    /// sessions (indexes into `clients`) waiting for it.
+    waiting: HashMap<Bytes, (u64, Vec<u32>)>,
+    clients: Vec<String>,
+}
+
+impl Restoring {
+    fn of(sessions: &[rumqttd::RestoredSession], publications: &[rumqttd::RestoredPublication]) -> Restoring {
+        let mut waiting: HashMap<Bytes, (u64, Vec<u32>)> = publications
+            .iter()
+            .map(|p| {
+                let value = 2 + p.filter.len() + p.packet.len();
+                (p.key.clone(), (value as u64, Vec::new()))
+            })
+            .collect();
+        for (i, session) in sessions.iter().enumerate() {
+            for key in &session.queued {
+                if let Some((_, clients)) = waiting.get_mut(key) {
+                    clients.push(i as u32);
+                }
+            }
+        }
+        Restoring {
+            waiting,
+            clients: sessions.iter().map(|s| s.client_id.clone()).collect(),
+        }
+    }
 }
 
 fn client_prefix(client_id: &str) -> Vec<u8> {
@@ -137,6 +181,8 @@ impl Keeper for Kept {
     }
 
     fn ended(&mut self, client_id: &str) {
+        self.settle();
+        self.budget.ended(client_id);
         forget(&self.tables, client_id);
     }
 
@@ -147,14 +193,23 @@ impl Keeper for Kept {
         packet: &Bytes,
         clients: &mut dyn Iterator<Item = &str>,
     ) {
-        let at = position_key(self.run, position);
-        let mut value = Vec::with_capacity(2 + filter.len() + packet.len());
-        value.extend_from_slice(&(filter.len() as u16).to_be_bytes());
-        value.extend_from_slice(filter.as_bytes());
-        value.extend_from_slice(packet);
+        self.settle();
+        let value_len = 2 + filter.len() + packet.len();
+        // Each session's entry as it costs on disk: past a bound, not
+        // written for that session (drop newest).
+        let budget = &mut self.budget;
+        let mut clients = clients.filter(|client_id| {
+            let cost = client_id.len() as u64 + budget::KEY_OVERHEAD + value_len as u64;
+            budget.admit(client_id, position, cost)
+        });
         let Some(first) = clients.next() else {
             return;
         };
+        let at = position_key(self.run, position);
+        let mut value = Vec::with_capacity(value_len);
+        value.extend_from_slice(&(filter.len() as u16).to_be_bytes());
+        value.extend_from_slice(filter.as_bytes());
+        value.extend_from_slice(packet);
         let mut clients = clients.peekable();
         // One session waiting (the common case): one write, the publication
         // in its queue entry.
@@ -182,6 +237,8 @@ impl Keeper for Kept {
     }
 
     fn delivered(&mut self, client_id: &str, position: Position) {
+        self.settle();
+        self.budget.delivered(client_id, position);
         let mut key = client_prefix(client_id);
         match self.placed.get_mut(&position) {
             Some((restored, left)) => {
@@ -202,11 +259,26 @@ impl Keeper for Kept {
 
     fn placed(&mut self, position: Position, key: &Bytes, sessions: u32) {
         self.placed.insert(position, (key.clone(), sessions));
+        let Some(restoring) = &mut self.restoring else {
+            return;
+        };
+        if let Some((value_len, waiting)) = restoring.waiting.remove(key) {
+            for i in waiting {
+                if let Some(client_id) = restoring.clients.get(i as usize) {
+                    let cost = client_id.len() as u64 + 1 + key.len() as u64 + value_len;
+                    self.budget.restored(client_id, position, cost);
+                }
+            }
+        }
     }
 
     fn dropped(&mut self, idx: usize, segment: u64, clients: &mut dyn Iterator<Item = &str>) {
+        self.settle();
         let prefix = &position_key(self.run, (idx, (segment, 0)))[..20];
         let clients: Vec<&str> = clients.collect();
+        for client_id in &clients {
+            self.budget.dropped(client_id, idx, segment);
+        }
         let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
         for client_id in &clients {
             let mut key = client_prefix(client_id);
@@ -258,13 +330,33 @@ impl Keeper for Kept {
     }
 
     fn released(&mut self, idx: usize) {
+        self.settle();
         let prefix = &position_key(self.run, (idx, (0, 0)))[..12];
         let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
-        let _ = self.forget_restored((idx, (0, 0))..(idx + 1, (0, 0)));
+        let old = self.forget_restored((idx, (0, 0))..(idx + 1, (0, 0)));
+        // Sessions that left the filter with entries in it: the router
+        // holds them no more, nor does the disk.
+        for client_id in self.budget.released(idx) {
+            let mut key = client_prefix(&client_id);
+            key.extend_from_slice(prefix);
+            let _ticket = self.tables.queued.delete_prefix(key);
+            for old in &old {
+                let mut key = client_prefix(&client_id);
+                key.extend_from_slice(old);
+                let _ticket = self.tables.queued.delete(key);
+            }
+        }
     }
 }
 
 impl Kept {
+    /// Once the router runs, the restored entries are all counted.
+    fn settle(&mut self) {
+        if self.restoring.is_some() {
+            self.restoring = None;
+        }
+    }
+
     /// A session's queue entry for the publication at `position` (restored
     /// ones by their earlier run's key).
     fn queue_key(&self, client_id: &str, position: Position) -> Vec<u8> {
@@ -365,7 +457,11 @@ pub fn schedule_wills(trigger: rumqttd::WillTrigger, due: Vec<(String, Duration)
 
 /// What the last run kept, and the keeper for this one; `None` when
 /// nothing is kept.
-pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, StoreError> {
+pub fn recover(
+    store: &Store,
+    topics: &Topics,
+    limits: QueueLimits,
+) -> Result<Option<Recovered>, StoreError> {
     if !store.is_durable() {
         return Ok(None);
     }
@@ -383,6 +479,12 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
     let sent = load::sent_keys(&tables)?;
     let (wills, wills_due) = load::wills(&tables.wills, &kept)?;
     let queued = sessions.iter().map(|s| s.queued.len()).sum();
+    for session in &kept {
+        if let Some(owner) = &session.owner {
+            limits.owners.set(&session.client_id, &Arc::from(owner.as_str()));
+        }
+    }
+    let restoring = Some(Restoring::of(&sessions, &publications));
     Ok(Some(Recovered {
         retained: retained.len(),
         persistence: Persistence {
@@ -396,6 +498,8 @@ pub fn recover(store: &Store, topics: &Topics) -> Result<Option<Recovered>, Stor
                 placed: BTreeMap::new(),
                 releases: 0,
                 sent,
+                budget: budget::Budget::new(limits),
+                restoring,
             }),
         },
         sessions: kept,

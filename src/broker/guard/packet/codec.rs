@@ -164,6 +164,21 @@ pub fn connack(version: Version, code: u8) -> Bytes {
     encode_for(version, wire::Packet::ConnAck(connack, None))
 }
 
+/// An MQTT 5 CONNACK refusing the connection with reason code `code` and
+/// a Reason String saying why.
+pub fn connack_because(code: u8, reason: &str) -> Bytes {
+    let connack = wire::ConnAck {
+        session_present: false,
+        code: wire::ConnectReturnCode::from_v5(code)
+            .unwrap_or(wire::ConnectReturnCode::ServiceUnavailable),
+    };
+    let properties = wire::ConnAckProperties {
+        reason_string: Some(reason.to_owned()),
+        ..Default::default()
+    };
+    encode_for(Version::V5, wire::Packet::ConnAck(connack, Some(properties)))
+}
+
 /// A PUBACK; MQTT 3.1.1 has no reason code, so `reason` is then ignored.
 pub fn puback(version: Version, pkid: u16, reason: u8) -> Bytes {
     let reason =
