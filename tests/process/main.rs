@@ -17,5 +17,6 @@ mod deploy;
 mod docs;
 mod docs_commands;
 mod first_hour;
+mod queued_bytes;
 mod restart;
 mod restart_state;
