@@ -30,13 +30,16 @@ async fn a_client_id_one_byte_past_the_bound_is_refused_and_one_at_it_connects()
 
     // MQTT 3.1.1: identifier rejected (return code 2).
     let id = over.clone();
-    let refused = mqtt_refusal(sidecar.mqtt, move |o| o.set_client_id(id)).await;
+    let refused = mqtt_refusal(sidecar.mqtt, move |o| {
+        o.set_client_id(id);
+    })
+    .await;
     assert_eq!(refused, Some(ConnectReturnCode::BadClientId));
     let id = at.clone();
-    assert_eq!(
-        mqtt_refusal(sidecar.mqtt, move |o| o.set_client_id(id)).await,
-        None
-    );
+    let accepted = mqtt_refusal(sidecar.mqtt, move |o| {
+        o.set_client_id(id);
+    });
+    assert_eq!(accepted.await, None);
 
     // MQTT 5: 0x85 Client Identifier not valid, saying which key.
     let mut client = Client::open(sidecar.mqtt5).await;
