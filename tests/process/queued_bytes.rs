@@ -224,3 +224,49 @@ async fn past_its_bound_a_session_finds_after_a_restart_what_was_kept_and_no_mor
     drop(over);
     second.terminate();
 }
+
+#[tokio::test]
+async fn a_session_over_its_bound_takes_nothing_from_another_across_restarts() {
+    // `over` pays two copies per publication (two filters match), `other`
+    // one: `over` reaches its bound halfway, `other` keeps all. After a
+    // restart `over` is delivered `other`'s copies too (the broker's log
+    // holds them); acknowledging them must not make `other` lose them at
+    // the next restart.
+    const PER_SESSION: u64 = 64 * KIB;
+    const PUBLICATIONS: usize = 50;
+    let dir = DataDir::new("queued-other");
+    let start = || {
+        let mut cmd = sidecar!();
+        cmd.env(
+            "LMOS_SIDECAR_MQTT__MAX_QUEUED_BYTES_PER_SESSION",
+            PER_SESSION.to_string(),
+        );
+        Started::start(on_directory(&mut cmd, &dir.0))
+    };
+    let first = start();
+    let mut over = MqttClient::connect_kept(first.mqtt, "over").await;
+    over.subscribe("x/#").await;
+    over.subscribe("x/+/+/+/+/+").await;
+    over.client.disconnect().await.unwrap();
+    let mut other = MqttClient::connect_kept(first.mqtt, "other").await;
+    other.subscribe("x/#").await;
+    other.client.disconnect().await.unwrap();
+    drop((over, other));
+    publish(first.mqtt, |_| {}, PUBLICATIONS).await;
+    assert!(metric(&first, &hits("max_queued_bytes_per_session")).await > 0);
+    first.terminate();
+
+    let second = start();
+    let mut over = MqttClient::connect_kept(second.mqtt, "over").await;
+    let got = drain(&mut over).await;
+    assert!(got.len() >= PUBLICATIONS, "{} delivered", got.len());
+    over.client.disconnect().await.unwrap();
+    drop(over);
+    second.terminate();
+
+    let third = start();
+    let mut other = MqttClient::connect_kept(third.mqtt, "other").await;
+    assert_eq!(drain(&mut other).await, (0..PUBLICATIONS).collect::<Vec<_>>());
+    settles(&third, QUEUED, 0).await;
+    third.terminate();
+}

@@ -106,30 +106,18 @@ impl Bound {
     }
 }
 
-/// One filter's segment of one session's queue.
+/// One filter's segment of one session's queue: the entries written.
 #[derive(Debug, Default)]
 struct Segment {
     entries: u32,
     bytes: u64,
-    /// Offsets of entries not written (inclusive ranges, in order).
-    skipped: Vec<(u64, u64)>,
-    /// The last entry was not written: a skip extends the last range.
-    skipping: bool,
 }
 
 impl Segment {
-    fn skip(&mut self, offset: u64) {
-        match self.skipped.last_mut() {
-            Some(last) if self.skipping => last.1 = offset,
-            _ => self.skipped.push((offset, offset)),
-        }
-        self.skipping = true;
-    }
-
-    /// The bytes a delivery at `offset` frees: none for an entry never
-    /// written, else the average per entry (the last takes the rest).
-    fn deliver(&mut self, offset: u64) -> u64 {
-        if self.skipped.iter().any(|&(a, b)| (a..=b).contains(&offset)) || self.entries == 0 {
+    /// The bytes a delivery frees: the average per entry (the last takes
+    /// the rest); none once all are delivered.
+    fn deliver(&mut self) -> u64 {
+        if self.entries == 0 {
             return 0;
         }
         let freed = self.bytes / u64::from(self.entries);
@@ -140,6 +128,47 @@ impl Segment {
     }
 }
 
+/// The offsets of one filter's log (absolute, across its segments) where a
+/// session has no entry: not written past a bound, or, after a restart,
+/// other sessions' publications among its own (the router delivers it
+/// everything from its first on). Their delivery frees nothing, and is
+/// nobody's to count.
+#[derive(Debug, Default)]
+struct Gaps {
+    /// Inclusive ranges, in order.
+    ranges: Vec<(u64, u64)>,
+    /// The last entry was not written: the next skip extends the range.
+    open: bool,
+}
+
+/// Past this many ranges the oldest two merge: a session at its bound for
+/// long holds a bounded list (what the merge covers counts as not written,
+/// so its bytes go with its segment or its session, never below zero).
+const MAX_GAPS: usize = 1024;
+
+impl Gaps {
+    fn add(&mut self, from: u64, to: u64, extend: bool) {
+        match self.ranges.last_mut() {
+            Some(last) if extend || last.1.saturating_add(1) >= from => last.1 = last.1.max(to),
+            _ => self.ranges.push((from, to)),
+        }
+        if self.ranges.len() > MAX_GAPS {
+            let (_, end) = self.ranges.remove(1);
+            self.ranges[0].1 = end;
+        }
+    }
+
+    /// Whether `offset` is in a gap; gaps wholly before it are forgotten
+    /// (a filter's publications are delivered in order).
+    fn delivered(&mut self, offset: u64) -> bool {
+        let passed = self.ranges.iter().take_while(|r| r.1 < offset).count();
+        if passed > 0 {
+            self.ranges.drain(..passed);
+        }
+        self.ranges.first().is_some_and(|r| r.0 <= offset)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Session {
     owner: Option<Arc<str>>,
@@ -147,6 +176,8 @@ struct Session {
     owner_limit: Option<u64>,
     bytes: u64,
     segments: HashMap<(usize, u64), Segment>,
+    /// By filter; empty unless it has gaps.
+    gaps: HashMap<usize, Gaps>,
     /// Its newest publications are not being kept (logged when it starts).
     dropping: bool,
 }
@@ -247,22 +278,26 @@ impl Budget {
         } else {
             None
         };
-        let new_segment = !session.segments.contains_key(&(idx, segment));
-        let tally = session.segments.entry((idx, segment)).or_default();
         if let Some(bound) = bound {
-            tally.skip(offset);
+            let gaps = session.gaps.entry(idx).or_default();
+            let extend = gaps.open;
+            gaps.add(offset, offset, extend);
+            gaps.open = true;
             let started = !session.dropping;
             session.dropping = true;
             self.hits[bound as usize].inc();
-            if new_segment {
-                *self.tallied.entry(idx).or_default() += 1;
-            }
             if started {
                 self.log_dropping(client_id, bound);
             }
             return false;
         }
-        tally.skipping = false;
+        if !session.gaps.is_empty() {
+            if let Some(gaps) = session.gaps.get_mut(&idx) {
+                gaps.open = false;
+            }
+        }
+        let new_segment = !session.segments.contains_key(&(idx, segment));
+        let tally = session.segments.entry((idx, segment)).or_default();
         tally.entries += 1;
         tally.bytes += cost;
         session.bytes += cost;
@@ -300,15 +335,28 @@ impl Budget {
         self.charge(owner.as_ref(), cost);
     }
 
-    pub(super) fn delivered(&mut self, client_id: &str, (idx, (segment, offset)): Position) {
+    /// `client_id` acknowledged the publication at `at`; false when it had
+    /// no entry there (a gap): nothing of it is on disk to forget.
+    pub(super) fn delivered(&mut self, client_id: &str, (idx, (segment, offset)): Position) -> bool {
         let Some(session) = self.sessions.get_mut(client_id) else {
-            return;
+            return true;
         };
+        if !session.gaps.is_empty() {
+            if let Some(gaps) = session.gaps.get_mut(&idx) {
+                let in_gap = gaps.delivered(offset);
+                if gaps.ranges.is_empty() && !gaps.open {
+                    session.gaps.remove(&idx);
+                }
+                if in_gap {
+                    return false;
+                }
+            }
+        }
         let Some(tally) = session.segments.get_mut(&(idx, segment)) else {
-            return;
+            return true;
         };
-        let freed = tally.deliver(offset);
-        let gone = tally.entries == 0 && tally.skipped.is_empty();
+        let freed = tally.deliver();
+        let gone = tally.entries == 0;
         if gone {
             session.segments.remove(&(idx, segment));
         }
@@ -318,6 +366,15 @@ impl Budget {
             self.untally(idx, 1);
         }
         self.release(owner.as_deref(), freed);
+        true
+    }
+
+    /// After a restart: `client_id` has no entry at offsets `from..=to`
+    /// of filter `idx` (other sessions' publications among its own).
+    pub(super) fn gap(&mut self, client_id: &str, idx: usize, from: u64, to: u64) {
+        if let Some(session) = self.sessions.get_mut(client_id) {
+            session.gaps.entry(idx).or_default().add(from, to, false);
+        }
     }
 
     /// The router dropped `segment` of filter `idx` for `client_id`.
@@ -351,6 +408,7 @@ impl Budget {
                 }
                 i != idx
             });
+            session.gaps.remove(&idx);
             if session.segments.len() != count {
                 had.push(client_id.clone());
                 freed_by.push((session.owner.clone(), before - session.bytes));

@@ -98,3 +98,43 @@ fn restored_entries_count_whatever_the_bounds_on_their_owners_share() {
     b.delivered("old", at(0, 0, 0));
     assert!(b.admit("new", at(0, 0, 2), 100));
 }
+
+#[test]
+fn after_a_restart_others_publications_among_a_sessions_own_are_its_gaps() {
+    use crate::broker::kept::restoring::Restoring;
+    use bytes::Bytes;
+    use rumqttd::{RestoredPublication, RestoredSession};
+    let (mut b, _) = budget(10_000, 0, 10_000);
+    let key = |k: &str| Bytes::from(k.to_owned());
+    let publication = |k: &str| RestoredPublication {
+        key: key(k),
+        filter: "f".into(),
+        packet: Bytes::from_static(&[0; 7]),
+    };
+    let session = |id: &str, keys: &[&str]| RestoredSession {
+        client_id: id.into(),
+        subscriptions: Vec::new(),
+        queued: keys.iter().map(|k| key(k)).collect(),
+        received: Vec::new(),
+        releasing: Vec::new(),
+        sent: Vec::new(),
+    };
+    let sessions = [session("a", &["k1", "k3"]), session("b", &["k1", "k2", "k3", "k4"])];
+    let publications: Vec<_> = ["k1", "k2", "k3", "k4"].map(publication).into();
+    let mut restoring = Restoring::of(&sessions, &publications);
+    for (offset, k) in ["k1", "k2", "k3", "k4"].into_iter().enumerate() {
+        restoring.placed(&mut b, at(0, 0, offset as u64), &key(k));
+    }
+    restoring.settle(&mut b);
+    // Each entry: client ID, separator, key (2), filter length, filter, packet.
+    let cost = 1 + 1 + 2 + (2 + 1 + 7);
+    assert_eq!(b.total(), 6 * cost);
+    // The router delivers `a` all four; k2 and k4 are b's.
+    let mine: Vec<bool> = (0..4).map(|o| b.delivered("a", at(0, 0, o))).collect();
+    assert_eq!(mine, [true, false, true, false]);
+    assert_eq!(b.total(), 4 * cost);
+    for o in 0..4 {
+        assert!(b.delivered("b", at(0, 0, o)));
+    }
+    assert_eq!(b.total(), 0);
+}

@@ -31,7 +31,7 @@
 //! ([`budget`]): past a bound, a session's newest publications are not
 //! written for it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -44,6 +44,7 @@ use crate::topics::Topics;
 
 mod budget;
 mod load;
+mod restoring;
 
 pub use budget::{Limits as QueueLimits, Owners};
 
@@ -105,38 +106,7 @@ struct Kept {
     budget: budget::Budget,
     /// Until the router has placed the restored publications: who waits
     /// for which, to count their entries where they now sit.
-    restoring: Option<Restoring>,
-}
-
-/// The restored queue entries, by publication.
-struct Restoring {
-    /// By key: its value's length (as in `mqtt_queued_data`) and the
-    /// sessions (indexes into `clients`) waiting for it.
-    waiting: HashMap<Bytes, (u64, Vec<u32>)>,
-    clients: Vec<String>,
-}
-
-impl Restoring {
-    fn of(sessions: &[rumqttd::RestoredSession], publications: &[rumqttd::RestoredPublication]) -> Restoring {
-        let mut waiting: HashMap<Bytes, (u64, Vec<u32>)> = publications
-            .iter()
-            .map(|p| {
-                let value = 2 + p.filter.len() + p.packet.len();
-                (p.key.clone(), (value as u64, Vec::new()))
-            })
-            .collect();
-        for (i, session) in sessions.iter().enumerate() {
-            for key in &session.queued {
-                if let Some((_, clients)) = waiting.get_mut(key) {
-                    clients.push(i as u32);
-                }
-            }
-        }
-        Restoring {
-            waiting,
-            clients: sessions.iter().map(|s| s.client_id.clone()).collect(),
-        }
-    }
+    restoring: Option<restoring::Restoring>,
 }
 
 fn client_prefix(client_id: &str) -> Vec<u8> {
@@ -238,7 +208,12 @@ impl Keeper for Kept {
 
     fn delivered(&mut self, client_id: &str, position: Position) {
         self.settle();
-        self.budget.delivered(client_id, position);
+        // Not its entry (not written past a bound, or another session's
+        // after a restart): nothing to delete, and not its to count off.
+        if !self.budget.delivered(client_id, position) {
+            self.forget_sent(client_id, position);
+            return;
+        }
         let mut key = client_prefix(client_id);
         match self.placed.get_mut(&position) {
             Some((restored, left)) => {
@@ -259,16 +234,8 @@ impl Keeper for Kept {
 
     fn placed(&mut self, position: Position, key: &Bytes, sessions: u32) {
         self.placed.insert(position, (key.clone(), sessions));
-        let Some(restoring) = &mut self.restoring else {
-            return;
-        };
-        if let Some((value_len, waiting)) = restoring.waiting.remove(key) {
-            for i in waiting {
-                if let Some(client_id) = restoring.clients.get(i as usize) {
-                    let cost = client_id.len() as u64 + 1 + key.len() as u64 + value_len;
-                    self.budget.restored(client_id, position, cost);
-                }
-            }
+        if let Some(restoring) = &mut self.restoring {
+            restoring.placed(&mut self.budget, position, key);
         }
     }
 
@@ -352,8 +319,19 @@ impl Keeper for Kept {
 impl Kept {
     /// Once the router runs, the restored entries are all counted.
     fn settle(&mut self) {
-        if self.restoring.is_some() {
-            self.restoring = None;
+        if let Some(restoring) = self.restoring.take() {
+            restoring.settle(&mut self.budget);
+        }
+    }
+
+    /// The `mqtt_sent` entry of a QoS 2 publication acknowledged, if any.
+    fn forget_sent(&mut self, client_id: &str, position: Position) {
+        if self.sent.is_empty() {
+            return;
+        }
+        let key = self.queue_key(client_id, position);
+        if self.sent.remove(&key) {
+            let _ticket = self.tables.sent.delete(key);
         }
     }
 
@@ -484,7 +462,7 @@ pub fn recover(
             limits.owners.set(&session.client_id, &Arc::from(owner.as_str()));
         }
     }
-    let restoring = Some(Restoring::of(&sessions, &publications));
+    let restoring = Some(restoring::Restoring::of(&sessions, &publications));
     Ok(Some(Recovered {
         retained: retained.len(),
         persistence: Persistence {
