@@ -227,11 +227,12 @@ async fn past_its_bound_a_session_finds_after_a_restart_what_was_kept_and_no_mor
 
 #[tokio::test]
 async fn a_session_over_its_bound_takes_nothing_from_another_across_restarts() {
-    // `over` pays two copies per publication (two filters match), `other`
-    // one: `over` reaches its bound halfway, `other` keeps all. After a
-    // restart `over` is delivered `other`'s copies too (the broker's log
-    // holds them); acknowledging them must not make `other` lose them at
-    // the next restart.
+    // `over` pays two copies per publication (two filters match), the
+    // others one: `over` reaches its bound halfway, the others keep all,
+    // each publication once for both of them. After a restart `over` is
+    // delivered their copies too (the broker's log holds them); its
+    // acknowledging them must not count as one of theirs, or the second of
+    // them would find them gone at the next restart.
     const PER_SESSION: u64 = 64 * KIB;
     const PUBLICATIONS: usize = 50;
     let dir = DataDir::new("queued-other");
@@ -248,24 +249,27 @@ async fn a_session_over_its_bound_takes_nothing_from_another_across_restarts() {
     over.subscribe("x/#").await;
     over.subscribe("x/+/+/+/+/+").await;
     over.client.disconnect().await.unwrap();
-    let mut other = MqttClient::connect_kept(first.mqtt, "other").await;
-    other.subscribe("x/#").await;
-    other.client.disconnect().await.unwrap();
-    drop((over, other));
+    drop(over);
+    for id in ["other", "other-too"] {
+        let mut other = MqttClient::connect_kept(first.mqtt, id).await;
+        other.subscribe("x/#").await;
+        other.client.disconnect().await.unwrap();
+    }
     publish(first.mqtt, |_| {}, PUBLICATIONS).await;
     assert!(metric(&first, &hits("max_queued_bytes_per_session")).await > 0);
     first.terminate();
 
     let second = start();
-    let mut over = MqttClient::connect_kept(second.mqtt, "over").await;
-    let got = drain(&mut over).await;
-    assert!(got.len() >= PUBLICATIONS, "{} delivered", got.len());
-    over.client.disconnect().await.unwrap();
-    drop(over);
+    for id in ["over", "other"] {
+        let mut s = MqttClient::connect_kept(second.mqtt, id).await;
+        let got = drain(&mut s).await;
+        assert!(got.len() >= PUBLICATIONS, "{id}: {} delivered", got.len());
+        s.client.disconnect().await.unwrap();
+    }
     second.terminate();
 
     let third = start();
-    let mut other = MqttClient::connect_kept(third.mqtt, "other").await;
+    let mut other = MqttClient::connect_kept(third.mqtt, "other-too").await;
     assert_eq!(drain(&mut other).await, (0..PUBLICATIONS).collect::<Vec<_>>());
     settles(&third, QUEUED, 0).await;
     third.terminate();
