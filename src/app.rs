@@ -117,14 +117,8 @@ impl Application {
         )?;
         let mqtt_stop = CancellationToken::new();
         let quotas = Quotas::new(&config.quotas, !config.auth.principals.is_empty());
-        let mut broker = start_broker(
-            &config,
-            &authority,
-            (&metrics, &quotas),
-            &store,
-            &mqtt_stop,
-        )
-        .await?;
+        let mut broker =
+            start_broker(&config, &authority, (&metrics, &quotas), &store, &mqtt_stop).await?;
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),

@@ -43,7 +43,9 @@ async fn a_client_id_one_byte_past_the_bound_is_refused_and_one_at_it_connects()
 
     // MQTT 5: 0x85 Client Identifier not valid, saying which key.
     let mut client = Client::open(sidecar.mqtt5).await;
-    client.send(&mqtt5::connect(&over, true, &Props::new())).await;
+    client
+        .send(&mqtt5::connect(&over, true, &Props::new()))
+        .await;
     let ack = mqtt5::connack(&client.recv().await.expect("a CONNACK"));
     assert_eq!(ack.reason, 0x85, "{ack:?}");
     let why = ack.props.text_of(REASON_STRING).unwrap_or_default();

@@ -40,7 +40,11 @@ fn payload(i: usize) -> serde_json::Value {
     json!(format!("{i:04}{}", "p".repeat(1020)))
 }
 
-async fn publish(mqtt: std::net::SocketAddr, configure: impl FnOnce(&mut rumqttc::MqttOptions), n: usize) {
+async fn publish(
+    mqtt: std::net::SocketAddr,
+    configure: impl FnOnce(&mut rumqttc::MqttOptions),
+    n: usize,
+) {
     let mut publisher = MqttClient::connect_with(mqtt, "publisher", configure).await;
     for i in 0..n {
         // QoS 1, PUBACK awaited: a session's refused disk copy does not
@@ -71,7 +75,10 @@ async fn settles(sidecar: &Started, series: &str, want: u64) {
         if now == want {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{series} is {now}, not {want}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} is {now}, not {want}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -106,7 +113,8 @@ fn as_(name: &'static str, id: String) -> impl FnOnce(&mut rumqttc::MqttOptions)
 }
 
 #[tokio::test]
-async fn a_principal_flooding_kept_sessions_with_overlapping_filters_stays_within_its_bounds_on_disk() {
+async fn a_principal_flooding_kept_sessions_with_overlapping_filters_stays_within_its_bounds_on_disk(
+) {
     const PER_SESSION: u64 = 128 * KIB;
     const PER_PRINCIPAL: u64 = 256 * KIB;
     const SESSIONS: usize = 16;
@@ -167,7 +175,10 @@ async fn a_principal_flooding_kept_sessions_with_overlapping_filters_stays_withi
     let second = start();
     let mut calm = MqttClient::connect_with(second.mqtt, "", as_("calm", "calm".into())).await;
     assert!(calm.session_present);
-    assert_eq!(drain(&mut calm).await, (0..PUBLICATIONS).collect::<Vec<_>>());
+    assert_eq!(
+        drain(&mut calm).await,
+        (0..PUBLICATIONS).collect::<Vec<_>>()
+    );
     second.terminate();
 }
 
@@ -197,7 +208,10 @@ async fn past_its_bound_a_session_finds_after_a_restart_what_was_kept_and_no_mor
     // Back before a restart: everything, from the broker's memory; what it
     // acknowledges gives back only what was counted for it.
     let mut back = MqttClient::connect_kept(first.mqtt, "back").await;
-    assert_eq!(drain(&mut back).await, (0..PUBLICATIONS).collect::<Vec<_>>());
+    assert_eq!(
+        drain(&mut back).await,
+        (0..PUBLICATIONS).collect::<Vec<_>>()
+    );
     back.client.disconnect().await.unwrap();
     drop(back);
     settles(&first, QUEUED, queued / 2).await;
@@ -270,7 +284,10 @@ async fn a_session_over_its_bound_takes_nothing_from_another_across_restarts() {
 
     let third = start();
     let mut other = MqttClient::connect_kept(third.mqtt, "other-too").await;
-    assert_eq!(drain(&mut other).await, (0..PUBLICATIONS).collect::<Vec<_>>());
+    assert_eq!(
+        drain(&mut other).await,
+        (0..PUBLICATIONS).collect::<Vec<_>>()
+    );
     settles(&third, QUEUED, 0).await;
     third.terminate();
 }

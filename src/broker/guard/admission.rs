@@ -239,7 +239,8 @@ async fn client_id_too_long<W: AsyncWrite + Unpin>(
     let limit = shared.limits.max_client_id_length;
     debug!(
         length = connect.client_id.len(),
-        limit, "Refused an MQTT connection whose client ID is longer than mqtt.max_client_id_length."
+        limit,
+        "Refused an MQTT connection whose client ID is longer than mqtt.max_client_id_length."
     );
     shared
         .policy

@@ -21,8 +21,9 @@ mod codec;
 mod connect;
 
 pub use codec::{
-    connack, connack_because, disconnect, encode_suback, encode_subscribe, encode_unsuback, encode_unsubscribe,
-    puback, pubcomp, pubrec, suback_reply, subscribe, unsubscribe, Subscribe, Unsubscribe,
+    connack, connack_because, disconnect, encode_suback, encode_subscribe, encode_unsuback,
+    encode_unsubscribe, puback, pubcomp, pubrec, suback_reply, subscribe, unsubscribe, Subscribe,
+    Unsubscribe,
 };
 pub(super) use codec::{decode_body, encode_for};
 pub use connect::{connect, encode_connect, Connect, Will};

@@ -254,7 +254,12 @@ impl Budget {
     /// Whether the entry of `client_id`'s queue at `at`, costing `cost`
     /// bytes, may be written; counted if so, remembered as not written if
     /// not.
-    pub(super) fn admit(&mut self, client_id: &str, (idx, (segment, offset)): Position, cost: u64) -> bool {
+    pub(super) fn admit(
+        &mut self,
+        client_id: &str,
+        (idx, (segment, offset)): Position,
+        cost: u64,
+    ) -> bool {
         let (per_session, total, total_limit) = (self.per_session, self.total, self.total_limit);
         self.resolve(client_id);
         let Some(session) = self.sessions.get_mut(client_id) else {
@@ -337,7 +342,11 @@ impl Budget {
 
     /// `client_id` acknowledged the publication at `at`; false when it had
     /// no entry there (a gap): nothing of it is on disk to forget.
-    pub(super) fn delivered(&mut self, client_id: &str, (idx, (segment, offset)): Position) -> bool {
+    pub(super) fn delivered(
+        &mut self,
+        client_id: &str,
+        (idx, (segment, offset)): Position,
+    ) -> bool {
         let Some(session) = self.sessions.get_mut(client_id) else {
             return true;
         };
@@ -449,7 +458,8 @@ impl Budget {
             }
         }
         self.total += cost;
-        self.gauge.set(i64::try_from(self.total).unwrap_or(i64::MAX));
+        self.gauge
+            .set(i64::try_from(self.total).unwrap_or(i64::MAX));
     }
 
     fn release(&mut self, owner: Option<&str>, freed: u64) {
@@ -465,7 +475,8 @@ impl Budget {
             }
         }
         self.total = self.total.saturating_sub(freed);
-        self.gauge.set(i64::try_from(self.total).unwrap_or(i64::MAX));
+        self.gauge
+            .set(i64::try_from(self.total).unwrap_or(i64::MAX));
     }
 
     fn log_dropping(&mut self, client_id: &str, bound: Bound) {
@@ -475,7 +486,10 @@ impl Budget {
             .get(client_id)
             .and_then(|s| s.owner.clone())
             .unwrap_or_else(|| Arc::from(""));
-        if self.logged.is_none_or(|at| now.duration_since(at) >= LOG_EVERY) {
+        if self
+            .logged
+            .is_none_or(|at| now.duration_since(at) >= LOG_EVERY)
+        {
             self.logged = Some(now);
             info!(
                 client_id = %client_id.escape_debug(),

@@ -119,7 +119,10 @@ fn after_a_restart_others_publications_among_a_sessions_own_are_its_gaps() {
         releasing: Vec::new(),
         sent: Vec::new(),
     };
-    let sessions = [session("a", &["k1", "k3"]), session("b", &["k1", "k2", "k3", "k4"])];
+    let sessions = [
+        session("a", &["k1", "k3"]),
+        session("b", &["k1", "k2", "k3", "k4"]),
+    ];
     let publications: Vec<_> = ["k1", "k2", "k3", "k4"].map(publication).into();
     let mut restoring = Restoring::of(&sessions, &publications);
     for (offset, k) in ["k1", "k2", "k3", "k4"].into_iter().enumerate() {

@@ -459,7 +459,9 @@ pub fn recover(
     let queued = sessions.iter().map(|s| s.queued.len()).sum();
     for session in &kept {
         if let Some(owner) = &session.owner {
-            limits.owners.set(&session.client_id, &Arc::from(owner.as_str()));
+            limits
+                .owners
+                .set(&session.client_id, &Arc::from(owner.as_str()));
         }
     }
     let restoring = Some(restoring::Restoring::of(&sessions, &publications));

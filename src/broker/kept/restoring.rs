@@ -25,7 +25,10 @@ pub(super) struct Restoring {
 }
 
 impl Restoring {
-    pub(super) fn of(sessions: &[RestoredSession], publications: &[RestoredPublication]) -> Restoring {
+    pub(super) fn of(
+        sessions: &[RestoredSession],
+        publications: &[RestoredPublication],
+    ) -> Restoring {
         let mut waiting: HashMap<Bytes, (u64, Vec<u32>)> = publications
             .iter()
             .map(|p| {

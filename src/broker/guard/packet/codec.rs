@@ -176,7 +176,10 @@ pub fn connack_because(code: u8, reason: &str) -> Bytes {
         reason_string: Some(reason.to_owned()),
         ..Default::default()
     };
-    encode_for(Version::V5, wire::Packet::ConnAck(connack, Some(properties)))
+    encode_for(
+        Version::V5,
+        wire::Packet::ConnAck(connack, Some(properties)),
+    )
 }
 
 /// A PUBACK; MQTT 3.1.1 has no reason code, so `reason` is then ignored.
