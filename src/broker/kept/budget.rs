@@ -15,7 +15,7 @@
 //! offsets: their delivery takes nothing. No I/O here.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
@@ -23,70 +23,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use rumqttd::Position;
 use tracing::{debug, info};
 
+use super::gaps::{Gaps, Segment};
+use super::limits::{Limits, Owners};
 use crate::quotas::{Quota, Quotas};
-use crate::telemetry::metrics::Metrics;
 
 /// The bytes of a queue entry's key besides the client ID: the separator
 /// and the position (see `position_key`).
 pub(super) const KEY_OVERHEAD: u64 = 1 + 28;
-
-/// Client ID → the principal of each session the broker keeps, as the
-/// guard knows it at CONNECT (and from the store at start-up), for the
-/// keeper to charge. Read by the router's thread once per new session.
-#[derive(Debug, Clone, Default)]
-pub struct Owners(Arc<Mutex<HashMap<String, Arc<str>>>>);
-
-impl Owners {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<str>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `client_id`'s session is kept and `owner`'s.
-    pub fn set(&self, client_id: &str, owner: &Arc<str>) {
-        let mut owners = self.lock();
-        match owners.get_mut(client_id) {
-            Some(known) if Arc::ptr_eq(known, owner) || **known == **owner => {}
-            Some(known) => *known = owner.clone(),
-            None => {
-                owners.insert(client_id.to_owned(), owner.clone());
-            }
-        }
-    }
-
-    /// `client_id`'s session is kept no more.
-    pub fn forget(&self, client_id: &str) {
-        self.lock().remove(client_id);
-    }
-
-    fn get(&self, client_id: &str) -> Option<Arc<str>> {
-        self.lock().get(client_id).cloned()
-    }
-}
-
-/// The bounds and where to count.
-pub struct Limits {
-    /// `mqtt.max_queued_bytes_per_session`.
-    pub per_session: u64,
-    /// `mqtt.max_queued_bytes`.
-    pub total: u64,
-    /// `[quotas] queued_bytes`, per principal.
-    pub quotas: Arc<Quotas>,
-    pub owners: Owners,
-    pub metrics: Metrics,
-}
-
-impl Limits {
-    /// No bounds (tests, tools).
-    pub fn none() -> Limits {
-        Limits {
-            per_session: u64::MAX,
-            total: u64::MAX,
-            quotas: Quotas::none(),
-            owners: Owners::default(),
-            metrics: Metrics::default(),
-        }
-    }
-}
 
 /// Which bound refused an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,69 +46,6 @@ impl Bound {
             Bound::Principal => "quotas.queued_bytes",
             Bound::Total => "mqtt.max_queued_bytes",
         }
-    }
-}
-
-/// One filter's segment of one session's queue: the entries written.
-#[derive(Debug, Default)]
-struct Segment {
-    entries: u32,
-    bytes: u64,
-}
-
-impl Segment {
-    /// The bytes a delivery frees: the average per entry (the last takes
-    /// the rest); none once all are delivered.
-    fn deliver(&mut self) -> u64 {
-        if self.entries == 0 {
-            return 0;
-        }
-        let freed = self.bytes / u64::from(self.entries);
-        self.entries -= 1;
-        let freed = if self.entries == 0 { self.bytes } else { freed };
-        self.bytes -= freed;
-        freed
-    }
-}
-
-/// The offsets of one filter's log (absolute, across its segments) where a
-/// session has no entry: not written past a bound, or, after a restart,
-/// other sessions' publications among its own (the router delivers it
-/// everything from its first on). Their delivery frees nothing, and is
-/// nobody's to count.
-#[derive(Debug, Default)]
-struct Gaps {
-    /// Inclusive ranges, in order.
-    ranges: Vec<(u64, u64)>,
-    /// The last entry was not written: the next skip extends the range.
-    open: bool,
-}
-
-/// Past this many ranges the oldest two merge: a session at its bound for
-/// long holds a bounded list (what the merge covers counts as not written,
-/// so its bytes go with its segment or its session, never below zero).
-const MAX_GAPS: usize = 1024;
-
-impl Gaps {
-    fn add(&mut self, from: u64, to: u64, extend: bool) {
-        match self.ranges.last_mut() {
-            Some(last) if extend || last.1.saturating_add(1) >= from => last.1 = last.1.max(to),
-            _ => self.ranges.push((from, to)),
-        }
-        if self.ranges.len() > MAX_GAPS {
-            let (_, end) = self.ranges.remove(1);
-            self.ranges[0].1 = end;
-        }
-    }
-
-    /// Whether `offset` is in a gap; gaps wholly before it are forgotten
-    /// (a filter's publications are delivered in order).
-    fn delivered(&mut self, offset: u64) -> bool {
-        let passed = self.ranges.iter().take_while(|r| r.1 < offset).count();
-        if passed > 0 {
-            self.ranges.drain(..passed);
-        }
-        self.ranges.first().is_some_and(|r| r.0 <= offset)
     }
 }
 
@@ -230,8 +110,12 @@ impl Budget {
     /// while it has none: a session restored without one is claimed by its
     /// next CONNECT).
     fn resolve(&mut self, client_id: &str) {
-        if !self.sessions.contains_key(client_id) {
-            self.sessions.insert(client_id.into(), Session::default());
+        match self.sessions.get(client_id) {
+            Some(session) if session.owner.is_some() => return,
+            Some(_) => {}
+            None => {
+                self.sessions.insert(client_id.into(), Session::default());
+            }
         }
         let Some(session) = self.sessions.get_mut(client_id) else {
             return;
@@ -301,8 +185,11 @@ impl Budget {
                 gaps.open = false;
             }
         }
-        let new_segment = !session.segments.contains_key(&(idx, segment));
-        let tally = session.segments.entry((idx, segment)).or_default();
+        let mut new_segment = false;
+        let tally = session.segments.entry((idx, segment)).or_insert_with(|| {
+            new_segment = true;
+            Segment::default()
+        });
         tally.entries += 1;
         tally.bytes += cost;
         session.bytes += cost;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::config::QuotasConfig;
+use crate::telemetry::metrics::Metrics;
 
 fn budget(per_session: u64, per_principal: u64, total: u64) -> (Budget, Owners) {
     let owners = Owners::default();

@@ -43,10 +43,12 @@ use crate::store::{Store, StoreError, Table, Ticket};
 use crate::topics::Topics;
 
 mod budget;
+mod gaps;
+mod limits;
 mod load;
 mod restoring;
 
-pub use budget::{Limits as QueueLimits, Owners};
+pub use limits::{Limits as QueueLimits, Owners};
 
 const RETAINED: &str = "mqtt_retained";
 const SUBSCRIPTIONS: &str = "mqtt_subscriptions";
