@@ -25,7 +25,7 @@ use tracing::{debug, info};
 
 use super::gaps::{Gaps, Segment};
 use super::limits::{Limits, Owners};
-use crate::quotas::{Quota, Quotas};
+use crate::quotas::{Quota, Quotas, Tally};
 
 /// The bytes of a queue entry's key besides the client ID: the separator
 /// and the position (see `position_key`).
@@ -74,7 +74,8 @@ pub(super) struct Budget {
     /// Segment tallies by filter, over all sessions: a filter released
     /// with none costs no scan.
     tallied: HashMap<usize, u32>,
-    principals: HashMap<Arc<str>, u64>,
+    /// Bytes per principal, and the largest for `lmos_sidecar_quota_largest_usage`.
+    principals: Tally,
     total: u64,
     gauge: Gauge,
     /// `lmos_sidecar_limit_hits_total`, by [`Bound`].
@@ -100,7 +101,7 @@ impl Budget {
             owners: limits.owners,
             sessions: HashMap::new(),
             tallied: HashMap::new(),
-            principals: HashMap::new(),
+            principals: Tally::new(limits.metrics.quota_largest(Quota::QueuedBytes.label())),
             total: 0,
             logged: None,
         }
@@ -128,7 +129,7 @@ impl Budget {
                     .map(|(limit, _)| limit);
                 // What it was charged before it had an owner is its owner's.
                 if session.bytes > 0 {
-                    *self.principals.entry(owner.clone()).or_default() += session.bytes;
+                    self.principals.add(&owner, session.bytes);
                 }
                 session.owner = Some(owner);
             }
@@ -150,9 +151,7 @@ impl Budget {
             return false;
         };
         let owner_bytes = match &session.owner {
-            Some(owner) if session.owner_limit.is_some() => {
-                self.principals.get(owner).copied().unwrap_or(0)
-            }
+            Some(owner) if session.owner_limit.is_some() => self.principals.get(owner),
             _ => 0,
         };
         let bound = if session.bytes.saturating_add(cost) > per_session {
@@ -337,12 +336,7 @@ impl Budget {
 
     fn charge(&mut self, owner: Option<&Arc<str>>, cost: u64) {
         if let Some(owner) = owner {
-            match self.principals.get_mut(owner) {
-                Some(bytes) => *bytes += cost,
-                None => {
-                    self.principals.insert(owner.clone(), cost);
-                }
-            }
+            self.principals.add(owner, cost);
         }
         self.total += cost;
         self.gauge
@@ -354,12 +348,7 @@ impl Budget {
             return;
         }
         if let Some(owner) = owner {
-            if let Some(bytes) = self.principals.get_mut(owner) {
-                *bytes = bytes.saturating_sub(freed);
-                if *bytes == 0 {
-                    self.principals.remove(owner);
-                }
-            }
+            self.principals.sub(owner, freed);
         }
         self.total = self.total.saturating_sub(freed);
         self.gauge
