@@ -27,7 +27,7 @@ pub struct QuotasConfig {
     /// Bytes the publications queued for one principal's kept MQTT
     /// sessions may take on disk, over all of them (counted as
     /// `mqtt.max_queued_bytes_per_session` counts them); past it their
-    /// newest publications are not written to disk. A quarter of the
+    /// newest publications are not written to disk. An eighth of the
     /// default `mqtt.max_queued_bytes`.
     pub queued_bytes: u64,
     /// Per principal (`[quotas.principals.<name>]`): any of the keys above,

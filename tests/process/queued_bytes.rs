@@ -157,7 +157,7 @@ async fn a_principal_flooding_kept_sessions_with_overlapping_filters_stays_withi
     // the calm session within its own; the file holds no more than that,
     // plus 2 MiB for redb's own pages (tables, free-space tracking, pages
     // a commit frees but has not yet reused: the whole file was some 0.8
-    // MiB when measured; unbounded, this flood writes some 36 MiB).
+    // MiB when measured; unbounded, this flood writes some 50 MiB).
     let queued = metric(&first, QUEUED).await;
     let refused = metric(&first, &hits("quotas.queued_bytes")).await;
     first.terminate();
