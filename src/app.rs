@@ -342,6 +342,7 @@ async fn start_broker(
         store: store.clone(),
         topics: topics.clone(),
         quotas: quotas.clone(),
+        metrics: metrics.clone(),
     };
     let filters = Gateway::bus_filters(&topics);
     let mut broker = EmbeddedBroker::start(

@@ -31,10 +31,11 @@ pub enum Quota {
     Retained,
     RetainedBytes,
     WillBytes,
+    QueuedBytes,
 }
 
 impl Quota {
-    pub const ALL: [Quota; 8] = [
+    pub const ALL: [Quota; 9] = [
         Quota::RunningInvocations,
         Quota::PendingRequests,
         Quota::Subscriptions,
@@ -43,6 +44,7 @@ impl Quota {
         Quota::Retained,
         Quota::RetainedBytes,
         Quota::WillBytes,
+        Quota::QueuedBytes,
     ];
 
     /// The key in `[quotas]` (and in `[quotas.principals.<name>]`).
@@ -56,6 +58,7 @@ impl Quota {
             Quota::Retained => "retained",
             Quota::RetainedBytes => "retained_bytes",
             Quota::WillBytes => "will_bytes",
+            Quota::QueuedBytes => "queued_bytes",
         }
     }
 
@@ -70,6 +73,7 @@ impl Quota {
             Quota::Retained => "quotas.retained",
             Quota::RetainedBytes => "quotas.retained_bytes",
             Quota::WillBytes => "quotas.will_bytes",
+            Quota::QueuedBytes => "quotas.queued_bytes",
         }
     }
 
@@ -83,6 +87,7 @@ impl Quota {
             Quota::Retained => limits.retained,
             Quota::RetainedBytes => limits.retained_bytes,
             Quota::WillBytes => limits.will_bytes,
+            Quota::QueuedBytes => limits.queued_bytes,
         }
     }
 
@@ -96,6 +101,7 @@ impl Quota {
             Quota::Retained => config.retained,
             Quota::RetainedBytes => config.retained_bytes,
             Quota::WillBytes => config.will_bytes,
+            Quota::QueuedBytes => config.queued_bytes,
         }
     }
 }
@@ -134,6 +140,7 @@ impl std::fmt::Display for Exceeded {
             Quota::Retained => write!(f, "`{who}` has {n} retained messages kept ({key}), as many as one principal may; delete some first (an empty retained payload)."),
             Quota::RetainedBytes => write!(f, "`{who}`'s retained messages would take more than {n} bytes ({key}), as much as one principal may; delete or shrink some first."),
             Quota::WillBytes => write!(f, "`{who}`'s last wills would take more than {n} bytes over its connections ({key}), as much as one principal may; connect with a smaller will or none."),
+            Quota::QueuedBytes => write!(f, "`{who}`'s kept MQTT sessions hold {n} bytes of queued publications on disk ({key}), as much as one principal may; their newest publications are not kept."),
         }
     }
 }

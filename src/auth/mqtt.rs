@@ -332,6 +332,7 @@ impl Policy for MqttPolicy {
                     GuardLimit::HandshakeTimeout => "connection_timeout_ms",
                     GuardLimit::KeptSessions => "max_kept_sessions",
                     GuardLimit::Keep(label) => label,
+                    GuardLimit::ClientIdLength => "max_client_id_length",
                 },
             ),
             GuardEvent::PayloadRefused => self.metrics.dropped("thing_mismatch"),

@@ -200,9 +200,9 @@ pub struct Hooks {
     pub store: Store,
     /// To tell agents' presence among the retained messages kept.
     pub topics: Topics,
-    /// Per-principal bounds on what MQTT clients make the broker keep
-    /// (retained messages, wills).
+    /// Per-principal shares (`[quotas] queued_bytes`).
     pub quotas: Arc<crate::quotas::Quotas>,
+    pub metrics: crate::telemetry::metrics::Metrics,
 }
 
 impl EmbeddedBroker {
@@ -233,6 +233,7 @@ impl EmbeddedBroker {
             store,
             topics,
             quotas,
+            metrics,
         } = hooks;
         let retained = RetainedBook::new(
             quotas.clone(),
@@ -244,12 +245,20 @@ impl EmbeddedBroker {
         // The broker's writes (what it keeps, the guard's session records)
         // are what its acknowledgements wait for; nothing else in the store.
         let store = store.scoped();
+        let owners = crate::broker::kept::Owners::default();
+        let limits = crate::broker::kept::QueueLimits {
+            per_session: config.max_queued_bytes_per_session,
+            total: config.max_queued_bytes,
+            quotas: quotas.clone(),
+            owners: owners.clone(),
+            metrics,
+        };
         let Recovered {
             persistence,
             stale_presence,
             kept_sessions,
             wills_due,
-        } = recover(&store, &topics, &retained).await?;
+        } = recover(&store, &topics, &retained, limits).await?;
         let own_links = 1 + side_filters.len();
         let (mut broker, engine, mqtt_connections) =
             open_broker(rumqttd_config, persistence, internal_listener, own_links)?;
@@ -293,6 +302,7 @@ impl EmbeddedBroker {
         let guarded = Guarded {
             prerequisite,
             store,
+            owners,
             kept_sessions,
             keeps: Keeps {
                 retained,
@@ -412,9 +422,10 @@ async fn recover(
     store: &Store,
     topics: &Topics,
     retained: &Arc<RetainedBook>,
+    limits: crate::broker::kept::QueueLimits,
 ) -> Result<Recovered, BrokerError> {
     let started = std::time::Instant::now();
-    let recovered = crate::broker::kept::recover(store, topics, retained)?;
+    let recovered = crate::broker::kept::recover(store, topics, retained, limits)?;
     let (stale_presence, kept_sessions) = match &recovered {
         Some(r) => (r.stale_presence.clone(), r.sessions.clone()),
         None => (Vec::new(), Vec::new()),
@@ -459,6 +470,8 @@ struct Listeners {
 struct Guarded {
     prerequisite: Option<Arc<dyn Prerequisite>>,
     store: Store,
+    /// The kept sessions' owners, for the keeper to charge.
+    owners: crate::broker::kept::Owners,
     kept_sessions: Vec<KeptSession>,
     keeps: Keeps,
 }
@@ -473,6 +486,7 @@ fn serve_guards(
     Guarded {
         prerequisite,
         store,
+        owners,
         kept_sessions,
         keeps,
     }: Guarded,
@@ -487,7 +501,7 @@ fn serve_guards(
         limits.clone(),
         tls,
         shutdown.clone(),
-        (store.clone(), keeps.clone()),
+        (store.clone(), keeps.clone(), owners.clone()),
     );
     guard.restore_sessions(kept_sessions);
     guard.serve(listeners.public);
@@ -499,7 +513,7 @@ fn serve_guards(
         limits,
         None,
         shutdown,
-        (store, Keeps { own: true, ..keeps }),
+        (store, Keeps { own: true, ..keeps }, owners),
     );
     trusted.serve(listeners.trusted);
 }

@@ -32,6 +32,12 @@ pub struct QuotasConfig {
     /// Bytes of the last wills (topic, properties and payload) of one
     /// principal's open MQTT connections.
     pub will_bytes: u64,
+    /// Bytes the publications queued for one principal's kept MQTT
+    /// sessions may take on disk, over all of them (counted as
+    /// `mqtt.max_queued_bytes_per_session` counts them); past it their
+    /// newest publications are not written to disk. An eighth of the
+    /// default `mqtt.max_queued_bytes`.
+    pub queued_bytes: u64,
     /// Per principal (`[quotas.principals.<name>]`): any of the keys above,
     /// instead of the default. Names must be `[[auth.principals]]` names or
     /// `anonymous`.
@@ -49,6 +55,7 @@ impl Default for QuotasConfig {
             retained: 10_000,
             retained_bytes: 32 * 1024 * 1024,
             will_bytes: 16 * 1024 * 1024,
+            queued_bytes: 256 * 1024 * 1024,
             principals: BTreeMap::new(),
         }
     }
@@ -74,6 +81,7 @@ pub struct QuotaOverrides {
     pub retained_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub will_bytes: Option<u64>,
+    pub queued_bytes: Option<u64>,
 }
 
 #[cfg(test)]

@@ -247,6 +247,18 @@ impl Metrics {
         self.0.access.limits.get_or_create(&labels).inc();
     }
 
+    /// The counter of `limit_hit(transport, limit)`, resolved once, for a
+    /// hot path.
+    pub fn limit_counter(&self, transport: &'static str, limit: &'static str) -> Counter {
+        let labels = [("limit", limit), ("transport", transport)];
+        self.0.access.limits.get_or_create(&labels).clone()
+    }
+
+    /// The gauge of the bytes kept MQTT sessions' queues take on disk.
+    pub fn mqtt_queued_bytes(&self) -> Gauge {
+        self.0.budgets.queued_bytes.clone()
+    }
+
     /// The gauge of the largest usage of one quota (`quotas.*` key), for
     /// its [`crate::quotas::Tally`].
     pub fn quota_largest(&self, quota: &'static str) -> Gauge {

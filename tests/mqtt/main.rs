@@ -9,6 +9,7 @@
 //! and a `mod` line below. Tests that need the whole process to themselves
 //! go to `tests/alone/`.
 
+mod client_ids;
 mod filter_memory;
 mod mqtt5_features;
 mod mqtt5_subscriptions;

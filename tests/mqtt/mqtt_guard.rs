@@ -126,6 +126,7 @@ impl Rig {
                 store: lmos_sidecar::store::Store::memory(),
                 topics: lmos_sidecar::topics::Topics::new("lmos").unwrap(),
                 quotas: lmos_sidecar::quotas::Quotas::none(),
+                metrics: lmos_sidecar::telemetry::metrics::Metrics::default(),
             },
             tls,
             stop.clone(),

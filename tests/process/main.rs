@@ -17,6 +17,7 @@ mod deploy;
 mod docs;
 mod docs_commands;
 mod first_hour;
+mod queued_bytes;
 mod restart;
 mod restart_keeps;
 mod restart_state;

@@ -88,6 +88,12 @@ where
         }
     };
     let version = connect.version;
+    // Before anything costs: a kept session writes its client ID into the
+    // key of every publication queued for it.
+    if connect.client_id.len() > shared.limits.max_client_id_length {
+        client_id_too_long(shared, &connect, client_tx).await;
+        return None;
+    }
     let span = tracing::Span::current();
     span.record("client_id", connect.client_id.as_str());
     let refuse = |v4: u8, v5: u8| refusal(version, v4, v5);
@@ -276,6 +282,35 @@ async fn authenticate<W: AsyncWrite + Unpin>(
             None
         }
     }
+}
+
+/// Refuses a CONNECT whose client ID is longer than
+/// `mqtt.max_client_id_length`: MQTT 5 0x85 Client Identifier not valid
+/// (naming the key), 3.1.1 identifier rejected; counted, logged at debug
+/// (unauthenticated: a flood must not fill the log).
+async fn client_id_too_long<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    connect: &Connect,
+    client_tx: &mut W,
+) {
+    let limit = shared.limits.max_client_id_length;
+    debug!(
+        length = connect.client_id.len(),
+        limit,
+        "Refused an MQTT connection whose client ID is longer than mqtt.max_client_id_length."
+    );
+    shared
+        .policy
+        .observe(GuardEvent::Limit(GuardLimit::ClientIdLength));
+    let ack = match connect.version {
+        Version::V4 => packet::connack(Version::V4, V4_IDENTIFIER_REJECTED),
+        Version::V5 => packet::connack_saying(
+            Version::V5,
+            CLIENT_IDENTIFIER_NOT_VALID,
+            &format!("client ID longer than {limit} bytes (mqtt.max_client_id_length)"),
+        ),
+    };
+    farewell(client_tx, &ack).await;
 }
 
 /// The CONNACK refusing a connection: MQTT 3.1.1's return code `v4` or

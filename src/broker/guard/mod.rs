@@ -154,6 +154,8 @@ pub enum GuardLimit {
     /// A retained message or a will past a bound of what the broker keeps
     /// (issue 43): the label, `max_retained`, `quotas.retained`, ...
     Keep(&'static str),
+    /// A CONNECT's client ID longer than `mqtt.max_client_id_length`.
+    ClientIdLength,
 }
 
 /// What the guard's connections may make the broker keep besides their
@@ -241,6 +243,8 @@ pub struct Limits {
     /// Sessions that may outlive their connection, in all and per
     /// principal (`mqtt.max_kept_sessions`, `..._per_principal`).
     pub kept: sessions::KeptLimits,
+    /// The longest client ID, in bytes (`mqtt.max_client_id_length`).
+    pub max_client_id_length: usize,
 }
 
 impl Limits {
@@ -257,6 +261,7 @@ impl Limits {
                 total: config.max_kept_sessions,
                 per_principal: config.max_kept_sessions_per_principal,
             },
+            max_client_id_length: config.max_client_id_length,
         }
     }
 }
@@ -298,7 +303,7 @@ impl Guard {
         limits: Limits,
         tls: Option<TlsAcceptor>,
         shutdown: CancellationToken,
-        (store, keeps): (Store, Keeps),
+        (store, keeps, owners): (Store, Keeps, crate::broker::kept::Owners),
     ) -> Guard {
         let connections = Arc::new(Semaphore::new(
             limits.max_connections.min(Semaphore::MAX_PERMITS),
@@ -306,7 +311,7 @@ impl Guard {
         Guard {
             shared: Arc::new(Shared {
                 upstream,
-                sessions: sessions::Sessions::new(limits.kept),
+                sessions: sessions::Sessions::new(limits.kept).with_owners(owners),
                 policy,
                 prerequisite,
                 limits,

@@ -26,6 +26,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::broker::kept::Owners;
+
 /// One session's filters, shared by the connections that resume it.
 #[derive(Debug, Default)]
 pub struct Filters(Mutex<HashSet<String>>);
@@ -253,6 +255,9 @@ impl KeptCount {
 struct Table {
     by_client: HashMap<String, Entry>,
     kept: KeptCount,
+    /// The kept sessions' owners, shared with the broker's keeper (which
+    /// charges each session's queue to its principal).
+    owners: Owners,
 }
 
 impl Table {
@@ -260,6 +265,7 @@ impl Table {
         if let Some(entry) = self.by_client.remove(client_id) {
             if entry.kept_by_broker {
                 self.kept.remove(&entry.owner);
+                self.owners.forget(client_id);
             }
         }
     }
@@ -303,6 +309,12 @@ impl Sessions {
             table: Mutex::default(),
             limits,
         }
+    }
+
+    /// Tells `owners` whose each kept session is.
+    pub fn with_owners(self, owners: Owners) -> Sessions {
+        self.table().owners = owners;
+        self
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -374,7 +386,11 @@ impl Sessions {
         }
         let now = Instant::now();
         let mut table = self.table();
-        let Table { by_client, kept } = &mut *table;
+        let Table {
+            by_client,
+            kept,
+            owners,
+        } = &mut *table;
         let entry = by_client
             .entry(client_id.to_owned())
             .or_insert_with(Entry::unknown);
@@ -394,7 +410,8 @@ impl Sessions {
         if clean_start || expired {
             entry.filters = Arc::default();
         }
-        if entry.kept_by_broker {
+        let was_kept = entry.kept_by_broker;
+        if was_kept {
             kept.remove(&entry.owner);
         }
         if entry.owner.as_deref() != Some(owner) {
@@ -403,8 +420,13 @@ impl Sessions {
         entry.generation += 1;
         entry.state = State::Live;
         entry.kept_by_broker = !clean_upstream;
-        if entry.kept_by_broker {
-            kept.add(&entry.owner);
+        match &entry.owner {
+            Some(owner) if entry.kept_by_broker => {
+                kept.add(&entry.owner);
+                owners.set(client_id, owner);
+            }
+            _ if was_kept => owners.forget(client_id),
+            _ => {}
         }
         let handover = Handover::default();
         entry.handover = Some(handover.clone());
@@ -522,6 +544,9 @@ impl Sessions {
         let mut table = self.table();
         table.remove(client_id);
         table.kept.add(&entry.owner);
+        if let Some(owner) = &entry.owner {
+            table.owners.set(client_id, owner);
+        }
         table.by_client.insert(client_id.to_owned(), entry);
     }
 

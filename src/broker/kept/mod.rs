@@ -26,6 +26,10 @@
 //! than the router's memory; those no session waits for any more are
 //! dropped at the next start. Client IDs and filters never hold a NUL (MQTT
 //! forbids U+0000), hence the separator.
+//!
+//! What each kept session's queue costs on disk is counted and bounded
+//! ([`budget`]): past a bound, a session's newest publications are not
+//! written for it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -39,7 +43,13 @@ use crate::broker::Publication;
 use crate::store::{Store, StoreError, Table, Ticket};
 use crate::topics::Topics;
 
+mod budget;
+mod gaps;
+mod limits;
 mod load;
+mod restoring;
+
+pub use limits::{Limits as QueueLimits, Owners};
 
 const RETAINED: &str = "mqtt_retained";
 const SUBSCRIPTIONS: &str = "mqtt_subscriptions";
@@ -98,6 +108,11 @@ struct Kept {
     /// The keys in `mqtt_sent`, so that acknowledging a QoS 1 publication
     /// costs no delete of what is not there.
     sent: HashSet<Vec<u8>>,
+    /// What the queues cost on disk, and the bounds.
+    budget: budget::Budget,
+    /// Until the router has placed the restored publications: who waits
+    /// for which, to count their entries where they now sit.
+    restoring: Option<restoring::Restoring>,
 }
 
 fn client_prefix(client_id: &str) -> Vec<u8> {
@@ -147,6 +162,8 @@ impl Keeper for Kept {
     }
 
     fn ended(&mut self, client_id: &str) {
+        self.settle();
+        self.budget.ended(client_id);
         forget(&self.tables, client_id);
     }
 
@@ -157,14 +174,23 @@ impl Keeper for Kept {
         packet: &Bytes,
         clients: &mut dyn Iterator<Item = &str>,
     ) {
-        let at = position_key(self.run, position);
-        let mut value = Vec::with_capacity(2 + filter.len() + packet.len());
-        value.extend_from_slice(&(filter.len() as u16).to_be_bytes());
-        value.extend_from_slice(filter.as_bytes());
-        value.extend_from_slice(packet);
+        self.settle();
+        let value_len = 2 + filter.len() + packet.len();
+        // Each session's entry as it costs on disk: past a bound, not
+        // written for that session (drop newest).
+        let budget = &mut self.budget;
+        let mut clients = clients.filter(|client_id| {
+            let cost = client_id.len() as u64 + budget::KEY_OVERHEAD + value_len as u64;
+            budget.admit(client_id, position, cost)
+        });
         let Some(first) = clients.next() else {
             return;
         };
+        let at = position_key(self.run, position);
+        let mut value = Vec::with_capacity(value_len);
+        value.extend_from_slice(&(filter.len() as u16).to_be_bytes());
+        value.extend_from_slice(filter.as_bytes());
+        value.extend_from_slice(packet);
         let mut clients = clients.peekable();
         // One session waiting (the common case): one write, the publication
         // in its queue entry.
@@ -192,6 +218,13 @@ impl Keeper for Kept {
     }
 
     fn delivered(&mut self, client_id: &str, position: Position) {
+        self.settle();
+        // Not its entry (not written past a bound, or another session's
+        // after a restart): nothing to delete, and not its to count off.
+        if !self.budget.delivered(client_id, position) {
+            self.forget_sent(client_id, position);
+            return;
+        }
         let mut key = client_prefix(client_id);
         match self.placed.get_mut(&position) {
             Some((restored, left)) => {
@@ -212,11 +245,18 @@ impl Keeper for Kept {
 
     fn placed(&mut self, position: Position, key: &Bytes, sessions: u32) {
         self.placed.insert(position, (key.clone(), sessions));
+        if let Some(restoring) = &mut self.restoring {
+            restoring.placed(&mut self.budget, position, key);
+        }
     }
 
     fn dropped(&mut self, idx: usize, segment: u64, clients: &mut dyn Iterator<Item = &str>) {
+        self.settle();
         let prefix = &position_key(self.run, (idx, (segment, 0)))[..20];
         let clients: Vec<&str> = clients.collect();
+        for client_id in &clients {
+            self.budget.dropped(client_id, idx, segment);
+        }
         let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
         for client_id in &clients {
             let mut key = client_prefix(client_id);
@@ -268,13 +308,44 @@ impl Keeper for Kept {
     }
 
     fn released(&mut self, idx: usize) {
+        self.settle();
         let prefix = &position_key(self.run, (idx, (0, 0)))[..12];
         let _ticket = self.tables.data.delete_prefix(prefix.to_vec());
-        let _ = self.forget_restored((idx, (0, 0))..(idx + 1, (0, 0)));
+        let old = self.forget_restored((idx, (0, 0))..(idx + 1, (0, 0)));
+        // Sessions that left the filter with entries in it: the router
+        // holds them no more, nor does the disk.
+        for client_id in self.budget.released(idx) {
+            let mut key = client_prefix(&client_id);
+            key.extend_from_slice(prefix);
+            let _ticket = self.tables.queued.delete_prefix(key);
+            for old in &old {
+                let mut key = client_prefix(&client_id);
+                key.extend_from_slice(old);
+                let _ticket = self.tables.queued.delete(key);
+            }
+        }
     }
 }
 
 impl Kept {
+    /// Once the router runs, the restored entries are all counted.
+    fn settle(&mut self) {
+        if let Some(restoring) = self.restoring.take() {
+            restoring.settle(&mut self.budget);
+        }
+    }
+
+    /// The `mqtt_sent` entry of a QoS 2 publication acknowledged, if any.
+    fn forget_sent(&mut self, client_id: &str, position: Position) {
+        if self.sent.is_empty() {
+            return;
+        }
+        let key = self.queue_key(client_id, position);
+        if self.sent.remove(&key) {
+            let _ticket = self.tables.sent.delete(key);
+        }
+    }
+
     /// A session's queue entry for the publication at `position` (restored
     /// ones by their earlier run's key).
     fn queue_key(&self, client_id: &str, position: Position) -> Vec<u8> {
@@ -396,6 +467,7 @@ pub fn recover(
     store: &Store,
     topics: &Topics,
     owners: &Arc<RetainedBook>,
+    limits: QueueLimits,
 ) -> Result<Option<Recovered>, StoreError> {
     if !store.is_durable() {
         return Ok(None);
@@ -414,6 +486,14 @@ pub fn recover(
     let sent = load::sent_keys(&tables)?;
     let (wills, wills_due) = load::wills(&tables.wills, &kept)?;
     let queued = sessions.iter().map(|s| s.queued.len()).sum();
+    for session in &kept {
+        if let Some(owner) = &session.owner {
+            limits
+                .owners
+                .set(&session.client_id, &Arc::from(owner.as_str()));
+        }
+    }
+    let restoring = Some(restoring::Restoring::of(&sessions, &publications));
     Ok(Some(Recovered {
         retained: retained.len(),
         persistence: Persistence {
@@ -428,6 +508,8 @@ pub fn recover(
                 placed: BTreeMap::new(),
                 releases: 0,
                 sent,
+                budget: budget::Budget::new(limits),
+                restoring,
             }),
         },
         sessions: kept,

@@ -14,6 +14,7 @@ use super::{Labels1, Labels2};
 pub(super) struct Budgets {
     pub quota_largest: Family<Labels1, Gauge>,
     pub directory_bytes: Gauge,
+    pub queued_bytes: Gauge,
     pub bytes: Family<Labels2, Gauge>,
     pub hits: Family<Labels1, Counter>,
 }
@@ -30,6 +31,11 @@ impl Budgets {
             "directory_bytes",
             "Bytes of the registered Thing Descriptions as served (discovery.max_total_td_bytes bounds them)",
             it.directory_bytes.clone(),
+        );
+        registry.register(
+            "mqtt_queued_bytes",
+            "Bytes the publications queued for kept MQTT sessions take on disk, keys and a copy per matching filter counted (mqtt.max_queued_bytes bounds them)",
+            it.queued_bytes.clone(),
         );
         registry.register(
             "memory_budget_bytes",
