@@ -28,15 +28,17 @@ pub enum Quota {
     Subscriptions,
     Things,
     TdBytes,
+    FinishedInvocations,
 }
 
 impl Quota {
-    pub const ALL: [Quota; 5] = [
+    pub const ALL: [Quota; 6] = [
         Quota::RunningInvocations,
         Quota::PendingRequests,
         Quota::Subscriptions,
         Quota::Things,
         Quota::TdBytes,
+        Quota::FinishedInvocations,
     ];
 
     /// The key in `[quotas]` (and in `[quotas.principals.<name>]`).
@@ -47,6 +49,7 @@ impl Quota {
             Quota::Subscriptions => "subscriptions",
             Quota::Things => "things",
             Quota::TdBytes => "td_bytes",
+            Quota::FinishedInvocations => "finished_invocations",
         }
     }
 
@@ -58,6 +61,7 @@ impl Quota {
             Quota::Subscriptions => "quotas.subscriptions",
             Quota::Things => "quotas.things",
             Quota::TdBytes => "quotas.td_bytes",
+            Quota::FinishedInvocations => "quotas.finished_invocations",
         }
     }
 
@@ -68,6 +72,7 @@ impl Quota {
             Quota::Subscriptions => limits.subscriptions,
             Quota::Things => limits.things,
             Quota::TdBytes => limits.td_bytes,
+            Quota::FinishedInvocations => limits.finished_invocations,
         }
     }
 
@@ -78,6 +83,7 @@ impl Quota {
             Quota::Subscriptions => config.subscriptions,
             Quota::Things => config.things,
             Quota::TdBytes => config.td_bytes,
+            Quota::FinishedInvocations => config.finished_invocations,
         }
     }
 }
@@ -113,6 +119,7 @@ impl std::fmt::Display for Exceeded {
             Quota::Subscriptions => write!(f, "`{who}` holds {n} subscriptions over all its connections ({key}), as many as one principal may; unsubscribe from some first."),
             Quota::Things => write!(f, "`{who}` has {n} Thing Descriptions registered ({key}), as many as one principal may; delete some first."),
             Quota::TdBytes => write!(f, "`{who}`'s Thing Descriptions would take more than {n} bytes as served ({key}), as much as one principal may; delete or shrink some first."),
+            Quota::FinishedInvocations => write!(f, "`{who}` has {n} finished invocations remembered ({key}), as many as one principal may; its oldest is forgotten."),
         }
     }
 }

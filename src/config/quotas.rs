@@ -24,6 +24,11 @@ pub struct QuotasConfig {
     /// Bytes of registered Thing Descriptions (as served, forms included)
     /// one principal may have.
     pub td_bytes: u64,
+    /// Finished invocations of one principal remembered for `queryAction`
+    /// (and kept on disk); past it the principal's own oldest is forgotten,
+    /// so another's flood cannot push them out of
+    /// `requests.finished_invocations`.
+    pub finished_invocations: u64,
     /// Per principal (`[quotas.principals.<name>]`): any of the keys above,
     /// instead of the default. Names must be `[[auth.principals]]` names or
     /// `anonymous`.
@@ -38,6 +43,7 @@ impl Default for QuotasConfig {
             subscriptions: 10_000,
             things: 1_000,
             td_bytes: 8 * 1024 * 1024,
+            finished_invocations: 100,
             principals: BTreeMap::new(),
         }
     }
@@ -57,6 +63,8 @@ pub struct QuotaOverrides {
     pub things: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub td_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_invocations: Option<u64>,
 }
 
 #[cfg(test)]
