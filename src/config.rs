@@ -365,8 +365,8 @@ pub struct HistoryConfig {
     pub max_age_ms: u64,
     /// Bytes of events kept per Thing; past it its oldest are evicted.
     pub max_bytes_per_thing: usize,
-    /// Bytes of events kept for all Things together; past it the oldest
-    /// events of all are evicted.
+    /// Bytes of events kept for all Things together, in memory and in the
+    /// store's rows; past it the oldest events of all are evicted.
     pub max_bytes: usize,
 }
 

@@ -32,10 +32,11 @@ pub enum Quota {
     RetainedBytes,
     WillBytes,
     QueuedBytes,
+    FinishedInvocations,
 }
 
 impl Quota {
-    pub const ALL: [Quota; 9] = [
+    pub const ALL: [Quota; 10] = [
         Quota::RunningInvocations,
         Quota::PendingRequests,
         Quota::Subscriptions,
@@ -45,6 +46,7 @@ impl Quota {
         Quota::RetainedBytes,
         Quota::WillBytes,
         Quota::QueuedBytes,
+        Quota::FinishedInvocations,
     ];
 
     /// The key in `[quotas]` (and in `[quotas.principals.<name>]`).
@@ -59,6 +61,7 @@ impl Quota {
             Quota::RetainedBytes => "retained_bytes",
             Quota::WillBytes => "will_bytes",
             Quota::QueuedBytes => "queued_bytes",
+            Quota::FinishedInvocations => "finished_invocations",
         }
     }
 
@@ -74,6 +77,7 @@ impl Quota {
             Quota::RetainedBytes => "quotas.retained_bytes",
             Quota::WillBytes => "quotas.will_bytes",
             Quota::QueuedBytes => "quotas.queued_bytes",
+            Quota::FinishedInvocations => "quotas.finished_invocations",
         }
     }
 
@@ -88,6 +92,7 @@ impl Quota {
             Quota::RetainedBytes => limits.retained_bytes,
             Quota::WillBytes => limits.will_bytes,
             Quota::QueuedBytes => limits.queued_bytes,
+            Quota::FinishedInvocations => limits.finished_invocations,
         }
     }
 
@@ -102,6 +107,7 @@ impl Quota {
             Quota::RetainedBytes => config.retained_bytes,
             Quota::WillBytes => config.will_bytes,
             Quota::QueuedBytes => config.queued_bytes,
+            Quota::FinishedInvocations => config.finished_invocations,
         }
     }
 }
@@ -141,6 +147,7 @@ impl std::fmt::Display for Exceeded {
             Quota::RetainedBytes => write!(f, "`{who}`'s retained messages would take more than {n} bytes ({key}), as much as one principal may; delete or shrink some first."),
             Quota::WillBytes => write!(f, "`{who}`'s last wills would take more than {n} bytes over its connections ({key}), as much as one principal may; connect with a smaller will or none."),
             Quota::QueuedBytes => write!(f, "`{who}`'s kept MQTT sessions hold {n} bytes of queued publications on disk ({key}), as much as one principal may; their newest publications are not kept."),
+            Quota::FinishedInvocations => write!(f, "`{who}` has {n} finished invocations remembered ({key}), as many as one principal may; its oldest is forgotten."),
         }
     }
 }

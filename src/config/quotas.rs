@@ -38,6 +38,11 @@ pub struct QuotasConfig {
     /// newest publications are not written to disk. An eighth of the
     /// default `mqtt.max_queued_bytes`.
     pub queued_bytes: u64,
+    /// Finished invocations of one principal remembered for `queryAction`
+    /// (and kept on disk); past it the principal's own oldest is forgotten,
+    /// so another's flood cannot push them out of
+    /// `requests.finished_invocations`.
+    pub finished_invocations: u64,
     /// Per principal (`[quotas.principals.<name>]`): any of the keys above,
     /// instead of the default. Names must be `[[auth.principals]]` names or
     /// `anonymous`.
@@ -56,6 +61,7 @@ impl Default for QuotasConfig {
             retained_bytes: 32 * 1024 * 1024,
             will_bytes: 16 * 1024 * 1024,
             queued_bytes: 256 * 1024 * 1024,
+            finished_invocations: 100,
             principals: BTreeMap::new(),
         }
     }
@@ -82,6 +88,7 @@ pub struct QuotaOverrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub will_bytes: Option<u64>,
     pub queued_bytes: Option<u64>,
+    pub finished_invocations: Option<u64>,
 }
 
 #[cfg(test)]

@@ -444,3 +444,97 @@ async fn cached_credentials_do_not_let_another_origin_in() {
     assert_eq!(http_limit_hits(a, "allowed_origins").await, 2);
     sidecar.stop().await;
 }
+
+/// A property read answered by the test's agent; the caller's status.
+async fn read_reaching_the_agent(
+    a: SocketAddr,
+    agent: &mut common::WsClient,
+    headers: Vec<(&'static str, String)>,
+) -> u16 {
+    let call = tokio::spawn(async move {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        raw(a, "GET", &property(), &headers, "").await
+    });
+    let request = agent.recv().await;
+    assert_eq!(request["messageType"], "readProperty", "{request}");
+    let mut answer = common::reading(THING, "mode", json!("on"));
+    answer["correlationID"] = request["correlationID"].clone();
+    agent.send(answer).await;
+    call.await.unwrap().status
+}
+
+#[tokio::test]
+async fn cross_site_requests_never_reach_an_agent() {
+    let (sidecar, mut agent) = start_with_lamp(test_config()).await;
+    let a = sidecar.http;
+    let host = a.to_string();
+    let dev_server = "http://localhost:3000";
+    // An `<img src>` or no-cors fetch from another site (no Origin), a
+    // cross-origin fetch, a dev server on another port of localhost.
+    let tries: [(&str, Option<&str>); 4] = [
+        ("cross-site", None),
+        ("cross-site", Some("http://evil.example")),
+        ("same-site", Some(dev_server)),
+        ("same-site", None),
+    ];
+    for (site, origin) in tries {
+        let mut headers = vec![("Host", host.as_str()), ("Sec-Fetch-Site", site)];
+        headers.extend(origin.map(|o| ("Origin", o)));
+        let r = raw(a, "GET", &property(), &headers, "").await;
+        assert_eq!(r.status, 403, "{site} {origin:?}: {}", r.head);
+        let detail = r.detail();
+        assert!(
+            detail.contains(site) && detail.contains("http.allowed_origins"),
+            "{detail}"
+        );
+        let r = raw(a, "GET", &action(), &headers, "").await;
+        assert_eq!(r.status, 403, "{site} {origin:?}: {}", r.head);
+        let mut upgrade = headers.clone();
+        upgrade.extend(UPGRADE);
+        let ws = raw(a, "GET", "/lmos?host=urn%3Atest%3Aoffline", &upgrade, "").await;
+        assert_eq!(ws.status, 403, "{site} {origin:?}: {}", ws.head);
+        // Reading the directory or the probes reaches no agent: not refused.
+        let r = raw(a, "GET", "/readyz", &headers, "").await;
+        assert_eq!(r.status, 200, "{}", r.head);
+        let r = raw(a, "GET", &format!("/things/{THING}"), &headers, "").await;
+        assert_eq!(r.status, 200, "{}", r.head);
+    }
+    agent.assert_nothing_pending().await;
+    assert_eq!(http_limit_hits(a, "allowed_origins").await, 12);
+    drop(sidecar.ws_agent("urn:test:offline").await);
+
+    // Without the header (curl, node-wot, SDKs), from the page's own origin
+    // or typed in the address bar, the agent answers.
+    let own = format!("http://{host}");
+    let host_only = vec![("Host", host.clone())];
+    let with = |site: &str, origin: Option<&str>| {
+        let mut h = vec![("Host", host.clone()), ("Sec-Fetch-Site", site.to_owned())];
+        h.extend(origin.map(|o| ("Origin", o.to_owned())));
+        h
+    };
+    for headers in [
+        host_only,
+        with("same-origin", None),
+        with("none", None),
+        with("same-site", Some(&own)),
+    ] {
+        let shown = format!("{headers:?}");
+        let status = read_reaching_the_agent(a, &mut agent, headers).await;
+        assert_eq!(status, 200, "{shown}");
+    }
+    sidecar.stop().await;
+
+    // A listed origin keeps working across sites.
+    let mut config = test_config();
+    config.http.allowed_origins = vec![dev_server.into()];
+    let (sidecar, mut agent) = start_with_lamp(config).await;
+    let host = sidecar.http.to_string();
+    let headers = vec![
+        ("Host", host.clone()),
+        ("Sec-Fetch-Site", "same-site".to_owned()),
+        ("Origin", dev_server.to_owned()),
+    ];
+    let status = read_reaching_the_agent(sidecar.http, &mut agent, headers).await;
+    assert_eq!(status, 200);
+    sidecar.stop().await;
+}

@@ -8,6 +8,7 @@
 //! and a `mod` line below.
 
 mod directory;
+mod finished;
 mod hosts_and_origins;
 mod http_binding;
 mod limits;

@@ -17,6 +17,16 @@
 //! what the byte budget over all Things (`max_bytes`) evicted for another
 //! Thing's events, since gone with that Thing, may come back.
 //!
+//! So the table may hold more than the history: per Thing, the row of its
+//! oldest event held still has the entries trimmed before it (a turn's
+//! burst of large events, then small ones that trim them by count, left
+//! rows of up to 64 large entries held by one small one: the disk grew to
+//! many times `max_bytes`, issue 43). The log counts the bytes of every row
+//! still held ([`HistoryLog::disk_bytes`], keys included), and `max_bytes`
+//! bounds them as it bounds the memory: past it the oldest events of all go
+//! until whole rows have gone. Nothing is rewritten; a row is still written
+//! once, at the end of its turn.
+//!
 //! Nothing waits for these writes: events have no acknowledgement to hold
 //! back. What the store had committed when the process died is what comes
 //! back (see `Store::lazy_table`).
@@ -37,11 +47,26 @@ pub const TABLE: &str = "history";
 /// Where the history writes its entries.
 pub struct HistoryLog {
     table: Table,
-    /// Entries still held, per chunk (by the sequence number in its key).
-    live: HashMap<u64, u32>,
+    /// Entries still held and the row's bytes, per chunk (by the sequence
+    /// number in its key).
+    live: HashMap<u64, Chunk>,
+    /// Bytes of the rows of `live`, keys included: what the table holds,
+    /// or will once this turn's are written.
+    disk_bytes: usize,
     /// This turn's chunks, written at its end ([`HistoryLog::flush`]).
     pending: Vec<Pending>,
     scratch: Vec<u8>,
+}
+
+/// A row still held.
+#[derive(Debug, Default)]
+struct Chunk {
+    held: u32,
+    /// Its key and value on disk (while pending: as it will be written,
+    /// without the entries that already left).
+    bytes: usize,
+    /// Not written yet: it is among this turn's.
+    pending: bool,
 }
 
 /// A Thing's entries of this turn.
@@ -51,6 +76,11 @@ struct Pending {
     bytes: Vec<u8>,
     /// Where each entry begins in `bytes`.
     starts: Vec<usize>,
+}
+
+/// The length of a Thing's keys.
+fn key_len(thing: &str) -> usize {
+    thing.len() + 9
 }
 
 fn key(thing: &str, seq: u64) -> Vec<u8> {
@@ -83,6 +113,7 @@ impl HistoryLog {
         HistoryLog {
             table,
             live: HashMap::new(),
+            disk_bytes: 0,
             pending: Vec::new(),
             scratch: Vec::new(),
         }
@@ -108,7 +139,8 @@ impl HistoryLog {
             }
         };
         let p = &mut self.pending[i];
-        p.starts.push(p.bytes.len());
+        let was = p.bytes.len();
+        p.starts.push(was);
         let stored = EntryRef {
             seq: entry.seq,
             event: &entry.event,
@@ -118,8 +150,22 @@ impl HistoryLog {
             message: &entry.prepared,
         };
         encode_entry(&mut p.bytes, &stored, &mut self.scratch);
-        *self.live.entry(p.chunk).or_default() += 1;
+        let chunk = self.live.entry(p.chunk).or_default();
+        let grown = match chunk.held {
+            0 => key_len(thing) + p.bytes.len(),
+            _ => p.bytes.len() - was,
+        };
+        chunk.held += 1;
+        chunk.pending = true;
+        chunk.bytes += grown;
+        self.disk_bytes += grown;
         p.chunk
+    }
+
+    /// Bytes of the rows still held, keys included (this turn's counted
+    /// as if written whole).
+    pub(super) fn disk_bytes(&self) -> usize {
+        self.disk_bytes
     }
 
     /// An entry of `chunk` left the history; the chunk's row goes with its
@@ -128,11 +174,28 @@ impl HistoryLog {
         let Some(left) = self.live.get_mut(&chunk) else {
             return;
         };
-        *left -= 1;
-        if *left > 0 {
+        left.held -= 1;
+        if left.held > 0 {
+            if left.pending {
+                let held = left.held as usize;
+                let gone = self
+                    .pending
+                    .iter()
+                    .find(|p| p.chunk == chunk)
+                    .map_or(0, |p| {
+                        // The entry that left is the one before those held.
+                        let at = p.starts.len().saturating_sub(held);
+                        let end = p.starts.get(at).copied().unwrap_or(p.bytes.len());
+                        end - p.starts.get(at.wrapping_sub(1)).copied().unwrap_or(end)
+                    });
+                left.bytes -= gone;
+                self.disk_bytes -= gone;
+            }
             return;
         }
+        let bytes = left.bytes;
         self.live.remove(&chunk);
+        self.disk_bytes -= bytes;
         if let Some(i) = self.pending.iter().position(|p| p.chunk == chunk) {
             // Never written.
             self.pending.swap_remove(i);
@@ -144,7 +207,10 @@ impl HistoryLog {
     /// Writes this turn's chunks.
     pub(super) fn flush(&mut self) {
         for p in self.pending.drain(..) {
-            let held = self.live.get(&p.chunk).map_or(0, |n| *n as usize);
+            let Some(chunk) = self.live.get_mut(&p.chunk) else {
+                continue;
+            };
+            let held = chunk.held as usize;
             // A Thing's entries leave oldest first: those of the chunk that
             // already left are its first ones.
             let Some(&start) = p.starts.get(p.starts.len().saturating_sub(held)) else {
@@ -152,6 +218,8 @@ impl HistoryLog {
             };
             let mut bytes = p.bytes;
             bytes.drain(..start);
+            // Its bytes were counted without what left (`release`).
+            chunk.pending = false;
             // No one waits for an event to be on disk (see the module's doc).
             let _queued = self.table.put(key(&p.thing, p.chunk), bytes);
         }
@@ -200,6 +268,7 @@ impl History {
         let mut restored = Restored::default();
         let mut entries = Vec::with_capacity(rows.len());
         for (k, v) in rows {
+            let v_len = v.len();
             let parsed = parse_key(&k).and_then(|(thing, chunk)| {
                 let read = decode_row(&v, chunk)?;
                 Some((thing.to_owned(), chunk, read))
@@ -230,7 +299,18 @@ impl History {
                     let _queued = log.table.delete(k);
                 }
                 n => {
-                    log.live.insert(chunk, n as u32);
+                    let bytes = k.len() + v_len;
+                    log.disk_bytes += bytes;
+                    let held = n as u32;
+                    let pending = false;
+                    log.live.insert(
+                        chunk,
+                        Chunk {
+                            held,
+                            bytes,
+                            pending,
+                        },
+                    );
                 }
             }
         }

@@ -235,10 +235,11 @@ impl History {
     }
 
     /// Evicts the oldest events of all Things while they hold more than
-    /// `max_bytes`.
+    /// `max_bytes`, in memory or in the store's rows (`durable.rs`).
     fn evict_over_budget(&mut self) {
         let mut evicted = false;
-        while self.bytes > self.limits.max_bytes {
+        let on_disk = |log: &Option<HistoryLog>| log.as_ref().map_or(0, HistoryLog::disk_bytes);
+        while self.bytes > self.limits.max_bytes || on_disk(&self.log) > self.limits.max_bytes {
             let Some((seq, thing)) = self.order.pop_front() else {
                 break;
             };
@@ -497,3 +498,6 @@ pub fn wall_micros() -> i64 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod disk_tests;

@@ -101,7 +101,6 @@ impl Requests {
             }
             self.forget(&route);
         }
-        self.finished.retain(|r| self.routes.contains_key(r));
         effects
     }
 }

@@ -12,7 +12,7 @@
 //!
 //! Which file holds which part: `docs/architecture.md`, "Where is what".
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio_util::time::delay_queue::{self, DelayQueue};
 
 mod asked;
+mod finished;
 mod hosts;
 mod input;
 mod lifecycle;
@@ -150,6 +151,7 @@ pub struct Requests {
     timeout: Duration,
     /// How long an invocation may go without a status from its agent.
     liveness: Duration,
+    /// Remembered invocations sidecar-wide, at most.
     finished_limit: usize,
     /// Liveness per `{thing}` or `{thing}#{action}`.
     liveness_overrides: HashMap<String, Duration>,
@@ -170,7 +172,8 @@ pub struct Requests {
     invocations: HashMap<(String, String), String>,
     /// (consumer key or owner key, action) → route of its latest invocation.
     latest_invocation: HashMap<(String, String), String>,
-    finished: VecDeque<String>,
+    /// Remembered invocations per principal (`finished.rs`).
+    finished: finished::Finished,
     timers: DelayQueue<Timer>,
     timer_keys: HashMap<Timer, delay_queue::Key>,
     /// Requests other sidecars routed to agents connected here.
@@ -215,7 +218,7 @@ impl Requests {
             routes: HashMap::new(),
             invocations: HashMap::new(),
             latest_invocation: HashMap::new(),
-            finished: VecDeque::new(),
+            finished: finished::Finished::default(),
             timers: DelayQueue::new(),
             timer_keys: HashMap::new(),
             foreign: ForeignRoutes::default(),

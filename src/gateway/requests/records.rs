@@ -187,7 +187,7 @@ impl Requests {
             failed.push(route.clone());
         }
         records.sort_by_key(|(_, r)| r.retain_until_ms);
-        // Forgetting one over the finished limit deletes it from the table.
+        // Forgetting one past a share or the limit deletes it from the table.
         self.records = Some(table.clone());
         for (route, r) in records {
             let left = r.retain_until_ms.unwrap_or(now_ms).saturating_sub(now_ms);
@@ -221,6 +221,7 @@ impl Requests {
                 .insert((key, r.action.clone()), route.clone());
         }
         let now = Instant::now();
+        let principal: std::sync::Arc<str> = r.principal.into();
         self.routes.insert(
             route.clone(),
             Pending {
@@ -233,19 +234,14 @@ impl Requests {
                 }),
                 finished: true,
                 remembered: true,
-                principal: r.principal.into(),
+                principal: principal.clone(),
                 traceparent: None,
                 started: None,
                 since: now,
             },
         );
         self.arm(Timer::Retain(route.clone()), left);
-        self.finished.push_back(route);
-        while self.finished.len() > self.finished_limit {
-            if let Some(old) = self.finished.pop_front() {
-                self.forget(&old);
-            }
-        }
+        self.keep_finished(&principal, &route);
     }
 }
 

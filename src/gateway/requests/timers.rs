@@ -1,10 +1,12 @@
 //! Time and memory: reply, cancel and retention timers, what happens when
 //! one fires, and how requests are remembered and forgotten.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Asked, Effect, Kind, Requests, Timer};
 use crate::lmos::{Problem, ProblemKind};
+use crate::quotas::Quota;
 
 impl Requests {
     pub(super) fn arm(&mut self, timer: Timer, after: Duration) {
@@ -70,7 +72,6 @@ impl Requests {
             Timer::Retain(route) => {
                 let route = route.clone();
                 self.forget(&route);
-                self.finished.retain(|r| *r != route);
                 return Vec::new();
             }
             Timer::Cancel(route) => {
@@ -117,8 +118,8 @@ impl Requests {
         self.persist(route);
     }
 
-    /// Puts a request among the remembered ones (once), forgetting the
-    /// oldest past the limit.
+    /// Puts a request among the remembered ones (once), forgetting what
+    /// is past its principal's share or the limit (`finished.rs`).
     pub(super) fn remember(&mut self, route: &str) {
         let stopped = match self.routes.get_mut(route) {
             Some(p) if !p.remembered => {
@@ -129,11 +130,22 @@ impl Requests {
         };
         self.stops_waiting(stopped.0, &stopped.1);
         self.arm(Timer::Retain(route.to_owned()), self.retention);
-        self.finished.push_back(route.to_owned());
-        while self.finished.len() > self.finished_limit {
-            if let Some(old) = self.finished.pop_front() {
-                self.forget(&old);
-            }
+        self.keep_finished(&stopped.1, route);
+    }
+
+    /// Counts `route` among `principal`'s remembered invocations and
+    /// forgets those past its share or the sidecar-wide limit.
+    pub(super) fn keep_finished(&mut self, principal: &Arc<str>, route: &str) {
+        self.finished.push(principal, route);
+        let share = self
+            .quotas
+            .limit(principal, Quota::FinishedInvocations)
+            .map(|(share, _)| share);
+        while let Some(old) = self
+            .finished
+            .pop_victim(principal, share, self.finished_limit)
+        {
+            self.forget(&old);
         }
     }
 
@@ -156,6 +168,7 @@ impl Requests {
         self.disarm(&Timer::Reply(route.to_owned()));
         self.disarm(&Timer::Cancel(route.to_owned()));
         self.disarm(&Timer::Retain(route.to_owned()));
+        self.finished.remove(route);
         let Some(p) = self.routes.remove(route) else {
             return;
         };

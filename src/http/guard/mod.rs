@@ -12,7 +12,27 @@
 //! - the `Content-Type` of a state-changing body: JSON only (415). A page
 //!   may send `text/plain`, a form or `multipart/form-data` to any origin
 //!   without asking first; a JSON type needs a CORS preflight, which this
-//!   port never grants (it sends no `Access-Control-Allow-*` header).
+//!   port never grants (it sends no `Access-Control-Allow-*` header);
+//! - the site a browser says a request comes from (`Sec-Fetch-Site`, sent
+//!   on every request, `<img src>` and no-cors fetches included, which carry
+//!   no `Origin`), on every request that can reach an agent or change state:
+//!   `cross-site`, or `same-site` (another port of localhost is the same
+//!   site but another origin) from an origin that is not the sidecar's own
+//!   or in `http.allowed_origins`, is refused (403) before it reaches an
+//!   agent. A page cannot read a cross-origin answer, but without this the
+//!   agent would still work for it (issue 43): read a property, stream an
+//!   event. `same-origin` and `none` (typed in the address bar) pass, and so
+//!   does a request without the header (curl, node-wot, the CLI, SDKs).
+//!
+//! Which requests the site rule leaves alone: `GET`/`HEAD` of what reaches
+//! no agent and changes nothing, i.e. the TD directory (`/things`,
+//! `/things/{id}`), `/.well-known/*` and A2A agent cards, `/console` and its
+//! assets and state, `/metrics`, `/healthz`, `/readyz`. Their answers are
+//! the sidecar's own, a page on another site cannot read them (no CORS), and
+//! a cross-site `<img src=/readyz>` costs a lookup, no agent's work; leaving
+//! them open keeps links and monitoring dashboards that embed or open them
+//! working. Everything else is checked, unknown paths included: what reaches
+//! an agent must be listed nowhere to be protected.
 
 mod names;
 
@@ -34,6 +54,7 @@ use crate::telemetry::metrics::{self, Metrics};
 const JSON: &str = "application/json";
 const TD_JSON: &str = "application/td+json";
 const MERGE_PATCH: &str = "application/merge-patch+json";
+const SEC_FETCH_SITE: &str = "sec-fetch-site";
 
 /// The rules, built once from the configuration and the bound address.
 #[derive(Clone)]
@@ -52,7 +73,7 @@ struct Rules {
     /// the sidecar's own.
     port: u16,
     metrics: Metrics,
-    logged: [Throttle; 3],
+    logged: [Throttle; 4],
 }
 
 /// Checks each `http.allowed_hosts` and `http.allowed_origins` entry;
@@ -164,6 +185,17 @@ impl Guard {
                 }
             }
         }
+        let read_only = matches!(*request.method(), Method::GET | Method::HEAD)
+            && !headers.contains_key(header::UPGRADE)
+            && reaches_no_agent(request.uri().path());
+        if !read_only {
+            if let Some(site) = headers.get(SEC_FETCH_SITE) {
+                let origin = headers.get(header::ORIGIN);
+                if !self.admits_site(site, origin, authority.as_ref()) {
+                    return Some(self.cross_site(request, site, origin));
+                }
+            }
+        }
         if changes_state && has_body(headers) {
             let accepted = accepted_types(request.method(), request.uri().path());
             let given = headers
@@ -174,6 +206,51 @@ impl Guard {
             }
         }
         None
+    }
+
+    /// Whether a browser's request from `site` may reach an agent: from the
+    /// page's own origin or typed by the user; from another page only when
+    /// its `Origin` is the sidecar's own or listed (with `*` listed, any
+    /// page, even one that sends no `Origin`).
+    fn admits_site(
+        &self,
+        site: &HeaderValue,
+        origin: Option<&HeaderValue>,
+        host: Option<&Authority>,
+    ) -> bool {
+        if matches!(site.as_bytes(), b"same-origin" | b"none") {
+            return true;
+        }
+        match origin {
+            Some(o) => self.admits_origin(o.to_str().unwrap_or("(not text)"), host),
+            None => self.0.any_origin,
+        }
+    }
+
+    fn cross_site(
+        &self,
+        request: &Request,
+        site: &HeaderValue,
+        origin: Option<&HeaderValue>,
+    ) -> Response {
+        self.0.metrics.limit_hit(metrics::HTTP, "allowed_origins");
+        let site = site.to_str().unwrap_or("(not text)");
+        let origin = origin.map(|o| o.to_str().unwrap_or("(not text)"));
+        if self.0.logged[3].due() {
+            warn!(sec_fetch_site = ?site, origin = ?origin, path = ?request.uri().path(), "Refused a browser's request from another site before it reached an agent (Sec-Fetch-Site, http.allowed_origins). Logged at most once a minute.");
+        }
+        let from = match origin {
+            Some(o) => format!("a web page at `{o}`"),
+            None => {
+                "a web page that did not say its origin (an `<img>`, a no-cors fetch)".to_owned()
+            }
+        };
+        problem(
+            StatusCode::FORBIDDEN,
+            format!(
+                "The browser says this request comes from another site (`Sec-Fetch-Site: {site}`), from {from}: pages of other origins may not make this sidecar call an agent or change state. If that page is yours, add its origin to http.allowed_origins."
+            ),
+        )
     }
 
     fn misdirected(&self, host: &str) -> Response {
@@ -259,6 +336,24 @@ fn media_type(value: &str) -> String {
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase()
+}
+
+/// Whether `path` is one of the read-only routes the site rule leaves
+/// alone (see the module doc): it reaches no agent.
+fn reaches_no_agent(path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    matches!(
+        segments.as_slice(),
+        [""] | ["healthz"]
+            | ["readyz"]
+            | ["metrics"]
+            | ["things"]
+            | ["things", _]
+            | [".well-known", ..]
+            | ["console"]
+            | ["console", ..]
+            | ["a2a", _, ".well-known", _]
+    )
 }
 
 /// The media types a state-changing body may have: a JSON merge patch for

@@ -223,3 +223,105 @@ fn a_flood_of_refusals_logs_once() {
     assert!(t.due());
     assert!(!t.due());
 }
+
+const PROPERTY: &str = "/things/urn:x/properties/p";
+
+#[test]
+fn cross_site_requests_never_reach_an_agent() {
+    let g = loopback();
+    let host = ("host", "127.0.0.1:8080");
+    let cross = ("sec-fetch-site", "cross-site");
+    let ws = ("upgrade", "websocket");
+    let evil = ("origin", "http://evil.example");
+    // An `<img src>` (no Origin), a no-cors fetch, a form: none reaches an
+    // agent or changes state.
+    for (method, path) in [
+        ("GET", PROPERTY),
+        ("GET", "/things/urn:x/properties"),
+        ("GET", "/things/urn:x/actions/go/inv-1"),
+        ("POST", ACTION),
+        ("POST", "/mcp"),
+        ("GET", "/mcp"),
+        ("POST", "/a2a/urn:x"),
+        ("PUT", "/things/urn:x"),
+        ("GET", "/no/such/page"),
+    ] {
+        assert_eq!(
+            status(&g, method, path, &[host, cross]),
+            403,
+            "{method} {path}"
+        );
+        assert_eq!(
+            status(&g, method, path, &[host, cross, evil]),
+            403,
+            "{method} {path}"
+        );
+    }
+    assert_eq!(status(&g, "GET", "/lmos", &[host, ws, cross]), 403);
+    // Other ports of localhost are the same site, not the same origin.
+    let same_site = ("sec-fetch-site", "same-site");
+    let dev_server = ("origin", "http://localhost:3000");
+    assert_eq!(status(&g, "GET", PROPERTY, &[host, same_site]), 403);
+    assert_eq!(
+        status(&g, "GET", PROPERTY, &[host, same_site, dev_server]),
+        403
+    );
+    let own = ("origin", "http://localhost:8080");
+    assert_eq!(status(&g, "GET", PROPERTY, &[host, same_site, own]), 0);
+    // The page's own, the address bar, and no header at all pass.
+    for site in ["same-origin", "none"] {
+        assert_eq!(
+            status(&g, "GET", PROPERTY, &[host, ("sec-fetch-site", site)]),
+            0
+        );
+        assert_eq!(
+            status(&g, "POST", ACTION, &[host, ("sec-fetch-site", site)]),
+            0
+        );
+    }
+    assert_eq!(status(&g, "GET", PROPERTY, &[host]), 0);
+    // Read-only routes that reach no agent stay open.
+    for path in [
+        "/",
+        "/readyz",
+        "/healthz",
+        "/metrics",
+        "/things",
+        "/things/urn:x",
+        "/.well-known/wot",
+        "/.well-known/agent-card.json",
+        "/a2a/urn:x/.well-known/agent-card.json",
+        "/console",
+        "/console/console.js",
+        "/console/state",
+    ] {
+        assert_eq!(status(&g, "GET", path, &[host, cross]), 0, "{path}");
+        assert_eq!(status(&g, "HEAD", path, &[host, cross]), 0, "{path}");
+    }
+    assert_eq!(status(&g, "DELETE", "/things/urn:x", &[host, cross]), 403);
+}
+
+#[test]
+fn listed_origins_may_reach_agents_across_sites() {
+    let g = guard(
+        "127.0.0.1:8080",
+        &[],
+        &["https://app.example", "http://localhost:3000"],
+        "",
+    );
+    let host = ("host", "127.0.0.1:8080");
+    let cross = ("sec-fetch-site", "cross-site");
+    let app = ("origin", "https://app.example");
+    assert_eq!(status(&g, "GET", PROPERTY, &[host, cross, app]), 0);
+    assert_eq!(status(&g, "POST", ACTION, &[host, cross, app]), 0);
+    let dev = [
+        host,
+        ("sec-fetch-site", "same-site"),
+        ("origin", "http://localhost:3000"),
+    ];
+    assert_eq!(status(&g, "GET", PROPERTY, &dev), 0);
+    // Without an Origin the page is unknown: not one of those listed.
+    assert_eq!(status(&g, "GET", PROPERTY, &[host, cross]), 403);
+    let star = guard("127.0.0.1:8080", &[], &["*"], "");
+    assert_eq!(status(&star, "GET", PROPERTY, &[host, cross]), 0);
+}
