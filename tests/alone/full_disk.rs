@@ -18,6 +18,16 @@ use common::raw_mqtt::{self as raw, Client};
 use common::{http, test_config, TestSidecar};
 
 const TOPIC: &str = "x/kept";
+const WEATHER: &str = include_str!("../fixtures/weather-agent-td.json");
+const WEATHER_ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
+
+async fn put_td(sidecar: &TestSidecar) -> u16 {
+    let path = format!("/things/{WEATHER_ID}");
+    let td = Some("application/td+json");
+    http(sidecar.http, "PUT", &path, td, WEATHER.as_bytes())
+        .await
+        .status
+}
 const PAYLOAD: usize = 32 * 1024;
 
 /// A tmpfs of `size`, unmounted when dropped (a failed assertion too).
@@ -181,6 +191,20 @@ async fn a_full_disk_refuses_what_it_cannot_keep_and_recovers_by_itself() {
     let got = v4.until_closed().await;
     assert!(got.iter().all(|p| p[0] != 0x40), "no PUBACK: {got:?}");
 
+    // A kept session's subscription cannot be kept: 0x80 (3.1.1).
+    let mut late = Client::open(sidecar.mqtt).await;
+    late.send(&raw::connect_with(4, "kept-late", false, 60))
+        .await;
+    assert_eq!(late.recv().await.expect("CONNACK")[0], 0x20);
+    late.send(&raw::subscribe(4, 3, &[("z/1", 1), ("z/2", 1)]))
+        .await;
+    let suback = late
+        .recv()
+        .await
+        .expect("a SUBACK, not a closed connection");
+    assert_eq!(suback, [0x90, 4, 0, 3, 0x80, 0x80], "refused per filter");
+    drop(late);
+
     // What needs no write goes on: a clean session's SUBSCRIBE, QoS 0.
     let mut clean = Client::connect_clean(sidecar.mqtt5, 5, "clean-reader").await;
     clean.send(&raw::subscribe(5, 1, &[("q/#", 0)])).await;
@@ -201,6 +225,7 @@ async fn a_full_disk_refuses_what_it_cannot_keep_and_recovers_by_itself() {
         store_full_metric(&sidecar).await,
         "lmos_sidecar_store_full 1"
     );
+    assert_eq!(put_td(&sidecar).await, 507, "a TD cannot be kept");
 
     // Space returns: no restart.
     std::fs::remove_file(&filler).unwrap();
@@ -208,6 +233,11 @@ async fn a_full_disk_refuses_what_it_cannot_keep_and_recovers_by_itself() {
     assert_eq!(
         store_full_metric(&sidecar).await,
         "lmos_sidecar_store_full 0"
+    );
+    let status = put_td(&sidecar).await;
+    assert!(
+        [200, 201, 204].contains(&status),
+        "a TD is kept again: {status}"
     );
     let after = 10_000;
     publisher
