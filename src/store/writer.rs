@@ -113,6 +113,7 @@ pub(super) struct Writer {
 impl Writer {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
+        db: Arc<redb::Database>,
         slot: DbSlot,
         path: PathBuf,
         committed: watch::Sender<Committed>,
@@ -120,9 +121,8 @@ impl Writer {
         mode: SyncMode,
         interval: Duration,
         bounds: Bounds,
-    ) -> Option<Writer> {
-        let db = slot.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
-        Some(Writer {
+    ) -> Writer {
+        Writer {
             db: Some(db),
             slot,
             path,
@@ -134,7 +134,7 @@ impl Writer {
             unsynced: false,
             bounds,
             stopped: None,
-        })
+        }
     }
 
     /// Until every sender is gone: what is left is written and synced.

@@ -223,7 +223,7 @@ impl Kept {
         let it = Kept::default();
         registry.register(
             "store",
-            "The embedded store (store.dir), by `what`: file_bytes, queued_bytes (changes not yet committed), waits (changes that waited for the writer: store.max_queued_bytes reached), commits and changes since start, commit_micros_total and max_commit_micros (writing and syncing), recovered_* (what start-up found: retained, sessions, queued, invocations)",
+            "The embedded store (store.dir), by `what`: file_bytes, queued_bytes (changes not yet committed), waits (changes that waited for the writer: store.max_queued_bytes reached), commits and changes since start, commit_micros_total and max_commit_micros (writing and syncing), reopens (after an I/O error), refused_acks (MQTT acknowledgements refused because what they covered was not written), recovered_* (what start-up found: retained, sessions, queued, invocations)",
             it.store.clone(),
         );
         registry.register(
