@@ -194,14 +194,19 @@ impl RetainedBook {
         self.lock().remove(topic);
     }
 
-    /// The broker set a retained message the guard did not charge (the
-    /// sidecar's own links): counted in the sidecar-wide totals; one the
-    /// guard charged keeps its owner.
-    pub fn observed(&self, topic: &str, bytes: u64) {
+    /// The broker set a retained message of `bytes` on `topic`: its owner,
+    /// for the keeper to write beside it. One the guard did not charge
+    /// (the sidecar's own links) is counted in the sidecar-wide totals as
+    /// nobody's. One lock, on the router's thread.
+    pub fn observed(&self, topic: &str, bytes: u64) -> Option<Arc<str>> {
         let topic = self.key(topic);
         let mut book = self.lock();
-        if !book.topics.contains_key(&topic) {
-            book.insert(topic, None, bytes);
+        match book.topics.get(&topic) {
+            Some(entry) => entry.owner.clone(),
+            None => {
+                book.insert(topic, None, bytes);
+                None
+            }
         }
     }
 
@@ -217,7 +222,7 @@ impl RetainedBook {
         book.insert(topic, owner, bytes);
     }
 
-    /// Who owns the retained message on `topic`, for the keeper to write.
+    /// Who owns the retained message on `topic`.
     pub fn owner(&self, topic: &str) -> Option<Arc<str>> {
         let topic = self.key(topic);
         self.lock().topics.get(&topic)?.owner.clone()
@@ -319,6 +324,7 @@ mod tests {
         b.charge(Some("alice"), "a", 30).unwrap();
         assert_eq!((b.usage("bob"), b.usage("alice")), ((0, 0), (1, 30)));
         assert_eq!(b.owner("a").as_deref(), Some("alice"));
+        assert_eq!(b.observed("a", 30).as_deref(), Some("alice"));
         b.remove("a");
         assert_eq!((b.usage("alice"), b.total()), ((0, 0), (0, 0)));
         assert!(b.lock().by.is_empty());
@@ -327,7 +333,7 @@ mod tests {
     #[test]
     fn sidecar_wide_caps_count_every_owner_and_none() {
         let b = book(3, 1_000);
-        b.observed("own", 10);
+        assert_eq!(b.observed("own", 10), None);
         b.restore("old", None, 10);
         b.charge(Some("carol"), "x", 10).unwrap();
         let e = b.charge(Some("carol"), "y", 10).unwrap_err();

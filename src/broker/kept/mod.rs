@@ -135,10 +135,7 @@ impl Keeper for Kept {
     fn retained(&mut self, topic: &str, packet: Option<Bytes>) {
         let _ticket = match packet {
             Some(packet) => {
-                let owner = self.owners.owner(topic);
-                if owner.is_none() {
-                    self.owners.observed(topic, packet.len() as u64);
-                }
+                let owner = self.owners.observed(topic, packet.len() as u64);
                 let value = retained_value(now_ms(), owner.as_deref(), &packet);
                 self.tables.retained.put(topic.as_bytes().to_vec(), value)
             }
