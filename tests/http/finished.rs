@@ -1,6 +1,7 @@
 //! Finished invocations per principal (issue 43, finding 5): Bob's flood of
-//! instant invocations does not push Alice's finished result out of the
-//! sidecar's memory; his own oldest go instead.
+//! instant invocations does not push Alice's finished results (an HTTP
+//! status resource, an A2A task) out of the sidecar's memory; his own
+//! oldest go instead.
 
 use lmos_testkit as common;
 
@@ -91,6 +92,29 @@ async fn serve_instantly(sidecar: &TestSidecar) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// A2A JSON-RPC on Alice's agent as `token`; the call's `result`.
+async fn a2a(sidecar: &TestSidecar, token: &str, method: &str, params: Value) -> Value {
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let bearer = format!("Bearer {token}");
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let path = format!("/a2a/{}", urlencode(THING));
+    let answer = http_with(
+        sidecar.http,
+        "POST",
+        &path,
+        &headers,
+        call.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let answer = answer.json();
+    assert!(answer.get("error").is_none(), "{answer}");
+    answer["result"].clone()
+}
+
 /// Invokes `plan` as `token`; the invocation's status resource.
 async fn invoke(sidecar: &TestSidecar, token: &str) -> String {
     let path = format!("/things/{THING}/actions/plan");
@@ -108,6 +132,13 @@ async fn bob_s_flood_of_invocations_leaves_alice_s_finished_one() {
     let agent = serve_instantly(&sidecar).await;
 
     let alice_s = invoke(&sidecar, ALICE).await;
+    let message =
+        json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {}}]}});
+    let sent = a2a(&sidecar, ALICE, "SendMessage", message).await;
+    let task = sent["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{sent}"))
+        .to_owned();
     let mut bob_s = Vec::new();
     for _ in 0..FINISHED + 20 {
         bob_s.push(invoke(&sidecar, BOB).await);
@@ -117,9 +148,12 @@ async fn bob_s_flood_of_invocations_leaves_alice_s_finished_one() {
     let alice_query = http_as(&sidecar, ALICE, "GET", &alice_s).await;
     assert_eq!(alice_query.status, 200, "{alice_query:?}");
     assert_eq!(alice_query.json()["status"], "completed");
+    let got = a2a(&sidecar, ALICE, "GetTask", json!({"id": task})).await;
+    assert_eq!(got["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
     let oldest = http_as(&sidecar, BOB, "GET", &bob_s[0]).await;
     assert_eq!(oldest.status, 404, "{oldest:?}");
-    let kept = bob_s.len() - (FINISHED - 1);
+    // Alice holds two (the HTTP call and the A2A task), Bob the rest.
+    let kept = bob_s.len() - (FINISHED - 2);
     let first_kept = http_as(&sidecar, BOB, "GET", &bob_s[kept]).await;
     assert_eq!(first_kept.status, 200, "{first_kept:?}");
     let last_gone = http_as(&sidecar, BOB, "GET", &bob_s[kept - 1]).await;

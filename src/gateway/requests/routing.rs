@@ -230,7 +230,7 @@ impl Requests {
         action: &str,
     ) -> Vec<Effect> {
         let detail = match &message.correlation_id {
-            Some(c) => format!("No invocation of `{action}` with correlationID `{c}` is known for this consumer or its principal (finished ones are kept for requests.invocation_retention_ms, at most requests.finished_invocations); name an invocation by the correlationID (or, without one, the messageID) of its invokeAction."),
+            Some(c) => format!("No invocation of `{action}` with correlationID `{c}` is known for this consumer or its principal (finished ones are kept for requests.invocation_retention_ms, at most quotas.finished_invocations of each principal and requests.finished_invocations in all); name an invocation by the correlationID (or, without one, the messageID) of its invokeAction."),
             None => format!("This consumer has not invoked `{action}` (or it was forgotten)."),
         };
         let m = Problem::new(ProblemKind::NotFound, detail)
