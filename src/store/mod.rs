@@ -327,6 +327,11 @@ impl Store {
         let Some(tx) = &q.tx else {
             return Ticket::failed(StoreError::Stopped);
         };
+        // Counted before the writer can take it: counted after, the
+        // writer's subtraction could come first and wrap the count past
+        // every bound, leaving whoever checked it then waiting for a wake-up
+        // an idle writer never sends.
+        inner.stats.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
         let sent = tx.send(op.with_seq(seq)).is_ok();
         q.next = seq;
         if let Some(scope) = &self.scope {
@@ -336,10 +341,10 @@ impl Store {
             scope.fetch_max(seq, Ordering::Release);
         }
         if !sent {
+            inner.stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
             return Ticket::failed(StoreError::Stopped);
         }
         drop(q);
-        inner.stats.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
         Ticket::new(seq, seq - 1, inner.committed.clone())
     }
 }
