@@ -37,7 +37,8 @@ pub struct StoreConfig {
     pub max_file_bytes: u64,
     /// Free space the data directory's filesystem must keep, in bytes (0:
     /// none): below it, writes are refused as past `max_file_bytes`, and
-    /// accepted again as soon as there is room, without a restart.
+    /// accepted again, without a restart, once twice this is free (so a
+    /// full store does not flap between full and not).
     pub min_free_bytes: u64,
 }
 

@@ -157,8 +157,20 @@ impl Bounds {
             self.file_room,
             self.free_bytes,
             cost(incoming),
-            self.min_free_bytes,
+            self.reserve(),
         )
+    }
+
+    /// The free space puts must leave: `min_free_bytes`, twice that once
+    /// full. Without the margin, a full store flapped: a small change (a
+    /// subscription) fitted where the publication before it did not, and
+    /// `/readyz` went back and forth; with it, the store stays full until
+    /// space has really come back.
+    fn reserve(&self) -> u64 {
+        match self.full {
+            Some(_) => self.min_free_bytes.saturating_mul(2),
+            None => self.min_free_bytes,
+        }
     }
 
     /// After a commit wrote puts of `bytes`.
@@ -176,13 +188,7 @@ impl Bounds {
             return false;
         }
         self.read(used);
-        verdict(
-            self.file_room,
-            self.free_bytes,
-            cost(0),
-            self.min_free_bytes,
-        )
-        .is_none()
+        verdict(self.file_room, self.free_bytes, cost(0), self.reserve()).is_none()
     }
 
     fn read(&mut self, used: Used<'_>) {
