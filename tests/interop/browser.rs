@@ -59,6 +59,17 @@ window.attack = async (base, thing) => {
   out.putText = await send("PUT", t + "/properties/mode", "text/plain", '"evil"');
   out.postJson = await send("POST", t + "/actions/go", "application/json", '{"city":"Oslo"}');
   out.register = await send("POST", "/things", "text/plain", JSON.stringify({ title: "Evil" }));
+  // Reads that need no CORS: the page cannot see the answer, but before
+  // issue 43 the agent worked for them.
+  out.img = await new Promise((resolve) => {
+    const img = new Image();
+    img.onload = () => resolve("loaded");
+    img.onerror = () => resolve("error");
+    img.src = base + t + "/properties/mode";
+    setTimeout(() => resolve("timeout"), 5000);
+  });
+  out.noCors = await fetch(base + t + "/properties/mode", { mode: "no-cors" })
+    .then((r) => r.type, () => "blocked");
   out.form = await new Promise((resolve) => {
     const frame = document.createElement("iframe");
     frame.name = "sink";
@@ -151,11 +162,16 @@ async fn pages_of_other_origins_and_rebound_names_cannot_drive_the_agent() {
         // Preflighted, and the preflight is not granted.
         "putText": "blocked", "postJson": "blocked",
         "form": "submitted",
+        // Refused (403) before the agent is asked; an image that is not one.
+        "img": "error", "noCors": "opaque",
     });
     assert_eq!(outcome, expected);
-    // The sidecar received and refused the WebSockets, the text POSTs and
-    // the form; the browser itself stopped the preflighted ones.
-    assert_eq!(http_limit_hits(s, "allowed_origins").await, 5);
+    // The sidecar received and refused the WebSockets, the text POSTs, the
+    // form, the two cross-site reads, and the two preflights (`Sec-Fetch-Site: same-site` from an
+    // origin not admitted: issue 43's cross-site rule refuses the OPTIONS
+    // before any handler); the browser itself then stopped the PUT and the
+    // JSON POST.
+    assert_eq!(http_limit_hits(s, "allowed_origins").await, 9);
     agent.assert_nothing_pending().await;
     let things = common::http(s, "GET", "/things", None, b"").await.json();
     assert_eq!(things.as_array().unwrap().len(), 1, "{things}");
