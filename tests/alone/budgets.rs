@@ -6,6 +6,7 @@
 //! sidecar; the tests take turns so that they do not measure each other),
 //! and that other clients keep working.
 
+use crate::rss_mib;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -27,16 +28,6 @@ const MIB: usize = 1024 * 1024;
 /// the other turn-takers of this test binary, `tests/alone/main.rs`).
 async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
     common::alone().await
-}
-
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kb / 1024.0
 }
 
 /// A sample of `/metrics`, e.g. `memory_budget_hits_total{budget="inbound"}`.

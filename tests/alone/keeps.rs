@@ -4,6 +4,7 @@
 //! user properties fill a filter's log as payload bytes do (rumqttd patch
 //! 32), where before both grew with every publication.
 
+use crate::rss_mib;
 use lmos_testkit as common;
 
 use common::mqtt5::{self, Props};
@@ -13,16 +14,6 @@ use lmos_sidecar::auth::credentials::hash_password;
 use lmos_sidecar::config::{Grants, PrincipalConfig};
 
 const MIB: usize = 1024 * 1024;
-
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kb / 1024.0
-}
 
 fn principal(name: &str) -> PrincipalConfig {
     PrincipalConfig {

@@ -23,3 +23,14 @@ mod export_failures;
 mod full_disk;
 mod keeps;
 mod log_injection;
+
+/// This process's resident set in MiB: the sidecar under test runs in it.
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb / 1024.0
+}

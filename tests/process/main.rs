@@ -21,3 +21,10 @@ mod queued_bytes;
 mod restart;
 mod restart_keeps;
 mod restart_state;
+
+/// A `[[auth.principals]]` entry named `name` with password `{name}-pw`
+/// (hashed) and `extra` TOML lines (rights), for a sidecar's config file.
+fn principal_toml(name: &str, extra: &str) -> String {
+    let hash = lmos_sidecar::auth::credentials::hash_password(&format!("{name}-pw"));
+    format!("[[auth.principals]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n{extra}\n")
+}

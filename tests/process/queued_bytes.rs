@@ -100,8 +100,7 @@ fn overlapping_filters() -> Vec<String> {
 }
 
 fn principal(name: &str) -> String {
-    let hash = lmos_sidecar::auth::credentials::hash_password(&format!("{name}-pw"));
-    format!("[[auth.principals]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n\n")
+    crate::principal_toml(name, "")
 }
 
 fn as_(name: &'static str, id: String) -> impl FnOnce(&mut rumqttc::MqttOptions) {

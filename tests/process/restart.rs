@@ -745,10 +745,7 @@ async fn a_kept_session_is_still_its_principals_after_the_restart() {
     use rumqttc::ConnectReturnCode;
     let dir = DataDir::new("owner");
     let config = dir.0.join("sidecar.toml");
-    let principal = |name: &str| {
-        let hash = lmos_sidecar::auth::credentials::hash_password(&format!("{name}-pw"));
-        format!("[[auth.principals]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\nconsume = [\"*\"]\n\n")
-    };
+    let principal = |name: &str| crate::principal_toml(name, "consume = [\"*\"]\n");
     let toml = format!(
         "[mqtt]\nauthentication = true\n\n{}{}",
         principal("reader"),

@@ -94,10 +94,7 @@ async fn connect(mqtt5: std::net::SocketAddr, user: &str) -> Client {
 async fn a_principal_at_its_retained_bound_is_still_at_it_after_a_restart() {
     let dir = DataDir::new("retained-owners");
     let config = dir.0.join("sidecar.toml");
-    let principal = |name: &str| {
-        let hash = lmos_sidecar::auth::credentials::hash_password(&format!("{name}-pw"));
-        format!("[[auth.principals]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n\n")
-    };
+    let principal = |name: &str| crate::principal_toml(name, "");
     let toml = format!(
         "[mqtt]\nauthentication = true\n\n[quotas]\nretained = 2\n\n{}{}",
         principal("bob"),
