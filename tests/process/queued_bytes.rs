@@ -186,14 +186,7 @@ async fn past_its_bound_a_session_finds_after_a_restart_what_was_kept_and_no_mor
     const PER_SESSION: u64 = 64 * KIB;
     const PUBLICATIONS: usize = 100;
     let dir = DataDir::new("queued-over");
-    let start = || {
-        let mut cmd = sidecar!();
-        cmd.env(
-            "LMOS_SIDECAR_MQTT__MAX_QUEUED_BYTES_PER_SESSION",
-            PER_SESSION.to_string(),
-        );
-        Started::start(on_directory(&mut cmd, &dir.0))
-    };
+    let start = || per_session_bound(&dir, PER_SESSION);
     let first = start();
     for id in ["over", "back"] {
         let mut s = MqttClient::connect_kept(first.mqtt, id).await;
@@ -249,14 +242,7 @@ async fn a_session_over_its_bound_takes_nothing_from_another_across_restarts() {
     const PER_SESSION: u64 = 64 * KIB;
     const PUBLICATIONS: usize = 50;
     let dir = DataDir::new("queued-other");
-    let start = || {
-        let mut cmd = sidecar!();
-        cmd.env(
-            "LMOS_SIDECAR_MQTT__MAX_QUEUED_BYTES_PER_SESSION",
-            PER_SESSION.to_string(),
-        );
-        Started::start(on_directory(&mut cmd, &dir.0))
-    };
+    let start = || per_session_bound(&dir, PER_SESSION);
     let first = start();
     let mut over = MqttClient::connect_kept(first.mqtt, "over").await;
     over.subscribe("x/#").await;
@@ -289,4 +275,14 @@ async fn a_session_over_its_bound_takes_nothing_from_another_across_restarts() {
     );
     settles(&third, QUEUED, 0).await;
     third.terminate();
+}
+
+/// A sidecar on `dir` whose kept sessions may each queue `bytes` on disk.
+fn per_session_bound(dir: &DataDir, bytes: u64) -> Started {
+    let mut cmd = sidecar!();
+    cmd.env(
+        "LMOS_SIDECAR_MQTT__MAX_QUEUED_BYTES_PER_SESSION",
+        bytes.to_string(),
+    );
+    Started::start(on_directory(&mut cmd, &dir.0))
 }
