@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use bytes::{Bytes, BytesMut};
 use rumqttd::protocol as wire;
 
-use super::packet::{self, decode_body, encode_for, Version};
+use super::packet::{self, decode_body, Version};
 use super::reason::{QUOTA_EXCEEDED, UNSPECIFIED_ERROR, V4_FAILURE};
 use crate::store::StoreError;
 
@@ -93,31 +93,10 @@ pub(super) fn refuse(
 /// One refused acknowledgement, as the client's version writes it.
 fn refused(version: Version, first: u8, body: &[u8], error: &StoreError) -> Bytes {
     let code = reason_code(error);
-    let reason_string = Some(error.to_string());
     let pkid = u16::from_be_bytes([body[0], body[1]]);
-    let packet = match first >> 4 {
-        packet::PUBACK => wire::Packet::PubAck(
-            wire::PubAck {
-                pkid,
-                reason: wire::PubAckReason::from_v5(code)
-                    .unwrap_or(wire::PubAckReason::UnspecifiedError),
-            },
-            Some(wire::PubAckProperties {
-                reason_string,
-                user_properties: Vec::new(),
-            }),
-        ),
-        packet::PUBREC => wire::Packet::PubRec(
-            wire::PubRec {
-                pkid,
-                reason: wire::PubRecReason::from_v5(code)
-                    .unwrap_or(wire::PubRecReason::UnspecifiedError),
-            },
-            Some(wire::PubRecProperties {
-                reason_string,
-                user_properties: Vec::new(),
-            }),
-        ),
+    match first >> 4 {
+        packet::PUBACK => packet::refused_saying(1, pkid, code, &error.to_string()),
+        packet::PUBREC => packet::refused_saying(2, pkid, code, &error.to_string()),
         _ => {
             // One code per filter: after the packet identifier in 3.1.1,
             // after the properties in MQTT 5.
@@ -132,18 +111,17 @@ fn refused(version: Version, first: u8, body: &[u8], error: &StoreError) -> Byte
                 Version::V4 => V4_FAILURE,
                 Version::V5 => code,
             };
-            return packet::encode_suback(
+            packet::encode_suback(
                 version,
                 pkid,
                 Some(wire::SubAckProperties {
-                    reason_string,
+                    reason_string: Some(error.to_string()),
                     user_properties: Vec::new(),
                 }),
                 &vec![code; codes],
-            );
+            )
         }
-    };
-    encode_for(Version::V5, packet)
+    }
 }
 
 #[cfg(test)]
