@@ -28,3 +28,20 @@ fn principal_toml(name: &str, extra: &str) -> String {
     let hash = lmos_sidecar::auth::credentials::hash_password(&format!("{name}-pw"));
     format!("[[auth.principals]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n{extra}\n")
 }
+
+/// Writes `toml` as the sidecar's config file in `dir`; each call of what
+/// it returns starts the sidecar on it, with its data in `dir/data` (the
+/// same data again after a restart).
+fn configured(
+    dir: &lmos_testkit::process::DataDir,
+    toml: &str,
+) -> impl Fn() -> lmos_testkit::process::Started {
+    let config = dir.0.join("sidecar.toml");
+    std::fs::write(&config, toml).unwrap();
+    let data = dir.0.join("data");
+    move || {
+        let mut cmd = lmos_testkit::sidecar_command!();
+        cmd.arg("--config").arg(&config);
+        lmos_testkit::process::Started::start(lmos_testkit::process::on_directory(&mut cmd, &data))
+    }
+}

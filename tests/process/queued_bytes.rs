@@ -119,18 +119,12 @@ async fn a_principal_flooding_kept_sessions_with_overlapping_filters_stays_withi
     const SESSIONS: usize = 16;
     const PUBLICATIONS: usize = 100;
     let dir = DataDir::new("queued-flood");
-    let config = dir.0.join("sidecar.toml");
     let toml = format!(
         "[mqtt]\nauthentication = true\nmax_queued_bytes_per_session = {PER_SESSION}\n\n[quotas]\nqueued_bytes = {PER_PRINCIPAL}\n\n{}{}",
         principal("flood"),
         principal("calm")
     );
-    std::fs::write(&config, toml).unwrap();
-    let start = || {
-        let mut cmd = sidecar!();
-        cmd.arg("--config").arg(&config);
-        Started::start(on_directory(&mut cmd, &dir.0.join("data")))
-    };
+    let start = crate::configured(&dir, &toml);
     let first = start();
     // No rights needed outside lmos/: kept sessions with client IDs of
     // 250 bytes, each with 64 filters matching the same topic.

@@ -744,19 +744,13 @@ async fn a_kept_sessions_shared_subscription_survives_the_restart() {
 async fn a_kept_session_is_still_its_principals_after_the_restart() {
     use rumqttc::ConnectReturnCode;
     let dir = DataDir::new("owner");
-    let config = dir.0.join("sidecar.toml");
     let principal = |name: &str| crate::principal_toml(name, "consume = [\"*\"]\n");
     let toml = format!(
         "[mqtt]\nauthentication = true\n\n{}{}",
         principal("reader"),
         principal("other")
     );
-    std::fs::write(&config, toml).unwrap();
-    let start = || {
-        let mut cmd = sidecar!();
-        cmd.arg("--config").arg(&config);
-        Started::start(on_directory(&mut cmd, &dir.0.join("data")))
-    };
+    let start = crate::configured(&dir, &toml);
     let as_ = |name: &'static str| {
         move |o: &mut rumqttc::MqttOptions| {
             o.set_client_id("reader-1".into());

@@ -93,19 +93,13 @@ async fn connect(mqtt5: std::net::SocketAddr, user: &str) -> Client {
 #[tokio::test]
 async fn a_principal_at_its_retained_bound_is_still_at_it_after_a_restart() {
     let dir = DataDir::new("retained-owners");
-    let config = dir.0.join("sidecar.toml");
     let principal = |name: &str| crate::principal_toml(name, "");
     let toml = format!(
         "[mqtt]\nauthentication = true\n\n[quotas]\nretained = 2\n\n{}{}",
         principal("bob"),
         principal("alice")
     );
-    std::fs::write(&config, toml).unwrap();
-    let start = || {
-        let mut cmd = sidecar!();
-        cmd.arg("--config").arg(&config);
-        Started::start(on_directory(&mut cmd, &dir.0.join("data")))
-    };
+    let start = crate::configured(&dir, &toml);
     let first = start();
     let mut bob = connect(first.mqtt5, "bob").await;
     assert_eq!(retain(&mut bob, 1, "junk/1", b"1").await, 0);
