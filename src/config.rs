@@ -16,10 +16,12 @@ use crate::topics::Topics;
 mod address;
 mod agents;
 pub mod descriptors;
+mod imports;
 mod quotas;
 mod store;
 pub use address::parse_listen_addr;
 pub use agents::{A2aConfig, McpConfig};
+pub use imports::{ImportConfig, ImportsConfig, ImportsError, Protocol, ThingType};
 pub use quotas::{QuotaOverrides, QuotasConfig};
 pub use store::{StoreConfig, SyncMode};
 
@@ -47,6 +49,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub mcp: McpConfig,
     pub a2a: A2aConfig,
+    pub imports: ImportsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -865,6 +868,10 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.imports.check().map_err(|e| ConfigError::Invalid {
+            key: "imports",
+            reason: e.to_string(),
+        })?;
         Topics::new(&self.topics.prefix).map_err(|e| ConfigError::Invalid {
             key: "topics.prefix",
             reason: e.to_string(),

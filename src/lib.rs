@@ -24,6 +24,7 @@ pub mod config;
 pub mod directory;
 pub mod gateway;
 pub mod http;
+pub mod imports;
 pub mod listen;
 pub mod lmos;
 pub mod quotas;

@@ -136,6 +136,16 @@ impl Principal {
         self.rules.of(access).everything()
     }
 
+    /// The agent of `thing` and nothing else: an imported upstream's own
+    /// principal (`crate::imports`).
+    pub fn hosting(name: &str, thing: &str) -> Principal {
+        let thing = [thing.to_owned()];
+        Principal {
+            name: name.into(),
+            rules: Arc::new(Rules::new(&thing, &[], &[])),
+        }
+    }
+
     /// Everything allowed, for tests and tools.
     pub fn unrestricted(name: &str) -> Principal {
         let g = Grants::everything();

@@ -19,13 +19,13 @@ use tracing::{debug, info, warn};
 
 use super::decide::{self, Effect, Peer};
 use super::dispatcher::Command;
+use super::effects::Effects;
 use super::metered::{Metered, Refusal};
-use super::outbound::{Frame, Inbox, Offer, Outbound, TooSlow};
+use super::outbound::{Frame, Inbox, Outbound, TooSlow};
 use super::subscriptions::ConnId;
-use super::{trace_publication, Client, Shared};
+use super::{Client, Shared};
 use crate::auth::Principal;
 use crate::lmos::dialect::{self, Dialect, Gatherer};
-use crate::lmos::{Body, Problem, ProblemKind};
 use crate::telemetry::metrics;
 use serde_json::Value;
 
@@ -275,17 +275,6 @@ where
         Some(dialect::render(value).to_string())
     }
 
-    /// Queues a message of the connection's own behind what the dispatcher
-    /// queued before it.
-    fn queue(&self, text: String) {
-        match self.outbound.offer(text.into()) {
-            Offer::Queued | Offer::Closed => {}
-            Offer::Dropped => self.shared.metrics.dropped("slow_consumer"),
-            // `serve` sees the signal and closes the connection.
-            Offer::Disconnected => self.shared.metrics.dropped("slow_consumer_disconnected"),
-        }
-    }
-
     /// One frame from the peer: [`decide`] says what it means, this carries
     /// it out.
     async fn handle(&mut self, message: WsMessage) {
@@ -312,71 +301,15 @@ where
     }
 
     async fn apply(&mut self, effect: Effect) {
-        match effect {
-            Effect::Refuse {
-                problem,
-                thing,
-                correlation,
-            } => self.reply(problem, thing.as_deref(), correlation.as_deref()),
-            Effect::Send(text) => self.queue(text),
-            Effect::Command(command) => self.shared.command(command).await,
-            Effect::Publish {
-                message,
-                publications,
-            } => {
-                for mut publication in publications {
-                    trace_publication(&self.shared.tracer, &message, &mut publication);
-                    if self.shared.bus.publish(publication).await.is_err() {
-                        let problem = Problem::new(
-                            ProblemKind::Unavailable,
-                            "The message bus has stopped; the message was not published.",
-                        );
-                        let correlation = message.reply_correlation_id();
-                        return self.reply(problem, Some(&message.thing_id), Some(correlation));
-                    }
-                }
-            }
-            Effect::RegisterTd { id, text } => self.register_td(&id, &text).await,
-        }
+        self.effects().apply(effect).await;
     }
 
-    /// A hosting agent's Thing Description: registered as by `PUT
-    /// /things/{id}`, on its principal's quota. Errors go back as LMOS
-    /// `error`s (413 too large, 429 a quota or a full directory); success
-    /// is quiet.
-    async fn register_td(&mut self, id: &str, text: &str) {
-        let owner = Some(self.principal.name());
-        let result = self
-            .shared
-            .directory
-            .directory()
-            .put_as(owner, Some(id), text.as_bytes());
-        match result {
-            Ok((registered, td)) => {
-                self.shared
-                    .directory
-                    .announce(id, Some(&td), registered)
-                    .await;
-            }
-            Err(e) => {
-                let problem = Problem::new(e.problem_kind(), e.to_string());
-                self.reply(problem, Some(id), None);
-            }
+    fn effects(&self) -> Effects<'_> {
+        Effects {
+            shared: &self.shared,
+            principal: &self.principal,
+            outbound: &self.outbound,
+            transport: metrics::WEBSOCKET,
         }
-    }
-
-    /// Sends an LMOS `error` to this connection.
-    fn reply(&self, problem: Problem, thing: Option<&str>, correlation: Option<&str>) {
-        let thing = thing.unwrap_or(&self.shared.thing_id);
-        self.shared.metrics.error(problem.kind.slug());
-        self.shared.metrics.sent(metrics::WEBSOCKET, "error");
-        if problem.kind == ProblemKind::MessageTooLarge {
-            self.shared.metrics.dropped("too_large");
-        }
-        let message = problem.to_message(thing, correlation);
-        if let Body::Error(e) = &message.body {
-            info!(kind = problem.kind.slug(), instance = %e.instance, "Rejected a WebSocket message.");
-        }
-        self.queue(message.to_json());
     }
 }

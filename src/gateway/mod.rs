@@ -7,10 +7,12 @@
 //!
 //! Which file holds which part: `docs/architecture.md`, "Where is what".
 
+pub mod agent_link;
 pub mod budget;
 mod connection;
 mod decide;
 mod dispatcher;
+mod effects;
 mod foreign;
 pub mod history;
 mod http_consumers;

@@ -31,6 +31,9 @@ pub const HTTP: &str = "http";
 pub const MCP: &str = "mcp";
 /// A2A clients at `/a2a/...`.
 pub const A2A: &str = "a2a";
+/// Imported MCP servers and A2A agents speaking through their in-process
+/// agent link (`crate::imports`).
+pub const IMPORT: &str = "import";
 
 /// A message type as a label: one of the 17, or `unknown`.
 fn type_label(message_type: &str) -> &'static str {

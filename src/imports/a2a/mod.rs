@@ -1,0 +1,1 @@
+//! A2A agents as upstreams (see `super::upstream`).

@@ -1,0 +1,1 @@
+//! MCP servers as upstreams, over Streamable HTTP or stdio (see `super::upstream`).
