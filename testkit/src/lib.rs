@@ -5,9 +5,11 @@
 //! [`raw_mqtt`] (MQTT written byte by byte), [`otlp`] (a real OTLP
 //! collector), [`process`] (the sidecar binary as a child process),
 //! [`nats`] (a real NATS cluster), [`cluster_scenarios`] (the cluster tests
-//! both cluster modes run), [`weather_agent`] (the draft's WeatherAgent),
-//! [`bench`] (the benches' clock, settings and tallies); [`alone`] and
-//! [`CapturedLogs`] for tests that observe the whole process.
+//! both cluster modes run), [`upstreams`] (MCP servers and A2A agents for a
+//! sidecar to import, their `[[imports.*]]` entries), [`weather_agent`] (the
+//! draft's WeatherAgent), [`bench`] (the benches' clock, settings and
+//! tallies); [`alone`] and [`CapturedLogs`] for tests that observe the whole
+//! process.
 
 pub mod bench;
 pub mod cluster_scenarios;
@@ -20,6 +22,7 @@ pub mod packets;
 mod parties;
 pub mod process;
 pub mod raw_mqtt;
+pub mod upstreams;
 pub mod weather_agent;
 pub mod webdriver;
 
