@@ -13,6 +13,7 @@ mod browser;
 mod cluster;
 mod console;
 mod console_history;
+mod imports;
 mod mcp;
 mod nats_cluster;
 mod nats_native;

@@ -17,6 +17,7 @@ mod deploy;
 mod docs;
 mod docs_commands;
 mod first_hour;
+mod imports_restart;
 mod queued_bytes;
 mod restart;
 mod restart_keeps;
