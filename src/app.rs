@@ -222,6 +222,13 @@ impl Application {
             self.mqtt_connections.clone(),
             drain.token(),
         ));
+        // Imported MCP servers and A2A agents, each its Thing's agent.
+        let imports = crate::imports::start(
+            &self.config.imports,
+            &self.gateway,
+            &self.metrics,
+            drain.token(),
+        );
         let serving = parts::Serving {
             config: &self.config,
             gateway: self.gateway,
@@ -256,6 +263,9 @@ impl Application {
         };
         let grace = self.config.shutdown_grace();
         drain.stage("connections", grace, connections_drained).await;
+        drain
+            .stage("imports", drain::IMPORTS_GRACE, imports.wait())
+            .await;
         dispatcher.abort();
         cluster_stop.cancel();
         if let Some(link) = cluster_link {

@@ -15,6 +15,9 @@ pub const FAREWELL_GRACE: Duration = Duration::from_secs(1);
 /// How long the cluster link has to carry what the connections published
 /// while draining, and to flush it.
 pub const CLUSTER_GRACE: Duration = Duration::from_secs(2);
+/// How long imported upstreams have to be let go (sessions closed,
+/// `command` children stopped).
+pub const IMPORTS_GRACE: Duration = Duration::from_secs(2);
 
 /// The shutdown signal and the stages that follow it.
 #[derive(Debug, Default)]

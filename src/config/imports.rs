@@ -235,3 +235,115 @@ impl ImportConfig {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> Result<ImportsConfig, String> {
+        let config: ImportsConfig = toml::from_str(toml_text).map_err(|e| e.to_string())?;
+        config.check().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+
+    #[test]
+    fn each_upstream_names_where_it_is_and_gets_a_stable_thing_id() {
+        let config = parse(
+            r#"
+            [[mcp]]
+            name = "calc"
+            url = "http://127.0.0.1:8000/mcp"
+            [[mcp]]
+            name = "files"
+            command = ["python3", "files.py"]
+            type = "agent"
+            [[a2a]]
+            name = "travel"
+            card_url = "https://travel.example/.well-known/agent-card.json"
+            thing_id = "urn:acme:travel"
+            "#,
+        )
+        .expect("valid");
+        let all: Vec<_> = config
+            .all()
+            .map(|(i, p)| (i.thing_id(), p, i.thing_type(p)))
+            .collect();
+        assert_eq!(
+            all,
+            [
+                (
+                    "urn:lmos:import:calc".to_owned(),
+                    Protocol::Mcp,
+                    ThingType::Tool
+                ),
+                (
+                    "urn:lmos:import:files".to_owned(),
+                    Protocol::Mcp,
+                    ThingType::Agent
+                ),
+                (
+                    "urn:acme:travel".to_owned(),
+                    Protocol::A2a,
+                    ThingType::Agent
+                ),
+            ]
+        );
+        assert_eq!(config.mcp[0].timeout_ms, 60_000);
+    }
+
+    #[test]
+    fn what_cannot_work_is_refused_naming_the_import() {
+        let refused = [
+            (
+                r#"[[mcp]]
+                name = "x"
+                url = "http://a/mcp"
+                command = ["y"]"#,
+                "`x`",
+            ),
+            (
+                r#"[[mcp]]
+                name = "x""#,
+                "`x`",
+            ),
+            (
+                r#"[[a2a]]
+                name = "x"
+                url = "http://a/""#,
+                "`x`",
+            ),
+            (
+                r#"[[mcp]]
+                name = "x"
+                url = "ftp://a/""#,
+                "ftp://a/",
+            ),
+            (
+                r#"[[mcp]]
+                name = "a b"
+                url = "http://a/""#,
+                "`a b`",
+            ),
+            (
+                r#"[[mcp]]
+                name = "x"
+                url = "http://a/"
+                [[a2a]]
+                name = "x"
+                card_url = "http://b/""#,
+                "twice",
+            ),
+            (
+                r#"[[mcp]]
+                name = "x"
+                url = "http://a/"
+                timeout_msec = 5"#,
+                "timeout_msec",
+            ),
+        ];
+        for (text, says) in refused {
+            let error = parse(text).expect_err(text);
+            assert!(error.contains(says), "{text}: {error}");
+        }
+    }
+}

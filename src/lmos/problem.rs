@@ -26,6 +26,9 @@ pub enum ProblemKind {
     Unavailable,
     Timeout,
     TooManyRequests,
+    /// An imported upstream answered what cannot be passed on (malformed,
+    /// too large) or failed in a way the consumer cannot fix.
+    BadGateway,
     /// A resuming consumer asked for events further back than the history
     /// holds. Not a failure: what is held follows.
     HistoryGap,
@@ -51,6 +54,7 @@ impl ProblemKind {
             ProblemKind::Unavailable => "unavailable",
             ProblemKind::Timeout => "timeout",
             ProblemKind::TooManyRequests => "limit-exceeded",
+            ProblemKind::BadGateway => "bad-gateway",
             ProblemKind::HistoryGap => "history-gap",
         }
     }
@@ -73,6 +77,7 @@ impl ProblemKind {
             ProblemKind::Unavailable => "Agent unavailable",
             ProblemKind::Timeout => "Agent did not answer in time",
             ProblemKind::TooManyRequests => "Limit exceeded",
+            ProblemKind::BadGateway => "Upstream failed",
             ProblemKind::HistoryGap => "History gap",
         }
     }
@@ -87,12 +92,13 @@ impl ProblemKind {
             ProblemKind::Unavailable => 503,
             ProblemKind::Timeout => 504,
             ProblemKind::TooManyRequests => 429,
+            ProblemKind::BadGateway => 502,
             ProblemKind::HistoryGap => 410,
             _ => 400,
         }
     }
 
-    pub const ALL: [ProblemKind; 17] = [
+    pub const ALL: [ProblemKind; 18] = [
         ProblemKind::InvalidJson,
         ProblemKind::BinaryFrame,
         ProblemKind::NotAnObject,
@@ -109,6 +115,7 @@ impl ProblemKind {
         ProblemKind::Unavailable,
         ProblemKind::Timeout,
         ProblemKind::TooManyRequests,
+        ProblemKind::BadGateway,
         ProblemKind::HistoryGap,
     ];
 

@@ -17,6 +17,7 @@ use families::{Access, Budgets, Clients, Cluster, Kept, Messages};
 pub use spans::{SpanCounters, EXPORT_FAILED};
 
 mod families;
+mod imports;
 mod spans;
 
 /// Label sets as arrays: no allocation per message.
@@ -80,6 +81,7 @@ struct Inner {
     budgets: Budgets,
     cluster: Cluster,
     kept: Kept,
+    imports: imports::Imports,
     store_stats: std::sync::OnceLock<Arc<crate::store::StoreStats>>,
     received: Resolved,
     sent: Resolved,
@@ -116,6 +118,7 @@ impl Metrics {
         let messages = Messages::register(&mut registry);
         let clients = Clients::register(&mut registry);
         let kept = Kept::register(&mut registry);
+        let imports = imports::Imports::register(&mut registry);
         Metrics(Arc::new(Inner {
             registry,
             messages,
@@ -124,6 +127,7 @@ impl Metrics {
             budgets,
             cluster,
             kept,
+            imports,
             store_stats: std::sync::OnceLock::new(),
             received: Resolved::default(),
             sent: Resolved::default(),

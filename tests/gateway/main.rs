@@ -11,6 +11,7 @@ mod events;
 mod faults;
 mod fuzz;
 mod handshake;
+mod imported;
 mod kotlin_dialect;
 mod properties;
 mod requests;

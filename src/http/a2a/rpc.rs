@@ -166,6 +166,7 @@ pub async fn rpc(
             request_id: Some(&request_id),
             session_id: None,
             protocol_version: Some(if dialect == Dialect::V1 { "1.0" } else { "0.3" }),
+            client: false,
         };
         tracer.end_rpc(span, &info, None);
     }

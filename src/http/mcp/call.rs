@@ -72,6 +72,7 @@ pub async fn traced(
             request_id: Some(&request_id),
             session_id: Some(&ctx.session),
             protocol_version: Some(&ctx.version),
+            client: false,
         };
         let error = match &result {
             Some(r) if r["isError"] == true => Some("tool_error"),

@@ -53,6 +53,7 @@ impl<'a> Hop<'a> {
 
     pub fn kind(&self) -> SpanKind {
         match self.rpc {
+            Some(rpc) if rpc.client => SpanKind::Client,
             Some(_) => SpanKind::Server,
             None => self.operation.kind().1,
         }

@@ -24,6 +24,9 @@ pub struct RpcInfo<'a> {
     pub request_id: Option<&'a str>,
     pub session_id: Option<&'a str>,
     pub protocol_version: Option<&'a str>,
+    /// A call the sidecar makes to an imported upstream (`crate::imports`):
+    /// a CLIENT span; else the SERVER span of a call it serves.
+    pub client: bool,
 }
 
 /// An RPC span begun: its context is the parent of what the call sends on.
