@@ -53,14 +53,23 @@ pub async fn start(mcp: Vec<ImportConfig>, a2a: Vec<ImportConfig>) -> TestSideca
     start_config(config_with(mcp, a2a)).await
 }
 
-/// A sidecar on `config`, once every imported Thing's TD is served.
+/// A sidecar on `config`, once every imported Thing is connected.
 pub async fn start_config(config: lmos_sidecar::Config) -> TestSidecar {
     let things: Vec<String> = config.imports.all().map(|(i, _)| i.thing_id()).collect();
     let sidecar = TestSidecar::start_with(config).await;
     for thing in things {
-        td_within(sidecar.http, &thing, UP).await;
+        connected(sidecar.http, &thing).await;
     }
     sidecar
+}
+
+/// Waits until the Thing's TD has the upstream's actions: the bridge
+/// registers one without affordances before it reaches the upstream.
+pub async fn connected(http: SocketAddr, thing: &str) -> Value {
+    td_when(http, thing, UP, |td| {
+        td["actions"].as_object().is_some_and(|a| !a.is_empty())
+    })
+    .await
 }
 
 /// `/things/{thing}`.
@@ -84,11 +93,16 @@ pub async fn td_within(http: SocketAddr, thing: &str, wait: Duration) -> Value {
     }
 }
 
-/// The TD from the directory once `check` holds for it.
-pub async fn td_when(http: SocketAddr, thing: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + common::WAIT;
+/// The TD from the directory once `check` holds for it, within `wait`.
+pub async fn td_when(
+    http: SocketAddr,
+    thing: &str,
+    wait: Duration,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
-        let td = td_within(http, thing, common::WAIT).await;
+        let td = td_within(http, thing, wait).await;
         if check(&td) {
             return td;
         }

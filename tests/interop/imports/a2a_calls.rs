@@ -32,7 +32,7 @@ fn ask(skill: &str) -> Value {
 #[tokio::test]
 async fn the_a2a_agent_is_a_thing_whose_skills_are_actions_on_every_transport() {
     let (sidecar, _agent) = travel().await;
-    let td = td_within(sidecar.http, TRAVEL, UP).await;
+    let td = connected(sidecar.http, TRAVEL).await;
     if let Err(e) = TdValidator::new().check(&td) {
         panic!("{e}: {td:#}");
     }

@@ -53,7 +53,7 @@ async fn sidecar(tune: impl FnOnce(&mut ImportConfig)) -> Sidecar {
     cmd.arg("--config").arg(&file);
     let process = Started::start(&mut cmd);
     for thing in [CALC, HOSTILE] {
-        td_within(process.http, thing, UP).await;
+        connected(process.http, thing).await;
     }
     Sidecar { process, _dir: dir }
 }

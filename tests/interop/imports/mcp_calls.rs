@@ -75,7 +75,7 @@ async fn the_typescript_server_over_streamable_http_is_a_thing_on_every_transpor
 /// The TD: valid, `lmos:Tool`, tools as actions, the resource a read-only
 /// property; the same on the retained `td` topic.
 async fn described(sidecar: &TestSidecar) {
-    let td = td_within(sidecar.http, CALC, UP).await;
+    let td = connected(sidecar.http, CALC).await;
     if let Err(e) = TdValidator::new().check(&td) {
         panic!("{e}: {td:#}");
     }
@@ -222,7 +222,7 @@ async fn tool_list_change(sidecar: &TestSidecar) {
         (&json!("completed"), &json!("added tripled")),
         "{got:#?}"
     );
-    let td = td_when(sidecar.http, CALC, |td| {
+    let td = td_when(sidecar.http, CALC, common::WAIT, |td| {
         td["actions"]["tripled"].is_object()
     })
     .await;
