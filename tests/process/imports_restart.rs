@@ -15,18 +15,19 @@ use serde_json::{json, Value};
 const CALC: &str = "urn:lmos:import:calc";
 const UP: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Waits until the imported Thing's TD is served.
+/// Waits until the imported Thing's TD has the server's tools (the bridge
+/// registers one without affordances before it reaches the upstream).
 async fn described(sidecar: &Started) {
     let path = format!("/things/{}", common::urlencode(CALC));
     let deadline = tokio::time::Instant::now() + UP;
-    while common::http(sidecar.http, "GET", &path, None, b"")
-        .await
-        .status
-        != 200
-    {
+    loop {
+        let got = common::http(sidecar.http, "GET", &path, None, b"").await;
+        if got.status == 200 && got.json()["actions"]["add"].is_object() {
+            return;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{CALC} was never described"
+            "{CALC} was never described: {got:?}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
