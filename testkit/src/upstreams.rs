@@ -350,4 +350,46 @@ mod tests {
         assert!(text.contains("[[imports.mcp]]"), "{text}");
         imports.check().unwrap();
     }
+
+    /// A TCP server answering each connection's first bytes with `tag`.
+    async fn tagging(tag: &'static [u8]) -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0; 16];
+                    while let Ok(n @ 1..) = s.read(&mut buf).await {
+                        let _ = s.write_all(&[tag, &buf[..n]].concat()).await;
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn through(relay: &Relay) -> std::io::Result<Vec<u8>> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = TcpStream::connect(relay.addr()).await?;
+        s.write_all(b"hi").await?;
+        let mut got = vec![0; 4];
+        s.read_exact(&mut got).await?;
+        Ok(got)
+    }
+
+    #[tokio::test]
+    async fn the_relay_goes_down_and_comes_back_on_its_port_to_another_server() {
+        let relay = Relay::to(tagging(b"1:").await).await;
+        assert_eq!(through(&relay).await.unwrap(), b"1:hi");
+        let mut open = TcpStream::connect(relay.addr()).await.unwrap();
+        relay.down();
+        tokio::task::yield_now().await;
+        assert!(through(&relay).await.is_err(), "refused while down");
+        let mut buf = [0; 4];
+        let cut = tokio::io::AsyncReadExt::read(&mut open, &mut buf).await;
+        assert!(matches!(cut, Ok(0) | Err(_)), "the open connection is cut");
+        relay.up(tagging(b"2:").await).await;
+        assert_eq!(through(&relay).await.unwrap(), b"2:hi");
+    }
 }
