@@ -1,13 +1,14 @@
 """A2A fixture agent for the sidecar's import tests (a2a-sdk 1.3.0, JSON-RPC).
 
-    python3 tests/imports/a2a_agent.py [--v03]
+    python3 tests/imports/a2a_agent.py [--v03] [--no-streaming]
 
 Binds 127.0.0.1 port 0, prints `LISTENING <port>` (flushed), serves the
 Agent Card at /.well-known/agent-card.json and JSON-RPC at /, until killed
 or until stdin closes (so that a test that dies takes its agent with it).
 The endpoint answers both A2A 1.0 (`A2A-Version: 1.0`) and 0.3 methods;
 `--v03` makes the card declare only protocol version 0.3, so that clients
-that follow the card speak 0.3 to it.
+that follow the card speak 0.3 to it; `--no-streaming` makes it say
+`capabilities.streaming: false`, so that they send blocking messages.
 
 The agent picks what to do by the message's metadata `{"skill": ...}`, or
 else by the first word of its first text part:
@@ -19,7 +20,9 @@ else by the first word of its first text part:
   the task with the text "Forecast for <answer>: sunny.";
 - slow: working updates every 200 ms for 30 s, then completed (cancellable);
 - whoami (not on the card): answers with a Message (no task) whose text is
-  the `traceparent` header the request carried (or "none").
+  the `traceparent` header the request carried (or "none");
+- big (not on the card): an artifact of 100 000 bytes of text in one
+  event, then completed (for size bounds).
 """
 
 import asyncio
@@ -64,7 +67,7 @@ SKILLS = [
 ]
 
 
-def card(port, version):
+def card(port, version, streaming):
     url = f"http://127.0.0.1:{port}/"
     return AgentCard(
         name="Fixture Weather Agent",
@@ -73,7 +76,7 @@ def card(port, version):
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=version)
         ],
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=streaming),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain"],
         skills=SKILLS,
@@ -158,11 +161,16 @@ async def slow(updater):
     await updater.complete(agent_text(updater, "done, slowly"))
 
 
+async def big(updater):
+    await updater.add_artifact([new_text_part("x" * 100_000)], name="big")
+    await updater.complete()
+
+
 async def unknown(updater):
     await updater.reject(agent_text(updater, "no such skill"))
 
 
-RUN = {"forecast": forecast, "fail": fail, "ask": ask, "slow": slow}
+RUN = {"forecast": forecast, "fail": fail, "ask": ask, "slow": slow, "big": big}
 
 
 def exit_when_stdin_closes():
@@ -174,12 +182,16 @@ def exit_when_stdin_closes():
 
 
 def main():
-    version = "0.3" if "--v03" in sys.argv[1:] else "1.0"
+    args = sys.argv[1:]
+    version = "0.3" if "--v03" in args else "1.0"
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    # Listening before saying so: connections wait in the backlog until
+    # uvicorn serves them, none is refused.
+    sock.listen(128)
     port = sock.getsockname()[1]
-    agent_card = card(port, version)
+    agent_card = card(port, version, "--no-streaming" not in args)
     handler = DefaultRequestHandler(
         agent_executor=FixtureExecutor(),
         task_store=InMemoryTaskStore(),

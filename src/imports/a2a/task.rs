@@ -8,8 +8,9 @@
 //! is still understood.
 //!
 //! The mapping:
-//! - `submitted`/`working` (and unknown states) → `Update::Progress(
-//!   {"state", "message"})`; each artifact part → `Update::Chunk`;
+//! - a status update `submitted`/`working` (or an unknown state) →
+//!   `Update::Progress({"state", "message"})` (a Task snapshot of a running
+//!   task → nothing); each artifact part → `Update::Chunk`;
 //! - `completed` → `Completed(`the artifacts' text, a lone data
 //!   artifact's value, or `{"artifacts": […]}`; without artifacts the
 //!   status message's`)`; a `Message` answer → `Completed(`its text/data`)`;
@@ -71,7 +72,12 @@ impl Tracker {
                         self.keep(artifact, false)?;
                     }
                 }
-                self.on_status(task.get("status"))
+                // A snapshot (the stream's first event, a poll's answer)
+                // is no news while the task runs: only its end is.
+                match self.on_status(task.get("status"))? {
+                    Step::Updates(_) => Ok(Step::Updates(Vec::new())),
+                    done => Ok(done),
+                }
             }
             Kind::Status(update) => {
                 self.learn(update, "taskId");
