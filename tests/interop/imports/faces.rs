@@ -142,13 +142,13 @@ fn ending(events: &Value) -> (String, Vec<Value>) {
 }
 
 #[tokio::test]
-async fn the_a2a_sdk_client_calls_an_imported_tool_and_an_imported_agent_through_our_a2a() {
+async fn the_a2a_sdk_client_calls_an_imported_mcp_tool_through_our_a2a() {
     let fixture = Fixture::python(MCP_PY, &["http"]).await;
-    let calc = upstreams::mcp_url("calc", &fixture.url("/mcp"));
-    let agent = Fixture::python(A2A_PY, &[]).await;
-    let travel_import = upstreams::a2a("travel", &agent.url(CARD));
-    let sidecar = start(vec![calc], vec![travel_import]).await;
-
+    let sidecar = start(
+        vec![upstreams::mcp_url("calc", &fixture.url("/mcp"))],
+        vec![],
+    )
+    .await;
     let events = a2a(
         &sidecar,
         CALC,
@@ -160,7 +160,13 @@ async fn the_a2a_sdk_client_calls_an_imported_tool_and_an_imported_agent_through
     let (state, parts) = ending(&events);
     assert_eq!(state, "TASK_STATE_COMPLETED", "{events:#}");
     assert_eq!(parts, [json!({"data": {"sum": 5}})], "{events:#}");
+    sidecar.stop().await;
+}
 
+#[tokio::test]
+async fn the_a2a_sdk_client_streams_an_imported_a2a_agent_s_skill_through_our_a2a() {
+    let agent = Fixture::python(A2A_PY, &[]).await;
+    let sidecar = start(vec![], vec![upstreams::a2a("travel", &agent.url(CARD))]).await;
     let events = a2a(
         &sidecar,
         TRAVEL,

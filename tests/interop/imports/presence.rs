@@ -25,11 +25,17 @@ fn eager(mut import: ImportConfig) -> ImportConfig {
 
 /// Starts `count` to 50, 100 ms apart, and returns after its first progress.
 async fn long_count(ws: &mut WsClient) -> String {
+    let input = json!({"to": 50, "delay_ms": 100});
+    long_call(ws, CALC, "count", input).await
+}
+
+/// Starts a long call, and returns after its first progress.
+async fn long_call(ws: &mut WsClient, thing: &str, action: &str, input: Value) -> String {
     let correlation = uuid::Uuid::new_v4().to_string();
     ws.send(lmos(
-        CALC,
+        thing,
         "invokeAction",
-        json!({"action": "count", "input": {"to": 50, "delay_ms": 100}, "correlationID": correlation}),
+        json!({"action": action, "input": input, "correlationID": correlation}),
     ))
     .await;
     loop {
@@ -157,8 +163,10 @@ async fn an_a2a_agent_goes_away_and_comes_back_on_its_address() {
     .await;
     assert_eq!(last(&got)["status"], "completed", "{got:#?}");
 
+    let running = long_call(&mut ws, TRAVEL, "slow", json!("slow")).await;
     relay.down();
     first.stop().await;
+    ends_failed(&mut ws, &running).await;
     let forecast = ("forecast", json!("forecast Oslo"));
     away(&mut presence, &mut ws, TRAVEL, "travel", forecast).await;
 
