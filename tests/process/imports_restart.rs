@@ -104,7 +104,7 @@ async fn an_imported_thing_s_invocations_survive_a_restart_in_the_middle_of_a_ca
         let mut ws = WsClient::connect(&ws_url(&first)).await;
         invoke(&mut ws, "add", json!({"a": 2, "b": 3}), "add-1").await;
         let added = until_final(&mut ws, "add-1", false).await;
-        assert_eq!(added["output"], json!({"sum": 5}), "{added}");
+        assert_eq!(added["output"]["sum"].as_f64(), Some(5.0), "{added}");
         invoke(
             &mut ws,
             "count",
@@ -125,11 +125,8 @@ async fn an_imported_thing_s_invocations_survive_a_restart_in_the_middle_of_a_ca
         described(&second).await;
         let mut ws = WsClient::connect(&ws_url(&second)).await;
         let got = query(&mut ws, "add", "add-1").await;
-        assert_eq!(
-            (&got["status"], &got["output"]),
-            (&json!("completed"), &json!({"sum": 5})),
-            "kill {kill}: {got}"
-        );
+        assert_eq!(got["status"], "completed", "kill {kill}: {got}");
+        assert_eq!(got["output"]["sum"].as_f64(), Some(5.0), "{got}");
         let got = query(&mut ws, "count", "count-1").await;
         assert_eq!(got["status"], "failed", "kill {kill}: {got}");
         let why = got["output"]["error"].as_str().unwrap_or_default();
@@ -149,7 +146,7 @@ async fn an_imported_thing_s_invocations_survive_a_restart_in_the_middle_of_a_ca
             invoke(&mut ws, "add", json!({"a": 20, "b": 22}), &correlation).await;
             let added = until_final(&mut ws, &correlation, false).await;
             if added["status"] == "completed" {
-                assert_eq!(added["output"], json!({"sum": 42}), "{added}");
+                assert_eq!(added["output"]["sum"].as_f64(), Some(42.0), "{added}");
                 break;
             }
             assert_eq!(added["status"], "503", "only unreachable for now: {added}");

@@ -56,9 +56,8 @@ async fn the_mcp_sdk_client_calls_an_imported_mcp_server_through_our_mcp() {
         "{add:#}"
     );
     assert_eq!(add["annotations"]["readOnlyHint"], true, "{add:#}");
-    assert_eq!(
-        report["add"]["structuredContent"],
-        json!({"sum": 5}),
+    assert!(
+        is_sum(&report["add"]["structuredContent"], 5.0),
         "{report:#}"
     );
     assert_ne!(report["add"]["isError"], true, "{report:#}");
@@ -159,7 +158,8 @@ async fn the_a2a_sdk_client_calls_an_imported_mcp_tool_through_our_a2a() {
     .await;
     let (state, parts) = ending(&events);
     assert_eq!(state, "TASK_STATE_COMPLETED", "{events:#}");
-    assert_eq!(parts, [json!({"data": {"sum": 5}})], "{events:#}");
+    assert_eq!(parts.len(), 1, "{events:#}");
+    assert!(is_sum(&parts[0]["data"], 5.0), "{events:#}");
     sidecar.stop().await;
 }
 
