@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use lmos_sidecar::config::ThingType;
 use lmos_testkit::upstreams::{self, Fixture};
 use lmos_testkit::urlencode;
 use serde_json::{json, Value};
@@ -143,11 +144,10 @@ fn ending(events: &Value) -> (String, Vec<Value>) {
 #[tokio::test]
 async fn the_a2a_sdk_client_calls_an_imported_mcp_tool_through_our_a2a() {
     let fixture = Fixture::python(MCP_PY, &["http"]).await;
-    let sidecar = start(
-        vec![upstreams::mcp_url("calc", &fixture.url("/mcp"))],
-        vec![],
-    )
-    .await;
+    // Our /a2a serves `lmos:Agent`s: the server is imported as one.
+    let mut calc = upstreams::mcp_url("calc", &fixture.url("/mcp"));
+    calc.thing_type = Some(ThingType::Agent);
+    let sidecar = start(vec![calc], vec![]).await;
     let events = a2a(
         &sidecar,
         CALC,

@@ -212,6 +212,7 @@ async fn a_huge_result_fails_its_call_naming_max_message_bytes_and_memory_stays_
     assert!(took < Duration::from_secs(10), "{took:?}");
     served(&seen);
     let grown = most.saturating_sub(before);
+    eprintln!("huge: {why}; in {took:?}; RSS {before} KiB, at most {most} KiB (peak {peak_before} -> {peak_after} KiB); others {seen:?}");
     assert!(
         grown < 16 * MIB,
         "the 20 MiB answer grew the sidecar by {grown} KiB (from {before} KiB; peak {peak_before} -> {peak_after} KiB)"
@@ -274,6 +275,7 @@ async fn a_notification_flood_is_thinned_to_max_updates_per_second() {
         "{done}"
     );
     let updates = running(&got).len() as f64;
+    eprintln!("flood: {updates} statuses in {took:?}");
     let allowed = f64::from(PER_SECOND) * (took.as_secs_f64() + 1.0) * 1.2;
     assert!(
         updates <= allowed,
@@ -321,6 +323,7 @@ async fn a_stderr_flood_is_logged_escaped_and_bounded() {
         let size = line.to_string().len();
         assert!(size < 64 * 1024, "a log line of {size} bytes");
     }
+    eprintln!("stderr: {from_stderr} of {} log lines", lines.len());
     assert!(
         from_stderr >= 1,
         "the child's stderr is logged: {} lines",
