@@ -51,9 +51,7 @@ async fn every_transport(server: Server) {
     over_websocket(&sidecar).await;
     over_mqtt5(&sidecar).await;
     over_http(&sidecar).await;
-    if server != Server::TypeScript {
-        tool_list_change(&sidecar).await;
-    }
+    tool_list_change(&sidecar).await;
     sidecar.stop().await;
 }
 
