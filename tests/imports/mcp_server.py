@@ -23,7 +23,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
-server = MCPServer(name="mcp-fixture", version="1.0.0", instructions="A fixture for the sidecar's imports tests.")
+server = MCPServer(
+    name="mcp-fixture",
+    version="1.0.0",
+    instructions="A fixture for the sidecar's imports tests.",
+    log_level="WARNING",
+)
 
 
 class Sum(BaseModel):
@@ -95,6 +100,9 @@ async def serve_http() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    # Listening before the port is told: a client may connect at once (its
+    # connection waits in the backlog until uvicorn accepts it).
+    sock.listen(128)
     app = server.streamable_http_app(streamable_http_path="/mcp")
     config = uvicorn.Config(app, log_level="warning")
     print(f"LISTENING {sock.getsockname()[1]}", flush=True)

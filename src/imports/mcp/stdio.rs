@@ -218,11 +218,7 @@ async fn log_stderr(mut stderr: impl AsyncRead + Unpin, name: String) {
     let mut buf = vec![0; 8 * 1024];
     let mut frames = Vec::new();
     let (mut window, mut logged, mut dropped) = (Instant::now(), 0, 0u64);
-    loop {
-        let n = match stderr.read(&mut buf).await {
-            Ok(n @ 1..) => n,
-            _ => break,
-        };
+    while let Ok(n @ 1..) = stderr.read(&mut buf).await {
         lines.push(&buf[..n], &mut frames);
         for frame in frames.drain(..) {
             if window.elapsed() >= Duration::from_secs(1) {
