@@ -178,7 +178,11 @@ impl Connection {
         match tokio::time::timeout(request.timeout, waited).await {
             Ok(answered) => answered,
             Err(_) => {
-                self.cancelled(id, "timed out").await;
+                // `initialize` is never cancelled (the specification says
+                // so): the connection is given up instead.
+                if request.method != "initialize" {
+                    self.cancelled(id, "timed out").await;
+                }
                 Err(UpstreamError::Timeout(timeout_ms))
             }
         }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
+use tokio_util::sync::CancellationToken;
 
 use crate::imports::upstream::{Change, UpstreamError};
 
@@ -82,6 +83,29 @@ impl News {
     }
 }
 
+/// A request waiting for its answer.
+#[derive(Debug)]
+struct Waiting {
+    tx: Option<oneshot::Sender<Answer>>,
+    /// Fired when it stops waiting, however that happens (a drop too).
+    done: CancellationToken,
+}
+
+impl Waiting {
+    fn answer(mut self, answer: Answer) {
+        if let Some(tx) = self.tx.take() {
+            // The caller may have stopped waiting meanwhile: nothing to do.
+            let _ = tx.send(answer);
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.done.cancel();
+    }
+}
+
 /// What a message from the server asked of the client.
 #[derive(Debug, Default)]
 pub(crate) struct Inbound {
@@ -104,7 +128,7 @@ pub(crate) struct Session {
 
 #[derive(Debug, Default)]
 struct State {
-    pending: HashMap<u64, oneshot::Sender<Answer>>,
+    pending: HashMap<u64, Waiting>,
     /// A call's progress token to its progress channel.
     progress: HashMap<String, mpsc::Sender<Value>>,
     /// Why the connection is gone, once it is.
@@ -136,7 +160,11 @@ impl Session {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        state.pending.insert(id, tx);
+        let waiting = Waiting {
+            tx: Some(tx),
+            done: CancellationToken::new(),
+        };
+        state.pending.insert(id, waiting);
         if let Some((token, sender)) = progress {
             state.progress.insert(token, sender);
         }
@@ -157,11 +185,24 @@ impl Session {
         lock(&self.state).pending.contains_key(&id)
     }
 
+    /// Fires when the request no longer waits (answered, failed,
+    /// cancelled, timed out): its transport can stop reading for it.
+    pub(crate) fn done(&self, id: u64) -> CancellationToken {
+        match lock(&self.state).pending.get(&id) {
+            Some(waiting) => waiting.done.clone(),
+            None => {
+                let done = CancellationToken::new();
+                done.cancel();
+                done
+            }
+        }
+    }
+
     /// Ends one request with `error` (its transport knows it failed).
     pub(crate) fn fail(&self, id: u64, error: UpstreamError) {
         let waiting = lock(&self.state).pending.remove(&id);
         if let Some(waiting) = waiting {
-            let _ = waiting.send(Err(error));
+            waiting.answer(Err(error));
         }
     }
 
@@ -190,7 +231,7 @@ impl Session {
             std::mem::take(&mut state.pending)
         };
         for (_, waiting) in pending {
-            let _ = waiting.send(Err(UpstreamError::Unreachable(reason.to_owned())));
+            waiting.answer(Err(UpstreamError::Unreachable(reason.to_owned())));
         }
         true
     }
@@ -239,9 +280,7 @@ impl Session {
         }
         let waiting = lock(&self.state).pending.remove(&id);
         match waiting {
-            Some(waiting) => {
-                let _ = waiting.send(answer);
-            }
+            Some(waiting) => waiting.answer(answer),
             // Cancelled or timed out before: expected now and then.
             None => tracing::debug!(upstream = %self.name, id, "imports: a late answer, ignored"),
         }

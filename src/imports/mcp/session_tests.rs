@@ -146,3 +146,16 @@ fn errors_map_to_lmos_statuses() {
         (404, 404, 400, 500)
     );
 }
+
+#[test]
+fn a_request_is_done_however_it_stops_waiting() {
+    let (session, _) = session();
+    let (answered, _rx) = session.register(None).unwrap();
+    let (forgotten, _rx2) = session.register(None).unwrap();
+    let (a, f) = (session.done(answered), session.done(forgotten));
+    assert!(!a.is_cancelled() && !f.is_cancelled());
+    session.receive(format!(r#"{{"jsonrpc":"2.0","id":{answered},"result":{{}}}}"#).as_bytes());
+    session.forget(forgotten, None);
+    assert!(a.is_cancelled() && f.is_cancelled());
+    assert!(session.done(12345).is_cancelled());
+}

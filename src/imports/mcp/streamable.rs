@@ -93,6 +93,9 @@ impl Streamable {
             return self.inner.accepted(response).await;
         };
         let inner = self.inner.clone();
+        // Reading stops when the request stops waiting (cancelled, timed
+        // out), even if the server never answers it.
+        let done = self.inner.session.done(id);
         tokio::spawn(async move {
             let stop = inner.stop.clone();
             let answered = async {
@@ -104,6 +107,7 @@ impl Streamable {
             tokio::select! {
                 () = answered => {}
                 () = stop.cancelled() => {}
+                () = done.cancelled() => {}
             }
         });
         Ok(())
