@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::card::Endpoint;
 use super::link::Link;
-use super::message::{send_params, task_params, Method};
+use super::message::{rpc_result, send_params, task_params, Method};
 use super::task::{Step, Tracker};
-use crate::imports::http::SseReader;
+use crate::imports::http::{Response, SseReader};
 use crate::imports::upstream::{Call, Outcome, Update, UpstreamError};
 
 /// How long a cancelled call waits for the agent to name its task (to
@@ -78,12 +78,8 @@ impl Run {
 
     async fn drive(&mut self) -> Result<Outcome, UpstreamError> {
         let message_id = uuid::Uuid::new_v4().to_string();
-        let params = send_params(
-            &self.endpoint,
-            &self.call.action,
-            self.call.input.as_ref(),
-            &message_id,
-        );
+        let (action, input) = (&self.call.action, self.call.input.as_ref());
+        let params = send_params(&self.endpoint, action, input, &message_id);
         if !self.endpoint.streaming {
             return self.blocking(params).await;
         }
@@ -109,17 +105,15 @@ impl Run {
                 });
             }
         };
-        if response.content_type().as_deref() != Some("text/event-stream") {
-            // A plain JSON answer: an error (a refused version, a bad
-            // request) or an agent that answers at once.
-            let answer =
-                super::message::rpc_result(response.json_capped(self.link.max_bytes).await?)?;
-            return match self.step(&answer).await? {
-                Some(outcome) => Ok(outcome),
-                None => self.poll().await,
-            };
+        if response.content_type().as_deref() == Some("text/event-stream") {
+            self.stream(response.events(self.link.max_bytes)).await
+        } else {
+            self.plain(response).await
         }
-        let mut events = response.events(self.link.max_bytes);
+    }
+
+    /// The events of a streamed answer, to the end of the task.
+    async fn stream(&mut self, mut events: SseReader) -> Result<Outcome, UpstreamError> {
         loop {
             match self.next_event(&mut events).await? {
                 Next::Result(result) => {
@@ -132,11 +126,23 @@ impl Run {
                 // state: one that ends before either is asked how it is.
                 Next::End if self.tracker.task_id().is_some() => return self.poll().await,
                 Next::End => {
-                    return Err(UpstreamError::Malformed(
-                        "the agent's stream ended without an answer".into(),
-                    ))
+                    let ended = "the agent's stream ended without an answer";
+                    return Err(UpstreamError::Malformed(ended.into()));
                 }
             }
+        }
+    }
+
+    /// A plain JSON answer to a streaming request: an error (a refused
+    /// version, a bad request) or an agent that answers at once.
+    async fn plain(&mut self, response: Response) -> Result<Outcome, UpstreamError> {
+        let read = response.json_capped(self.link.max_bytes);
+        let answer = tokio::time::timeout(self.link.timeout, read)
+            .await
+            .map_err(|_| UpstreamError::Timeout(self.link.timeout_ms()))??;
+        match self.step(&rpc_result(answer)?).await? {
+            Some(outcome) => Ok(outcome),
+            None => self.poll().await,
         }
     }
 
@@ -153,7 +159,7 @@ impl Run {
                     let response = serde_json::from_str(&data).map_err(|e| {
                         UpstreamError::Malformed(format!("a stream event that is no JSON: {e}"))
                     })?;
-                    Ok(Next::Result(super::message::rpc_result(response)?))
+                    Ok(Next::Result(rpc_result(response)?))
                 }
             },
             () = self.cancel.cancelled() => Ok(Next::Cancelled),
@@ -248,7 +254,7 @@ impl Run {
                     match events.next().await {
                         Some(Ok(event)) => {
                             let response = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-                            if let Ok(result) = super::message::rpc_result(response) {
+                            if let Ok(result) = rpc_result(response) {
                                 let _ = tracker.on_result(&result);
                             }
                         }

@@ -161,3 +161,6 @@ impl Upstream for A2aUpstream {
 
 #[cfg(test)]
 mod fixture_tests;
+
+#[cfg(test)]
+mod hostile_tests;
