@@ -30,14 +30,16 @@ const THING: &str = "urn:lmos:import:bench";
 /// One way to call `echo`.
 enum Way<U> {
     Direct(U),
-    Sidecar(Box<WsClient>),
+    /// The consumer's connection (new for each row: an idle one is closed
+    /// by the sidecar's keep-alive while the other rows run), the URL.
+    Sidecar(Option<Box<WsClient>>, String),
 }
 
 impl<U: Upstream> Way<U> {
     fn name(&self) -> &'static str {
         match self {
             Way::Direct(_) => "(a) MCP client → server",
-            Way::Sidecar(_) => "(b) WebSocket → sidecar → server",
+            Way::Sidecar(..) => "(b) WebSocket → sidecar → server",
         }
     }
 
@@ -58,7 +60,8 @@ impl<U: Upstream> Way<U> {
                     other => bail!("call {n}: {other:?}"),
                 }
             }
-            Way::Sidecar(ws) => {
+            Way::Sidecar(ws, _) => {
+                let ws = ws.as_mut().context("connected")?;
                 let c = format!("c{n}");
                 ws.send(lmos(
                     THING,
@@ -96,6 +99,9 @@ async fn measure<U: Upstream>(
     n: &mut usize,
     calls: usize,
 ) -> Result<(f64, u64, u64)> {
+    if let Way::Sidecar(ws, url) = way {
+        *ws = Some(Box::new(WsClient::connect(url).await));
+    }
     for _ in 0..200 {
         *n += 1;
         way.call(*n).await?;
@@ -176,10 +182,7 @@ async fn main() -> Result<()> {
     config.imports.mcp = vec![import];
     let sidecar = TestSidecar::start_with(config).await;
     imported(&sidecar).await?;
-    let mut ways = vec![
-        Way::Direct(direct),
-        Way::Sidecar(Box::new(sidecar.ws().await)),
-    ];
+    let mut ways = vec![Way::Direct(direct), Way::Sidecar(None, sidecar.ws_url())];
 
     println!("| round | way | calls/s | p50 µs | p99 µs |");
     println!("|---|---|---|---|---|");
