@@ -269,6 +269,10 @@ impl Session {
             return self.ignore("an answer to no request of ours", inbound);
         };
         let answer = match (fields.get("result"), fields.get("error")) {
+            // An answer that is not JSON-RPC 2.0 is not trusted, whatever it says.
+            _ if fields.get("jsonrpc").and_then(Value::as_str) != Some("2.0") => Err(
+                UpstreamError::Malformed("an answer without \"jsonrpc\": \"2.0\"".into()),
+            ),
             (Some(result), None) => Ok(result.clone()),
             (None, Some(error)) => Err(refused(error)),
             _ => Err(UpstreamError::Malformed(
