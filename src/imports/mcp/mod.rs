@@ -1,6 +1,7 @@
 //! MCP servers as upstreams (see `super::upstream`): over Streamable HTTP
 //! (`url`) or stdio (`command`), speaking MCP 2025-11-25 (and accepting
-//! servers that answer 2025-06-18 or 2025-03-26).
+//! servers that answer 2025-06-18 or 2025-03-26) or, over HTTP with a
+//! server that speaks it, the stateless 2026-07-28 (`revision`).
 //!
 //! Tools are the Thing's actions, readable resources its properties
 //! ([`map`]); a call is a `tools/call` whose progress notifications become
@@ -8,11 +9,13 @@
 //!
 //! - `session`: JSON-RPC state (IDs, waiting requests, progress, news);
 //! - `connection`: the handshake and a request's life;
+//! - `revision`: what 2026-07-28 changes on the wire (pure);
 //! - `stdio`, `streamable`: the two transports;
 //! - `map`: MCP's shapes to the contract's (pure).
 
 mod connection;
 mod map;
+mod revision;
 mod session;
 mod stdio;
 mod streamable;
@@ -102,6 +105,13 @@ impl McpUpstream {
         }
     }
 
+    /// The MCP revision spoken, while connected (`2026-07-28`,
+    /// `2025-11-25`, …).
+    pub fn protocol_version(&self) -> Option<String> {
+        let connection = lock(&self.connection).clone()?;
+        Some(connection.version().to_owned())
+    }
+
     /// The stdio child's process ID, while connected (tests kill it).
     pub fn child_pid(&self) -> Option<u32> {
         lock(&self.connection).as_ref().and_then(|c| c.pid())
@@ -189,7 +199,12 @@ impl Upstream for McpUpstream {
 
     async fn probe(&self) -> Result<(), UpstreamError> {
         let connection = self.current()?;
-        let ping = Request::new("ping", json!({}), self.config.connect_timeout());
+        // 2026-07-28 has no `ping`; `server/discover` answers as cheaply.
+        let method = match connection.is_modern() {
+            true => "server/discover",
+            false => "ping",
+        };
+        let ping = Request::new(method, json!({}), self.config.connect_timeout());
         connection.exchange(ping).await.map(drop)
     }
 
