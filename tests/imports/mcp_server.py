@@ -59,9 +59,14 @@ def echo(text: str) -> str:
 
 @server.tool(description="Counts to `to`, one progress step every `delay_ms`.", structured_output=False)
 async def count(to: int, delay_ms: int, ctx: Context) -> str:
-    for i in range(1, to + 1):
-        await asyncio.sleep(delay_ms / 1000)
-        await ctx.report_progress(i, to, f"step {i}")
+    try:
+        for i in range(1, to + 1):
+            await asyncio.sleep(delay_ms / 1000)
+            await ctx.report_progress(i, to, f"step {i}")
+    except asyncio.CancelledError:
+        # On stderr, for a human reading a test's output: the cancel arrived.
+        print(f"count cancelled at step {i} of {to}", file=sys.stderr, flush=True)
+        raise
     return f"counted to {to}"
 
 

@@ -22,6 +22,8 @@ mod streamable;
 
 #[cfg(test)]
 mod fixture_tests;
+#[cfg(test)]
+mod stateless_tests;
 
 use std::sync::{Arc, Mutex};
 

@@ -59,7 +59,10 @@ fn the_envelope_joins_what_meta_holds() {
     assert_eq!(meta[PROTOCOL_VERSION], MODERN);
     assert_eq!(meta[CLIENT_CAPABILITIES], json!({}));
     assert_eq!(meta[CLIENT_INFO]["name"], "lmos-sidecar");
-    assert_eq!((&meta["progressToken"], &meta["traceparent"]), (&json!("p"), &json!("00-x")));
+    assert_eq!(
+        (&meta["progressToken"], &meta["traceparent"]),
+        (&json!("p"), &json!("00-x"))
+    );
 
     let mut bare = json!({"jsonrpc": "2.0", "id": 2, "method": "server/discover"});
     stamp(&mut bare);
@@ -72,7 +75,10 @@ fn the_envelope_joins_what_meta_holds() {
 #[test]
 fn routing_headers_name_the_method_and_its_target() {
     let call = json!({"method": "tools/call", "params": {"name": "add"}});
-    assert_eq!(routing(&call), (Some("tools/call".into()), Some("add".into())));
+    assert_eq!(
+        routing(&call),
+        (Some("tools/call".into()), Some("add".into()))
+    );
     let read = json!({"method": "resources/read", "params": {"uri": "memo://greeting"}});
     assert_eq!(routing(&read).1.as_deref(), Some("memo://greeting"));
     let list = json!({"method": "tools/list", "params": {}});
