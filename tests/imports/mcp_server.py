@@ -16,8 +16,9 @@ Over HTTP it binds 127.0.0.1 on a free port, prints `LISTENING <port>`
 (flushed) and serves until killed, or until its parent process is gone.
 
 Tools: add, echo, count (progress, cancellable), fail, add_tool (the tool
-list changes), whoami (the traceparent it got in `_meta`); resource
-memo://greeting.
+list changes), whoami (the traceparent it got in `_meta`), locate (its
+argument annotated `x-mcp-header`: at 2026-07-28 the server checks the
+`Mcp-Param-Region` header against it); resource memo://greeting.
 """
 
 import asyncio
@@ -26,11 +27,12 @@ import socket
 import sys
 import threading
 import time
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 server = MCPServer(
     name="mcp-fixture",
@@ -87,6 +89,11 @@ async def add_tool(name: str, ctx: Context) -> str:
     else:
         await ctx.session.send_tool_list_changed()
     return f"added {name}"
+
+
+@server.tool(description="Says where: its region, mirrored in the Mcp-Param-Region header.", structured_output=False)
+def locate(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+    return f"in {region}"
 
 
 @server.tool(description="Answers the traceparent of its request's _meta.", structured_output=False)

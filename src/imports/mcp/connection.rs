@@ -51,6 +51,8 @@ pub(crate) struct Request<'a> {
     /// How long it may wait for a sign of life (sent, progress, answer).
     pub timeout: Duration,
     pub trace: Option<&'a TraceContext>,
+    /// Further HTTP headers (2026-07-28's `Mcp-Param-*`).
+    pub headers: Vec<(String, String)>,
     pub progress: Option<Progress>,
     pub cancel: Option<&'a CancellationToken>,
 }
@@ -62,6 +64,7 @@ impl<'a> Request<'a> {
             params,
             timeout,
             trace: None,
+            headers: Vec::new(),
             progress: None,
             cancel: None,
         }
@@ -164,7 +167,7 @@ impl Connection {
             http.set_protocol(Some(version));
         }
         let initialized = session::notification("notifications/initialized", None);
-        self.send(&initialized, None, None).await?;
+        self.send(&initialized, None, None, &[]).await?;
         Ok(init)
     }
 
@@ -196,10 +199,11 @@ impl Connection {
         message: &Value,
         id: Option<u64>,
         trace: Option<&TraceContext>,
+        headers: &[(String, String)],
     ) -> Result<(), UpstreamError> {
         match &self.transport {
             Transport::Stdio(stdio) => stdio.send(message).await,
-            Transport::Http(http) => http.send(message, id, trace).await,
+            Transport::Http(http) => http.send(message, id, trace, headers).await,
         }
     }
 
@@ -210,7 +214,9 @@ impl Connection {
         let message = session::request(id, request.method, request.params);
         let timeout_ms = millis(request.timeout);
         let waited = async {
-            self.send(&message, Some(id), request.trace).await?;
+            let headers = &request.headers;
+            self.send(&message, Some(id), request.trace, headers)
+                .await?;
             answer
                 .await
                 .unwrap_or_else(|_| Err(UpstreamError::Unreachable("the connection closed".into())))
@@ -246,7 +252,7 @@ impl Connection {
         let timeout_ms = millis(request.timeout);
         let sending = tokio::time::timeout(
             request.timeout,
-            self.send(&message, Some(id), request.trace),
+            self.send(&message, Some(id), request.trace, &request.headers),
         );
         tokio::select! {
             sent = sending => match sent {
@@ -311,7 +317,7 @@ impl Connection {
         }
         let params = json!({"requestId": id, "reason": reason});
         let message = session::notification("notifications/cancelled", Some(params));
-        if let Err(e) = self.send(&message, None, None).await {
+        if let Err(e) = self.send(&message, None, None, &[]).await {
             tracing::debug!(error = %e, "imports: the cancellation could not be sent");
         }
     }

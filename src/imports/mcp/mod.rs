@@ -25,6 +25,7 @@ mod fixture_tests;
 #[cfg(test)]
 mod stateless_tests;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -46,6 +47,8 @@ pub struct McpUpstream {
     connection: Mutex<Option<Arc<Connection>>>,
     /// The readable resources of the last offer (property name to URI).
     resources: Mutex<Vec<map::Resource>>,
+    /// The tools' arguments mirrored in `Mcp-Param-*` headers (2026-07-28).
+    params: Mutex<HashMap<String, revision::ParamTokens>>,
     /// One connect or close at a time.
     lifecycle: tokio::sync::Mutex<()>,
 }
@@ -70,6 +73,7 @@ impl McpUpstream {
             news: Arc::new(News::default()),
             connection: Mutex::new(None),
             resources: Mutex::new(Vec::new()),
+            params: Mutex::new(HashMap::new()),
             lifecycle: tokio::sync::Mutex::new(()),
         })
     }
@@ -95,6 +99,14 @@ impl McpUpstream {
         let resources = map::resources(&listed);
         let offer = map::offer(&connection.init, &tools, &resources, &self.target);
         *lock(&self.resources) = resources;
+        *lock(&self.params) = tools
+            .iter()
+            .filter_map(|tool| {
+                let tokens = revision::param_tokens(&tool["inputSchema"]);
+                let name = tool["name"].as_str()?;
+                (!tokens.is_empty()).then(|| (name.to_owned(), tokens))
+            })
+            .collect();
         Ok(offer)
     }
 
@@ -162,9 +174,14 @@ impl Upstream for McpUpstream {
         let connection = self.current()?;
         let mut meta = trace_meta(call.trace.as_ref());
         meta.insert("progressToken".into(), json!(call.id));
+        let headers = match (connection.is_modern(), lock(&self.params).get(&call.action)) {
+            (true, Some(tokens)) => revision::param_headers(tokens, &arguments),
+            _ => Vec::new(),
+        };
         let params = json!({"name": call.action, "arguments": arguments, "_meta": meta});
         let request = Request {
             trace: call.trace.as_ref(),
+            headers,
             progress: Some(Progress {
                 token: call.id.clone(),
                 updates,

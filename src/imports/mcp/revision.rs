@@ -157,6 +157,74 @@ pub(crate) fn listen_filter(init: &Value) -> Option<Value> {
     (!filter.is_empty()).then_some(Value::Object(filter))
 }
 
+/// How deep `properties` are followed for `x-mcp-header` annotations.
+const MAX_DEPTH: usize = 16;
+
+/// A tool's arguments mirrored in headers: each annotated argument's path
+/// (through `properties`) and its header's token.
+pub(crate) type ParamTokens = Vec<(Vec<String>, String)>;
+
+/// The `x-mcp-header` annotations of a tool's input schema that a server
+/// checks (`Mcp-Param-<token>` must then carry the argument): on a string,
+/// integer or boolean property, a valid header token, each once.
+pub(crate) fn param_tokens(schema: &Value) -> ParamTokens {
+    let mut tokens = ParamTokens::new();
+    annotated(schema, &mut Vec::new(), &mut tokens);
+    let mut seen = std::collections::HashSet::new();
+    tokens.retain(|(_, token)| seen.insert(token.to_ascii_lowercase()));
+    tokens
+}
+
+fn annotated(schema: &Value, path: &mut Vec<String>, tokens: &mut ParamTokens) {
+    let Some(properties) = schema["properties"].as_object() else {
+        return;
+    };
+    if path.len() >= MAX_DEPTH {
+        return;
+    }
+    for (name, property) in properties {
+        path.push(name.clone());
+        let token = property["x-mcp-header"].as_str().filter(|t| is_token(t));
+        let typed = matches!(
+            property["type"].as_str(),
+            Some("string" | "integer" | "boolean")
+        );
+        if let (Some(token), true) = (token, typed) {
+            tokens.push((path.clone(), token.to_owned()));
+        }
+        annotated(property, path, tokens);
+        path.pop();
+    }
+}
+
+/// An HTTP field name's characters (RFC 9110 `token`).
+fn is_token(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// The `Mcp-Param-*` headers of a call with `arguments`: an argument that
+/// is absent, null or no scalar goes without one.
+pub(crate) fn param_headers(tokens: &ParamTokens, arguments: &Value) -> Vec<(String, String)> {
+    let mut headers = Vec::new();
+    for (path, token) in tokens {
+        let value = path.iter().try_fold(arguments, |node, key| node.get(key));
+        let rendered = match value {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Bool(flag)) => flag.to_string(),
+            Some(Value::Number(number)) => number.to_string(),
+            _ => continue,
+        };
+        headers.push((
+            format!("mcp-param-{}", token.to_ascii_lowercase()),
+            header_value(&rendered),
+        ));
+    }
+    headers
+}
+
 #[cfg(test)]
 #[path = "revision_tests.rs"]
 mod tests;

@@ -116,3 +116,45 @@ fn nothing_to_listen_for_opens_no_stream() {
     assert_eq!(listen_filter(&json!({"capabilities": {}})), None);
     assert_eq!(listen_filter(&json!(null)), None);
 }
+
+#[test]
+fn annotated_arguments_are_mirrored_in_headers() {
+    let schema = json!({"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "count": {"type": "integer", "x-mcp-header": "Count"},
+        "fast": {"type": "boolean", "x-mcp-header": "Fast"},
+        "ratio": {"type": "number", "x-mcp-header": "Ratio"},
+        "bad": {"type": "string", "x-mcp-header": "no spaces"},
+        "again": {"type": "string", "x-mcp-header": "region"},
+        "plain": {"type": "string"},
+        "nested": {"type": "object", "properties": {
+            "id": {"type": "string", "x-mcp-header": "Id"}}},
+    }});
+    let tokens = param_tokens(&schema);
+    let mut names: Vec<&str> = tokens.iter().map(|(_, t)| t.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(["Count", "Fast", "Id"].iter().all(|n| names.contains(n)));
+    assert!(names.contains(&"Region") != names.contains(&"region"));
+
+    let arguments = json!({"region": "eu", "again": "eu", "count": 42, "fast": true,
+        "nested": {"id": "ünï"}});
+    let mut headers = param_headers(&tokens, &arguments);
+    headers.sort();
+    let expected = [
+        ("mcp-param-count", "42"),
+        ("mcp-param-fast", "true"),
+        ("mcp-param-id", "=?base64?w7xuw68=?="),
+    ];
+    for (name, value) in expected {
+        assert!(
+            headers.contains(&(name.into(), value.into())),
+            "{headers:?}"
+        );
+    }
+    assert!(headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("mcp-param-region") && v == "eu"));
+    assert_eq!(param_headers(&tokens, &json!({})), vec![]);
+    assert_eq!(param_tokens(&json!({"type": "object"})), vec![]);
+}

@@ -39,6 +39,14 @@ async fn a_server_of_2026_07_28_alone_is_spoken_to_statelessly() {
     // listen stream.
     exercise(&up).await;
     assert_eq!(up.protocol_version().as_deref(), Some("2026-07-28"));
+    // An argument annotated `x-mcp-header` goes in its header too (the
+    // server refuses the call with -32020 without it).
+    for region in ["eu-west", "Zürich "] {
+        assert_eq!(
+            outcome(&up, "locate", json!({"region": region})).await,
+            Outcome::Completed(json!(format!("in {region}")))
+        );
+    }
 
     // Reconnecting starts over, statelessly again; its news still comes.
     up.connect().await.unwrap();

@@ -81,9 +81,13 @@ impl Streamable {
     }
 
     /// The protocol version negotiated, sent on every later request
-    /// (`None`: none yet, as before `initialize`).
+    /// (`None`: none yet, as before `initialize`, which starts afresh: no
+    /// session a probe may have been given).
     pub(crate) fn set_protocol(&self, version: Option<&str>) {
         *lock(&self.inner.protocol) = version.map(str::to_owned);
+        if version.is_none() {
+            *lock(&self.inner.session_id) = None;
+        }
     }
 
     /// Whether it speaks the stateless revision.
@@ -101,6 +105,7 @@ impl Streamable {
         message: &Value,
         id: Option<u64>,
         trace: Option<&TraceContext>,
+        extra: &[(String, String)],
     ) -> Result<(), UpstreamError> {
         // Speaking 2026-07-28, each request carries the revision's envelope.
         let stamped = (id.is_some() && self.inner.is_modern()).then(|| {
@@ -111,7 +116,13 @@ impl Streamable {
         let message = stamped.as_ref().unwrap_or(message);
         let body =
             serde_json::to_vec(message).map_err(|e| UpstreamError::Malformed(e.to_string()))?;
-        let headers = self.inner.headers(trace, Some(message));
+        let mut headers = self.inner.headers(trace, Some(message));
+        for (name, value) in extra {
+            // A name no header can have (the server's own token) is left out.
+            if let Ok(name) = HeaderName::try_from(name.as_str()) {
+                headers.push((name, value.clone()));
+            }
+        }
         let Some(id) = id else {
             let response = self.inner.post(&headers, body).await?;
             return self.inner.accepted(response).await;
@@ -331,10 +342,20 @@ impl Inner {
             400..=499 => status.as_u16(),
             _ => 502,
         };
-        let message = serde_json::from_slice::<Value>(&body)
+        let error = serde_json::from_slice::<Value>(&body)
             .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+            .map(|v| v["error"].clone())
+            .unwrap_or_default();
+        let mut message = error["message"].as_str().map_or_else(
+            || String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+            str::to_owned,
+        );
+        if let Some(supported) = error["data"]["supported"].as_array() {
+            // -32022: which revisions it would have spoken.
+            let supported = Value::Array(supported.iter().take(10).cloned().collect());
+            let supported: String = supported.to_string().chars().take(200).collect();
+            message = format!("{message} (it supports {supported})");
+        }
         UpstreamError::Refused {
             status: code,
             message: format!("HTTP {status}: {message}"),
