@@ -34,7 +34,7 @@ pub const UP: Duration = Duration::from_secs(30);
 /// The MCP fixture server's script (Python, FastMCP).
 pub const MCP_PY: &str = "tests/imports/mcp_server.py";
 /// The MCP fixture server's script (TypeScript SDK).
-pub const MCP_TS: &str = "tests/mcp/upstream_server.mjs";
+pub const MCP_TS: &str = "tests/imports/mcp_server.mjs";
 /// The A2A fixture agent's script.
 pub const A2A_PY: &str = "tests/imports/a2a_agent.py";
 /// The Agent Card's path on an A2A agent.

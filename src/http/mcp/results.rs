@@ -32,7 +32,9 @@ pub fn ended_text(status: &Value) -> String {
 }
 
 /// The progress message a `running` status carries: a streamed chunk's
-/// text, or its partial output (`output.progress` when that is a string).
+/// text, or its partial output (`output.progress` when that is a string,
+/// `output.message` as an imported MCP server's or A2A agent's progress
+/// gives it).
 pub fn progress_message(status: &Value) -> Option<String> {
     if let Some(stream) = status.get("stream") {
         return match &stream["data"] {
@@ -45,6 +47,9 @@ pub fn progress_message(status: &Value) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         Value::Object(o) if o.get("progress").is_some_and(Value::is_string) => {
             o["progress"].as_str().map(str::to_owned)
+        }
+        Value::Object(o) if o.get("message").is_some_and(Value::is_string) => {
+            o["message"].as_str().map(str::to_owned)
         }
         other => Some(other.to_string()),
     }
@@ -61,6 +66,8 @@ mod tests {
             progress_message(&running).as_deref(),
             Some("Looking at the sky...")
         );
+        let imported = json!({"status": "running", "output": {"progress": 1, "total": 3, "message": "step 1"}});
+        assert_eq!(progress_message(&imported).as_deref(), Some("step 1"));
         let chunk = json!({"status": "running", "stream": {"seq": 0, "data": "The "}});
         assert_eq!(progress_message(&chunk).as_deref(), Some("The "));
         let failed = json!({"status": "failed", "output": {"error": "no sky"}});

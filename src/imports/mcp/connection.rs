@@ -1,4 +1,6 @@
-//! One MCP connection: its transport, the `initialize` handshake, and a
+//! One MCP connection: its transport, the `initialize` handshake (over
+//! HTTP after a `server/discover` probe, which a server speaking the
+//! stateless 2026-07-28 answers instead: `super::revision`), and a
 //! request's life from sent to answered (its progress passed on, its
 //! timeout counted from the last sign of life, its cancellation sent).
 
@@ -9,6 +11,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::revision::{self, Discovered};
 use super::session::{self, News, Session};
 use super::stdio::Stdio;
 use super::streamable::Streamable;
@@ -36,7 +39,8 @@ enum Transport {
 pub(crate) struct Connection {
     pub(crate) session: Arc<Session>,
     transport: Transport,
-    /// The server's `initialize` result (`serverInfo`, `capabilities`, …).
+    /// The server's `initialize` result (`serverInfo`, `capabilities`, …),
+    /// or what its `server/discover` told, shaped alike.
     pub(crate) init: Value,
 }
 
@@ -47,6 +51,8 @@ pub(crate) struct Request<'a> {
     /// How long it may wait for a sign of life (sent, progress, answer).
     pub timeout: Duration,
     pub trace: Option<&'a TraceContext>,
+    /// Further HTTP headers (2026-07-28's `Mcp-Param-*`).
+    pub headers: Vec<(String, String)>,
     pub progress: Option<Progress>,
     pub cancel: Option<&'a CancellationToken>,
 }
@@ -58,6 +64,7 @@ impl<'a> Request<'a> {
             params,
             timeout,
             trace: None,
+            headers: Vec::new(),
             progress: None,
             cancel: None,
         }
@@ -90,7 +97,7 @@ impl Connection {
             init: Value::Null,
         };
         let limit = config.connect_timeout();
-        let init = match tokio::time::timeout(limit, connection.initialize(limit)).await {
+        let init = match tokio::time::timeout(limit, connection.negotiate(limit)).await {
             Ok(Ok(init)) => init,
             Ok(Err(e)) => return Err(connection.close_with(e).await),
             Err(_) => {
@@ -99,11 +106,47 @@ impl Connection {
                     .await)
             }
         };
-        connection.init = init;
         if let Transport::Http(http) = &connection.transport {
-            http.listen();
+            http.listen(revision::listen_filter(&init));
         }
+        connection.init = init;
         Ok(Arc::new(connection))
+    }
+
+    /// Over HTTP, `server/discover` first: the stateless revision if the
+    /// server speaks it, else (and over stdio) the handshake.
+    async fn negotiate(&self, limit: Duration) -> Result<Value, UpstreamError> {
+        let Transport::Http(http) = &self.transport else {
+            return self.initialize(limit).await;
+        };
+        http.set_protocol(Some(revision::MODERN));
+        let probe = Request::new("server/discover", json!({}), limit);
+        match revision::verdict(self.exchange(probe).await)? {
+            Discovered::Modern(init) => Ok(init),
+            Discovered::Legacy(why) => {
+                tracing::debug!(reason = %why, "imports: the MCP server does not speak {}: initialize", revision::MODERN);
+                http.set_protocol(None);
+                self.initialize(limit).await
+            }
+        }
+    }
+
+    /// The revision spoken (the `initialize` result's, or 2026-07-28).
+    pub(crate) fn version(&self) -> &str {
+        self.init["protocolVersion"].as_str().unwrap_or_default()
+    }
+
+    /// Whether it speaks the stateless revision.
+    pub(crate) fn is_modern(&self) -> bool {
+        matches!(&self.transport, Transport::Http(http) if http.is_modern())
+    }
+
+    /// A result that is an answer (2026-07-28 results say whether they are).
+    fn complete(&self, result: Value) -> Result<Value, UpstreamError> {
+        match self.is_modern() {
+            true => revision::complete(result),
+            false => Ok(result),
+        }
     }
 
     async fn initialize(&self, limit: Duration) -> Result<Value, UpstreamError> {
@@ -121,10 +164,10 @@ impl Connection {
             return Err(UpstreamError::Malformed(what));
         }
         if let Transport::Http(http) = &self.transport {
-            http.set_protocol(version);
+            http.set_protocol(Some(version));
         }
         let initialized = session::notification("notifications/initialized", None);
-        self.send(&initialized, None, None).await?;
+        self.send(&initialized, None, None, &[]).await?;
         Ok(init)
     }
 
@@ -156,10 +199,11 @@ impl Connection {
         message: &Value,
         id: Option<u64>,
         trace: Option<&TraceContext>,
+        headers: &[(String, String)],
     ) -> Result<(), UpstreamError> {
         match &self.transport {
             Transport::Stdio(stdio) => stdio.send(message).await,
-            Transport::Http(http) => http.send(message, id, trace).await,
+            Transport::Http(http) => http.send(message, id, trace, headers).await,
         }
     }
 
@@ -170,13 +214,15 @@ impl Connection {
         let message = session::request(id, request.method, request.params);
         let timeout_ms = millis(request.timeout);
         let waited = async {
-            self.send(&message, Some(id), request.trace).await?;
+            let headers = &request.headers;
+            self.send(&message, Some(id), request.trace, headers)
+                .await?;
             answer
                 .await
                 .unwrap_or_else(|_| Err(UpstreamError::Unreachable("the connection closed".into())))
         };
         match tokio::time::timeout(request.timeout, waited).await {
-            Ok(answered) => answered,
+            Ok(answered) => answered.and_then(|result| self.complete(result)),
             Err(_) => {
                 // `initialize` is never cancelled (the specification says
                 // so): the connection is given up instead.
@@ -206,7 +252,7 @@ impl Connection {
         let timeout_ms = millis(request.timeout);
         let sending = tokio::time::timeout(
             request.timeout,
-            self.send(&message, Some(id), request.trace),
+            self.send(&message, Some(id), request.trace, &request.headers),
         );
         tokio::select! {
             sent = sending => match sent {
@@ -234,7 +280,7 @@ impl Connection {
                     }
                     let answered = answered
                         .unwrap_or_else(|_| Err(UpstreamError::Unreachable("the connection closed".into())));
-                    return answered.map(Some);
+                    return answered.and_then(|result| self.complete(result)).map(Some);
                 }
                 () = cancel.cancelled() => return Ok(self.cancel(id)),
                 Some(update) = progress_rx.recv() => {
@@ -263,9 +309,15 @@ impl Connection {
     }
 
     async fn cancelled(&self, id: u64, reason: &str) {
+        if self.is_modern() {
+            // 2026-07-28 has no such notification: closing the request's
+            // answer stream (its reading task ends when it stops waiting)
+            // is the cancellation.
+            return;
+        }
         let params = json!({"requestId": id, "reason": reason});
         let message = session::notification("notifications/cancelled", Some(params));
-        if let Err(e) = self.send(&message, None, None).await {
+        if let Err(e) = self.send(&message, None, None, &[]).await {
             tracing::debug!(error = %e, "imports: the cancellation could not be sent");
         }
     }

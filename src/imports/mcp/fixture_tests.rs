@@ -17,15 +17,15 @@ use crate::config::ImportConfig;
 use crate::imports::upstream::{Call, Change, Outcome, Update, Upstream, UpstreamError};
 use crate::telemetry::TraceContext;
 
-const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-const WAIT: Duration = Duration::from_secs(10);
+pub(super) const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+pub(super) const WAIT: Duration = Duration::from_secs(10);
 
-fn fixture(file: &str) -> String {
+pub(super) fn fixture(file: &str) -> String {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/imports");
     dir.join(file).display().to_string()
 }
 
-fn config() -> ImportConfig {
+pub(super) fn config() -> ImportConfig {
     ImportConfig {
         name: "fixture".into(),
         connect_timeout_ms: 15_000,
@@ -43,12 +43,12 @@ fn stdio_config() -> ImportConfig {
 }
 
 /// An HTTP fixture, killed when dropped.
-struct Server {
+pub(super) struct Server {
     _child: Child,
-    url: String,
+    pub(super) url: String,
 }
 
-async fn serve(program: &str, args: &[String]) -> Server {
+pub(super) async fn serve(program: &str, args: &[String]) -> Server {
     let mut child = Command::new(program)
         .args(args)
         .stdout(std::process::Stdio::piped())
@@ -80,7 +80,7 @@ async fn node_http() -> Server {
     serve("node", &[fixture("mcp_server.mjs")]).await
 }
 
-fn call(action: &str, input: Value) -> Call {
+pub(super) fn call(action: &str, input: Value) -> Call {
     Call {
         action: action.into(),
         input: Some(input),
@@ -93,7 +93,10 @@ fn call(action: &str, input: Value) -> Call {
     }
 }
 
-async fn run(up: &McpUpstream, call: Call) -> (Result<Outcome, UpstreamError>, Vec<Update>) {
+pub(super) async fn run(
+    up: &McpUpstream,
+    call: Call,
+) -> (Result<Outcome, UpstreamError>, Vec<Update>) {
     let (tx, mut rx) = mpsc::channel(64);
     let outcome = tokio::time::timeout(WAIT, up.call(call, tx, CancellationToken::new())).await;
     let mut updates = Vec::new();
@@ -103,12 +106,12 @@ async fn run(up: &McpUpstream, call: Call) -> (Result<Outcome, UpstreamError>, V
     (outcome.expect("the call did not end in time"), updates)
 }
 
-async fn outcome(up: &McpUpstream, action: &str, input: Value) -> Outcome {
+pub(super) async fn outcome(up: &McpUpstream, action: &str, input: Value) -> Outcome {
     run(up, call(action, input)).await.0.unwrap()
 }
 
 /// Everything both servers offer, on a connected upstream.
-async fn exercise(up: &McpUpstream) {
+pub(super) async fn exercise(up: &McpUpstream) {
     let offer = tokio::time::timeout(WAIT, up.connect())
         .await
         .unwrap()
@@ -230,6 +233,7 @@ async fn python_over_stdio_then_its_death_is_news() {
         ("mcp", true)
     );
     exercise(&up).await;
+    assert_eq!(up.protocol_version().as_deref(), Some("2025-11-25"));
 
     let pid = up.child_pid().expect("a child").to_string();
     Command::new("kill")
@@ -264,6 +268,8 @@ async fn python_over_streamable_http() {
     })
     .unwrap();
     exercise(&up).await;
+    // The SDK serves both eras: the stateless one is preferred.
+    assert_eq!(up.protocol_version().as_deref(), Some("2026-07-28"));
     up.close().await;
 }
 
@@ -276,6 +282,8 @@ async fn typescript_over_streamable_http() {
     })
     .unwrap();
     exercise(&up).await;
+    // SDK 1.32.2 knows no server/discover: the handshake it is.
+    assert_eq!(up.protocol_version().as_deref(), Some("2025-11-25"));
     up.close().await;
     // The session was deleted: a stale connection would now be refused.
     assert!(matches!(
@@ -287,7 +295,7 @@ async fn typescript_over_streamable_http() {
 /// Past `max_message_bytes` a call fails (`TooLarge`), the connection
 /// goes on; a call gets no longer than `timeout_ms` since its last sign
 /// of life; `close` stops the child.
-async fn bounds(config: ImportConfig) {
+pub(super) async fn bounds(config: ImportConfig) {
     let up = McpUpstream::new(&config).unwrap();
     tokio::time::timeout(WAIT, up.connect())
         .await
@@ -325,7 +333,7 @@ async fn bounds(config: ImportConfig) {
     }
 }
 
-fn bounded(config: ImportConfig) -> ImportConfig {
+pub(super) fn bounded(config: ImportConfig) -> ImportConfig {
     ImportConfig {
         max_message_bytes: 16 * 1024,
         timeout_ms: 900,

@@ -1,6 +1,7 @@
 //! MCP servers as upstreams (see `super::upstream`): over Streamable HTTP
 //! (`url`) or stdio (`command`), speaking MCP 2025-11-25 (and accepting
-//! servers that answer 2025-06-18 or 2025-03-26).
+//! servers that answer 2025-06-18 or 2025-03-26) or, over HTTP with a
+//! server that speaks it, the stateless 2026-07-28 (`revision`).
 //!
 //! Tools are the Thing's actions, readable resources its properties
 //! ([`map`]); a call is a `tools/call` whose progress notifications become
@@ -8,18 +9,23 @@
 //!
 //! - `session`: JSON-RPC state (IDs, waiting requests, progress, news);
 //! - `connection`: the handshake and a request's life;
+//! - `revision`: what 2026-07-28 changes on the wire (pure);
 //! - `stdio`, `streamable`: the two transports;
 //! - `map`: MCP's shapes to the contract's (pure).
 
 mod connection;
 mod map;
+mod revision;
 mod session;
 mod stdio;
 mod streamable;
 
 #[cfg(test)]
 mod fixture_tests;
+#[cfg(test)]
+mod stateless_tests;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -41,6 +47,8 @@ pub struct McpUpstream {
     connection: Mutex<Option<Arc<Connection>>>,
     /// The readable resources of the last offer (property name to URI).
     resources: Mutex<Vec<map::Resource>>,
+    /// The tools' arguments mirrored in `Mcp-Param-*` headers (2026-07-28).
+    params: Mutex<HashMap<String, revision::ParamTokens>>,
     /// One connect or close at a time.
     lifecycle: tokio::sync::Mutex<()>,
 }
@@ -65,6 +73,7 @@ impl McpUpstream {
             news: Arc::new(News::default()),
             connection: Mutex::new(None),
             resources: Mutex::new(Vec::new()),
+            params: Mutex::new(HashMap::new()),
             lifecycle: tokio::sync::Mutex::new(()),
         })
     }
@@ -90,6 +99,14 @@ impl McpUpstream {
         let resources = map::resources(&listed);
         let offer = map::offer(&connection.init, &tools, &resources, &self.target);
         *lock(&self.resources) = resources;
+        *lock(&self.params) = tools
+            .iter()
+            .filter_map(|tool| {
+                let tokens = revision::param_tokens(&tool["inputSchema"]);
+                let name = tool["name"].as_str()?;
+                (!tokens.is_empty()).then(|| (name.to_owned(), tokens))
+            })
+            .collect();
         Ok(offer)
     }
 
@@ -100,6 +117,13 @@ impl McpUpstream {
         if let Some(connection) = connection {
             connection.close().await;
         }
+    }
+
+    /// The MCP revision spoken, while connected (`2026-07-28`,
+    /// `2025-11-25`, …).
+    pub fn protocol_version(&self) -> Option<String> {
+        let connection = lock(&self.connection).clone()?;
+        Some(connection.version().to_owned())
     }
 
     /// The stdio child's process ID, while connected (tests kill it).
@@ -150,9 +174,14 @@ impl Upstream for McpUpstream {
         let connection = self.current()?;
         let mut meta = trace_meta(call.trace.as_ref());
         meta.insert("progressToken".into(), json!(call.id));
+        let headers = match (connection.is_modern(), lock(&self.params).get(&call.action)) {
+            (true, Some(tokens)) => revision::param_headers(tokens, &arguments),
+            _ => Vec::new(),
+        };
         let params = json!({"name": call.action, "arguments": arguments, "_meta": meta});
         let request = Request {
             trace: call.trace.as_ref(),
+            headers,
             progress: Some(Progress {
                 token: call.id.clone(),
                 updates,
@@ -189,7 +218,12 @@ impl Upstream for McpUpstream {
 
     async fn probe(&self) -> Result<(), UpstreamError> {
         let connection = self.current()?;
-        let ping = Request::new("ping", json!({}), self.config.connect_timeout());
+        // 2026-07-28 has no `ping`; `server/discover` answers as cheaply.
+        let method = match connection.is_modern() {
+            true => "server/discover",
+            false => "ping",
+        };
+        let ping = Request::new(method, json!({}), self.config.connect_timeout());
         connection.exchange(ping).await.map(drop)
     }
 

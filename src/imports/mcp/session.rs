@@ -181,6 +181,16 @@ impl Session {
         }
     }
 
+    /// An ID for a request nobody waits on (a `subscriptions/listen`).
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The lists may have changed unheard (a listen stream was broken).
+    pub(crate) fn lists_changed(&self) {
+        self.news.lists(self.generation);
+    }
+
     pub(crate) fn is_pending(&self, id: u64) -> bool {
         lock(&self.state).pending.contains_key(&id)
     }
@@ -269,6 +279,10 @@ impl Session {
             return self.ignore("an answer to no request of ours", inbound);
         };
         let answer = match (fields.get("result"), fields.get("error")) {
+            // An answer that is not JSON-RPC 2.0 is not trusted, whatever it says.
+            _ if fields.get("jsonrpc").and_then(Value::as_str) != Some("2.0") => Err(
+                UpstreamError::Malformed("an answer without \"jsonrpc\": \"2.0\"".into()),
+            ),
             (Some(result), None) => Ok(result.clone()),
             (None, Some(error)) => Err(refused(error)),
             _ => Err(UpstreamError::Malformed(
@@ -359,7 +373,10 @@ fn reply_to(method: &str, id: &Value) -> Value {
 pub(crate) fn refused(error: &Value) -> UpstreamError {
     let code = error["code"].as_i64().unwrap_or(-32603);
     let status = match code {
-        -32700 | -32600 | -32602 => 400,
+        // 2026-07-28: headers that disagree with the body (-32020), a
+        // capability the client lacks (-32021), a revision not spoken
+        // (-32022): the request as sent cannot be served.
+        -32700 | -32600 | -32602 | -32020 | -32021 | -32022 => 400,
         -32601 | -32002 => 404,
         _ => 500,
     };

@@ -5,6 +5,11 @@
 //! changed). The session's ID and the negotiated protocol version go on
 //! every request after `initialize`; the session is deleted at close; a
 //! 404 on it means the server forgot it (the connection is lost).
+//!
+//! Speaking 2026-07-28 (`super::revision`), there is no session: each
+//! request carries the revision's envelope and routing headers, and a
+//! `subscriptions/listen` request's stream takes the GET stream's place
+//! (`stateless`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +19,7 @@ use hyper::{Method, StatusCode};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::revision;
 use super::session::Session;
 use crate::config::ImportConfig;
 use crate::imports::http::{HttpClient, Response};
@@ -24,6 +30,11 @@ const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+const METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const NAME: HeaderName = HeaderName::from_static("mcp-name");
+
+#[path = "stateless.rs"]
+mod stateless;
 
 /// How often a GET stream that ended is opened again.
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
@@ -69,9 +80,19 @@ impl Streamable {
         })
     }
 
-    /// The protocol version negotiated, sent on every later request.
-    pub(crate) fn set_protocol(&self, version: &str) {
-        *lock(&self.inner.protocol) = Some(version.to_owned());
+    /// The protocol version negotiated, sent on every later request
+    /// (`None`: none yet, as before `initialize`, which starts afresh: no
+    /// session a probe may have been given).
+    pub(crate) fn set_protocol(&self, version: Option<&str>) {
+        *lock(&self.inner.protocol) = version.map(str::to_owned);
+        if version.is_none() {
+            *lock(&self.inner.session_id) = None;
+        }
+    }
+
+    /// Whether it speaks the stateless revision.
+    pub(crate) fn is_modern(&self) -> bool {
+        self.inner.is_modern()
     }
 
     /// Sends one message. A request (`id`) is sent and its answer read by a
@@ -84,10 +105,24 @@ impl Streamable {
         message: &Value,
         id: Option<u64>,
         trace: Option<&TraceContext>,
+        extra: &[(String, String)],
     ) -> Result<(), UpstreamError> {
+        // Speaking 2026-07-28, each request carries the revision's envelope.
+        let stamped = (id.is_some() && self.inner.is_modern()).then(|| {
+            let mut stamped = message.clone();
+            revision::stamp(&mut stamped);
+            stamped
+        });
+        let message = stamped.as_ref().unwrap_or(message);
         let body =
             serde_json::to_vec(message).map_err(|e| UpstreamError::Malformed(e.to_string()))?;
-        let headers = self.inner.headers(trace);
+        let mut headers = self.inner.headers(trace, Some(message));
+        for (name, value) in extra {
+            // A name no header can have (the server's own token) is left out.
+            if let Ok(name) = HeaderName::try_from(name.as_str()) {
+                headers.push((name, value.clone()));
+            }
+        }
         let Some(id) = id else {
             let response = self.inner.post(&headers, body).await?;
             return self.inner.accepted(response).await;
@@ -114,13 +149,25 @@ impl Streamable {
     }
 
     /// Opens the GET stream for what the server says unasked, if it offers
-    /// one (405: it does not), and keeps it open until `close`.
-    pub(crate) fn listen(&self) {
+    /// one (405: it does not), and keeps it open until `close`; speaking
+    /// 2026-07-28, a `subscriptions/listen` stream for `filter` instead
+    /// (none without one).
+    pub(crate) fn listen(&self, filter: Option<Value>) {
         let inner = self.inner.clone();
+        let modern = inner.is_modern();
+        if modern && filter.is_none() {
+            return;
+        }
         tokio::spawn(async move {
             let stop = inner.stop.clone();
+            let listened = async {
+                match filter {
+                    Some(filter) if modern => inner.subscribe(filter).await,
+                    _ => inner.listen().await,
+                }
+            };
             tokio::select! {
-                () = inner.listen() => {}
+                () = listened => {}
                 () = stop.cancelled() => {}
             }
         });
@@ -133,7 +180,7 @@ impl Streamable {
         if lock(&self.inner.session_id).is_none() {
             return;
         }
-        let headers = self.inner.headers(None);
+        let headers = self.inner.headers(None, None);
         let delete = self
             .inner
             .http
@@ -149,7 +196,16 @@ impl Drop for Streamable {
 }
 
 impl Inner {
-    fn headers(&self, trace: Option<&TraceContext>) -> Vec<(HeaderName, String)> {
+    fn is_modern(&self) -> bool {
+        lock(&self.protocol).as_deref() == Some(revision::MODERN)
+    }
+
+    /// The headers of a POST of `message` (or of a GET or DELETE).
+    fn headers(
+        &self,
+        trace: Option<&TraceContext>,
+        message: Option<&Value>,
+    ) -> Vec<(HeaderName, String)> {
         let mut headers = vec![
             (ACCEPT, "application/json, text/event-stream".to_owned()),
             (CONTENT_TYPE, "application/json".to_owned()),
@@ -159,6 +215,11 @@ impl Inner {
         }
         if let Some(version) = lock(&self.protocol).clone() {
             headers.push((PROTOCOL_VERSION, version));
+        }
+        if let Some(message) = message.filter(|_| self.is_modern()) {
+            let (method, name) = revision::routing(message);
+            headers.extend(method.map(|method| (METHOD, method)));
+            headers.extend(name.map(|name| (NAME, name)));
         }
         if let Some(trace) = trace {
             headers.push((TRACEPARENT, trace.traceparent.clone()));
@@ -258,7 +319,8 @@ impl Inner {
                 .fail(id, UpstreamError::Malformed("no JSON-RPC message".into()));
         }
         for reply in inbound.replies {
-            let (headers, body) = (self.headers(None), reply.to_string().into_bytes());
+            let headers = self.headers(None, Some(&reply));
+            let body = reply.to_string().into_bytes();
             let http = self.http.clone();
             let url = self.url.clone();
             tokio::spawn(
@@ -280,10 +342,20 @@ impl Inner {
             400..=499 => status.as_u16(),
             _ => 502,
         };
-        let message = serde_json::from_slice::<Value>(&body)
+        let error = serde_json::from_slice::<Value>(&body)
             .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+            .map(|v| v["error"].clone())
+            .unwrap_or_default();
+        let mut message = error["message"].as_str().map_or_else(
+            || String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+            str::to_owned,
+        );
+        if let Some(supported) = error["data"]["supported"].as_array() {
+            // -32022: which revisions it would have spoken.
+            let supported = Value::Array(supported.iter().take(10).cloned().collect());
+            let supported: String = supported.to_string().chars().take(200).collect();
+            message = format!("{message} (it supports {supported})");
+        }
         UpstreamError::Refused {
             status: code,
             message: format!("HTTP {status}: {message}"),
@@ -294,7 +366,7 @@ impl Inner {
     /// a 404 is the connection's loss.
     async fn listen(&self) {
         loop {
-            let mut headers = self.headers(None);
+            let mut headers = self.headers(None, None);
             headers.retain(|(name, _)| *name != ACCEPT && *name != CONTENT_TYPE);
             headers.push((ACCEPT, "text/event-stream".to_owned()));
             let response = match self
