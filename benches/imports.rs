@@ -10,7 +10,7 @@
 //! `cargo bench --bench imports`; settings: IMPORT_CALLS per row (2000,
 //! after 200 unmeasured), IMPORT_ROUNDS rounds of the ways alternated (3),
 //! IMPORT_SDK=0 leaves out (c), IMPORT_SERVER=ts calls the TypeScript SDK's
-//! fixture server (`tests/mcp/upstream_server.mjs`) instead. One call in
+//! fixture server (`tests/imports/mcp_server.mjs`) instead. One call in
 //! flight at a time. Columns: calls per second, p50 and p99 in
 //! microseconds; then the sidecar's overhead, (b) − (a), per round.
 
@@ -170,7 +170,7 @@ async fn main() -> Result<()> {
     let rounds = env_or("IMPORT_ROUNDS", 3);
     let with_sdk = env_or("IMPORT_SDK", 1) == 1;
     let server = match std::env::var("IMPORT_SERVER").as_deref() {
-        Ok("ts") => Fixture::node("tests/mcp/upstream_server.mjs", &[]).await,
+        Ok("ts") => Fixture::node("tests/imports/mcp_server.mjs", &[]).await,
         _ => Fixture::python("tests/imports/mcp_server.py", &["http"]).await,
     };
     let url = server.url("/mcp");

@@ -89,8 +89,8 @@ impl Fixture {
         Fixture::start("python3", &all).await
     }
 
-    /// `node {script} {args}` (a script under `tests/mcp/`, where node finds
-    /// the SDK in `tests/mcp/node_modules`).
+    /// `node {script} {args}`, once the SDK is installed in `tests/mcp`
+    /// (where the fixture scripts load it from).
     pub async fn node(script: &str, args: &[&str]) -> Fixture {
         let script = path(script);
         assert!(
