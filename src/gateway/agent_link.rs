@@ -129,6 +129,13 @@ impl AgentLink {
         }
     }
 
+    /// Whether the directory holds a description of every hosted Thing
+    /// (e.g. kept in the store across a restart).
+    pub fn described(&self) -> bool {
+        let directory = self.shared.directory.directory();
+        self.things.iter().all(|t| directory.get(t).is_some())
+    }
+
     /// Releases the Things: the router fails what waits on the agent.
     pub async fn close(self) {
         self.shared

@@ -4,6 +4,9 @@
 //! call, by SIGTERM and by SIGKILL, and started again on its data
 //! directory: `queryAction` finds the finished invocation, the one that
 //! was running comes back `failed`, and the imported Thing serves again.
+//! The second time the server is gone too when the sidecar comes back: the
+//! records answer all the same, from the description kept on disk, and a
+//! call gets a 503 naming the upstream.
 
 use lmos_sidecar::config::ImportsConfig;
 use lmos_testkit as common;
@@ -88,6 +91,24 @@ async fn query(ws: &mut WsClient, action: &str, correlation: &str) -> Value {
     until_final(ws, correlation, true).await
 }
 
+/// Calls until the server is reached again (before, the Thing's TD is the
+/// one kept on disk and calls get a 503).
+async fn reached_again(ws: &mut WsClient) {
+    let deadline = tokio::time::Instant::now() + UP;
+    for n in 0.. {
+        let correlation = format!("add-again-{n}");
+        invoke(ws, "add", json!({"a": 20, "b": 22}), &correlation).await;
+        let added = until_final(ws, &correlation, false).await;
+        if added["status"] == "completed" {
+            assert_eq!(added["output"]["sum"].as_f64(), Some(42.0), "{added}");
+            return;
+        }
+        assert_eq!(added["status"], "503", "only not connected yet: {added}");
+        assert!(tokio::time::Instant::now() < deadline, "{added}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn an_imported_thing_s_invocations_survive_a_restart_in_the_middle_of_a_call() {
     let fixture = Fixture::python("tests/imports/mcp_server.py", &["http"]).await;
@@ -96,6 +117,7 @@ async fn an_imported_thing_s_invocations_survive_a_restart_in_the_middle_of_a_ca
         a2a: vec![],
     };
     let toml = upstreams::imports_toml(&imports);
+    let mut fixture = Some(fixture);
     for kill in [false, true] {
         let dir = DataDir::new("imports-restart");
         let start = crate::configured(&dir, &toml);
@@ -121,26 +143,23 @@ async fn an_imported_thing_s_invocations_survive_a_restart_in_the_middle_of_a_ca
             first.terminate();
         }
 
+        if kill {
+            // The last round: the upstream does not come back.
+            if let Some(f) = fixture.take() {
+                f.stop().await;
+            }
+        }
         let second = start();
         described(&second).await;
         let mut ws = WsClient::connect(&ws_url(&second)).await;
-        // Once the server is reached again (before, the Thing's TD may be
-        // the one on disk, or the bridge's without affordances).
-        let deadline = tokio::time::Instant::now() + UP;
-        for n in 0.. {
-            let correlation = format!("add-again-{n}");
-            invoke(&mut ws, "add", json!({"a": 20, "b": 22}), &correlation).await;
-            let added = until_final(&mut ws, &correlation, false).await;
-            if added["status"] == "completed" {
-                assert_eq!(added["output"]["sum"].as_f64(), Some(42.0), "{added}");
-                break;
-            }
-            assert!(
-                added["status"] == "503" || added["status"] == "404",
-                "only not connected yet: {added}"
-            );
-            assert!(tokio::time::Instant::now() < deadline, "{added}");
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        if kill {
+            invoke(&mut ws, "add", json!({"a": 1, "b": 1}), "add-down").await;
+            let refused = until_final(&mut ws, "add-down", false).await;
+            assert_eq!(refused["status"], "503", "{refused}");
+            let detail = refused["detail"].as_str().unwrap_or_default();
+            assert!(detail.contains("`calc`"), "{refused}");
+        } else {
+            reached_again(&mut ws).await;
         }
         let got = query(&mut ws, "add", "add-1").await;
         assert_eq!(got["status"], "completed", "kill {kill}: {got}");

@@ -120,8 +120,12 @@ impl<U: Upstream> Bridge<U> {
     /// Serves until `shutdown` fires, then lets go of the upstream and the
     /// Thing.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        // The Thing exists from the start, with what it offers once known.
-        self.publish_td().await;
+        // The Thing exists from the start, with what it offers once known;
+        // a description kept from before a restart stays until the upstream
+        // says what it offers now, so its invocation records stay queryable.
+        if !self.link.described() {
+            self.publish_td().await;
+        }
         let mut attempt: Option<Attempt> = Some(self.connect());
         let mut probe: Option<Probe> = None;
         loop {
