@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::replies::{chunk, Answering, Speaker};
 use super::upstream::{Call, Outcome, Update, Upstream, UpstreamError};
 use crate::telemetry::metrics::Metrics;
-use crate::telemetry::{MessageTracer, RpcInfo, RpcSpan, TraceContext};
+use crate::telemetry::{MessageTracer, RpcInfo, RpcSpan};
 
 /// Updates a call may have waiting for the bridge; the upstream drops
 /// further ones (they are progress, not the answer).
@@ -243,12 +243,4 @@ impl Calls {
         );
         let _ = self.out.send(Outgoing::Done(route.to_owned())).await;
     }
-}
-
-/// The trace context a request arrived with.
-pub fn trace_of(traceparent: Option<&String>, tracestate: Option<&String>) -> Option<TraceContext> {
-    traceparent.map(|tp| TraceContext {
-        traceparent: tp.clone(),
-        tracestate: tracestate.cloned(),
-    })
 }

@@ -134,7 +134,7 @@ impl<U: Upstream> Bridge<U> {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 request = self.link.recv() => match request {
-                    Some(text) => self.on_request(&text),
+                    Some(text) => self.on_request(&text).await,
                     None => break,
                 },
                 Some(out) = self.outgoing.recv() => self.on_outgoing(out).await,

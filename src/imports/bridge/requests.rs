@@ -6,7 +6,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::{Bridge, Running, State};
-use crate::imports::calls::{trace_of, Invocation, Outgoing};
+use crate::gateway::incoming_trace;
+use crate::imports::calls::Invocation;
 use crate::imports::replies::Answering;
 use crate::imports::upstream::Upstream;
 use crate::lmos::{Body, Message, Problem, ProblemKind};
@@ -14,7 +15,7 @@ use crate::lmos::{Body, Message, Problem, ProblemKind};
 impl<U: Upstream> Bridge<U> {
     /// A message from the router: a request for the Thing, or an `error`
     /// about something the bridge sent.
-    pub(super) fn on_request(&mut self, text: &str) {
+    pub(super) async fn on_request(&mut self, text: &str) {
         let message = match Message::parse(text.as_bytes()) {
             Ok(m) => m,
             Err(e) => {
@@ -31,7 +32,7 @@ impl<U: Upstream> Bridge<U> {
         };
         let answering = Answering {
             route,
-            trace: trace_of(message.traceparent.as_ref(), message.tracestate.as_ref()),
+            trace: incoming_trace(&message),
         };
         let problem = match message.body {
             Body::InvokeAction { action, input } => {
@@ -61,9 +62,7 @@ impl<U: Upstream> Bridge<U> {
         };
         if let Some((answering, problem)) = problem {
             let text = self.speaker().error(&answering, problem);
-            let out = self.calls.out.clone();
-            // Through the outgoing queue, behind what calls sent before.
-            tokio::spawn(async move { out.send(Outgoing::Message(text)).await });
+            self.link.send(text).await;
         }
     }
 
