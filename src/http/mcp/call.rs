@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::logging::{CallLog, Level};
 use super::results;
 use super::sessions::RunningCall;
 use super::tools::{Target, Tool};
@@ -22,10 +23,22 @@ use crate::telemetry::{metrics, RpcInfo};
 /// proxies and idle timeouts.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// Where progress goes: the call's SSE stream and the client's token.
+/// Where progress goes: the call's SSE stream and the client's token,
+/// and the log notifications for a client that set a level.
 pub struct Progress {
     pub sse: SseSender,
-    pub token: Value,
+    pub token: Option<Value>,
+    pub log: Option<Level>,
+}
+
+impl Progress {
+    fn log(&self, tool: &Tool) -> Option<CallLog> {
+        self.log.map(|threshold| CallLog {
+            sse: self.sse.clone(),
+            threshold,
+            logger: tool.name.clone(),
+        })
+    }
 }
 
 impl Ctx {
@@ -145,7 +158,7 @@ async fn invoke(
     progress: Option<Progress>,
 ) -> Option<Value> {
     let mut message = ctx.message(&tool.thing, body, &invocation);
-    if progress.is_some() {
+    if progress.as_ref().is_some_and(|p| p.token.is_some()) {
         // A client that follows progress gets the output as it is made,
         // from agents that stream; the others answer as before.
         message.extra.insert("stream".into(), true.into());
@@ -163,6 +176,13 @@ async fn invoke(
     };
     let cancelled = running.cancelled.clone();
     ctx.sessions().begin_call(&ctx.session, &key, running);
+    let log = progress.as_ref().and_then(|p| p.log(tool));
+    if let Some(log) = &log {
+        log.log(
+            Level::Debug,
+            &format!("invokeAction `{action}` sent to {}.", tool.thing),
+        );
+    }
     let mut sent = 0u64;
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
@@ -181,20 +201,32 @@ async fn invoke(
             break Some(results::tool_error("The sidecar is shutting down."));
         };
         if status["messageType"] == "error" {
-            break Some(results::tool_error(&results::error_text(&status)));
+            let text = results::error_text(&status);
+            log_error(log.as_ref(), &text);
+            break Some(results::tool_error(&text));
         }
         match status["status"].as_str().unwrap_or_default() {
             "completed" => break Some(tool.success(status.get("output"))),
             s if crate::lmos::is_terminal(s) => {
-                break Some(results::tool_error(&results::ended_text(&status)))
+                let text = results::ended_text(&status);
+                log_error(log.as_ref(), &text);
+                break Some(results::tool_error(&text));
             }
             "pending" => {}
             _ => {
                 let (Some(p), Some(text)) = (&progress, results::progress_message(&status)) else {
                     continue;
                 };
+                if let Some(log) = &log {
+                    if !log.log(Level::Info, &text) {
+                        break None;
+                    }
+                }
+                let Some(token) = &p.token else {
+                    continue;
+                };
                 sent += 1;
-                let params = json!({"progressToken": p.token, "progress": sent, "message": text});
+                let params = json!({"progressToken": token, "progress": sent, "message": text});
                 let note = jsonrpc::notification("notifications/progress", params);
                 match p.sse.offer(&note) {
                     Offered::Queued => {}
@@ -211,6 +243,12 @@ async fn invoke(
     };
     ctx.sessions().end_call(&ctx.session, &key);
     answer
+}
+
+fn log_error(log: Option<&CallLog>, text: &str) {
+    if let Some(log) = log {
+        log.log(Level::Error, text);
+    }
 }
 
 /// `notifications/cancelled`: the call's invocation is cancelled at its

@@ -14,6 +14,11 @@
 //! (tools are only what the caller may use).
 
 mod call;
+pub mod completion;
+pub mod content;
+pub mod logging;
+pub mod observe;
+pub mod resources;
 pub mod results;
 pub mod sessions;
 pub mod tools;
@@ -51,6 +56,7 @@ pub struct Mcp {
     /// Largest request body (`gateway.max_message_size`), for A2A too.
     pub body_limit: usize,
     watch: watch::HostWatch,
+    observations: observe::Observations,
 }
 
 impl Mcp {
@@ -73,6 +79,7 @@ impl Mcp {
             ),
             body_limit,
             watch: watch::HostWatch::default(),
+            observations: observe::Observations::default(),
         })
     }
 }
@@ -84,6 +91,8 @@ pub struct Ctx {
     session: String,
     /// The protocol version the session negotiated.
     version: String,
+    /// The session's `logging/setLevel`.
+    log_level: Option<logging::Level>,
     traceparent: Option<String>,
     tracestate: Option<String>,
 }
@@ -177,6 +186,7 @@ pub async fn post(
         principal,
         session,
         version: current.version,
+        log_level: current.log_level,
     };
     match message {
         Incoming::Request { id, method, params } => {
@@ -223,7 +233,12 @@ fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Val
     }
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": true}},
+        "capabilities": {
+            "tools": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": true},
+            "logging": {},
+            "completions": {},
+        },
         "serverInfo": {"name": "lmos-sidecar", "title": "LMOS sidecar", "version": env!("CARGO_PKG_VERSION")},
         "instructions": "Each tool is an action (or a property read or write) of an LMOS agent behind this sidecar; calls go to the agent as LMOS invokeAction, and progress follows its statuses.",
     });
@@ -252,6 +267,21 @@ async fn request(
             jsonrpc::result(&id, json!({"tools": tools}))
         }
         "tools/call" => return tools_call(ctx, headers, id, params).await,
+        "resources/list" => resources::list(&ctx.state, &ctx.principal, &id).await,
+        "resources/templates/list" => resources::templates(&ctx.state, &ctx.principal, &id).await,
+        "resources/read" => resources::read(&ctx, &id, &params).await,
+        "resources/subscribe" => observe::subscribe(&ctx, &id, &params).await,
+        "resources/unsubscribe" => observe::unsubscribe(&ctx, &id, &params),
+        "completion/complete" => {
+            completion::complete(&ctx.state, &ctx.principal, &id, &params).await
+        }
+        "logging/setLevel" => match logging::requested(&id, &params) {
+            Ok(level) => {
+                ctx.sessions().set_log_level(&ctx.session, level);
+                jsonrpc::result(&id, json!({}))
+            }
+            Err(refused) => refused,
+        },
         other => {
             let text = format!("Method not found: `{other}`");
             jsonrpc::error(&id, jsonrpc::METHOD_NOT_FOUND, &text, None)
@@ -284,7 +314,8 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
         return rpc_io::json(StatusCode::OK, &answer);
     };
     let token = params["_meta"].get("progressToken").cloned();
-    match token.filter(|_| accepts_sse(headers)) {
+    let log = ctx.log_level;
+    match Some(()).filter(|_| (token.is_some() || log.is_some()) && accepts_sse(headers)) {
         None => {
             let result = call::traced(ctx, &id, &tool, &arguments, None).await;
             match result {
@@ -292,12 +323,13 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
                 None => StatusCode::ACCEPTED.into_response(),
             }
         }
-        Some(token) => {
+        Some(()) => {
             let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
             tokio::spawn(async move {
                 let progress = call::Progress {
                     sse: sse.clone(),
                     token,
+                    log,
                 };
                 if let Some(r) = call::traced(ctx, &id, &tool, &arguments, Some(progress)).await {
                     sse.send(&jsonrpc::result(&id, r));
@@ -341,6 +373,14 @@ pub async fn get(State(state): State<HttpState>, caller: Caller, headers: Header
         );
     };
     let (sse, response) = rpc_io::sse(&state.mcp.streams);
+    let updates = observe::forward(
+        state.clone(),
+        principal.clone(),
+        session,
+        sse.clone(),
+        ended.clone(),
+    );
+    tokio::spawn(updates);
     tokio::spawn(watch::notify_changes(state, principal, sse, ended));
     response
 }
