@@ -15,6 +15,7 @@ mod console;
 mod console_history;
 mod imports;
 mod mcp;
+mod mcp_features;
 mod nats_cluster;
 mod nats_native;
 mod node_wot;

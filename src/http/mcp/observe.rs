@@ -107,7 +107,7 @@ pub async fn watch(
     let message = Message::new(&resource.thing, body).with_correlation_id(&correlation);
     let replies = state
         .gateway
-        .request_via(metrics::MCP, principal, message)
+        .subscribe_via(metrics::MCP, principal, message)
         .await
         .map_err(|p| {
             let text = format!("{}: {}", p.kind.title(), p.detail);
@@ -188,7 +188,7 @@ async fn unobserve(
     // so it reaches the router before any new observation of the same.
     let _ = state
         .gateway
-        .request_via(metrics::MCP, principal, message)
+        .subscribe_via(metrics::MCP, principal, message)
         .await;
 }
 
