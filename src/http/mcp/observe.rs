@@ -227,6 +227,13 @@ impl Observations {
     }
 }
 
+fn too_many(id: &Value) -> Value {
+    let text = format!(
+        "A session holds at most {MAX_PER_SESSION} resource subscriptions; unsubscribe from one first"
+    );
+    jsonrpc::error(id, jsonrpc::INVALID_REQUEST, &text, None)
+}
+
 /// `resources/subscribe`.
 pub async fn subscribe(ctx: &Ctx, id: &Value, params: &Value) -> Value {
     let uri = params["uri"].as_str().unwrap_or_default();
@@ -242,8 +249,7 @@ pub async fn subscribe(ctx: &Ctx, id: &Value, params: &Value) -> Value {
             return jsonrpc::result(id, json!({}));
         }
         if held.is_some_and(|h| h.len() >= MAX_PER_SESSION) {
-            let text = format!("A session holds at most {MAX_PER_SESSION} resource subscriptions; unsubscribe from one first");
-            return jsonrpc::error(id, jsonrpc::INVALID_REQUEST, &text, None);
+            return too_many(id);
         }
     }
     let mut watch = match watch(&ctx.state, &ctx.principal, uri).await {
@@ -251,8 +257,18 @@ pub async fn subscribe(ctx: &Ctx, id: &Value, params: &Value) -> Value {
         Err(error) => return json!({"jsonrpc": "2.0", "id": id, "error": error}),
     };
     let cancel = current.ended.child_token();
-    if let Some(s) = observations.lock().get_mut(&ctx.session) {
-        s.by_uri.insert(uri.to_owned(), cancel.clone());
+    {
+        let mut sessions = observations.lock();
+        let Some(s) = sessions.get_mut(&ctx.session) else {
+            return jsonrpc::error(id, jsonrpc::INVALID_REQUEST, "Session not found", None);
+        };
+        // Checked again: another subscribe may have come in meanwhile.
+        if s.by_uri.len() >= MAX_PER_SESSION && !s.by_uri.contains_key(uri) {
+            return too_many(id);
+        }
+        if let Some(previous) = s.by_uri.insert(uri.to_owned(), cancel.clone()) {
+            previous.cancel();
+        }
     }
     tokio::spawn(async move {
         loop {
@@ -282,8 +298,9 @@ pub fn unsubscribe(ctx: &Ctx, id: &Value, params: &Value) -> Value {
     jsonrpc::result(id, json!({}))
 }
 
-/// The `GET` stream's share: the session's resource updates, until the
-/// stream is replaced or ends.
+/// The `GET` stream's share: the session's resource updates, and
+/// `notifications/resources/list_changed` when the caller's resources
+/// change (agents come and go), until the stream is replaced or ends.
 pub async fn forward(
     state: HttpState,
     principal: Principal,
@@ -303,9 +320,24 @@ pub async fn forward(
         rx = rx.lock() => rx,
         _ = listening.cancelled() => return,
     };
+    let mut changes = state.mcp.watch.subscribe(&state);
+    let uris =
+        |all: Vec<resources::Resource>| -> Vec<String> { all.into_iter().map(|r| r.uri).collect() };
+    let mut known = uris(for_caller(&state, &principal).await);
     loop {
         let note = tokio::select! {
             note = rx.recv() => note,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let now = uris(for_caller(&state, &principal).await);
+                if now == known {
+                    continue;
+                }
+                known = now;
+                Some(jsonrpc::notification("notifications/resources/list_changed", json!({})))
+            }
             _ = listening.cancelled() => return,
             _ = state.closing.cancelled() => return,
         };

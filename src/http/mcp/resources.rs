@@ -13,6 +13,7 @@
 
 use serde_json::{json, Map, Value};
 
+pub use super::observe::{watch, ResourceWatch};
 use super::Ctx;
 use crate::auth::{Access, Principal};
 use crate::http::jsonrpc;

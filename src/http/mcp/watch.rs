@@ -58,7 +58,7 @@ async fn fingerprint(state: &HttpState) -> u64 {
 }
 
 impl HostWatch {
-    fn subscribe(&self, state: &HttpState) -> watch::Receiver<u64> {
+    pub(super) fn subscribe(&self, state: &HttpState) -> watch::Receiver<u64> {
         if !self.started.swap(true, Ordering::Relaxed) {
             tokio::spawn(look(state.clone()));
         }
