@@ -315,15 +315,16 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
     };
     let token = params["_meta"].get("progressToken").cloned();
     let log = ctx.log_level;
-    match Some(()).filter(|_| (token.is_some() || log.is_some()) && accepts_sse(headers)) {
-        None => {
+    // Progress and log notifications need the call's own SSE stream.
+    match (token.is_some() || log.is_some()) && accepts_sse(headers) {
+        false => {
             let result = call::traced(ctx, &id, &tool, &arguments, None).await;
             match result {
                 Some(r) => rpc_io::json(StatusCode::OK, &jsonrpc::result(&id, r)),
                 None => StatusCode::ACCEPTED.into_response(),
             }
         }
-        Some(()) => {
+        true => {
             let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
             tokio::spawn(async move {
                 let progress = call::Progress {
