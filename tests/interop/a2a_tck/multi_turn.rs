@@ -120,3 +120,47 @@ async fn the_agent_hears_the_message_s_id_parts_and_ids() {
     assert_eq!(heard["input"], "Hello from our TCK tests", "{heard}");
     face.stop().await;
 }
+
+/// The scripted agent itself, over LMOS (no face): the `a2a` member of an
+/// `invokeAction` reaches it through the router, and the `a2a` member of
+/// its `actionStatus` reaches the consumer.
+#[tokio::test]
+async fn the_scripted_agent_answers_over_lmos_by_the_message_id() {
+    let face = Face::start().await;
+    let mut consumer = face.sidecar.ws().await;
+    let ask = |prefix: &str| {
+        common::lmos(
+            THING_ID,
+            "invokeAction",
+            json!({"action": "tck", "input": "hi", "a2a": {"messageId": format!("{prefix}-1"), "taskId": "t1", "contextId": "c1"}}),
+        )
+    };
+    consumer.send(ask("tck-input-required")).await;
+    let seen = statuses(&mut consumer).await;
+    let last = seen.last().unwrap();
+    assert_eq!(last["status"], "completed", "{seen:?}");
+    assert_eq!(last["a2a"]["state"], "input-required", "{seen:?}");
+    consumer.send(ask("tck-stream-artifact-text")).await;
+    let seen = statuses(&mut consumer).await;
+    let with_artifact = seen
+        .iter()
+        .find(|m| m["status"] == "running" && m.get("a2a").is_some());
+    let artifact = &with_artifact.unwrap_or_else(|| panic!("{seen:?}"))["a2a"]["artifacts"][0];
+    assert_eq!(artifact["parts"][0]["text"], "Streamed text content");
+    assert_eq!(seen.last().unwrap()["a2a"]["artifacts"][0], *artifact);
+    face.stop().await;
+}
+
+/// An invocation's statuses, up to the one that ends it.
+async fn statuses(consumer: &mut common::WsClient) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let m = consumer.recv().await;
+        assert_eq!(m["messageType"], "actionStatus", "{m}");
+        let end = m["status"] != "pending" && m["status"] != "running";
+        seen.push(m);
+        if end {
+            return seen;
+        }
+    }
+}
