@@ -176,6 +176,65 @@ fn error_info(response: &Value) -> Option<&Value> {
         .find(|d| d["@type"] == "type.googleapis.com/google.rpc.ErrorInfo")
 }
 
+/// A2A 1.0's JSON Schema (a2aproject/A2A `v1.0.0` at 1736957, as the TCK
+/// bundles it in `specification/a2a.json`), which the TCK validates
+/// answers with.
+const SCHEMA: &str = include_str!("a2a_tck/a2a.json");
+
+/// The schema with its file-like `$ref`s (`lf.a2a.v1.Task.jsonschema.json`)
+/// pointing into its own `definitions`, as the TCK resolves them.
+fn local_refs(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.remove("$schema");
+            if let Some(Value::String(r)) = m.get_mut("$ref") {
+                let name = r
+                    .trim_start_matches("lf.")
+                    .trim_start_matches("a2a.v1.")
+                    .trim_start_matches("google.protobuf.")
+                    .trim_end_matches(".jsonschema.json")
+                    .to_owned();
+                *r = format!("#/definitions/{name}");
+            }
+            m.values_mut().for_each(local_refs);
+        }
+        Value::Array(a) => a.iter_mut().for_each(local_refs),
+        _ => {}
+    }
+}
+
+/// What `value` breaks of the schema's `definition` ("Send Message
+/// Response", "Task", "Stream Response", "Agent Card", …).
+fn schema_errors(definition: &str, value: &Value) -> Vec<String> {
+    let mut full: Value = serde_json::from_str(SCHEMA).expect("the schema is JSON");
+    let defs = full["definitions"].as_object_mut().expect("definitions");
+    // The file-like names are the definitions' names without spaces.
+    let renamed: serde_json::Map<String, Value> = std::mem::take(defs)
+        .into_iter()
+        .map(|(k, v)| (k.replace(' ', ""), v))
+        .collect();
+    let mut definitions = Value::Object(renamed);
+    local_refs(&mut definitions);
+    let root = json!({
+        "definitions": definitions,
+        "$ref": format!("#/definitions/{}", definition.replace(' ', "")),
+    });
+    let validator = jsonschema::draft202012::new(&root).expect("the schema compiles");
+    validator
+        .iter_errors(value)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
+/// Asserts `value` is a valid `definition`.
+fn assert_schema(definition: &str, value: &Value) {
+    let errors = schema_errors(definition, value);
+    assert!(
+        errors.is_empty(),
+        "not a valid {definition}: {errors:#?}\n{value}"
+    );
+}
+
 /// The state a stream event carries (a task's or a status update's).
 fn event_state(event: &Value) -> Option<&str> {
     let r = &event["result"];

@@ -87,6 +87,7 @@ async fn card_proto_002_each_interface_url_answers_its_binding() {
 async fn card_struct_001_the_card_has_the_required_fields() {
     let face = Face::start().await;
     let card = card(&face).await;
+    assert_schema("Agent Card", &card);
     for field in [
         "name",
         "description",

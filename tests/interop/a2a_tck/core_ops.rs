@@ -160,6 +160,7 @@ async fn core_list_004_next_page_token_is_always_there_and_empty_at_the_end() {
     ] {
         let r = face.call("ListTasks", params.clone()).await;
         assert_eq!(r["result"]["nextPageToken"], "", "{params}: {r}");
+        assert_schema("List Tasks Response", &r["result"]);
     }
     face.stop().await;
 }

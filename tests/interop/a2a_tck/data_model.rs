@@ -336,10 +336,24 @@ async fn dm_serial_003_timestamps_are_iso_8601_utc() {
     face.stop().await;
 }
 
+/// Every answer valid by A2A's JSON Schema, as the TCK checks them (it
+/// files this under DM-TASK-001 … DM-STATUS-001 and DM-SERIAL-004).
 #[tokio::test]
 async fn dm_serial_004_required_fields_are_there() {
     let face = Face::start().await;
     let s = said(&face).await;
+    for r in &s.all {
+        let result = &r["result"];
+        let definition =
+            if result.get("statusUpdate").is_some() || result.get("artifactUpdate").is_some() {
+                "Stream Response"
+            } else if result.get("id").is_some() {
+                "Task"
+            } else {
+                "Send Message Response"
+            };
+        assert_schema(definition, result);
+    }
     for e in &s.events {
         if let Some(u) = e.get("statusUpdate") {
             assert!(
@@ -370,4 +384,22 @@ async fn dm_serial_005_unknown_fields_are_ignored() {
         .await;
     assert_eq!(state(&r["result"]["task"]), "TASK_STATE_COMPLETED", "{r}");
     face.stop().await;
+}
+
+/// The schema check above finds what it should (its `$ref`s resolved).
+#[test]
+fn the_schema_check_refuses_what_the_schema_refuses() {
+    // (The schema marks no field required: DM-SERIAL-004's own checks do.)
+    assert!(!schema_errors("Task", &json!({"id": "t", "kind": "task"})).is_empty());
+    let bad_state = json!({"id": "t", "status": {"state": "done"}});
+    assert!(!schema_errors("Task", &bad_state).is_empty());
+    let bad_part = json!({"task": {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+        "artifacts": [{"artifactId": "a", "parts": [{"txt": "x"}]}]}});
+    assert!(!schema_errors("Send Message Response", &bad_part).is_empty());
+    assert!(!schema_errors("Stream Response", &json!({"kind": "task"})).is_empty());
+    let good = json!({"task": {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"}}});
+    assert_eq!(
+        schema_errors("Send Message Response", &good),
+        Vec::<String>::new()
+    );
 }

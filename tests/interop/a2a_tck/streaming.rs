@@ -305,6 +305,7 @@ async fn jsonrpc_sse_001_streams_are_sse_of_json_rpc_responses() {
             assert_eq!(e["jsonrpc"], "2.0", "{e}");
             assert_eq!(e["id"], 1, "{e}");
             assert_eq!(payload(e).len(), 1, "{prefix}: {e}");
+            assert_schema("Stream Response", &e["result"]);
         }
     }
     face.stop().await;
