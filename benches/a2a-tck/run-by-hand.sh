@@ -86,5 +86,9 @@ level_args=()
 status=0
 (cd "$tck" && "$python" run_tck.py --sut-host "$base" --transport jsonrpc "${level_args[@]}" -v -- "$@") \
     || status=$?
+if [[ -f "$tck/reports/compatibility.json" ]]; then
+    "$python" "$repo/benches/a2a-tck/summarize.py" "$tck/reports/compatibility.json" > "$work/requirements.txt"
+    echo "by requirement: $work/requirements.txt"
+fi
 echo "TCK reports: $tck/reports/ (exit status $status)"
 exit "$status"
