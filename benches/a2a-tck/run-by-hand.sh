@@ -21,8 +21,11 @@
 # Environment: VENV (default /tmp/a2a-tck-venv), PORT (the sidecar's HTTP
 # port, default 18089), LEVEL (must | should | may | all; default must),
 # TCK_STREAMING_TIMEOUT (seconds, as the TCK reads it; the agent reads it
-# too), CARGO_TARGET_DIR (where the debug build goes). The sidecar is the
-# debug build of this checkout, memory only, MQTT on free ports. The TCK's
+# too), CARGO_TARGET_DIR (where the debug build goes: one of this
+# checkout's own; one shared with another checkout of the repository can
+# keep that checkout's binaries, the package hashes being the same). The
+# sidecar is the debug build of this checkout, memory only, MQTT on free
+# ports. The TCK's
 # reports land in <tck>/reports/ (compatibility.json, compatibility.html,
 # junitreport.xml); the sidecar's and the agent's logs in a temporary
 # directory the script names. Exit status: the TCK's.
