@@ -25,10 +25,10 @@
 # checkout's own; one shared with another checkout of the repository can
 # keep that checkout's binaries, the package hashes being the same). The
 # sidecar is the debug build of this checkout, memory only, MQTT on free
-# ports. The TCK's
-# reports land in <tck>/reports/ (compatibility.json, compatibility.html,
-# junitreport.xml); the sidecar's and the agent's logs in a temporary
-# directory the script names. Exit status: the TCK's.
+# ports. The TCK's reports land in <tck>/reports/ (compatibility.json,
+# compatibility.html, junitreport.xml); the sidecar's and the agent's logs,
+# and the results by requirement, in a temporary directory the script
+# names. Exit status: the TCK's.
 set -euo pipefail
 
 if [[ $# -lt 1 || ! -f "$1/run_tck.py" ]]; then
