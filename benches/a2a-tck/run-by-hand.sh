@@ -32,7 +32,7 @@
 set -euo pipefail
 
 if [[ $# -lt 1 || ! -f "$1/run_tck.py" ]]; then
-    sed -n '2,30p' "$0" >&2
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2
     echo "usage: $0 <a2a-tck checkout> [-- pytest args]" >&2
     exit 2
 fi
