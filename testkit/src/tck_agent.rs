@@ -16,11 +16,11 @@
 //! |---|---|
 //! | `tck-complete-task` | `completed`, `a2a.message` "Hello from TCK" |
 //! | `tck-artifact-text` / `-file` / `-file-url` / `-data` | `completed`, `a2a.artifacts`: a text / raw file / file URL / data part |
-//! | `tck-message-response` | `completed`, `a2a.reply: "message"`, `a2a.message` "Direct message response" |
+//! | `tck-message-response` | `completed`, `a2a.state: "message"` (answered with a Message, no task), `a2a.message` "Direct message response" |
 //! | `tck-input-required` | `completed`, `a2a.state: "input-required"`, `a2a.message` |
 //! | `tck-auth-required` (ours, not the TCK's) | `completed`, `a2a.state: "auth-required"`, `a2a.message` saying where to sign in |
 //! | `tck-reject-task` | `failed`, `a2a.state: "rejected"`, `a2a.message` "rejected" |
-//! | `tck-stream-001`, `-003`, `-ordering-001`, `-artifact-text`, `-artifact-file` | `running`; `running` with `a2a.artifacts`; `completed` with the same artifacts |
+//! | `tck-stream-001`, `-003`, `-ordering-001`, `-artifact-text`, `-artifact-file` | `running`; `running` with `a2a.artifacts` (one artifact); `completed` |
 //! | `tck-stream-002` | `completed` |
 //! | `tck-stream-artifact-chunked` | `running`; LMOS `stream` chunks "chunk-1 ", "chunk-2"; `completed` |
 //! | `test-resubscribe-message-id` | `running`; after 2 × `TCK_STREAMING_TIMEOUT` (2 s): `completed` |

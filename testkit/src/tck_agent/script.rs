@@ -76,14 +76,14 @@ fn complete_with_artifact(artifact: Value, output: Option<Value>) -> Vec<Step> {
     vec![status("completed", members)]
 }
 
-/// working, the artifact, completed (its artifacts the one streamed).
+/// working, the artifact (on a working status), completed.
 fn streamed(artifact: Value) -> Vec<Step> {
     vec![
         status("running", json!({})),
         Step::Sleep(STREAM_STEP),
-        status("running", json!({"a2a": {"artifacts": [artifact.clone()]}})),
+        status("running", json!({"a2a": {"artifacts": [artifact]}})),
         Step::Sleep(STREAM_STEP),
-        status("completed", json!({"a2a": {"artifacts": [artifact]}})),
+        status("completed", json!({})),
     ]
 }
 
@@ -139,10 +139,11 @@ pub fn scenario(message_id: &str, streaming_timeout: Duration) -> Vec<Step> {
             complete_with_artifact(artifact, Some(data))
         }),
         ("tck-message-response", || {
-            // Answered with a Message, not a Task (see `REPLY_MESSAGE`).
+            // Answered with a Message, not a Task: `a2a.state: "message"`
+            // on the `completed` that follows `pending`.
             vec![status(
                 "completed",
-                json!({"a2a": {"reply": REPLY_MESSAGE, "message": agent_message("Direct message response")}}),
+                json!({"a2a": {"state": "message", "message": agent_message("Direct message response")}}),
             )]
         }),
         ("tck-input-required", || {
@@ -199,12 +200,6 @@ pub fn scenario(message_id: &str, streaming_timeout: Duration) -> Vec<Step> {
         None => complete_with_message(&format!("Unhandled messageId prefix: {message_id}")),
     }
 }
-
-/// The value of `a2a.reply` by which the agent asks to be answered with a
-/// Message rather than a Task (the TCK's `tck-message-response`, DM-MSG-001).
-/// Not in the shared conventions yet: the face may ignore it and answer a
-/// completed Task whose status message is the message.
-pub const REPLY_MESSAGE: &str = "message";
 
 /// `TCK_STREAMING_TIMEOUT` from the environment (seconds), as the TCK and
 /// its generated agents read it; 2 s without it.

@@ -147,7 +147,7 @@ async fn the_scripted_agent_answers_over_lmos_by_the_message_id() {
         .find(|m| m["status"] == "running" && m.get("a2a").is_some());
     let artifact = &with_artifact.unwrap_or_else(|| panic!("{seen:?}"))["a2a"]["artifacts"][0];
     assert_eq!(artifact["parts"][0]["text"], "Streamed text content");
-    assert_eq!(seen.last().unwrap()["a2a"]["artifacts"][0], *artifact);
+    assert_eq!(seen.last().unwrap()["status"], "completed");
     face.stop().await;
 }
 
