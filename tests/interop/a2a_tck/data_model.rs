@@ -403,3 +403,52 @@ fn the_schema_check_refuses_what_the_schema_refuses() {
         Vec::<String>::new()
     );
 }
+
+/// ProtoJSON (which A2A's JSON is, §5.5) reads a field by its proto name as
+/// well as its JSON name, and the TCK's client sends some that way
+/// (`context_id`, `page_size`, `include_artifacts`, `history_length`).
+#[tokio::test]
+async fn protojson_requests_may_use_proto_field_names() {
+    let face = Face::start().await;
+    let context = format!("tck-proto-names-{}", uuid::Uuid::new_v4());
+    for _ in 0..2 {
+        face.send("tck-artifact-text", json!({"contextId": context}), None)
+            .await;
+    }
+    let elsewhere = face.task("tck-complete-task").await;
+    let listed = face.call("ListTasks", json!({"context_id": context})).await;
+    let tasks = listed["result"]["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(tasks.len(), 2, "{listed}");
+    assert!(
+        tasks.iter().all(|t| t["contextId"] == context.as_str()),
+        "{listed}"
+    );
+    let page = face
+        .call("ListTasks", json!({"context_id": context, "page_size": 1}))
+        .await;
+    assert_eq!(
+        page["result"]["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "{page}"
+    );
+    let with = face
+        .call(
+            "ListTasks",
+            json!({"context_id": context, "include_artifacts": true}),
+        )
+        .await;
+    assert!(with["result"]["tasks"][0]["artifacts"].is_array(), "{with}");
+    let waiting = face.task("tck-input-required").await;
+    face.send("tck-complete-task", json!({"taskId": waiting["id"]}), None)
+        .await;
+    let got = face
+        .call("GetTask", json!({"id": waiting["id"], "history_length": 1}))
+        .await;
+    let history = got["result"]["history"].as_array().map_or(0, Vec::len);
+    assert!(history <= 1, "{got}");
+    assert_ne!(elsewhere["contextId"], context.as_str());
+    face.stop().await;
+}
