@@ -7,9 +7,9 @@
 //! [`nats`] (a real NATS cluster), [`cluster_scenarios`] (the cluster tests
 //! both cluster modes run), [`upstreams`] (MCP servers and A2A agents for a
 //! sidecar to import, their `[[imports.*]]` entries), [`weather_agent`] (the
-//! draft's WeatherAgent), [`bench`] (the benches' clock, settings and
-//! tallies); [`alone`] and [`CapturedLogs`] for tests that observe the whole
-//! process.
+//! draft's WeatherAgent), [`tck_agent`] (the A2A TCK's scripted agent),
+//! [`bench`] (the benches' clock, settings and tallies); [`alone`] and
+//! [`CapturedLogs`] for tests that observe the whole process.
 
 pub mod bench;
 pub mod cluster_scenarios;
@@ -22,6 +22,7 @@ pub mod packets;
 mod parties;
 pub mod process;
 pub mod raw_mqtt;
+pub mod tck_agent;
 pub mod upstreams;
 pub mod weather_agent;
 pub mod webdriver;

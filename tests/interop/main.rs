@@ -9,6 +9,7 @@
 //! external program belong here: add the file and a `mod` line below.
 
 mod a2a;
+mod a2a_tck;
 mod browser;
 mod cluster;
 mod console;
