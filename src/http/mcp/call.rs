@@ -22,10 +22,13 @@ use crate::telemetry::{metrics, RpcInfo};
 /// proxies and idle timeouts.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// Where progress goes: the call's SSE stream and the client's token.
+const GONE: &str = "The MCP client closed the call's stream.";
+
+/// Where progress goes: the call's SSE stream and the client's token (a
+/// stateless call is streamed without one, so that closing it cancels).
 pub struct Progress {
     pub sse: SseSender,
-    pub token: Value,
+    pub token: Option<Value>,
 }
 
 impl Ctx {
@@ -70,7 +73,7 @@ pub async fn traced(
             method: "tools/call",
             target: &tool.name,
             request_id: Some(&request_id),
-            session_id: Some(&ctx.session),
+            session_id: ctx.session.as_deref(),
             protocol_version: Some(&ctx.version),
             client: false,
         };
@@ -145,7 +148,7 @@ async fn invoke(
     progress: Option<Progress>,
 ) -> Option<Value> {
     let mut message = ctx.message(&tool.thing, body, &invocation);
-    if progress.is_some() {
+    if progress.as_ref().is_some_and(|p| p.token.is_some()) {
         // A client that follows progress gets the output as it is made,
         // from agents that stream; the others answer as before.
         message.extra.insert("stream".into(), true.into());
@@ -162,7 +165,14 @@ async fn invoke(
         cancelled: Default::default(),
     };
     let cancelled = running.cancelled.clone();
-    ctx.sessions().begin_call(&ctx.session, &key, running);
+    let closed = progress
+        .as_ref()
+        .filter(|_| ctx.stateless())
+        .map(|p| p.sse.clone());
+    let at_agent = running.clone();
+    if let Some(session) = &ctx.session {
+        ctx.sessions().begin_call(session, &key, running);
+    }
     let mut sent = 0u64;
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
@@ -170,6 +180,11 @@ async fn invoke(
         let reply = tokio::select! {
             reply = replies.next() => reply,
             _ = cancelled.cancelled() => break None,
+            // Stateless (2026-07-28): the client closing the stream is the cancel.
+            _ = client_gone(closed.as_ref()) => {
+                cancel_at_agent(ctx, at_agent.clone(), GONE).await;
+                break None;
+            }
             _ = keep_alive.tick() => {
                 if let Some(p) = &progress {
                     p.sse.keep_alive();
@@ -190,11 +205,15 @@ async fn invoke(
             }
             "pending" => {}
             _ => {
-                let (Some(p), Some(text)) = (&progress, results::progress_message(&status)) else {
+                let Some((p, token)) = progress.as_ref().and_then(|p| Some((p, p.token.as_ref()?)))
+                else {
+                    continue;
+                };
+                let Some(text) = results::progress_message(&status) else {
                     continue;
                 };
                 sent += 1;
-                let params = json!({"progressToken": p.token, "progress": sent, "message": text});
+                let params = json!({"progressToken": token, "progress": sent, "message": text});
                 let note = jsonrpc::notification("notifications/progress", params);
                 match p.sse.offer(&note) {
                     Offered::Queued => {}
@@ -202,15 +221,31 @@ async fn invoke(
                         .state
                         .metrics
                         .limit_hit(metrics::MCP, "max_stream_queue_bytes"),
-                    // Gone: MCP does not take a closed stream for a cancel;
-                    // the invocation goes on, nobody waits for its answer.
-                    Offered::Gone => break None,
+                    // Gone: MCP up to 2025-11-25 does not take a closed
+                    // stream for a cancel (the invocation goes on, nobody
+                    // waits for its answer); 2026-07-28 does.
+                    Offered::Gone => {
+                        if closed.is_some() {
+                            cancel_at_agent(ctx, at_agent.clone(), GONE).await;
+                        }
+                        break None;
+                    }
                 }
             }
         }
     };
-    ctx.sessions().end_call(&ctx.session, &key);
+    if let Some(session) = &ctx.session {
+        ctx.sessions().end_call(session, &key);
+    }
     answer
+}
+
+/// Resolves when the stream's client has gone; never without a stream.
+async fn client_gone(sse: Option<&SseSender>) {
+    match sse {
+        Some(sse) => sse.closed().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `notifications/cancelled`: the call's invocation is cancelled at its
@@ -219,17 +254,25 @@ pub async fn cancel(ctx: &Ctx, params: &Value) {
     let Some(request) = params.get("requestId") else {
         return;
     };
-    let Some(call) = ctx.sessions().take_call(&ctx.session, &request.to_string()) else {
+    let Some(session) = &ctx.session else {
+        return;
+    };
+    let Some(call) = ctx.sessions().take_call(session, &request.to_string()) else {
         return;
     };
     call.cancelled.cancel();
     let reason = params["reason"]
         .as_str()
-        .unwrap_or("Cancelled by the MCP client.")
-        .to_owned();
+        .unwrap_or("Cancelled by the MCP client.");
+    cancel_at_agent(ctx, call, reason).await;
+}
+
+/// The call's invocation cancelled at its agent (`cancelAction`) through
+/// the router, with the caller's rights.
+async fn cancel_at_agent(ctx: &Ctx, call: RunningCall, reason: &str) {
     let body = Body::CancelAction {
         action: call.action,
-        reason: Some(reason),
+        reason: Some(reason.to_owned()),
     };
     // Answered (`cancelled`, or too late) to no one: MCP's cancel has no
     // answer; the invocation's own end is what the router remembers.

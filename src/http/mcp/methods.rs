@@ -34,7 +34,7 @@ pub async fn dispatch(
             jsonrpc::error(&id, jsonrpc::METHOD_NOT_FOUND, &text, None)
         }
     };
-    rpc_io::json(StatusCode::OK, &answer)
+    ctx.reply(method, answer)
 }
 
 async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> Response {
@@ -47,7 +47,7 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
             "`arguments` must be an object",
             None,
         );
-        return rpc_io::json(StatusCode::OK, &answer);
+        return ctx.reply("tools/call", answer);
     }
     // Unknown and not permitted read alike: the caller learns nothing of
     // tools it may not use.
@@ -58,30 +58,36 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
     else {
         let text = format!("Unknown tool: `{name}`");
         let answer = jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &text, None);
-        return rpc_io::json(StatusCode::OK, &answer);
+        return ctx.reply("tools/call", answer);
     };
     let token = params["_meta"].get("progressToken").cloned();
-    match token.filter(|_| accepts_sse(headers)) {
-        None => {
-            let result = call::traced(ctx, &id, &tool, &arguments, None).await;
-            match result {
-                Some(r) => rpc_io::json(StatusCode::OK, &jsonrpc::result(&id, r)),
-                None => StatusCode::ACCEPTED.into_response(),
-            }
-        }
-        Some(token) => {
-            let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
-            tokio::spawn(async move {
-                let progress = call::Progress {
-                    sse: sse.clone(),
-                    token,
-                };
-                if let Some(r) = call::traced(ctx, &id, &tool, &arguments, Some(progress)).await {
-                    sse.send(&jsonrpc::result(&id, r));
-                }
-            });
-            response
-        }
+    // A stateless call is always streamed when the client takes a stream:
+    // closing it is how that revision cancels.
+    let stateless = ctx.stateless();
+    if !accepts_sse(headers) || (token.is_none() && !stateless) {
+        let result = call::traced(ctx, &id, &tool, &arguments, None).await;
+        return match result {
+            Some(r) => rpc_io::json(StatusCode::OK, &answer(stateless, &id, r)),
+            None => StatusCode::ACCEPTED.into_response(),
+        };
     }
+    let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
+    tokio::spawn(async move {
+        let progress = call::Progress {
+            sse: sse.clone(),
+            token,
+        };
+        if let Some(r) = call::traced(ctx, &id, &tool, &arguments, Some(progress)).await {
+            sse.send(&answer(stateless, &id, r));
+        }
+    });
+    response
 }
 
+/// A call's result as its revision shapes it.
+fn answer(stateless: bool, id: &Value, mut result: Value) -> Value {
+    if stateless {
+        super::headers::shape("tools/call", &mut result);
+    }
+    jsonrpc::result(id, result)
+}

@@ -10,13 +10,24 @@
 //!   when the caller's tools change (agents come and go).
 //! - `DELETE /mcp`: ends the session.
 //!
+//! Revision 2026-07-28 (stateless) is served on the same `POST /mcp`,
+//! chosen per request (`headers::era`): no session, the revision and the
+//! client in every request's `_meta`, `server/discover`,
+//! `subscriptions/listen` for news; see `stateless.rs`. GET and DELETE are
+//! 405 for it.
+//!
 //! Same authentication as every handler on the port, same per-Thing rights
 //! (tools are only what the caller may use).
 
 mod call;
+mod discover;
+pub mod headers;
+mod listen;
 mod methods;
+pub mod resources;
 pub mod results;
 pub mod sessions;
+mod stateless;
 pub mod tools;
 mod watch;
 
@@ -43,7 +54,6 @@ use sessions::{SessionLimits, Sessions};
 pub const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// What `/mcp` keeps: the sessions, the limits, the watch on the agents.
 pub struct Mcp {
@@ -52,6 +62,7 @@ pub struct Mcp {
     /// Largest request body (`gateway.max_message_size`), for A2A too.
     pub body_limit: usize,
     watch: watch::HostWatch,
+    listens: listen::Listens,
 }
 
 impl Mcp {
@@ -74,6 +85,11 @@ impl Mcp {
             ),
             body_limit,
             watch: watch::HostWatch::default(),
+            listens: listen::Listens::new(listen::ListenLimits {
+                max: config.max_listens,
+                per_principal: config.max_listens_per_principal,
+                resources: config.max_listen_resources,
+            }),
         })
     }
 }
@@ -82,8 +98,9 @@ impl Mcp {
 pub struct Ctx {
     state: HttpState,
     principal: Principal,
-    session: String,
-    /// The protocol version the session negotiated.
+    /// The handshake revisions' session; `None` for a stateless request.
+    session: Option<String>,
+    /// The protocol version the session negotiated, or the request's.
     version: String,
     traceparent: Option<String>,
     tracestate: Option<String>,
@@ -92,6 +109,51 @@ pub struct Ctx {
 impl Ctx {
     fn sessions(&self) -> &Sessions {
         &self.state.mcp.sessions
+    }
+
+    /// Served by the stateless revision (2026-07-28).
+    fn stateless(&self) -> bool {
+        self.session.is_none()
+    }
+
+    /// A JSON-RPC answer to `method` as this request's revision shapes it:
+    /// the stateless one adds `resultType` and cache hints, and answers an
+    /// unknown method with 404.
+    fn finish(&self, method: &str, mut answer: Value) -> (StatusCode, Value) {
+        if !self.stateless() {
+            return (StatusCode::OK, answer);
+        }
+        if let Some(result) = answer.get_mut("result") {
+            headers::shape(method, result);
+        }
+        match answer["error"]["code"].as_i64() {
+            Some(jsonrpc::METHOD_NOT_FOUND) => (StatusCode::NOT_FOUND, answer),
+            _ => (StatusCode::OK, answer),
+        }
+    }
+
+    fn reply(&self, method: &str, answer: Value) -> Response {
+        let (status, answer) = self.finish(method, answer);
+        rpc_io::json(status, &answer)
+    }
+}
+
+/// What the server offers, for `initialize` and `server/discover` alike.
+fn capabilities() -> Value {
+    json!({"tools": {"listChanged": true}})
+}
+
+fn server_info() -> Value {
+    json!({"name": "lmos-sidecar", "title": "LMOS sidecar", "version": env!("CARGO_PKG_VERSION")})
+}
+
+const INSTRUCTIONS: &str = "Each tool is an action (or a property read or write) of an LMOS agent behind this sidecar; calls go to the agent as LMOS invokeAction, and progress follows its statuses.";
+
+/// The id an error about `message` answers to (null for a notification).
+fn id_of(message: &Incoming) -> Value {
+    match message {
+        Incoming::Request { id, .. } => id.clone(),
+        _ => Value::Null,
     }
 }
 
@@ -136,18 +198,10 @@ pub async fn post(
             return rpc_io::json(StatusCode::BAD_REQUEST, &malformed.to_value());
         }
     };
-    if let Some(v) = header(&headers, VERSION_HEADER).filter(|v| !VERSIONS.contains(&v.as_str())) {
-        let text = format!(
-            "Bad Request: unsupported MCP-Protocol-Version `{v}`; this server speaks {VERSIONS:?}"
-        );
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            &Value::Null,
-            jsonrpc::INVALID_REQUEST,
-            &text,
-        );
-    }
     let principal = caller.principal;
+    if headers::era(&headers, &message) == headers::Era::Stateless {
+        return stateless::post(state, principal, &headers, message).await;
+    }
     if let Incoming::Request { id, method, params } = &message {
         if method == "initialize" {
             return initialize(&state, &principal, id, params);
@@ -158,7 +212,7 @@ pub async fn post(
         let text = "Bad Request: no Mcp-Session-Id header; send `initialize` first";
         return rpc_error(
             StatusCode::BAD_REQUEST,
-            &Value::Null,
+            &id_of(&message),
             jsonrpc::INVALID_REQUEST,
             text,
         );
@@ -166,7 +220,7 @@ pub async fn post(
     let Some(current) = state.mcp.sessions.touch(&session, principal.name()) else {
         return rpc_error(
             StatusCode::NOT_FOUND,
-            &Value::Null,
+            &id_of(&message),
             jsonrpc::INVALID_REQUEST,
             "Session not found; send `initialize` again",
         );
@@ -176,7 +230,7 @@ pub async fn post(
         tracestate: header(&headers, "tracestate"),
         state,
         principal,
-        session,
+        session: Some(session),
         version: current.version,
     };
     match message {
@@ -224,9 +278,9 @@ fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Val
     }
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": true}},
-        "serverInfo": {"name": "lmos-sidecar", "title": "LMOS sidecar", "version": env!("CARGO_PKG_VERSION")},
-        "instructions": "Each tool is an action (or a property read or write) of an LMOS agent behind this sidecar; calls go to the agent as LMOS invokeAction, and progress follows its statuses.",
+        "capabilities": capabilities(),
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
     });
     let mut response = rpc_io::json(StatusCode::OK, &jsonrpc::result(id, result));
     if let Ok(v) = HeaderValue::from_str(&session) {
@@ -237,6 +291,9 @@ fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Val
 
 /// `GET /mcp`: the session's stream of server notifications.
 pub async fn get(State(state): State<HttpState>, caller: Caller, headers: HeaderMap) -> Response {
+    if headers::stateless_header(&headers) {
+        return stateless::not_allowed();
+    }
     if !accepts_sse(&headers) {
         return (
             StatusCode::NOT_ACCEPTABLE,
@@ -278,6 +335,9 @@ pub async fn delete(
     caller: Caller,
     headers: HeaderMap,
 ) -> Response {
+    if headers::stateless_header(&headers) {
+        return stateless::not_allowed();
+    }
     let session = header(&headers, SESSION_HEADER).unwrap_or_default();
     match state.mcp.sessions.close(&session, caller.principal.name()) {
         true => StatusCode::NO_CONTENT.into_response(),
