@@ -25,8 +25,10 @@ fn meta() -> Value {
     })
 }
 
+type Headers = Vec<(String, String)>;
+
 /// A stateless request as a client sends it: headers mirror the body.
-fn request(id: u64, method: &str, mut params: Value) -> (Vec<(String, String)>, Value) {
+fn request(id: u64, method: &str, mut params: Value) -> (Headers, Value) {
     params["_meta"] = meta();
     let mut headers = vec![
         ("MCP-Protocol-Version".to_owned(), MODERN.to_owned()),
@@ -107,7 +109,7 @@ async fn stateless_requests_get_the_errors_the_specification_gives() {
     assert!(listed["result"]["ttlMs"].is_u64(), "{listed}");
     assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(3));
 
-    let cases: Vec<(&str, Vec<(String, String)>, Value, u16, i64)> = vec![
+    let cases: Vec<(&str, Headers, Value, u16, i64)> = vec![
         {
             let (h, mut b) = request(101, "server/discover", json!({}));
             b["params"] = json!({});

@@ -37,12 +37,15 @@ pub struct ListenLimits {
     pub resources: usize,
 }
 
-/// The open listen streams: by principal, oldest first, each with the
-/// token that ends it.
+/// The last stream's number, and each principal's open streams, oldest
+/// first, with the token that ends each.
+type Open = (u64, HashMap<String, Vec<(u64, CancellationToken)>>);
+
+/// The open listen streams.
 #[derive(Debug)]
 pub struct Listens {
     limits: ListenLimits,
-    open: Mutex<(u64, HashMap<String, Vec<(u64, CancellationToken)>>)>,
+    open: Mutex<Open>,
 }
 
 /// A stream's place; given back ([`Listens::close`]) when its task ends.
@@ -65,8 +68,7 @@ impl Listens {
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    fn lock(&self) -> MutexGuard<'_, (u64, HashMap<String, Vec<(u64, CancellationToken)>>)> {
+    fn lock(&self) -> MutexGuard<'_, Open> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
