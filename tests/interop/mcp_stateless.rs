@@ -343,3 +343,72 @@ async fn listen_streams_tell_of_agents_coming_and_going_to_those_who_may_see_the
         assert_eq!(last["result"]["resultType"], "complete", "{rest:?}");
     }
 }
+
+#[tokio::test]
+async fn a_stateless_tool_call_is_a_server_span_of_its_revision_without_a_session() {
+    use lmos_sidecar::telemetry::Tracing;
+    use lmos_testkit::{test_config, TestSidecar};
+    use opentelemetry::trace::SpanKind;
+    use opentelemetry_sdk::trace::InMemorySpanExporter;
+    let exporter = InMemorySpanExporter::default();
+    let tracing = Tracing::with_exporter(exporter.clone(), false);
+    let sidecar = TestSidecar::start_traced(test_config(), tracing).await;
+    let mut agent = sidecar.ws_agent(THING_ID).await;
+    agent
+        .send(serde_json::from_str(THING_DESCRIPTION).unwrap())
+        .await;
+    common::wait_for_td(&sidecar, THING_ID).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let arguments = json!({"question": "Sun in Oslo?", "interactionMode": "text"});
+    let (mut h, b) = request(
+        5,
+        "tools/call",
+        json!({"name": "getWeather", "arguments": arguments}),
+    );
+    h.push((
+        "traceparent".into(),
+        format!("00-{trace_id}-00f067aa0ba902b7-01"),
+    ));
+    let addr = sidecar.http;
+    let call = tokio::spawn(async move { post(addr, &h, &b).await });
+    let invoke = loop {
+        let m = agent.recv().await;
+        if m["messageType"] == "invokeAction" {
+            break m;
+        }
+    };
+    let mut done = json!({
+        "thingID": THING_ID, "messageID": "done", "messageType": "actionStatus",
+        "action": "getWeather", "status": "completed", "output": "Sunny.",
+    });
+    done["correlationID"] = invoke["correlationID"].clone();
+    agent.send(done).await;
+    let answer = call.await.unwrap();
+    // Streamed (closing it would cancel): the result is the last event.
+    let last = answer
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .last()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .expect("an event");
+    assert_eq!(last["result"]["content"][0]["text"], "Sunny.", "{last}");
+    assert_eq!(last["result"]["resultType"], "complete", "{last}");
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let span = spans
+        .iter()
+        .find(|s| s.name == "tools/call getWeather")
+        .expect("the MCP span");
+    assert_eq!(span.span_kind, SpanKind::Server);
+    assert_eq!(span.span_context.trace_id().to_string(), trace_id);
+    let attribute = |key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    };
+    assert_eq!(attribute("mcp.protocol.version").as_deref(), Some(MODERN));
+    assert_eq!(attribute("mcp.session.id"), None);
+    sidecar.stop().await;
+}
