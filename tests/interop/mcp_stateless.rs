@@ -389,7 +389,7 @@ async fn a_stateless_tool_call_is_a_server_span_of_its_revision_without_a_sessio
         .body
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
-        .last()
+        .next_back()
         .map(|d| serde_json::from_str::<Value>(d).unwrap())
         .expect("an event");
     assert_eq!(last["result"]["content"][0]["text"], "Sunny.", "{last}");
