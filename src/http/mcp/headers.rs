@@ -128,10 +128,18 @@ pub fn decoded(value: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-/// Checks a stateless request: its `_meta` (-32602), its headers against
-/// its body (-32020), its version (-32022), in the order the
-/// specification's conformance suite expects.
+/// Checks a stateless request: a version header nobody serves (-32022),
+/// its `_meta` (-32602), its headers against its body (-32020), its
+/// version (-32022), in the order the specification's conformance suite
+/// expects.
 pub fn check(headers: &HeaderMap, method: &str, params: &Value) -> Result<(), Refusal> {
+    // A version nobody serves is named as such, whatever else is wrong
+    // (an old client that sends only the header learns what to speak).
+    if let Some(v) = header(headers, VERSION_HEADER)? {
+        if v != MODERN && !VERSIONS.contains(&v) {
+            return Err(unsupported(v));
+        }
+    }
     let meta = &params["_meta"];
     let Some(version) = meta[PROTOCOL_VERSION].as_str() else {
         return Err(Refusal::bad(
