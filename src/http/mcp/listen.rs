@@ -26,6 +26,7 @@ use super::watch::{ToolChanges, KEEP_ALIVE};
 use super::Ctx;
 use crate::http::jsonrpc;
 use crate::http::rpc_io::{self, accepts_sse, Offered, SseSender};
+use crate::http::HttpState;
 use crate::telemetry::metrics;
 
 /// How many listen streams there may be.
@@ -122,27 +123,39 @@ fn tagged(mut note: Value, id: &Value) -> Value {
     note
 }
 
-pub async fn listen(ctx: Ctx, headers: &HeaderMap, id: Value, params: &Value) -> Response {
-    let refuse =
-        |status, code, text: &str| rpc_io::json(status, &jsonrpc::error(&id, code, text, None));
-    if !accepts_sse(headers) {
-        let text = "subscriptions/listen answers with a text/event-stream; accept it";
-        return refuse(StatusCode::NOT_ACCEPTABLE, jsonrpc::INVALID_REQUEST, text);
+/// A stream's place, held by the stream's task (or the request until it
+/// starts): given back, and its followers stopped, however it ends.
+struct Held {
+    state: HttpState,
+    slot: Slot,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.slot.ended.cancel();
+        self.state.mcp.listens.close(&self.slot);
     }
-    let filter = &params["notifications"];
-    let limit = ctx.state.mcp.listens.limits.resources;
-    let uris: Vec<&str> = filter["resourceSubscriptions"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    if uris.len() > limit {
-        let text =
-            format!("at most {limit} resourceSubscriptions per stream (mcp.max_listen_resources)");
-        return refuse(StatusCode::BAD_REQUEST, jsonrpc::INVALID_PARAMS, &text);
-    }
-    let state = ctx.state.clone();
-    let (slot, evicted) = match state.mcp.listens.open(ctx.principal.name()) {
-        Ok(opened) => opened,
+}
+
+fn refusal(id: &Value, status: StatusCode, code: i64, text: &str) -> Response {
+    rpc_io::json(status, &jsonrpc::error(id, code, text, None))
+}
+
+/// A place for the caller's new stream, or the refusal to answer.
+fn hold(ctx: &Ctx, id: &Value) -> Result<Held, Response> {
+    let state = &ctx.state;
+    match state.mcp.listens.open(ctx.principal.name()) {
+        Ok((slot, evicted)) => {
+            if evicted {
+                state
+                    .metrics
+                    .limit_hit(metrics::MCP, "max_listens_per_principal");
+            }
+            Ok(Held {
+                state: state.clone(),
+                slot,
+            })
+        }
         Err(full) => {
             state.metrics.limit_hit(metrics::MCP, "max_listens");
             warn!(
@@ -150,32 +163,22 @@ pub async fn listen(ctx: Ctx, headers: &HeaderMap, id: Value, params: &Value) ->
                 "MCP listen streams at mcp.max_listens; refusing one."
             );
             let text = format!("{full}; try again later");
-            return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                jsonrpc::INTERNAL_ERROR,
-                &text,
-            );
+            let status = StatusCode::SERVICE_UNAVAILABLE;
+            Err(refusal(id, status, jsonrpc::INTERNAL_ERROR, &text))
         }
-    };
-    if evicted {
-        state
-            .metrics
-            .limit_hit(metrics::MCP, "max_listens_per_principal");
     }
-    let mut honoured = Map::new();
-    let tools = filter["toolsListChanged"] == true;
-    if tools {
-        honoured.insert("toolsListChanged".into(), json!(true));
-    }
-    // Each followed resource forwards its news here; ends with the stream.
-    let (news_tx, news) = mpsc::channel::<Value>(16);
+}
+
+/// Follows each resource the caller may watch, forwarding its news to
+/// `tx` until the stream ends; the URIs followed.
+async fn follow(ctx: &Ctx, uris: Vec<&str>, held: &Held, tx: mpsc::Sender<Value>) -> Vec<Value> {
     let mut followed = Vec::new();
     for uri in uris {
-        let Ok(mut watch) = resources::watch(&state, &ctx.principal, uri).await else {
+        let Ok(mut watch) = resources::watch(&ctx.state, &ctx.principal, uri).await else {
             continue;
         };
         followed.push(json!(uri));
-        let (tx, ended) = (news_tx.clone(), slot.ended.clone());
+        let (tx, ended) = (tx.clone(), held.slot.ended.clone());
         tokio::spawn(async move {
             loop {
                 let note = tokio::select! {
@@ -189,22 +192,56 @@ pub async fn listen(ctx: Ctx, headers: &HeaderMap, id: Value, params: &Value) ->
             }
         });
     }
+    followed
+}
+
+pub async fn listen(ctx: Ctx, headers: &HeaderMap, id: Value, params: &Value) -> Response {
+    if !accepts_sse(headers) {
+        let text = "subscriptions/listen answers with a text/event-stream; accept it";
+        return refusal(
+            &id,
+            StatusCode::NOT_ACCEPTABLE,
+            jsonrpc::INVALID_REQUEST,
+            text,
+        );
+    }
+    let filter = &params["notifications"];
+    let limit = ctx.state.mcp.listens.limits.resources;
+    let uris: Vec<&str> = filter["resourceSubscriptions"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if uris.len() > limit {
+        let text =
+            format!("at most {limit} resourceSubscriptions per stream (mcp.max_listen_resources)");
+        return refusal(&id, StatusCode::BAD_REQUEST, jsonrpc::INVALID_PARAMS, &text);
+    }
+    let held = match hold(&ctx, &id) {
+        Ok(held) => held,
+        Err(refused) => return refused,
+    };
+    let mut honoured = Map::new();
+    let tools = filter["toolsListChanged"] == true;
+    if tools {
+        honoured.insert("toolsListChanged".into(), json!(true));
+    }
+    // Each followed resource forwards its news here.
+    let (news_tx, news) = mpsc::channel::<Value>(16);
+    let followed = follow(&ctx, uris, &held, news_tx).await;
     if !followed.is_empty() {
         honoured.insert("resourceSubscriptions".into(), Value::Array(followed));
     }
-    drop(news_tx);
     let changes = match tools {
-        true => Some(ToolChanges::new(&state, &ctx.principal).await),
+        true => Some(ToolChanges::new(&ctx.state, &ctx.principal).await),
         false => None,
     };
-    let (sse, response) = rpc_io::sse(&state.mcp.streams);
+    let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
     let ack = jsonrpc::notification(
         "notifications/subscriptions/acknowledged",
         json!({"notifications": honoured}),
     );
     sse.send(&tagged(ack, &id));
-    let ended = slot.ended.clone();
-    // The slot is the stream's: it goes back when the task ends.
+    let ended = held.slot.ended.clone();
     tokio::spawn(async move {
         let stream = Stream {
             ctx,
@@ -212,13 +249,12 @@ pub async fn listen(ctx: Ctx, headers: &HeaderMap, id: Value, params: &Value) ->
             sse,
             ended,
         };
-        let graceful = stream.run(changes, news).await;
-        if graceful {
+        if stream.run(changes, news).await {
             let mut result = json!({"resultType": "complete"});
             result["_meta"] = json!({SUBSCRIPTION_ID: stream.id});
             stream.sse.send(&jsonrpc::result(&stream.id, result));
         }
-        stream.ctx.state.mcp.listens.close(&slot);
+        drop(held);
     });
     response
 }
