@@ -286,6 +286,43 @@ impl Gateway {
         Ok(replies)
     }
 
+    /// As [`Gateway::request_via`] for an `observeProperty`, `subscribeEvent`
+    /// and their ends: the principal's consumer connection subscribes as a
+    /// WebSocket's would (MCP's `resources/subscribe`), and the deliveries
+    /// carry the message's correlation ID.
+    pub async fn subscribe_via(
+        &self,
+        transport: &'static str,
+        principal: &Principal,
+        message: Message,
+    ) -> Result<Replies, Problem> {
+        if let Err((access, problem)) = authorize(principal, &message) {
+            self.shared.metrics.denied(transport, access.as_str());
+            return Err(problem);
+        }
+        let consumer = self.http_consumer(principal).await;
+        let route = inbound::route(
+            consumer.conn,
+            &message,
+            bytes::Bytes::new(),
+            &self.shared.topics,
+        );
+        let command = match route {
+            inbound::Destination::Dispatcher(command) => command,
+            inbound::Destination::Refused(problem) => return Err(problem),
+            inbound::Destination::Bus(_) => {
+                let detail = "Only subscriptions and observations are subscribed.";
+                return Err(Problem::new(ProblemKind::NotSupported, detail));
+            }
+        };
+        self.shared
+            .metrics
+            .received(transport, message.message_type().as_str());
+        let replies = consumer.wait_for(message.reply_correlation_id());
+        self.shared.command(command).await;
+        Ok(replies)
+    }
+
     async fn http_consumer(&self, principal: &Principal) -> HttpConsumer {
         let mut consumers = self.shared.http_consumers.lock().await;
         if let Some(c) = consumers.get(principal.name()) {

@@ -366,7 +366,7 @@ async fn malformed_and_oversized_requests_get_json_rpc_errors() {
         .expect("a session")
         .to_owned();
     let unknown = post(
-        br#"{"jsonrpc":"2.0","id":2,"method":"resources/list"}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":2,"method":"prompts/list"}"#.to_vec(),
         Some(session.clone()),
     )
     .await;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::logging::{CallLog, Level};
 use super::results;
 use super::sessions::RunningCall;
 use super::tools::{Target, Tool};
@@ -24,11 +25,23 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 const GONE: &str = "The MCP client closed the call's stream.";
 
-/// Where progress goes: the call's SSE stream and the client's token (a
-/// stateless call is streamed without one, so that closing it cancels).
+/// Where progress goes: the call's SSE stream and the client's token,
+/// and the log notifications for a client that set a level (a stateless
+/// call is streamed without either, so that closing it cancels).
 pub struct Progress {
     pub sse: SseSender,
     pub token: Option<Value>,
+    pub log: Option<Level>,
+}
+
+impl Progress {
+    fn log(&self, tool: &Tool) -> Option<CallLog> {
+        self.log.map(|threshold| CallLog {
+            sse: self.sse.clone(),
+            threshold,
+            logger: tool.name.clone(),
+        })
+    }
 }
 
 impl Ctx {
@@ -173,6 +186,13 @@ async fn invoke(
     if let Some(session) = &ctx.session {
         ctx.sessions().begin_call(session, &key, running);
     }
+    let log = progress.as_ref().and_then(|p| p.log(tool));
+    if let Some(log) = &log {
+        log.log(
+            Level::Debug,
+            &format!("invokeAction `{action}` sent to {}.", tool.thing),
+        );
+    }
     let mut sent = 0u64;
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
@@ -196,20 +216,31 @@ async fn invoke(
             break Some(results::tool_error("The sidecar is shutting down."));
         };
         if status["messageType"] == "error" {
-            break Some(results::tool_error(&results::error_text(&status)));
+            let text = results::error_text(&status);
+            log_error(log.as_ref(), &text);
+            break Some(results::tool_error(&text));
         }
         match status["status"].as_str().unwrap_or_default() {
             "completed" => break Some(tool.success(status.get("output"))),
             s if crate::lmos::is_terminal(s) => {
-                break Some(results::tool_error(&results::ended_text(&status)))
+                let text = results::ended_text(&status);
+                log_error(log.as_ref(), &text);
+                break Some(results::tool_error(&text));
             }
             "pending" => {}
             _ => {
-                let Some((p, token)) = progress.as_ref().and_then(|p| Some((p, p.token.as_ref()?)))
-                else {
+                let (Some(p), Some(text)) = (&progress, results::progress_message(&status)) else {
                     continue;
                 };
-                let Some(text) = results::progress_message(&status) else {
+                if let Some(log) = &log {
+                    if !log.log(Level::Info, &text) {
+                        if closed.is_some() {
+                            cancel_at_agent(ctx, at_agent.clone(), GONE).await;
+                        }
+                        break None;
+                    }
+                }
+                let Some(token) = &p.token else {
                     continue;
                 };
                 sent += 1;
@@ -245,6 +276,12 @@ async fn client_gone(sse: Option<&SseSender>) {
     match sse {
         Some(sse) => sse.closed().await,
         None => std::future::pending().await,
+    }
+}
+
+fn log_error(log: Option<&CallLog>, text: &str) {
+    if let Some(log) = log {
+        log.log(Level::Error, text);
     }
 }
 

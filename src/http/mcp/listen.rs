@@ -22,7 +22,7 @@ use tracing::warn;
 
 use super::headers::SUBSCRIPTION_ID;
 use super::resources;
-use super::watch::{ToolChanges, KEEP_ALIVE};
+use super::watch::{List, ListChanges, KEEP_ALIVE};
 use super::Ctx;
 use crate::http::jsonrpc;
 use crate::http::rpc_io::{self, accepts_sse, Offered, SseSender};
@@ -231,10 +231,16 @@ pub async fn listen(ctx: Ctx, headers: &HeaderMap, id: Value, params: &Value) ->
     if !followed.is_empty() {
         honoured.insert("resourceSubscriptions".into(), Value::Array(followed));
     }
-    let changes = match tools {
-        true => Some(ToolChanges::new(&ctx.state, &ctx.principal).await),
-        false => None,
-    };
+    let resources_changed = filter["resourcesListChanged"] == true;
+    if resources_changed {
+        honoured.insert("resourcesListChanged".into(), json!(true));
+    }
+    let mut changes = Vec::new();
+    for (asked, list) in [(tools, List::Tools), (resources_changed, List::Resources)] {
+        if asked {
+            changes.push(ListChanges::new(&ctx.state, &ctx.principal, list).await);
+        }
+    }
     let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
     let ack = jsonrpc::notification(
         "notifications/subscriptions/acknowledged",
@@ -278,25 +284,32 @@ struct Stream {
     ended: CancellationToken,
 }
 
-async fn tool_change(changes: &mut Option<ToolChanges>) -> Option<()> {
-    match changes {
-        Some(c) => c.next().await,
-        None => std::future::pending().await,
+/// The next change of any of the lists: which, or `None` at shutdown;
+/// never without lists.
+async fn list_change(changes: &mut [ListChanges]) -> Option<List> {
+    if changes.is_empty() {
+        return std::future::pending().await;
     }
+    let nexts = changes.iter_mut().map(|c| {
+        let list = c.list();
+        Box::pin(async move { c.next().await.map(|()| list) })
+    });
+    futures_util::future::select_all(nexts).await.0
 }
 
 impl Stream {
     /// Forwards news until the client goes (`false`) or the sidecar ends
     /// the stream (`true`: it says so with a result).
-    async fn run(&self, mut changes: Option<ToolChanges>, mut news: mpsc::Receiver<Value>) -> bool {
+    async fn run(&self, mut changes: Vec<ListChanges>, mut news: mpsc::Receiver<Value>) -> bool {
         let state = &self.ctx.state;
         let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
         keep_alive.reset();
         let mut news_open = true;
         loop {
             let note = tokio::select! {
-                changed = tool_change(&mut changes) => match changed {
-                    Some(()) => jsonrpc::notification("notifications/tools/list_changed", json!({})),
+                changed = list_change(&mut changes) => match changed {
+                    Some(List::Tools) => jsonrpc::notification("notifications/tools/list_changed", json!({})),
+                    Some(List::Resources) => jsonrpc::notification("notifications/resources/list_changed", json!({})),
                     None => return true,
                 },
                 note = news.recv(), if news_open => match note {

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::{call, tools_for, Ctx};
+use super::{call, completion, logging, observe, resources, tools_for, Ctx};
 use crate::http::jsonrpc;
 use crate::http::rpc_io::{self, accepts_sse};
 
@@ -29,6 +29,27 @@ pub async fn dispatch(
             jsonrpc::result(&id, json!({"tools": tools}))
         }
         "tools/call" => return tools_call(ctx, headers, id, params).await,
+        "resources/list" => resources::list(&ctx.state, &ctx.principal, &id).await,
+        "resources/templates/list" => resources::templates(&ctx.state, &ctx.principal, &id).await,
+        "resources/read" => resources::read(&ctx, &id, &params).await,
+        "resources/subscribe" => observe::subscribe(&ctx, &id, &params).await,
+        "resources/unsubscribe" => observe::unsubscribe(&ctx, &id, &params),
+        "completion/complete" => {
+            completion::complete(&ctx.state, &ctx.principal, &id, &params).await
+        }
+        "logging/setLevel" => match (logging::requested(&id, &params), &ctx.session) {
+            (Ok(level), Some(session)) => {
+                ctx.sessions().set_log_level(session, level);
+                jsonrpc::result(&id, json!({}))
+            }
+            (Ok(_), None) => jsonrpc::error(
+                &id,
+                jsonrpc::METHOD_NOT_FOUND,
+                "Method not found: `logging/setLevel`",
+                None,
+            ),
+            (Err(refused), _) => refused,
+        },
         other => {
             let text = format!("Method not found: `{other}`");
             jsonrpc::error(&id, jsonrpc::METHOD_NOT_FOUND, &text, None)
@@ -61,10 +82,12 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
         return ctx.reply("tools/call", answer);
     };
     let token = params["_meta"].get("progressToken").cloned();
-    // A stateless call is always streamed when the client takes a stream:
+    let log = ctx.log_level;
+    // Progress and log notifications need the call's own SSE stream; a
+    // stateless call is always streamed when the client takes a stream:
     // closing it is how that revision cancels.
     let stateless = ctx.stateless();
-    if !accepts_sse(headers) || (token.is_none() && !stateless) {
+    if !accepts_sse(headers) || (token.is_none() && log.is_none() && !stateless) {
         let result = call::traced(ctx, &id, &tool, &arguments, None).await;
         return match result {
             Some(r) => rpc_io::json(StatusCode::OK, &answer(stateless, &id, r)),
@@ -76,6 +99,7 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
         let progress = call::Progress {
             sse: sse.clone(),
             token,
+            log,
         };
         if let Some(r) = call::traced(ctx, &id, &tool, &arguments, Some(progress)).await {
             sse.send(&answer(stateless, &id, r));

@@ -20,10 +20,14 @@
 //! (tools are only what the caller may use).
 
 mod call;
+pub mod completion;
+pub mod content;
 mod discover;
 pub mod headers;
 mod listen;
+pub mod logging;
 mod methods;
+pub mod observe;
 pub mod resources;
 pub mod results;
 pub mod sessions;
@@ -63,6 +67,7 @@ pub struct Mcp {
     pub body_limit: usize,
     watch: watch::HostWatch,
     listens: listen::Listens,
+    observations: observe::Observations,
 }
 
 impl Mcp {
@@ -90,6 +95,7 @@ impl Mcp {
                 per_principal: config.max_listens_per_principal,
                 resources: config.max_listen_resources,
             }),
+            observations: observe::Observations::default(),
         })
     }
 }
@@ -102,6 +108,8 @@ pub struct Ctx {
     session: Option<String>,
     /// The protocol version the session negotiated, or the request's.
     version: String,
+    /// The session's `logging/setLevel`.
+    log_level: Option<logging::Level>,
     traceparent: Option<String>,
     tracestate: Option<String>,
 }
@@ -140,7 +148,12 @@ impl Ctx {
 
 /// What the server offers, for `initialize` and `server/discover` alike.
 fn capabilities() -> Value {
-    json!({"tools": {"listChanged": true}})
+    json!({
+        "tools": {"listChanged": true},
+        "resources": {"subscribe": true, "listChanged": true},
+        "logging": {},
+        "completions": {},
+    })
 }
 
 fn server_info() -> Value {
@@ -232,6 +245,7 @@ pub async fn post(
         principal,
         session: Some(session),
         version: current.version,
+        log_level: current.log_level,
     };
     match message {
         Incoming::Request { id, method, params } => {
@@ -325,6 +339,14 @@ pub async fn get(State(state): State<HttpState>, caller: Caller, headers: Header
         );
     };
     let (sse, response) = rpc_io::sse(&state.mcp.streams);
+    let updates = observe::forward(
+        state.clone(),
+        principal.clone(),
+        session,
+        sse.clone(),
+        ended.clone(),
+    );
+    tokio::spawn(updates);
     tokio::spawn(watch::notify_changes(state, principal, sse, ended));
     response
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::logging::Level;
+
 /// How many sessions there may be.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
@@ -45,6 +47,8 @@ struct Session {
     ended: CancellationToken,
     /// The GET stream's own token: a newer GET replaces it.
     listening: Option<CancellationToken>,
+    /// What `logging/setLevel` asked for (none: no log notifications).
+    log_level: Option<Level>,
 }
 
 /// Why `initialize` opened no session.
@@ -63,6 +67,7 @@ pub struct Sessions {
 pub struct Current {
     pub version: String,
     pub ended: CancellationToken,
+    pub log_level: Option<Level>,
 }
 
 impl Sessions {
@@ -119,6 +124,7 @@ impl Sessions {
                 calls: HashMap::new(),
                 ended: CancellationToken::new(),
                 listening: None,
+                log_level: None,
             },
         );
         Ok((id, evicted))
@@ -138,6 +144,7 @@ impl Sessions {
         Some(Current {
             version: s.version.clone(),
             ended: s.ended.clone(),
+            log_level: s.log_level,
         })
     }
 
@@ -163,6 +170,13 @@ impl Sessions {
         let token = s.ended.child_token();
         s.listening = Some(token.clone());
         Some(token)
+    }
+
+    /// `logging/setLevel`: the session's log notifications from now on.
+    pub fn set_log_level(&self, id: &str, level: Level) {
+        if let Some(s) = self.lock().get_mut(id) {
+            s.log_level = Some(level);
+        }
     }
 
     pub fn begin_call(&self, id: &str, request: &str, call: RunningCall) {

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::headers::{self, MODERN};
-use super::{discover, header, listen, methods, Ctx};
+use super::{discover, header, listen, logging, methods, Ctx};
 use crate::auth::Principal;
 use crate::http::jsonrpc::{self, Incoming};
 use crate::http::rpc_io;
@@ -36,6 +36,13 @@ pub async fn post(
         let answer = jsonrpc::error(&id, jsonrpc::METHOD_NOT_FOUND, &text, None);
         return rpc_io::json(StatusCode::NOT_FOUND, &answer);
     }
+    let log_level = match log_level(&params) {
+        Ok(level) => level,
+        Err(text) => {
+            let answer = jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &text, None);
+            return rpc_io::json(StatusCode::BAD_REQUEST, &answer);
+        }
+    };
     let ctx = Ctx {
         traceparent: header(headers, "traceparent"),
         tracestate: header(headers, "tracestate"),
@@ -43,6 +50,7 @@ pub async fn post(
         principal,
         session: None,
         version: MODERN.to_owned(),
+        log_level,
     };
     match method.as_str() {
         "server/discover" => ctx.reply(&method, jsonrpc::result(&id, discover::result())),
@@ -50,6 +58,21 @@ pub async fn post(
         _ => methods::dispatch(ctx, headers, id, &method, params).await,
     }
 }
+
+/// The request's own log level (`_meta`): no log notifications without
+/// one; an unknown one is refused.
+fn log_level(params: &Value) -> Result<Option<logging::Level>, String> {
+    match params["_meta"].get(LOG_LEVEL) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_str()
+            .and_then(logging::Level::parse)
+            .map(Some)
+            .ok_or_else(|| format!("Invalid params: `{LOG_LEVEL}` is no log level")),
+    }
+}
+
+const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
 /// GET and DELETE at 2026-07-28: there is no stream to open and no
 /// session to end.

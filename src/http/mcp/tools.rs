@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
+use super::content;
 use crate::auth::Access;
 
 /// What a tool does.
@@ -38,6 +39,9 @@ pub struct Tool {
     wrapped_output: bool,
     /// The TD describes the output.
     has_output_schema: bool,
+    /// The TD's schema of the output (or of the property read), which
+    /// says when it is an image, audio or other media ([`content`]).
+    output_data: Option<Value>,
     /// What `tools/list` shows.
     pub descriptor: Value,
 }
@@ -249,6 +253,7 @@ fn tool(name: String, c: &Candidate) -> Tool {
         wrapped_input,
         wrapped_output,
         has_output_schema: output.is_some(),
+        output_data: output.cloned(),
         descriptor,
     }
 }
@@ -269,23 +274,30 @@ impl Tool {
     }
 
     /// A `tools/call` result for an output (a completed action's, a read
-    /// value): text, and the structured value where it is JSON.
+    /// value): its content blocks ([`content`]: text, or the image, audio
+    /// and resources the TD's schema or the output itself describe), and
+    /// the structured value where it is JSON the client can use.
     pub fn success(&self, output: Option<&Value>) -> Value {
         let Some(output) = output else {
             return json!({"content": [], "isError": false});
         };
-        let text = match output {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
+        let uri = match &self.target {
+            Target::Action(a) | Target::WriteProperty(a) => {
+                super::resources::affordance_uri(&self.thing, "actions", a)
+            }
+            Target::ReadProperty(p) => {
+                super::resources::affordance_uri(&self.thing, "properties", p)
+            }
         };
-        let mut result = json!({"content": [{"type": "text", "text": text}], "isError": false});
+        let blocks = content::content(output, self.output_data.as_ref(), &uri);
+        let mut result = json!({"content": blocks, "isError": false});
         if self.has_output_schema {
             result["structuredContent"] = if self.wrapped_output {
                 json!({"output": output})
             } else {
                 output.clone()
             };
-        } else if output.is_object() {
+        } else if output.is_object() && !content::is_explicit(output) {
             result["structuredContent"] = output.clone();
         }
         result

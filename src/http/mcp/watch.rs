@@ -58,7 +58,7 @@ async fn fingerprint(state: &HttpState) -> u64 {
 }
 
 impl HostWatch {
-    fn subscribe(&self, state: &HttpState) -> watch::Receiver<u64> {
+    pub(super) fn subscribe(&self, state: &HttpState) -> watch::Receiver<u64> {
         if !self.started.swap(true, Ordering::Relaxed) {
             tokio::spawn(look(state.clone()));
         }
@@ -85,40 +85,60 @@ async fn look(state: HttpState) {
     }
 }
 
-/// The news of one caller's tools: [`ToolChanges::next`] resolves when
-/// the names of the tools *it* may use changed (so a principal without
+/// Which list a caller hears of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum List {
+    Tools,
+    Resources,
+}
+
+/// The news of one caller's list: [`ListChanges::next`] resolves when
+/// the names (URIs) of what *it* may use changed (so a principal without
 /// rights on a Thing hears nothing of it coming or going).
-pub struct ToolChanges {
+pub struct ListChanges {
     state: HttpState,
     principal: Principal,
+    list: List,
     changes: watch::Receiver<u64>,
     known: Vec<String>,
 }
 
-async fn names(state: &HttpState, principal: &Principal) -> Vec<String> {
-    tools_for(state, principal)
-        .await
-        .into_iter()
-        .map(|t| t.name)
-        .collect()
+async fn names(state: &HttpState, principal: &Principal, list: List) -> Vec<String> {
+    match list {
+        List::Tools => tools_for(state, principal)
+            .await
+            .into_iter()
+            .map(|t| t.name)
+            .collect(),
+        List::Resources => super::resources::for_caller(state, principal)
+            .await
+            .into_iter()
+            .map(|r| r.uri)
+            .collect(),
+    }
 }
 
-impl ToolChanges {
-    pub async fn new(state: &HttpState, principal: &Principal) -> ToolChanges {
-        ToolChanges {
+impl ListChanges {
+    pub async fn new(state: &HttpState, principal: &Principal, list: List) -> ListChanges {
+        ListChanges {
             changes: state.mcp.watch.subscribe(state),
-            known: names(state, principal).await,
+            known: names(state, principal, list).await,
             state: state.clone(),
             principal: principal.clone(),
+            list,
         }
     }
 
-    /// Waits for a change of the caller's tools; `None` when the watch
+    pub fn list(&self) -> List {
+        self.list
+    }
+
+    /// Waits for a change of the caller's list; `None` when the watch
     /// ended (shutdown).
     pub async fn next(&mut self) -> Option<()> {
         loop {
             self.changes.changed().await.ok()?;
-            let now = names(&self.state, &self.principal).await;
+            let now = names(&self.state, &self.principal, self.list).await;
             if now != self.known {
                 self.known = now;
                 return Some(());
@@ -136,7 +156,7 @@ pub async fn notify_changes(
     sse: SseSender,
     ended: CancellationToken,
 ) {
-    let mut changes = ToolChanges::new(&state, &principal).await;
+    let mut changes = ListChanges::new(&state, &principal, List::Tools).await;
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
     loop {
