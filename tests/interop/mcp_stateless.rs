@@ -217,9 +217,12 @@ impl Events {
         let (headers, body) = request(id, "subscriptions/listen", json!({"notifications": filter}));
         let body = body.to_string();
         let mut head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: {auth}\r\nContent-Length: {}\r\n",
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
             body.len()
         );
+        if !auth.is_empty() {
+            head.push_str(&format!("Authorization: {auth}\r\n"));
+        }
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -410,5 +413,40 @@ async fn a_stateless_tool_call_is_a_server_span_of_its_revision_without_a_sessio
     };
     assert_eq!(attribute("mcp.protocol.version").as_deref(), Some(MODERN));
     assert_eq!(attribute("mcp.session.id"), None);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_listen_stream_follows_the_resources_the_caller_may_read() {
+    let (sidecar, _agent) = with_weather_agent().await;
+    let addr = sidecar.http;
+    let (h, b) = request(1, "resources/list", json!({}));
+    let listed = post(addr, &h, &b).await.json();
+    let uri = listed["result"]["resources"][0]["uri"]
+        .as_str()
+        .expect("the WeatherAgent's property as a resource")
+        .to_owned();
+    assert_eq!(listed["result"]["cacheScope"], "private", "{listed}");
+    let unknown = "lmos://urn%3Anobody/properties/x";
+    let filter = json!({"resourceSubscriptions": [uri, unknown], "resourcesListChanged": true});
+    let mut events = Events::open(addr, "", 21, filter).await;
+    let ack = events.next().await;
+    // Only what it follows: the unknown URI is left out.
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"resourceSubscriptions": [uri], "resourcesListChanged": true}),
+        "{ack}"
+    );
+    // The property's reading (observeProperty at the agent) as news.
+    let updated = events.next().await;
+    assert_eq!(
+        updated["method"], "notifications/resources/updated",
+        "{updated}"
+    );
+    assert_eq!(updated["params"]["uri"], uri.as_str());
+    assert_eq!(
+        updated["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        21
+    );
     sidecar.stop().await;
 }
