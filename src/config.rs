@@ -982,6 +982,12 @@ impl Config {
                 "mcp.max_stream_queue_bytes",
                 self.mcp.max_stream_queue_bytes,
             ),
+            ("mcp.max_listens", self.mcp.max_listens),
+            (
+                "mcp.max_listens_per_principal",
+                self.mcp.max_listens_per_principal,
+            ),
+            ("mcp.max_listen_resources", self.mcp.max_listen_resources),
         ]
     }
 

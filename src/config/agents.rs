@@ -23,6 +23,14 @@ pub struct McpConfig {
     /// Bytes all SSE streams (MCP and A2A) together may have queued for
     /// clients that do not read: one client's many calls share it.
     pub max_total_stream_bytes: usize,
+    /// `subscriptions/listen` streams (revision 2026-07-28) open at once;
+    /// past it a new one is refused (503).
+    pub max_listens: usize,
+    /// Listen streams one principal may hold; its next one ends its oldest.
+    pub max_listens_per_principal: usize,
+    /// Resource URIs one listen stream may follow (`resourceSubscriptions`);
+    /// the acknowledgment names those it follows.
+    pub max_listen_resources: usize,
 }
 
 impl Default for McpConfig {
@@ -34,6 +42,9 @@ impl Default for McpConfig {
             session_idle_ms: 30 * 60 * 1_000,
             max_stream_queue_bytes: 1024 * 1024,
             max_total_stream_bytes: 64 * 1024 * 1024,
+            max_listens: 1_024,
+            max_listens_per_principal: 32,
+            max_listen_resources: 64,
         }
     }
 }

@@ -162,8 +162,10 @@ impl SseSender {
         self.push(": keep-alive\n\n".to_owned())
     }
 
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+    /// Resolves when the client has gone (its stream was dropped): for
+    /// MCP 2026-07-28 that is how a request is cancelled.
+    pub async fn closed(&self) {
+        self.tx.closed().await
     }
 }
 
@@ -193,6 +195,8 @@ pub fn sse(budget: &SseBudget) -> (SseSender, Response) {
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
+        // Proxies that buffer (nginx) would hold progress back.
+        .header("x-accel-buffering", "no")
         .body(Body::from_stream(stream))
         .expect("static response parts are valid");
     let sender = SseSender {

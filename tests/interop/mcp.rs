@@ -30,7 +30,7 @@ fn dir() -> PathBuf {
 }
 
 /// A client process: its stdout lines as they come, its last line the report.
-struct Run {
+pub(super) struct Run {
     child: Child,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
@@ -60,7 +60,7 @@ impl Run {
     }
 
     /// Waits for `step: {name}`.
-    async fn step(&mut self, name: &str) {
+    pub(super) async fn step(&mut self, name: &str) {
         loop {
             let line = self.line().await;
             if line == format!("step: {name}") {
@@ -70,7 +70,7 @@ impl Run {
         }
     }
 
-    async fn report(mut self) -> Value {
+    pub(super) async fn report(mut self) -> Value {
         loop {
             let line = self.line().await;
             if let Ok(report) = serde_json::from_str::<Value>(&line) {
@@ -88,11 +88,11 @@ fn node(scenario: &str, url: &str, headers: &[String]) -> Run {
     Run::start("node", "client.mjs", &args)
 }
 
-fn mcp_url(sidecar: &TestSidecar) -> String {
+pub(super) fn mcp_url(sidecar: &TestSidecar) -> String {
     format!("http://{}/mcp", sidecar.http)
 }
 
-async fn with_weather_agent() -> (TestSidecar, tokio::task::JoinHandle<()>) {
+pub(super) async fn with_weather_agent() -> (TestSidecar, tokio::task::JoinHandle<()>) {
     let sidecar = TestSidecar::start_with(test_config()).await;
     let url = sidecar.ws_url();
     let agent = tokio::spawn(async move {
@@ -204,14 +204,14 @@ async fn tools_vanish_when_the_agent_disconnects() {
     sidecar.stop().await;
 }
 
-fn basic(name: &str) -> String {
+pub(super) fn basic(name: &str) -> String {
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{name}:pw"));
     format!("Basic {encoded}")
 }
 
 /// A sidecar requiring Basic: `agent` hosts the WeatherAgent's Thing,
 /// `operator` may operate it, `stranger` may do nothing.
-async fn with_principals() -> (TestSidecar, WsClient) {
+pub(super) async fn with_principals() -> (TestSidecar, WsClient) {
     let mut config = test_config();
     config.http.authentication = vec![HttpScheme::Basic];
     config.auth.anonymous = Grants::default();
@@ -389,7 +389,7 @@ async fn malformed_and_oversized_requests_get_json_rpc_errors() {
     sidecar.stop().await;
 }
 
-fn python(scenario: &str, url: &str) -> Run {
+pub(super) fn python(scenario: &str, url: &str) -> Run {
     Run::start(
         "python3",
         "client.py",
@@ -402,9 +402,10 @@ async fn the_python_sdk_lists_and_calls_the_weather_agent_with_progress() {
     let (sidecar, _agent) = with_weather_agent().await;
     let report = python("weather", &mcp_url(&sidecar)).report().await;
     assert_eq!(report["errors"], json!([]), "{report:#}");
-    // It probes `server/discover` (2026-07-28) first, then falls back to
-    // the initialize handshake.
-    assert_eq!(report["protocolVersion"], "2025-11-25", "{report:#}");
+    // It probes `server/discover` first and, answered, stays on the
+    // stateless revision.
+    assert_eq!(report["protocolVersion"], "2026-07-28", "{report:#}");
+    assert_eq!(report["result"]["resultType"], "complete", "{report:#}");
     assert_eq!(
         report["tools"],
         json!([
@@ -443,7 +444,8 @@ async fn the_python_sdk_lists_and_calls_the_weather_agent_with_progress() {
 #[tokio::test]
 async fn the_python_sdk_sees_the_tools_vanish_with_the_agent() {
     let (sidecar, agent) = with_weather_agent().await;
-    let mut run = python("vanish", &mcp_url(&sidecar));
+    // At 2026-07-28 the news comes on a `subscriptions/listen` stream.
+    let mut run = python("listen", &mcp_url(&sidecar));
     run.step("listed").await;
     agent.abort();
     let report = run.report().await;
@@ -453,7 +455,7 @@ async fn the_python_sdk_sees_the_tools_vanish_with_the_agent() {
         Some(3),
         "{report:#}"
     );
-    assert_eq!(report["listChanged"], true, "{report:#}");
+    assert_eq!(report["listChanged"], "ToolsListChanged", "{report:#}");
     assert_eq!(report["after"], json!([]), "{report:#}");
     sidecar.stop().await;
 }

@@ -1,6 +1,11 @@
 """The official MCP Python SDK's client (PyPI `mcp`) against a running
 sidecar, for tests/interop/mcp.rs. Usage: python3 client.py <scenario> <url>
-Prints progress lines ("step: ...") and, last, one JSON report line."""
+Prints progress lines ("step: ...") and, last, one JSON report line.
+
+With its defaults the SDK (2.3.0) probes `server/discover` and, the sidecar
+answering it, speaks the stateless revision 2026-07-28: news of tools comes
+on a `subscriptions/listen` stream, and a call is cancelled by closing its
+answer's stream (cancelling the task that awaits it)."""
 
 import asyncio
 import json
@@ -41,6 +46,39 @@ async def main(scenario: str, url: str) -> dict:
                 report["result"] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
                 missing = await client.call_tool("getWeather", {"interactionMode": "text"})
                 report["missing"] = missing.model_dump(mode="json", by_alias=True, exclude_none=True)
+            elif scenario == "cancel":
+                started = asyncio.Event()
+
+                async def on_started(value, total, message):
+                    started.set()
+
+                call = asyncio.create_task(
+                    client.call_tool(
+                        "getWeather",
+                        {"question": "Will it rain in Bergen?", "interactionMode": "text"},
+                        progress_callback=on_started,
+                    )
+                )
+                await asyncio.wait_for(started.wait(), 10)
+                call.cancel()
+                try:
+                    await call
+                    report["cancelled"] = False
+                except asyncio.CancelledError:
+                    report["cancelled"] = True
+                print("step: cancelled", flush=True)
+            elif scenario == "listen":
+                # 2026-07-28: the listen stream says when the tools change.
+                report["before"] = await names(client)
+                async with client.listen(tools_list_changed=True) as sub:
+                    report["honored"] = str(sub.honored)
+                    print("step: listed", flush=True)
+                    try:
+                        event = await asyncio.wait_for(sub.__anext__(), 10)
+                        report["listChanged"] = type(event).__name__
+                    except asyncio.TimeoutError:
+                        report["listChanged"] = None
+                report["after"] = await names(client)
             elif scenario == "vanish":
                 report["before"] = await names(client)
                 # The SDK opens its GET stream in the background; give it

@@ -23,8 +23,11 @@ use crate::telemetry::{metrics, RpcInfo};
 /// proxies and idle timeouts.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+const GONE: &str = "The MCP client closed the call's stream.";
+
 /// Where progress goes: the call's SSE stream and the client's token,
-/// and the log notifications for a client that set a level.
+/// and the log notifications for a client that set a level (a stateless
+/// call is streamed without either, so that closing it cancels).
 pub struct Progress {
     pub sse: SseSender,
     pub token: Option<Value>,
@@ -83,7 +86,7 @@ pub async fn traced(
             method: "tools/call",
             target: &tool.name,
             request_id: Some(&request_id),
-            session_id: Some(&ctx.session),
+            session_id: ctx.session.as_deref(),
             protocol_version: Some(&ctx.version),
             client: false,
         };
@@ -175,7 +178,14 @@ async fn invoke(
         cancelled: Default::default(),
     };
     let cancelled = running.cancelled.clone();
-    ctx.sessions().begin_call(&ctx.session, &key, running);
+    let closed = progress
+        .as_ref()
+        .filter(|_| ctx.stateless())
+        .map(|p| p.sse.clone());
+    let at_agent = running.clone();
+    if let Some(session) = &ctx.session {
+        ctx.sessions().begin_call(session, &key, running);
+    }
     let log = progress.as_ref().and_then(|p| p.log(tool));
     if let Some(log) = &log {
         log.log(
@@ -190,6 +200,11 @@ async fn invoke(
         let reply = tokio::select! {
             reply = replies.next() => reply,
             _ = cancelled.cancelled() => break None,
+            // Stateless (2026-07-28): the client closing the stream is the cancel.
+            _ = client_gone(closed.as_ref()) => {
+                cancel_at_agent(ctx, at_agent.clone(), GONE).await;
+                break None;
+            }
             _ = keep_alive.tick() => {
                 if let Some(p) = &progress {
                     p.sse.keep_alive();
@@ -219,6 +234,9 @@ async fn invoke(
                 };
                 if let Some(log) = &log {
                     if !log.log(Level::Info, &text) {
+                        if closed.is_some() {
+                            cancel_at_agent(ctx, at_agent.clone(), GONE).await;
+                        }
                         break None;
                     }
                 }
@@ -234,15 +252,31 @@ async fn invoke(
                         .state
                         .metrics
                         .limit_hit(metrics::MCP, "max_stream_queue_bytes"),
-                    // Gone: MCP does not take a closed stream for a cancel;
-                    // the invocation goes on, nobody waits for its answer.
-                    Offered::Gone => break None,
+                    // Gone: MCP up to 2025-11-25 does not take a closed
+                    // stream for a cancel (the invocation goes on, nobody
+                    // waits for its answer); 2026-07-28 does.
+                    Offered::Gone => {
+                        if closed.is_some() {
+                            cancel_at_agent(ctx, at_agent.clone(), GONE).await;
+                        }
+                        break None;
+                    }
                 }
             }
         }
     };
-    ctx.sessions().end_call(&ctx.session, &key);
+    if let Some(session) = &ctx.session {
+        ctx.sessions().end_call(session, &key);
+    }
     answer
+}
+
+/// Resolves when the stream's client has gone; never without a stream.
+async fn client_gone(sse: Option<&SseSender>) {
+    match sse {
+        Some(sse) => sse.closed().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn log_error(log: Option<&CallLog>, text: &str) {
@@ -257,17 +291,25 @@ pub async fn cancel(ctx: &Ctx, params: &Value) {
     let Some(request) = params.get("requestId") else {
         return;
     };
-    let Some(call) = ctx.sessions().take_call(&ctx.session, &request.to_string()) else {
+    let Some(session) = &ctx.session else {
+        return;
+    };
+    let Some(call) = ctx.sessions().take_call(session, &request.to_string()) else {
         return;
     };
     call.cancelled.cancel();
     let reason = params["reason"]
         .as_str()
-        .unwrap_or("Cancelled by the MCP client.")
-        .to_owned();
+        .unwrap_or("Cancelled by the MCP client.");
+    cancel_at_agent(ctx, call, reason).await;
+}
+
+/// The call's invocation cancelled at its agent (`cancelAction`) through
+/// the router, with the caller's rights.
+async fn cancel_at_agent(ctx: &Ctx, call: RunningCall, reason: &str) {
     let body = Body::CancelAction {
         action: call.action,
-        reason: Some(reason),
+        reason: Some(reason.to_owned()),
     };
     // Answered (`cancelled`, or too late) to no one: MCP's cancel has no
     // answer; the invocation's own end is what the router remembers.

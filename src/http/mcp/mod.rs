@@ -10,17 +10,28 @@
 //!   when the caller's tools change (agents come and go).
 //! - `DELETE /mcp`: ends the session.
 //!
+//! Revision 2026-07-28 (stateless) is served on the same `POST /mcp`,
+//! chosen per request (`headers::era`): no session, the revision and the
+//! client in every request's `_meta`, `server/discover`,
+//! `subscriptions/listen` for news; see `stateless.rs`. GET and DELETE are
+//! 405 for it.
+//!
 //! Same authentication as every handler on the port, same per-Thing rights
 //! (tools are only what the caller may use).
 
 mod call;
 pub mod completion;
 pub mod content;
+mod discover;
+pub mod headers;
+mod listen;
 pub mod logging;
+mod methods;
 pub mod observe;
 pub mod resources;
 pub mod results;
 pub mod sessions;
+mod stateless;
 pub mod tools;
 mod watch;
 
@@ -47,7 +58,6 @@ use sessions::{SessionLimits, Sessions};
 pub const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// What `/mcp` keeps: the sessions, the limits, the watch on the agents.
 pub struct Mcp {
@@ -56,6 +66,7 @@ pub struct Mcp {
     /// Largest request body (`gateway.max_message_size`), for A2A too.
     pub body_limit: usize,
     watch: watch::HostWatch,
+    listens: listen::Listens,
     observations: observe::Observations,
 }
 
@@ -79,6 +90,11 @@ impl Mcp {
             ),
             body_limit,
             watch: watch::HostWatch::default(),
+            listens: listen::Listens::new(listen::ListenLimits {
+                max: config.max_listens,
+                per_principal: config.max_listens_per_principal,
+                resources: config.max_listen_resources,
+            }),
             observations: observe::Observations::default(),
         })
     }
@@ -88,8 +104,9 @@ impl Mcp {
 pub struct Ctx {
     state: HttpState,
     principal: Principal,
-    session: String,
-    /// The protocol version the session negotiated.
+    /// The handshake revisions' session; `None` for a stateless request.
+    session: Option<String>,
+    /// The protocol version the session negotiated, or the request's.
     version: String,
     /// The session's `logging/setLevel`.
     log_level: Option<logging::Level>,
@@ -100,6 +117,56 @@ pub struct Ctx {
 impl Ctx {
     fn sessions(&self) -> &Sessions {
         &self.state.mcp.sessions
+    }
+
+    /// Served by the stateless revision (2026-07-28).
+    fn stateless(&self) -> bool {
+        self.session.is_none()
+    }
+
+    /// A JSON-RPC answer to `method` as this request's revision shapes it:
+    /// the stateless one adds `resultType` and cache hints, and answers an
+    /// unknown method with 404.
+    fn finish(&self, method: &str, mut answer: Value) -> (StatusCode, Value) {
+        if !self.stateless() {
+            return (StatusCode::OK, answer);
+        }
+        if let Some(result) = answer.get_mut("result") {
+            headers::shape(method, result);
+        }
+        match answer["error"]["code"].as_i64() {
+            Some(jsonrpc::METHOD_NOT_FOUND) => (StatusCode::NOT_FOUND, answer),
+            _ => (StatusCode::OK, answer),
+        }
+    }
+
+    fn reply(&self, method: &str, answer: Value) -> Response {
+        let (status, answer) = self.finish(method, answer);
+        rpc_io::json(status, &answer)
+    }
+}
+
+/// What the server offers, for `initialize` and `server/discover` alike.
+fn capabilities() -> Value {
+    json!({
+        "tools": {"listChanged": true},
+        "resources": {"subscribe": true, "listChanged": true},
+        "logging": {},
+        "completions": {},
+    })
+}
+
+fn server_info() -> Value {
+    json!({"name": "lmos-sidecar", "title": "LMOS sidecar", "version": env!("CARGO_PKG_VERSION")})
+}
+
+const INSTRUCTIONS: &str = "Each tool is an action (or a property read or write) of an LMOS agent behind this sidecar; calls go to the agent as LMOS invokeAction, and progress follows its statuses.";
+
+/// The id an error about `message` answers to (null for a notification).
+fn id_of(message: &Incoming) -> Value {
+    match message {
+        Incoming::Request { id, .. } => id.clone(),
+        _ => Value::Null,
     }
 }
 
@@ -144,18 +211,10 @@ pub async fn post(
             return rpc_io::json(StatusCode::BAD_REQUEST, &malformed.to_value());
         }
     };
-    if let Some(v) = header(&headers, VERSION_HEADER).filter(|v| !VERSIONS.contains(&v.as_str())) {
-        let text = format!(
-            "Bad Request: unsupported MCP-Protocol-Version `{v}`; this server speaks {VERSIONS:?}"
-        );
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            &Value::Null,
-            jsonrpc::INVALID_REQUEST,
-            &text,
-        );
-    }
     let principal = caller.principal;
+    if headers::era(&headers, &message) == headers::Era::Stateless {
+        return stateless::post(state, principal, &headers, message).await;
+    }
     if let Incoming::Request { id, method, params } = &message {
         if method == "initialize" {
             return initialize(&state, &principal, id, params);
@@ -166,7 +225,7 @@ pub async fn post(
         let text = "Bad Request: no Mcp-Session-Id header; send `initialize` first";
         return rpc_error(
             StatusCode::BAD_REQUEST,
-            &Value::Null,
+            &id_of(&message),
             jsonrpc::INVALID_REQUEST,
             text,
         );
@@ -174,7 +233,7 @@ pub async fn post(
     let Some(current) = state.mcp.sessions.touch(&session, principal.name()) else {
         return rpc_error(
             StatusCode::NOT_FOUND,
-            &Value::Null,
+            &id_of(&message),
             jsonrpc::INVALID_REQUEST,
             "Session not found; send `initialize` again",
         );
@@ -184,13 +243,13 @@ pub async fn post(
         tracestate: header(&headers, "tracestate"),
         state,
         principal,
-        session,
+        session: Some(session),
         version: current.version,
         log_level: current.log_level,
     };
     match message {
         Incoming::Request { id, method, params } => {
-            request(ctx, &headers, id, &method, params).await
+            methods::dispatch(ctx, &headers, id, &method, params).await
         }
         Incoming::Notification { method, params } => {
             if method == "notifications/cancelled" {
@@ -233,14 +292,9 @@ fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Val
     }
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {
-            "tools": {"listChanged": true},
-            "resources": {"subscribe": true, "listChanged": true},
-            "logging": {},
-            "completions": {},
-        },
-        "serverInfo": {"name": "lmos-sidecar", "title": "LMOS sidecar", "version": env!("CARGO_PKG_VERSION")},
-        "instructions": "Each tool is an action (or a property read or write) of an LMOS agent behind this sidecar; calls go to the agent as LMOS invokeAction, and progress follows its statuses.",
+        "capabilities": capabilities(),
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
     });
     let mut response = rpc_io::json(StatusCode::OK, &jsonrpc::result(id, result));
     if let Ok(v) = HeaderValue::from_str(&session) {
@@ -249,100 +303,11 @@ fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Val
     response
 }
 
-async fn request(
-    ctx: Ctx,
-    headers: &HeaderMap,
-    id: Value,
-    method: &str,
-    params: Value,
-) -> Response {
-    let answer = match method {
-        "ping" => jsonrpc::result(&id, json!({})),
-        "tools/list" => {
-            let tools: Vec<Value> = tools_for(&ctx.state, &ctx.principal)
-                .await
-                .into_iter()
-                .map(|t| t.descriptor)
-                .collect();
-            jsonrpc::result(&id, json!({"tools": tools}))
-        }
-        "tools/call" => return tools_call(ctx, headers, id, params).await,
-        "resources/list" => resources::list(&ctx.state, &ctx.principal, &id).await,
-        "resources/templates/list" => resources::templates(&ctx.state, &ctx.principal, &id).await,
-        "resources/read" => resources::read(&ctx, &id, &params).await,
-        "resources/subscribe" => observe::subscribe(&ctx, &id, &params).await,
-        "resources/unsubscribe" => observe::unsubscribe(&ctx, &id, &params),
-        "completion/complete" => {
-            completion::complete(&ctx.state, &ctx.principal, &id, &params).await
-        }
-        "logging/setLevel" => match logging::requested(&id, &params) {
-            Ok(level) => {
-                ctx.sessions().set_log_level(&ctx.session, level);
-                jsonrpc::result(&id, json!({}))
-            }
-            Err(refused) => refused,
-        },
-        other => {
-            let text = format!("Method not found: `{other}`");
-            jsonrpc::error(&id, jsonrpc::METHOD_NOT_FOUND, &text, None)
-        }
-    };
-    rpc_io::json(StatusCode::OK, &answer)
-}
-
-async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> Response {
-    let name = params["name"].as_str().unwrap_or_default();
-    let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
-    if !arguments.is_object() {
-        let answer = jsonrpc::error(
-            &id,
-            jsonrpc::INVALID_PARAMS,
-            "`arguments` must be an object",
-            None,
-        );
-        return rpc_io::json(StatusCode::OK, &answer);
-    }
-    // Unknown and not permitted read alike: the caller learns nothing of
-    // tools it may not use.
-    let Some(tool) = tools_for(&ctx.state, &ctx.principal)
-        .await
-        .into_iter()
-        .find(|t| t.name == name)
-    else {
-        let text = format!("Unknown tool: `{name}`");
-        let answer = jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &text, None);
-        return rpc_io::json(StatusCode::OK, &answer);
-    };
-    let token = params["_meta"].get("progressToken").cloned();
-    let log = ctx.log_level;
-    // Progress and log notifications need the call's own SSE stream.
-    match (token.is_some() || log.is_some()) && accepts_sse(headers) {
-        false => {
-            let result = call::traced(ctx, &id, &tool, &arguments, None).await;
-            match result {
-                Some(r) => rpc_io::json(StatusCode::OK, &jsonrpc::result(&id, r)),
-                None => StatusCode::ACCEPTED.into_response(),
-            }
-        }
-        true => {
-            let (sse, response) = rpc_io::sse(&ctx.state.mcp.streams);
-            tokio::spawn(async move {
-                let progress = call::Progress {
-                    sse: sse.clone(),
-                    token,
-                    log,
-                };
-                if let Some(r) = call::traced(ctx, &id, &tool, &arguments, Some(progress)).await {
-                    sse.send(&jsonrpc::result(&id, r));
-                }
-            });
-            response
-        }
-    }
-}
-
 /// `GET /mcp`: the session's stream of server notifications.
 pub async fn get(State(state): State<HttpState>, caller: Caller, headers: HeaderMap) -> Response {
+    if headers::stateless_header(&headers) {
+        return stateless::not_allowed();
+    }
     if !accepts_sse(&headers) {
         return (
             StatusCode::NOT_ACCEPTABLE,
@@ -392,6 +357,9 @@ pub async fn delete(
     caller: Caller,
     headers: HeaderMap,
 ) -> Response {
+    if headers::stateless_header(&headers) {
+        return stateless::not_allowed();
+    }
     let session = header(&headers, SESSION_HEADER).unwrap_or_default();
     match state.mcp.sessions.close(&session, caller.principal.name()) {
         true => StatusCode::NO_CONTENT.into_response(),

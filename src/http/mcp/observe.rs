@@ -237,14 +237,18 @@ fn too_many(id: &Value) -> Value {
 /// `resources/subscribe`.
 pub async fn subscribe(ctx: &Ctx, id: &Value, params: &Value) -> Value {
     let uri = params["uri"].as_str().unwrap_or_default();
-    let Some(current) = ctx.sessions().touch(&ctx.session, ctx.principal.name()) else {
+    // Stateless requests (2026-07-28) follow resources on subscriptions/listen.
+    let Some(session) = ctx.session.as_deref() else {
+        return jsonrpc::error(id, jsonrpc::INVALID_REQUEST, "Session not found", None);
+    };
+    let Some(current) = ctx.sessions().touch(session, ctx.principal.name()) else {
         return jsonrpc::error(id, jsonrpc::INVALID_REQUEST, "Session not found", None);
     };
     let observations = &ctx.state.mcp.observations;
-    let (tx, _) = observations.session(&ctx.state, &ctx.session, &current.ended);
+    let (tx, _) = observations.session(&ctx.state, session, &current.ended);
     {
         let sessions = observations.lock();
-        let held = sessions.get(&ctx.session).map(|s| &s.by_uri);
+        let held = sessions.get(session).map(|s| &s.by_uri);
         if held.is_some_and(|h| h.contains_key(uri)) {
             return jsonrpc::result(id, json!({}));
         }
@@ -259,7 +263,7 @@ pub async fn subscribe(ctx: &Ctx, id: &Value, params: &Value) -> Value {
     let cancel = current.ended.child_token();
     {
         let mut sessions = observations.lock();
-        let Some(s) = sessions.get_mut(&ctx.session) else {
+        let Some(s) = sessions.get_mut(session) else {
             return jsonrpc::error(id, jsonrpc::INVALID_REQUEST, "Session not found", None);
         };
         // Checked again: another subscribe may have come in meanwhile.
@@ -288,11 +292,11 @@ pub async fn subscribe(ctx: &Ctx, id: &Value, params: &Value) -> Value {
 /// `resources/unsubscribe`: answered `{}` whether or not it was subscribed.
 pub fn unsubscribe(ctx: &Ctx, id: &Value, params: &Value) -> Value {
     let uri = params["uri"].as_str().unwrap_or_default();
+    let Some(session) = ctx.session.as_deref() else {
+        return jsonrpc::result(id, json!({}));
+    };
     let mut sessions = ctx.state.mcp.observations.lock();
-    if let Some(cancel) = sessions
-        .get_mut(&ctx.session)
-        .and_then(|s| s.by_uri.remove(uri))
-    {
+    if let Some(cancel) = sessions.get_mut(session).and_then(|s| s.by_uri.remove(uri)) {
         cancel.cancel();
     }
     jsonrpc::result(id, json!({}))

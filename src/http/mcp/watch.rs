@@ -20,7 +20,7 @@ use crate::http::HttpState;
 use crate::telemetry::metrics;
 
 const LOOK_EVERY: Duration = Duration::from_secs(1);
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The Things an agent hosts now.
 pub async fn hosted(gateway: &Gateway) -> BTreeSet<String> {
@@ -85,6 +85,68 @@ async fn look(state: HttpState) {
     }
 }
 
+/// Which list a caller hears of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum List {
+    Tools,
+    Resources,
+}
+
+/// The news of one caller's list: [`ListChanges::next`] resolves when
+/// the names (URIs) of what *it* may use changed (so a principal without
+/// rights on a Thing hears nothing of it coming or going).
+pub struct ListChanges {
+    state: HttpState,
+    principal: Principal,
+    list: List,
+    changes: watch::Receiver<u64>,
+    known: Vec<String>,
+}
+
+async fn names(state: &HttpState, principal: &Principal, list: List) -> Vec<String> {
+    match list {
+        List::Tools => tools_for(state, principal)
+            .await
+            .into_iter()
+            .map(|t| t.name)
+            .collect(),
+        List::Resources => super::resources::for_caller(state, principal)
+            .await
+            .into_iter()
+            .map(|r| r.uri)
+            .collect(),
+    }
+}
+
+impl ListChanges {
+    pub async fn new(state: &HttpState, principal: &Principal, list: List) -> ListChanges {
+        ListChanges {
+            changes: state.mcp.watch.subscribe(state),
+            known: names(state, principal, list).await,
+            state: state.clone(),
+            principal: principal.clone(),
+            list,
+        }
+    }
+
+    pub fn list(&self) -> List {
+        self.list
+    }
+
+    /// Waits for a change of the caller's list; `None` when the watch
+    /// ended (shutdown).
+    pub async fn next(&mut self) -> Option<()> {
+        loop {
+            self.changes.changed().await.ok()?;
+            let now = names(&self.state, &self.principal, self.list).await;
+            if now != self.known {
+                self.known = now;
+                return Some(());
+            }
+        }
+    }
+}
+
 /// A session's server stream: `tools/list_changed` whenever the caller's
 /// tool names change, until the session ends, a newer GET replaces this
 /// one, the client goes or the sidecar stops.
@@ -94,17 +156,13 @@ pub async fn notify_changes(
     sse: SseSender,
     ended: CancellationToken,
 ) {
-    let mut changes = state.mcp.watch.subscribe(&state);
-    let names = |tools: Vec<super::tools::Tool>| -> Vec<String> {
-        tools.into_iter().map(|t| t.name).collect()
-    };
-    let mut known = names(tools_for(&state, &principal).await);
+    let mut changes = ListChanges::new(&state, &principal, List::Tools).await;
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
     loop {
         tokio::select! {
-            changed = changes.changed() => {
-                if changed.is_err() {
+            changed = changes.next() => {
+                if changed.is_none() {
                     return;
                 }
             }
@@ -115,23 +173,16 @@ pub async fn notify_changes(
                 continue;
             }
             _ = ended.cancelled() => return,
+            _ = sse.closed() => return,
             _ = state.closing.cancelled() => return,
         }
-        if sse.is_closed() {
-            return;
-        }
-        let now = names(tools_for(&state, &principal).await);
-        if now != known {
-            known = now;
-            let note =
-                jsonrpc::notification("notifications/tools/list_changed", serde_json::json!({}));
-            match sse.offer(&note) {
-                Offered::Queued => {}
-                Offered::OverBudget => state
-                    .metrics
-                    .limit_hit(metrics::MCP, "max_stream_queue_bytes"),
-                Offered::Gone => return,
-            }
+        let note = jsonrpc::notification("notifications/tools/list_changed", serde_json::json!({}));
+        match sse.offer(&note) {
+            Offered::Queued => {}
+            Offered::OverBudget => state
+                .metrics
+                .limit_hit(metrics::MCP, "max_stream_queue_bytes"),
+            Offered::Gone => return,
         }
     }
 }
