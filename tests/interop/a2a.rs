@@ -59,6 +59,7 @@ async fn the_a2a_sdk_resolves_the_card_sends_streams_gets_and_cancels() {
     let agent = format!("{base}/a2a/{}", urlencode(THING_ID));
     let report = python(&[base.clone(), agent.clone()]).await;
     assert_eq!(report["errors"], json!([]), "{report:#}");
+    the_text_call_tasks_and_errors_are_as_the_specification_says(&report);
 
     let card = &report["card"];
     assert_eq!(card["name"], "WeatherAgent", "{report:#}");
@@ -120,6 +121,102 @@ async fn the_a2a_sdk_resolves_the_card_sends_streams_gets_and_cancels() {
         "{s:?}"
     );
     sidecar.stop().await;
+}
+
+fn last_task(events: &Value) -> &Value {
+    &events.as_array().unwrap().last().unwrap()["task"]
+}
+
+/// What the SDK saw of the text messages, ListTasks, SubscribeToTask, the
+/// push-config and extended-card errors, task references and history.
+fn the_text_call_tasks_and_errors_are_as_the_specification_says(report: &Value) {
+    let oslo = "The weather in Oslo is sunny with a temperature of 25°C.";
+    // The card offers text for getWeather (interactionMode has a default)
+    // and the SDK's text message gets the forecast, sent and streamed.
+    let card = &report["card"];
+    assert!(card["skills"][0]["inputModes"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("text/plain")));
+    // ProtoJSON leaves a false bool out.
+    assert_ne!(card["capabilities"]["pushNotifications"], true);
+    let text = last_task(&report["text"]);
+    assert_eq!(text["status"]["state"], "TASK_STATE_COMPLETED", "{report:#}");
+    assert_eq!(text["artifacts"][0]["parts"][0]["text"], oslo);
+    let streamed = &report["textStreamed"];
+    assert_eq!(
+        states(streamed).last().map(String::as_str),
+        Some("TASK_STATE_COMPLETED"),
+        "{report:#}"
+    );
+    let bergen: String = streamed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["artifactUpdate"]["artifact"]["artifactId"] == "output")
+        .filter_map(|e| e["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(bergen, "The weather in Bergen is sunny with a temperature of 25°C.");
+
+    // GetTask: the real contextId, the history (the client's message
+    // first, then the agent's), historyLength honoured.
+    let got = &report["got"];
+    let sent = last_task(&report["sent"]);
+    assert_eq!(got["contextId"], sent["contextId"]);
+    assert_ne!(got["contextId"], got["id"]);
+    let history = got["history"].as_array().unwrap();
+    assert_eq!(history[0]["messageId"], "m-Oslo", "{got:#}");
+    assert_eq!(history[0]["role"], "ROLE_USER");
+    assert!(history.len() > 1 && history[1..].iter().all(|m| m["role"] == "ROLE_AGENT"));
+    let short = report["gotShort"]["history"].as_array().unwrap();
+    assert_eq!(short.len(), 1);
+    assert_eq!(short[0], *history.last().unwrap());
+
+    // SubscribeToTask: the running task, then its events to the end; a
+    // finished task cannot be subscribed to.
+    let subscribed = &report["subscribed"];
+    let s = states(subscribed);
+    assert_ne!(s.first().map(String::as_str), Some("TASK_STATE_COMPLETED"), "{s:?}");
+    assert_eq!(s.last().map(String::as_str), Some("TASK_STATE_COMPLETED"), "{s:?}");
+    assert_eq!(report["subscribeFinished"], "UnsupportedOperationError");
+
+    // ListTasks: this caller's 6 tasks, newest first, by pages; artifacts
+    // only when asked.
+    let listed = &report["listed"];
+    assert_eq!(listed["totalSize"], 6, "{listed:#}");
+    let tasks = listed["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 6);
+    assert!(tasks.iter().all(|t| t.get("artifacts").is_none()));
+    let stamps: Vec<&str> = tasks
+        .iter()
+        .map(|t| t["status"]["timestamp"].as_str().unwrap())
+        .collect();
+    assert!(stamps.windows(2).all(|w| w[0] >= w[1]), "{stamps:?}");
+    let page = &report["listedPage"];
+    assert_eq!(page["tasks"].as_array().unwrap().len(), 2);
+    assert!(!page["nextPageToken"].as_str().unwrap().is_empty());
+    assert_eq!(page["tasks"][0]["id"], tasks[0]["id"]);
+    assert_eq!(report["listedNext"]["tasks"][0]["id"], tasks[2]["id"]);
+    let completed = report["listedCompleted"]["tasks"].as_array().unwrap();
+    assert!(completed
+        .iter()
+        .all(|t| t["status"]["state"] == "TASK_STATE_COMPLETED" && t["artifacts"].is_array()));
+    assert_eq!(completed.len(), 5, "{report:#}");
+
+    // Push configs: not supported; no extended card without authentication.
+    assert_eq!(report["push"], json!(vec!["PushNotificationNotSupportedError"; 4]));
+    // The card says extendedAgentCard: false, so the SDK keeps the public
+    // card without asking (the raw test sees the server's -32004).
+    assert!(report["extended"]
+        .as_str()
+        .unwrap()
+        .contains("extended_agent_card: false"));
+    // A message naming an unknown task, a finished one, or another context.
+    assert_eq!(
+        report["refs"],
+        json!({"unknown": "TaskNotFoundError", "finished": "UnsupportedOperationError",
+            "otherContext": "InvalidParamsError"})
+    );
 }
 
 #[tokio::test]
