@@ -506,3 +506,94 @@ async fn a_message_is_a_server_span_parent_of_the_invocation() {
     );
     sidecar.stop().await;
 }
+
+const ASKER: &str = "urn:test:a2a-asker";
+
+/// An agent of our own: it asks back, and reads the `a2a` member.
+async fn next_invocation(agent: &mut common::WsClient) -> Value {
+    loop {
+        let m = agent.recv().await;
+        if m["messageType"] == "invokeAction" {
+            return m;
+        }
+    }
+}
+
+fn status(invocation: &Value, members: Value) -> Value {
+    let mut m = common::lmos(ASKER, "actionStatus", json!({"action": "ask", "correlationID": invocation["correlationID"]}));
+    for (k, v) in members.as_object().unwrap() {
+        m[k] = v.clone();
+    }
+    m
+}
+
+#[tokio::test]
+async fn the_message_reaches_the_agent_and_its_a2a_member_asks_back_and_rejects() {
+    let sidecar = TestSidecar::start_with(test_config()).await;
+    let mut agent = sidecar.ws_agent(ASKER).await;
+    agent
+        .send(json!({"@context": ["https://www.w3.org/2022/wot/td/v1.1", {"lmos": "https://eclipse.dev/lmos/protocol/v1"}],
+            "id": ASKER, "title": "Asker", "@type": "lmos:Agent",
+            "securityDefinitions": {"nosec": {"scheme": "nosec"}}, "security": "nosec",
+            "actions": {"ask": {"input": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+                "forms": [{"href": "https://asker.example.com/ask", "op": "invokeaction"}]}}}))
+        .await;
+    common::wait_for_td(&sidecar, ASKER).await;
+    let path = format!("/a2a/{}", urlencode(ASKER));
+    let send = |message: Value| {
+        let (addr, path) = (sidecar.http, path.clone());
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}});
+        tokio::spawn(async move {
+            common::http_with(addr, "POST", &path, &[("Content-Type", "application/json"), ("A2A-Version", "1.0")],
+                body.to_string().as_bytes()).await.json()
+        })
+    };
+    // The message's own id and parts reach the agent; it asks back.
+    let asked = send(json!({"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "Weather?"}],
+        "metadata": {"k": "v"}}));
+    let first = next_invocation(&mut agent).await;
+    assert_eq!(first["input"], json!({"q": "Weather?"}));
+    assert_eq!(first["a2a"]["messageId"], "m-1", "{first}");
+    assert_eq!(first["a2a"]["parts"], json!([{"text": "Weather?"}]));
+    assert_eq!(first["a2a"]["metadata"], json!({"k": "v"}));
+    agent
+        .send(status(&first, json!({"status": "completed", "a2a": {"state": "input-required",
+            "message": {"messageId": "a-1", "parts": [{"text": "Which city?"}]}}})))
+        .await;
+    let asked = asked.await.unwrap();
+    let task = &asked["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    assert_eq!(task["status"]["message"]["parts"][0]["text"], "Which city?");
+    assert_eq!(first["a2a"]["taskId"], task["id"]);
+    assert_eq!(first["a2a"]["contextId"], task["contextId"]);
+
+    // The answer continues the same task, as a new invocation.
+    let answered = send(json!({"messageId": "m-2", "role": "ROLE_USER", "parts": [{"text": "Oslo"}],
+        "taskId": task["id"]}));
+    let second = next_invocation(&mut agent).await;
+    assert_eq!(second["a2a"]["taskId"], task["id"]);
+    assert_eq!(second["a2a"]["messageId"], "m-2");
+    assert_ne!(second["correlationID"], first["correlationID"]);
+    agent
+        .send(status(&second, json!({"status": "completed", "output": "Sunny in Oslo.",
+            "a2a": {"artifacts": [{"artifactId": "forecast", "parts": [{"text": "Sunny in Oslo."}]}]}})))
+        .await;
+    let answered = answered.await.unwrap();
+    let done = &answered["result"]["task"];
+    assert_eq!(done["id"], task["id"]);
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{answered}");
+    assert_eq!(done["artifacts"], json!([{"artifactId": "forecast", "parts": [{"text": "Sunny in Oslo."}]}]));
+    let ids: Vec<&Value> = done["history"].as_array().unwrap().iter().map(|m| &m["messageId"]).collect();
+    assert_eq!(ids, [&json!("m-1"), &json!("a-1"), &json!("m-2")], "{done:#}");
+
+    // Rejected.
+    let rejected = send(json!({"messageId": "m-3", "role": "ROLE_USER", "parts": [{"text": "No."}]}));
+    let third = next_invocation(&mut agent).await;
+    agent
+        .send(status(&third, json!({"status": "failed", "a2a": {"state": "rejected",
+            "message": {"parts": [{"text": "I only do weather."}]}}})))
+        .await;
+    let rejected = rejected.await.unwrap();
+    assert_eq!(rejected["result"]["task"]["status"]["state"], "TASK_STATE_REJECTED", "{rejected}");
+    sidecar.stop().await;
+}
