@@ -25,7 +25,7 @@ pub fn endpoint(http: &str, thing: &str) -> String {
 fn modes(schema: Option<&Value>, input: bool) -> Vec<&'static str> {
     let texty = match schema {
         Some(s) if input => super::input::text_fill(Some(s)).is_some(),
-        Some(s) => s["type"] == "string",
+        Some(s) => s["type"] == "string" || s.get("type").is_none(),
         None => false,
     };
     if texty {

@@ -48,10 +48,31 @@ fn implied(schema: &Value) -> Option<Value> {
     }
 }
 
+/// Whether a string is a valid input: `type` string (or among its
+/// types), a `oneOf`/`anyOf` branch that takes one, or no type at all.
+fn takes_string(schema: &Value) -> bool {
+    match &schema["type"] {
+        Value::String(t) => t == "string",
+        Value::Array(types) => types.iter().any(|t| t == "string"),
+        _ => {
+            let branches: Vec<&Value> = ["oneOf", "anyOf"]
+                .iter()
+                .filter_map(|k| schema[*k].as_array())
+                .flatten()
+                .collect();
+            if branches.is_empty() {
+                schema.get("properties").is_none() && schema.get("enum").is_none()
+            } else {
+                branches.into_iter().any(takes_string)
+            }
+        }
+    }
+}
+
 /// Whether, and how, a text part can fill an action's input.
 pub fn text_fill(input: Option<&Value>) -> Option<TextFill> {
     let schema = input?;
-    if schema["type"] == "string" {
+    if takes_string(schema) {
         return Some(TextFill::Whole);
     }
     let member = text_member(schema)?;
@@ -146,6 +167,8 @@ mod tests {
             input(&text, Some(&string)),
             Ok(Some(json!("Rain in Oslo?")))
         );
+        let any = json!({"oneOf": [{"type": "string"}, {"type": "object"}]});
+        assert_eq!(input(&text, Some(&any)), Ok(Some(json!("Rain in Oslo?"))));
         let one = json!({"type": "object", "properties": {"q": {"type": "string"},
             "unit": {"type": "string", "enum": ["C"]}}, "required": ["q", "unit"]});
         assert_eq!(
