@@ -105,7 +105,10 @@ pub fn router(state: HttpState) -> Router {
                 get(a2a::agent_card).fallback(a2a::no_route),
             )
             .route("/a2a/{thing}", post(a2a::rpc).fallback(a2a::no_route))
-            .route("/a2a/{thing}/", post(a2a::rpc_slash).fallback(a2a::no_route))
+            .route(
+                "/a2a/{thing}/",
+                post(a2a::rpc_slash).fallback(a2a::no_route),
+            )
             .route("/a2a", any(a2a::no_route))
             .route("/a2a/", any(a2a::no_route))
             .route("/a2a/{thing}/{*rest}", any(a2a::no_route));

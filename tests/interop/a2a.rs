@@ -141,7 +141,10 @@ fn the_text_call_tasks_and_errors_are_as_the_specification_says(report: &Value) 
     // ProtoJSON leaves a false bool out.
     assert_ne!(card["capabilities"]["pushNotifications"], true);
     let text = last_task(&report["text"]);
-    assert_eq!(text["status"]["state"], "TASK_STATE_COMPLETED", "{report:#}");
+    assert_eq!(
+        text["status"]["state"], "TASK_STATE_COMPLETED",
+        "{report:#}"
+    );
     assert_eq!(text["artifacts"][0]["parts"][0]["text"], oslo);
     let streamed = &report["textStreamed"];
     assert_eq!(
@@ -156,7 +159,10 @@ fn the_text_call_tasks_and_errors_are_as_the_specification_says(report: &Value) 
         .filter(|e| e["artifactUpdate"]["artifact"]["artifactId"] == "output")
         .filter_map(|e| e["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str())
         .collect();
-    assert_eq!(bergen, "The weather in Bergen is sunny with a temperature of 25°C.");
+    assert_eq!(
+        bergen,
+        "The weather in Bergen is sunny with a temperature of 25°C."
+    );
 
     // GetTask: the real contextId, the history (the client's message
     // first, then the agent's), historyLength honoured.
@@ -176,8 +182,16 @@ fn the_text_call_tasks_and_errors_are_as_the_specification_says(report: &Value) 
     // finished task cannot be subscribed to.
     let subscribed = &report["subscribed"];
     let s = states(subscribed);
-    assert_ne!(s.first().map(String::as_str), Some("TASK_STATE_COMPLETED"), "{s:?}");
-    assert_eq!(s.last().map(String::as_str), Some("TASK_STATE_COMPLETED"), "{s:?}");
+    assert_ne!(
+        s.first().map(String::as_str),
+        Some("TASK_STATE_COMPLETED"),
+        "{s:?}"
+    );
+    assert_eq!(
+        s.last().map(String::as_str),
+        Some("TASK_STATE_COMPLETED"),
+        "{s:?}"
+    );
     assert_eq!(report["subscribeFinished"], "UnsupportedOperationError");
 
     // ListTasks: this caller's 6 tasks, newest first, by pages; artifacts
@@ -204,7 +218,10 @@ fn the_text_call_tasks_and_errors_are_as_the_specification_says(report: &Value) 
     assert_eq!(completed.len(), 5, "{report:#}");
 
     // Push configs: not supported; no extended card without authentication.
-    assert_eq!(report["push"], json!(vec!["PushNotificationNotSupportedError"; 4]));
+    assert_eq!(
+        report["push"],
+        json!(vec!["PushNotificationNotSupportedError"; 4])
+    );
     // The card says extendedAgentCard: false, so the SDK keeps the public
     // card without asking (the raw test sees the server's -32004).
     assert!(report["extended"]
@@ -219,12 +236,23 @@ fn the_text_call_tasks_and_errors_are_as_the_specification_says(report: &Value) 
     );
 }
 
-async fn post_with(sidecar: &TestSidecar, path: &str, headers: &[(&str, &str)], body: &Value) -> Value {
+async fn post_with(
+    sidecar: &TestSidecar,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Value {
     let mut all = vec![("Content-Type", "application/json")];
     all.extend_from_slice(headers);
-    common::http_with(sidecar.http, "POST", path, &all, body.to_string().as_bytes())
-        .await
-        .json()
+    common::http_with(
+        sidecar.http,
+        "POST",
+        path,
+        &all,
+        body.to_string().as_bytes(),
+    )
+    .await
+    .json()
 }
 
 /// The ErrorInfo of an error response.
@@ -256,30 +284,51 @@ async fn bad_calls_get_a2a_s_error_objects_and_the_agent_is_not_invoked() {
     assert_eq!(done["result"]["artifacts"][0]["parts"][0]["kind"], "text");
     assert_eq!(done["result"]["history"][0]["role"], "user");
     // The interface URL plus `/` answers the same.
-    let slash = post_with(&sidecar, &format!("{path}/"), &v1, &json!({"jsonrpc": "2.0", "id": 5,
-        "method": "GetTask", "params": {"id": done["result"]["id"], "historyLength": 0}})).await;
+    let slash = post_with(
+        &sidecar,
+        &format!("{path}/"),
+        &v1,
+        &json!({"jsonrpc": "2.0", "id": 5,
+        "method": "GetTask", "params": {"id": done["result"]["id"], "historyLength": 0}}),
+    )
+    .await;
     assert_eq!(slash["result"]["id"], done["result"]["id"], "{slash}");
     assert!(slash["result"].get("history").is_none(), "{slash}");
 
-    let unknown = post(json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/nope", "params": {}})).await;
+    let unknown =
+        post(json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/nope", "params": {}})).await;
     assert_eq!(unknown["error"]["code"], -32601);
     assert_eq!(reason(&unknown), "METHOD_NOT_FOUND");
-    let missing = post(json!({"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "nope"}})).await;
+    let missing =
+        post(json!({"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "nope"}}))
+            .await;
     assert_eq!(missing["error"]["code"], -32001, "{missing}");
     assert_eq!(reason(&missing), "TASK_NOT_FOUND");
     assert_eq!(missing["error"]["data"][0]["metadata"]["taskId"], "nope");
     let resubscribe = post(json!({"jsonrpc": "2.0", "id": 6, "method": "SubscribeToTask", "params": {"id": done["result"]["id"]}})).await;
     assert_eq!(resubscribe["error"]["code"], -32004, "{resubscribe}");
-    for (i, m) in ["CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
-        "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
-        "tasks/pushNotificationConfig/set"].iter().enumerate() {
-        let push = post(json!({"jsonrpc": "2.0", "id": 10 + i, "method": m, "params": {"taskId": "x"}})).await;
+    for (i, m) in [
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+        "tasks/pushNotificationConfig/set",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let push =
+            post(json!({"jsonrpc": "2.0", "id": 10 + i, "method": m, "params": {"taskId": "x"}}))
+                .await;
         assert_eq!(push["error"]["code"], -32003, "{push}");
         assert_eq!(reason(&push), "PUSH_NOTIFICATION_NOT_SUPPORTED");
     }
-    let extended = post(json!({"jsonrpc": "2.0", "id": 20, "method": "GetExtendedAgentCard"})).await;
+    let extended =
+        post(json!({"jsonrpc": "2.0", "id": 20, "method": "GetExtendedAgentCard"})).await;
     assert_eq!(extended["error"]["code"], -32004, "{extended}");
-    let list = post(json!({"jsonrpc": "2.0", "id": 21, "method": "ListTasks", "params": {"pageSize": 0}})).await;
+    let list =
+        post(json!({"jsonrpc": "2.0", "id": 21, "method": "ListTasks", "params": {"pageSize": 0}}))
+            .await;
     assert_eq!(list["error"]["code"], -32602, "{list}");
     assert_eq!(reason(&list), "INVALID_PARAMS");
     let list = post(json!({"jsonrpc": "2.0", "id": 22, "method": "ListTasks", "params": {}})).await;
@@ -292,18 +341,40 @@ async fn bad_calls_get_a2a_s_error_objects_and_the_agent_is_not_invoked() {
     let refused = post_with(&sidecar, &path, &[("A2A-Version", "99.0")], &send).await;
     assert_eq!(refused["error"]["code"], -32009, "{refused}");
     assert_eq!(reason(&refused), "VERSION_NOT_SUPPORTED");
-    let refused = post_with(&sidecar, &path, &v1, &json!({"jsonrpc": "2.0", "id": 8, "method": "SendMessage",
-        "params": {"message": {"messageId": "x", "role": "ROLE_USER", "parts": []}}})).await;
+    let refused = post_with(
+        &sidecar,
+        &path,
+        &v1,
+        &json!({"jsonrpc": "2.0", "id": 8, "method": "SendMessage",
+        "params": {"message": {"messageId": "x", "role": "ROLE_USER", "parts": []}}}),
+    )
+    .await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    let malformed = common::http(sidecar.http, "POST", &path, Some("application/json"), b"{nope").await.json();
+    let malformed = common::http(
+        sidecar.http,
+        "POST",
+        &path,
+        Some("application/json"),
+        b"{nope",
+    )
+    .await
+    .json();
     assert_eq!(malformed["error"]["code"], -32700);
     assert_eq!(reason(&malformed), "JSON_PARSE_ERROR");
 
     // Other paths under /a2a: a JSON problem, never an empty 404.
-    for (method, p) in [("GET", path.clone()), ("POST", format!("{path}/nope")), ("GET", "/a2a".into())] {
+    for (method, p) in [
+        ("GET", path.clone()),
+        ("POST", format!("{path}/nope")),
+        ("GET", "/a2a".into()),
+    ] {
         let r = common::http(sidecar.http, method, &p, None, b"").await;
         assert!(matches!(r.status, 404 | 405), "{method} {p}: {r:?}");
-        assert_eq!(r.header("content-type"), Some("application/problem+json"), "{method} {p}");
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/problem+json"),
+            "{method} {p}"
+        );
         assert!(r.json()["detail"].is_string());
     }
 
@@ -314,7 +385,14 @@ async fn bad_calls_get_a2a_s_error_objects_and_the_agent_is_not_invoked() {
     assert!(card.header("cache-control").unwrap().contains("max-age="));
     assert!(card.header("last-modified").unwrap().ends_with(" GMT"));
     let etag = card.header("etag").unwrap().to_owned();
-    let again = common::http_with(sidecar.http, "GET", &card_path, &[("If-None-Match", &etag)], b"").await;
+    let again = common::http_with(
+        sidecar.http,
+        "GET",
+        &card_path,
+        &[("If-None-Match", &etag)],
+        b"",
+    )
+    .await;
     assert_eq!(again.status, 304, "{again:?}");
     assert_eq!(again.header("etag"), Some(etag.as_str()));
 
@@ -368,12 +446,21 @@ async fn a_principal_without_rights_gets_no_card_and_a2a_s_error() {
     });
     let deadline = tokio::time::Instant::now() + common::WAIT;
     let operator = basic("operator");
-    while common::http_with(sidecar.http, "GET", &format!("/things/{THING_ID}"), &[("Authorization", &operator)], b"")
-        .await
-        .status
+    while common::http_with(
+        sidecar.http,
+        "GET",
+        &format!("/things/{THING_ID}"),
+        &[("Authorization", &operator)],
+        b"",
+    )
+    .await
+    .status
         != 200
     {
-        assert!(tokio::time::Instant::now() < deadline, "the agent's TD never came");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent's TD never came"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let card = |who: &'static str| {
@@ -438,21 +525,38 @@ async fn a_principal_without_rights_gets_no_card_and_a2a_s_error() {
     // its principal's alone.
     let base = format!("http://{}", sidecar.http);
     let agent = format!("{base}/a2a/{}", urlencode(THING_ID));
-    let owner = python(&[base.clone(), agent.clone(), "owner".into(), basic("operator")]).await;
+    let owner = python(&[
+        base.clone(),
+        agent.clone(),
+        "owner".into(),
+        basic("operator"),
+    ])
+    .await;
     assert_eq!(owner["errors"], json!([]), "{owner:#}");
     assert_eq!(owner["extended"]["name"], "WeatherAgent");
     assert_eq!(owner["extended"]["capabilities"]["extendedAgentCard"], true);
-    assert_eq!(owner["sent"]["status"]["state"], "TASK_STATE_COMPLETED", "{owner:#}");
+    assert_eq!(
+        owner["sent"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{owner:#}"
+    );
     assert_eq!(owner["listed"]["totalSize"], 1);
     let task = owner["sent"]["id"].as_str().unwrap().to_owned();
-    let other = python(&[base, agent, "stranger".into(), basic("colleague"), task.clone()]).await;
+    let other = python(&[
+        base,
+        agent,
+        "stranger".into(),
+        basic("colleague"),
+        task.clone(),
+    ])
+    .await;
     assert_eq!(other["errors"], json!([]), "{other:#}");
     assert_eq!(other["listed"].get("tasks"), None, "{other:#}");
     for what in ["get", "cancel", "subscribe", "continue"] {
         assert_eq!(other[what], "TaskNotFoundError", "{what}: {other:#}");
     }
     // Without rights on the Thing: nothing of it, tasks included.
-    let ask = |method: &str| json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": {"id": task}});
+    let ask =
+        |method: &str| json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": {"id": task}});
     let headers = [("Authorization", auth.as_str()), ("A2A-Version", "1.0")];
     let got = post_with(&sidecar, &path, &headers, &ask("GetTask")).await;
     assert_eq!(got["error"]["code"], -32001, "{got}");
@@ -520,7 +624,11 @@ async fn next_invocation(agent: &mut common::WsClient) -> Value {
 }
 
 fn status(invocation: &Value, members: Value) -> Value {
-    let mut m = common::lmos(ASKER, "actionStatus", json!({"action": "ask", "correlationID": invocation["correlationID"]}));
+    let mut m = common::lmos(
+        ASKER,
+        "actionStatus",
+        json!({"action": "ask", "correlationID": invocation["correlationID"]}),
+    );
     for (k, v) in members.as_object().unwrap() {
         m[k] = v.clone();
     }
@@ -544,32 +652,49 @@ async fn the_message_reaches_the_agent_and_its_a2a_member_asks_back_and_rejects(
         let (addr, path) = (sidecar.http, path.clone());
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}});
         tokio::spawn(async move {
-            common::http_with(addr, "POST", &path, &[("Content-Type", "application/json"), ("A2A-Version", "1.0")],
-                body.to_string().as_bytes()).await.json()
+            common::http_with(
+                addr,
+                "POST",
+                &path,
+                &[("Content-Type", "application/json"), ("A2A-Version", "1.0")],
+                body.to_string().as_bytes(),
+            )
+            .await
+            .json()
         })
     };
     // The message's own id and parts reach the agent; it asks back.
-    let asked = send(json!({"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "Weather?"}],
-        "metadata": {"k": "v"}}));
+    let asked = send(
+        json!({"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "Weather?"}],
+        "metadata": {"k": "v"}}),
+    );
     let first = next_invocation(&mut agent).await;
     assert_eq!(first["input"], json!({"q": "Weather?"}));
     assert_eq!(first["a2a"]["messageId"], "m-1", "{first}");
     assert_eq!(first["a2a"]["parts"], json!([{"text": "Weather?"}]));
     assert_eq!(first["a2a"]["metadata"], json!({"k": "v"}));
     agent
-        .send(status(&first, json!({"status": "completed", "a2a": {"state": "input-required",
-            "message": {"messageId": "a-1", "parts": [{"text": "Which city?"}]}}})))
+        .send(status(
+            &first,
+            json!({"status": "completed", "a2a": {"state": "input-required",
+            "message": {"messageId": "a-1", "parts": [{"text": "Which city?"}]}}}),
+        ))
         .await;
     let asked = asked.await.unwrap();
     let task = &asked["result"]["task"];
-    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
     assert_eq!(task["status"]["message"]["parts"][0]["text"], "Which city?");
     assert_eq!(first["a2a"]["taskId"], task["id"]);
     assert_eq!(first["a2a"]["contextId"], task["contextId"]);
 
     // The answer continues the same task, as a new invocation.
-    let answered = send(json!({"messageId": "m-2", "role": "ROLE_USER", "parts": [{"text": "Oslo"}],
-        "taskId": task["id"]}));
+    let answered = send(
+        json!({"messageId": "m-2", "role": "ROLE_USER", "parts": [{"text": "Oslo"}],
+        "taskId": task["id"]}),
+    );
     let second = next_invocation(&mut agent).await;
     assert_eq!(second["a2a"]["taskId"], task["id"]);
     assert_eq!(second["a2a"]["messageId"], "m-2");
@@ -581,19 +706,41 @@ async fn the_message_reaches_the_agent_and_its_a2a_member_asks_back_and_rejects(
     let answered = answered.await.unwrap();
     let done = &answered["result"]["task"];
     assert_eq!(done["id"], task["id"]);
-    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{answered}");
-    assert_eq!(done["artifacts"], json!([{"artifactId": "forecast", "parts": [{"text": "Sunny in Oslo."}]}]));
-    let ids: Vec<&Value> = done["history"].as_array().unwrap().iter().map(|m| &m["messageId"]).collect();
-    assert_eq!(ids, [&json!("m-1"), &json!("a-1"), &json!("m-2")], "{done:#}");
+    assert_eq!(
+        done["status"]["state"], "TASK_STATE_COMPLETED",
+        "{answered}"
+    );
+    assert_eq!(
+        done["artifacts"],
+        json!([{"artifactId": "forecast", "parts": [{"text": "Sunny in Oslo."}]}])
+    );
+    let ids: Vec<&Value> = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["messageId"])
+        .collect();
+    assert_eq!(
+        ids,
+        [&json!("m-1"), &json!("a-1"), &json!("m-2")],
+        "{done:#}"
+    );
 
     // Rejected.
-    let rejected = send(json!({"messageId": "m-3", "role": "ROLE_USER", "parts": [{"text": "No."}]}));
+    let rejected =
+        send(json!({"messageId": "m-3", "role": "ROLE_USER", "parts": [{"text": "No."}]}));
     let third = next_invocation(&mut agent).await;
     agent
-        .send(status(&third, json!({"status": "failed", "a2a": {"state": "rejected",
-            "message": {"parts": [{"text": "I only do weather."}]}}})))
+        .send(status(
+            &third,
+            json!({"status": "failed", "a2a": {"state": "rejected",
+            "message": {"parts": [{"text": "I only do weather."}]}}}),
+        ))
         .await;
     let rejected = rejected.await.unwrap();
-    assert_eq!(rejected["result"]["task"]["status"]["state"], "TASK_STATE_REJECTED", "{rejected}");
+    assert_eq!(
+        rejected["result"]["task"]["status"]["state"], "TASK_STATE_REJECTED",
+        "{rejected}"
+    );
     sidecar.stop().await;
 }

@@ -81,9 +81,11 @@ pub fn card(thing: &str, td: &Value, http: &str, schemes: &[HttpScheme]) -> Valu
         .collect();
     // Text for every skill only when every skill takes it; each skill
     // says its own.
-    let all_text = skills
-        .iter()
-        .all(|s| s["inputModes"].as_array().is_some_and(|m| m.contains(&json!("text/plain"))));
+    let all_text = skills.iter().all(|s| {
+        s["inputModes"]
+            .as_array()
+            .is_some_and(|m| m.contains(&json!("text/plain")))
+    });
     let default_input = if all_text && !skills.is_empty() {
         json!(["application/json", "text/plain"])
     } else {

@@ -44,7 +44,8 @@ pub fn error(id: &Value, code: i64, message: &str, metadata: &[(&str, &str)]) ->
         meta.insert((*k).to_owned(), Value::String((*v).to_owned()));
     }
     meta.insert("timestamp".into(), crate::lmos::now_timestamp().into());
-    let info = json!({"@type": ERROR_INFO, "reason": reason(code), "domain": DOMAIN, "metadata": meta});
+    let info =
+        json!({"@type": ERROR_INFO, "reason": reason(code), "domain": DOMAIN, "metadata": meta});
     jsonrpc::error(id, code, message, Some(json!([info])))
 }
 
@@ -78,7 +79,12 @@ mod tests {
         assert_eq!(version(Some("1.0.2")), Ok("1.0"));
         assert_eq!(version(Some("0.3")), Ok("0.3"));
         assert_eq!(version(Some("99.0")), Err("99.0".into()));
-        let e = error(&json!(1), TASK_NOT_FOUND, "Task not found", &[("taskId", "x")]);
+        let e = error(
+            &json!(1),
+            TASK_NOT_FOUND,
+            "Task not found",
+            &[("taskId", "x")],
+        );
         let info = &e["error"]["data"][0];
         assert_eq!(info["@type"], ERROR_INFO);
         assert_eq!(info["reason"], "TASK_NOT_FOUND");

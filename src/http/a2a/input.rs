@@ -25,9 +25,9 @@ pub enum TextFill {
 /// without an `enum` (a free-text question, not a choice).
 fn text_member(input: &Value) -> Option<&str> {
     let properties = input["properties"].as_object()?;
-    let mut free = properties
-        .iter()
-        .filter(|(_, p)| p["type"] == "string" && p.get("enum").is_none() && p.get("const").is_none());
+    let mut free = properties.iter().filter(|(_, p)| {
+        p["type"] == "string" && p.get("enum").is_none() && p.get("const").is_none()
+    });
     match (free.next(), free.next()) {
         (Some((name, _)), None) => Some(name),
         _ => None,
@@ -156,7 +156,10 @@ mod tests {
                 json!({"question": "Rain in Oslo?", "interactionMode": "text"})
             ))
         );
-        let both = [json!({"text": "q"}), json!({"data": {"interactionMode": "voice"}})];
+        let both = [
+            json!({"text": "q"}),
+            json!({"data": {"interactionMode": "voice"}}),
+        ];
         assert_eq!(
             input(&both, Some(&weather(true))),
             Ok(Some(json!({"interactionMode": "voice", "question": "q"})))

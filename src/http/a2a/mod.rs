@@ -63,15 +63,22 @@ impl A2a {
 /// Any other path under `/a2a`, or a method a path does not take: a JSON
 /// problem, so a client sees what went wrong.
 pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    let (status, title) = if uri.path().ends_with("/.well-known/agent-card.json") {
-        (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
-    } else if method != axum::http::Method::POST && uri.path().matches('/').count() <= 3 {
+    // A path that exists, asked with another method: 405.
+    let card = uri.path().ends_with("/.well-known/agent-card.json");
+    let thing = uri
+        .path()
+        .strip_prefix("/a2a/")
+        .map(|t| t.strip_suffix('/').unwrap_or(t));
+    let endpoint = method != axum::http::Method::POST
+        && thing.is_some_and(|t| !t.is_empty() && !t.contains('/'));
+    let (status, title) = if card || endpoint {
         (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
     } else {
         (StatusCode::NOT_FOUND, "Not Found")
     };
     let detail = format!("{method} {} is not served: A2A is JSON-RPC by POST to /a2a/{{thingID}}, and each agent's card is at GET /a2a/{{thingID}}/.well-known/agent-card.json.", uri.path());
-    let body = json!({"type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail});
+    let body =
+        json!({"type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail});
     (
         status,
         [(header::CONTENT_TYPE, "application/problem+json")],
@@ -140,12 +147,7 @@ fn card_response(state: &HttpState, headers: &HeaderMap, thing: &str, td: &Value
     if matched {
         return (StatusCode::NOT_MODIFIED, caching).into_response();
     }
-    (
-        caching,
-        [(header::CONTENT_TYPE, "application/json")],
-        card,
-    )
-        .into_response()
+    (caching, [(header::CONTENT_TYPE, "application/json")], card).into_response()
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -167,7 +167,10 @@ pub async fn rpc(
         Ok(v) => v,
         Err(asked) => {
             let text = format!("A2A-Version `{asked}` is not supported here; this interface speaks 1.0 (and 0.3, the version of a request without the header).");
-            let meta = [("requestedVersion", asked.as_str()), ("supportedVersions", "1.0,0.3")];
+            let meta = [
+                ("requestedVersion", asked.as_str()),
+                ("supportedVersions", "1.0,0.3"),
+            ];
             return answer(errors::error(&id, VERSION_NOT_SUPPORTED, &text, &meta));
         }
     };

@@ -49,7 +49,7 @@ fn asked(call: &Call, message: &Value, params: &Value) -> Result<Asked, Response
     let Some(parts) = tasks::parts_v1(message).filter(|p| !p.is_empty()) else {
         return Err(call.error(INVALID_PARAMS, "`message.parts` must be a non-empty array of parts (each one of text, raw, url or data)"));
     };
-    if !message["messageId"].as_str().is_some_and(|m| !m.is_empty()) {
+    if message["messageId"].as_str().is_none_or(str::is_empty) {
         return Err(call.error(INVALID_PARAMS, "`message.messageId` (a string) is required"));
     }
     let Some(td) = super::agent_td(&call.state, &call.principal, &call.thing) else {
@@ -60,7 +60,10 @@ fn asked(call: &Call, message: &Value, params: &Value) -> Result<Asked, Response
         let Some(snap) = call.state.a2a.tasks.get(&call.owner(), task) else {
             return Err(call.not_found(task));
         };
-        let context = snap.task["contextId"].as_str().unwrap_or_default().to_owned();
+        let context = snap.task["contextId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         if given_context.is_some_and(|c| c != context) {
             let text = format!("`contextId` does not match the context of task `{task}`");
             return Err(call.error_with(INVALID_PARAMS, &text, &[("taskId", task)]));
@@ -68,9 +71,13 @@ fn asked(call: &Call, message: &Value, params: &Value) -> Result<Asked, Response
         let state = state_of(&snap.task);
         if !is_interrupted(state) {
             let text = if is_terminal(state) {
-                format!("Task `{task}` is in a terminal state ({state}) and takes no more messages.")
+                format!(
+                    "Task `{task}` is in a terminal state ({state}) and takes no more messages."
+                )
             } else {
-                format!("Task `{task}` is still working ({state}); send again when it asks for input.")
+                format!(
+                    "Task `{task}` is still working ({state}); send again when it asks for input."
+                )
             };
             return Err(call.error_with(UNSUPPORTED_OPERATION, &text, &[("taskId", task)]));
         }
@@ -196,7 +203,9 @@ pub(super) async fn send(call: Call, params: &Value, streaming: bool) -> Respons
     }
     let driver_store = call.state.a2a.clone();
     let (task_id, action) = (asked.task.clone(), asked.action.clone());
-    tokio::spawn(async move { drive(&driver_store.tasks, &task_id, &action, first, replies).await });
+    tokio::spawn(
+        async move { drive(&driver_store.tasks, &task_id, &action, first, replies).await },
+    );
     if streaming {
         let (sse, response) = rpc_io::sse(call.state.mcp.streams());
         let start = json!({"task": snapshot});

@@ -29,7 +29,9 @@ pub struct Limits {
 pub enum Full {
     #[error("too many A2A tasks still running for this caller (a2a.max_tasks_per_principal = {0}); try again when some have ended")]
     Principal(usize),
-    #[error("too many A2A tasks still running (a2a.max_tasks = {0}); try again when some have ended")]
+    #[error(
+        "too many A2A tasks still running (a2a.max_tasks = {0}); try again when some have ended"
+    )]
     All(usize),
 }
 
@@ -86,7 +88,10 @@ pub fn is_terminal(state: &str) -> bool {
 
 /// Whether the task waits for its client (input or authentication).
 pub fn is_interrupted(state: &str) -> bool {
-    matches!(state, "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_AUTH_REQUIRED")
+    matches!(
+        state,
+        "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_AUTH_REQUIRED"
+    )
 }
 
 pub fn state_of(task: &Value) -> &str {
@@ -200,7 +205,7 @@ impl Tasks {
             .filter(|e| &e.owner == owner)
             .map(snap)
             .collect();
-        all.sort_by(|a, b| b.seq.cmp(&a.seq));
+        all.sort_by_key(|s| std::cmp::Reverse(s.seq));
         all
     }
 }
@@ -259,8 +264,12 @@ mod tests {
             ttl: Duration::from_secs(60),
         });
         let working = "TASK_STATE_WORKING";
-        tasks.insert(owner("a"), "x", "i1", task("1", working)).unwrap();
-        tasks.insert(owner("a"), "x", "i2", task("2", working)).unwrap();
+        tasks
+            .insert(owner("a"), "x", "i1", task("1", working))
+            .unwrap();
+        tasks
+            .insert(owner("a"), "x", "i2", task("2", working))
+            .unwrap();
         assert_eq!(
             tasks
                 .insert(owner("a"), "x", "i3", task("3", working))
@@ -275,7 +284,9 @@ mod tests {
             vec![]
         });
         tasks.update("2", |_| vec![]);
-        tasks.insert(owner("a"), "x", "i3", task("3", working)).unwrap();
+        tasks
+            .insert(owner("a"), "x", "i3", task("3", working))
+            .unwrap();
         assert!(tasks.get(&owner("a"), "1").is_none());
         let ids: Vec<Value> = tasks
             .list(&owner("a"))
@@ -283,7 +294,9 @@ mod tests {
             .map(|s| s.task["id"].clone())
             .collect();
         assert_eq!(ids, vec![json!("3"), json!("2")]);
-        tasks.insert(owner("b"), "x", "i4", task("4", working)).unwrap();
+        tasks
+            .insert(owner("b"), "x", "i4", task("4", working))
+            .unwrap();
         assert_eq!(
             tasks
                 .insert(owner("c"), "x", "i5", task("5", working))

@@ -17,7 +17,10 @@ fn statuses_become_task_states_events_and_history() {
     assert!(apply(&mut t, &json!({"status": "pending"}), "getWeather").is_empty());
     let working = json!({"status": "running", "output": {"progress": "..."}});
     let e = apply(&mut t, &working, "getWeather");
-    assert_eq!(e[0]["statusUpdate"]["status"]["state"], "TASK_STATE_WORKING");
+    assert_eq!(
+        e[0]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_WORKING"
+    );
     assert_eq!(
         e[0]["statusUpdate"]["status"]["message"]["parts"][0]["data"]["progress"],
         "..."
@@ -27,7 +30,10 @@ fn statuses_become_task_states_events_and_history() {
     assert_eq!(e[0]["artifactUpdate"]["append"], true);
     let done = json!({"status": "completed", "output": "Sunny."});
     let e = apply(&mut t, &done, "getWeather");
-    assert_eq!(e[0]["artifactUpdate"]["artifact"]["parts"][0]["text"], "Sunny.");
+    assert_eq!(
+        e[0]["artifactUpdate"]["artifact"]["parts"][0]["text"],
+        "Sunny."
+    );
     assert!(ends_stream(&e[1]));
     assert_eq!(t["artifacts"][0]["artifactId"], "output");
     // The client's message and the agent's status message.
@@ -37,7 +43,10 @@ fn statuses_become_task_states_events_and_history() {
     assert!(apply(&mut t, &working, "getWeather").is_empty());
     let v = view(&t, Some(0), false);
     assert!(v.get("history").is_none() && v.get("artifacts").is_none());
-    assert_eq!(view(&t, Some(1), true)["history"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        view(&t, Some(1), true)["history"].as_array().unwrap().len(),
+        1
+    );
 }
 
 #[test]
@@ -56,11 +65,21 @@ fn the_agent_s_a2a_member_is_honoured() {
     let done = json!({"status": "completed", "a2a": {"artifacts": [
         {"artifactId": "a", "parts": [{"text": "1"}]}, {"parts": "nope"}]}});
     apply(&mut t, &done, "getWeather");
-    assert_eq!(t["artifacts"], json!([{"artifactId": "a", "parts": [{"text": "1"}]}]));
+    assert_eq!(
+        t["artifacts"],
+        json!([{"artifactId": "a", "parts": [{"text": "1"}]}])
+    );
     let mut r = fresh();
-    apply(&mut r, &json!({"status": "failed", "a2a": {"state": "rejected"}}), "x");
+    apply(
+        &mut r,
+        &json!({"status": "failed", "a2a": {"state": "rejected"}}),
+        "x",
+    );
     assert_eq!(state_of(&r), "TASK_STATE_REJECTED");
-    assert_eq!(method("tasks/resubscribe"), Some((Method::Subscribe, Dialect::V03)));
+    assert_eq!(
+        method("tasks/resubscribe"),
+        Some((Method::Subscribe, Dialect::V03))
+    );
     assert_eq!(
         part_v1(&json!({"kind": "file", "file": {"uri": "http://f", "mimeType": "a/b"}})),
         Some(json!({"url": "http://f", "mediaType": "a/b"}))

@@ -132,8 +132,16 @@ mod tests {
         assert_eq!(old["status"]["state"], "input-required");
         assert_eq!(old["status"]["message"]["role"], "agent");
         assert_eq!(old["status"]["message"]["parts"][0]["kind"], "text");
-        assert_eq!(old["artifacts"][0]["parts"][0]["file"]["uri"], "http://x/f.png");
-        let e = event(&json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED"}}}));
-        assert_eq!((e["kind"].clone(), e["final"].clone()), (json!("status-update"), json!(true)));
+        assert_eq!(
+            old["artifacts"][0]["parts"][0]["file"]["uri"],
+            "http://x/f.png"
+        );
+        let e = event(
+            &json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED"}}}),
+        );
+        assert_eq!(
+            (e["kind"].clone(), e["final"].clone()),
+            (json!("status-update"), json!(true))
+        );
     }
 }
