@@ -150,34 +150,16 @@ pub async fn rpc(
             return refused;
         }
     };
-    let (id, name, params) = match jsonrpc::parse(&bytes) {
-        Ok(Incoming::Request { id, method, params }) => (id, method, params),
-        Ok(_) => return StatusCode::NO_CONTENT.into_response(),
-        Err(malformed) => {
-            state.metrics.error("a2a_malformed");
-            return answer(errors::error(
-                &malformed.id,
-                malformed.code,
-                &malformed.message,
-                &[],
-            ));
-        }
-    };
-    let version = match errors::version(header(&headers, "a2a-version").as_deref()) {
-        Ok(v) => v,
-        Err(asked) => {
-            let text = format!("A2A-Version `{asked}` is not supported here; this interface speaks 1.0 (and 0.3, the version of a request without the header).");
-            let meta = [
-                ("requestedVersion", asked.as_str()),
-                ("supportedVersions", "1.0,0.3"),
-            ];
-            return answer(errors::error(&id, VERSION_NOT_SUPPORTED, &text, &meta));
-        }
-    };
-    let Some((method, dialect)) = tasks::method(&name) else {
-        let text = format!("Method not found: `{name}`");
-        let meta = [("method", name.as_str())];
-        return answer(errors::error(&id, jsonrpc::METHOD_NOT_FOUND, &text, &meta));
+    let Request {
+        id,
+        name,
+        params,
+        method,
+        dialect,
+        version,
+    } = match request(&state, &headers, &bytes) {
+        Ok(r) => r,
+        Err(response) => return response,
     };
     // The call's SERVER span, parent of the invocation's; it lasts until
     // the answer (for a stream: until the stream starts).
@@ -222,6 +204,63 @@ pub async fn rpc(
         tracer.end_rpc(span, &info, None);
     }
     response
+}
+
+/// A request this face answers.
+struct Request {
+    id: Value,
+    name: String,
+    params: Value,
+    method: Method,
+    dialect: Dialect,
+    version: &'static str,
+}
+
+/// The body as a request of a method and version this face serves, or the
+/// answer (JSON-RPC's error with its ErrorInfo, or 204 for a notification).
+fn request(state: &HttpState, headers: &HeaderMap, bytes: &[u8]) -> Result<Request, Response> {
+    let (id, name, params) = match jsonrpc::parse(bytes) {
+        Ok(Incoming::Request { id, method, params }) => (id, method, params),
+        Ok(_) => return Err(StatusCode::NO_CONTENT.into_response()),
+        Err(m) => {
+            state.metrics.error("a2a_malformed");
+            return Err(answer(errors::error(&m.id, m.code, &m.message, &[])));
+        }
+    };
+    let version = match errors::version(header(headers, "a2a-version").as_deref()) {
+        Ok(v) => v,
+        Err(asked) => {
+            let text = format!("A2A-Version `{asked}` is not supported here; this interface speaks 1.0 (and 0.3, the version of a request without the header).");
+            let meta = [
+                ("requestedVersion", asked.as_str()),
+                ("supportedVersions", "1.0,0.3"),
+            ];
+            return Err(answer(errors::error(
+                &id,
+                VERSION_NOT_SUPPORTED,
+                &text,
+                &meta,
+            )));
+        }
+    };
+    let Some((method, dialect)) = tasks::method(&name) else {
+        let text = format!("Method not found: `{name}`");
+        let meta = [("method", name.as_str())];
+        return Err(answer(errors::error(
+            &id,
+            jsonrpc::METHOD_NOT_FOUND,
+            &text,
+            &meta,
+        )));
+    };
+    Ok(Request {
+        id,
+        name,
+        params,
+        method,
+        dialect,
+        version,
+    })
 }
 
 async fn dispatch(call: Call, method: Method, params: &Value) -> Response {

@@ -114,63 +114,102 @@ fn a2a_member(message: &Value, asked: &Asked) -> Value {
     a2a
 }
 
-pub(super) async fn send(call: Call, params: &Value, streaming: bool) -> Response {
+/// What a message is checked for before anything happens: the task it
+/// names or starts, and the input its parts make.
+fn checked(call: &Call, params: &Value) -> Result<(Asked, Option<Value>), Response> {
     let message = &params["message"];
     if !message.is_object() {
-        return call.error(INVALID_PARAMS, "`message` (an object) is required");
+        return Err(call.error(INVALID_PARAMS, "`message` (an object) is required"));
     }
     let configuration = &params["configuration"];
     if configuration.get("taskPushNotificationConfig").is_some()
         || configuration.get("pushNotificationConfig").is_some()
     {
-        return call.error(errors::PUSH_NOT_SUPPORTED, "Push notifications are not supported by this agent (capabilities.pushNotifications: false).");
+        return Err(call.error(errors::PUSH_NOT_SUPPORTED, "Push notifications are not supported by this agent (capabilities.pushNotifications: false)."));
     }
+    let asked = asked(call, message, params)?;
+    let schema = super::agent_td(&call.state, &call.principal, &call.thing)
+        .and_then(|td| td["actions"][&asked.action].get("input").cloned());
+    match input::input(&asked.parts, schema.as_ref()) {
+        Ok(input) => Ok((asked, input)),
+        Err(why) => Err(call.error(CONTENT_TYPE_NOT_SUPPORTED, &why.to_string())),
+    }
+}
+
+/// Keeps the new task (or records the continued one's message) before the
+/// agent is asked, so a full store refuses before the agent does anything.
+/// The task as it stands, and its events from now on.
+fn keep(
+    call: &Call,
+    asked: &Asked,
+    message: &Value,
+    invocation: &str,
+) -> Result<(Value, broadcast::Receiver<Value>), Response> {
+    let store = &call.state.a2a.tasks;
+    let user = tasks::user_message(message, asked.parts.clone(), &asked.task, &asked.context);
+    if asked.continues.is_none() {
+        let task = tasks::new_task(&asked.task, &asked.context, user);
+        return match store.insert(call.owner(), &asked.action, invocation, task.clone()) {
+            Ok(rx) => Ok((task, rx)),
+            Err(full) => Err(call.error(INTERNAL_ERROR, &full.to_string())),
+        };
+    }
+    store.set_invocation(&asked.task, invocation);
+    store.update(&asked.task, |t| tasks::continued(t, user));
+    match store.subscribe(&call.owner(), &asked.task) {
+        Some((s, rx)) => Ok((s.task, rx)),
+        None => Err(call.not_found(&asked.task)),
+    }
+}
+
+/// The invokeAction, sent; its replies and the first of them (a refusal
+/// is answered as the protocol's error, not as a task).
+async fn invoke(call: &Call, asked: &Asked, m: Message) -> Result<(Replies, Value), Response> {
+    let store = &call.state.a2a.tasks;
+    let asking = call
+        .state
+        .gateway
+        .request_via(metrics::A2A, &call.principal, m);
+    let mut replies = match asking.await {
+        Ok(r) => r,
+        Err(p) => {
+            forget_new(store, asked);
+            return Err(call.problem(&p));
+        }
+    };
+    let first = match tokio::time::timeout(FIRST_STATUS, replies.next()).await {
+        Ok(Some(first)) => first,
+        Ok(None) => return Err(call.error(INTERNAL_ERROR, "The sidecar is shutting down.")),
+        Err(_) => json!({"status": "pending"}),
+    };
+    // Refused before the agent saw it (a bad input, no agent, a quota).
+    if first["messageType"] == "error" {
+        forget_new(store, asked);
+        return Err(call.refused(status_of(&first), &tasks::error_text(&first)));
+    }
+    Ok((replies, first))
+}
+
+pub(super) async fn send(call: Call, params: &Value, streaming: bool) -> Response {
     let history = match history_length(params) {
         Ok(h) => h,
         Err(text) => return call.error(INVALID_PARAMS, &text),
     };
-    let asked = match asked(&call, message, params) {
-        Ok(a) => a,
+    let (asked, input) = match checked(&call, params) {
+        Ok(c) => c,
         Err(response) => return response,
     };
-    let schema = super::agent_td(&call.state, &call.principal, &call.thing)
-        .and_then(|td| td["actions"][&asked.action].get("input").cloned());
-    let input = match input::input(&asked.parts, schema.as_ref()) {
-        Ok(i) => i,
-        Err(why) => return call.error(CONTENT_TYPE_NOT_SUPPORTED, &why.to_string()),
-    };
-    let store = &call.state.a2a.tasks;
-    let user = tasks::user_message(message, asked.parts.clone(), &asked.task, &asked.context);
+    let message = &params["message"];
     let invocation = match &asked.continues {
         Some(_) => format!("{}~{}", asked.task, Uuid::new_v4()),
         None => asked.task.clone(),
     };
-    // Kept before the agent is asked, so a full store refuses before the
-    // agent does anything.
-    let (snapshot, events) = match &asked.continues {
-        None => {
-            let task = tasks::new_task(&asked.task, &asked.context, user);
-            match store.insert(call.owner(), &asked.action, &invocation, task.clone()) {
-                Ok(rx) => (task, rx),
-                Err(full) => return call.error(INTERNAL_ERROR, &full.to_string()),
-            }
-        }
-        Some(_) => {
-            store.set_invocation(&asked.task, &invocation);
-            store.update(&asked.task, |t| tasks::continued(t, user));
-            match store.subscribe(&call.owner(), &asked.task) {
-                Some((s, rx)) => (s.task, rx),
-                None => return call.not_found(&asked.task),
-            }
-        }
+    let (snapshot, events) = match keep(&call, &asked, message, &invocation) {
+        Ok(k) => k,
+        Err(response) => return response,
     };
-    let mut m = Message::new(
-        call.thing.clone(),
-        Lmos::InvokeAction {
-            action: asked.action.clone(),
-            input,
-        },
-    );
+    let action = asked.action.clone();
+    let mut m = Message::new(call.thing.clone(), Lmos::InvokeAction { action, input });
     m.correlation_id = Some(invocation);
     m.traceparent = call.traceparent.clone();
     m.tracestate = call.tracestate.clone();
@@ -178,40 +217,20 @@ pub(super) async fn send(call: Call, params: &Value, streaming: bool) -> Respons
     if streaming {
         m.extra.insert("stream".into(), true.into());
     }
-    let mut replies = match call
-        .state
-        .gateway
-        .request_via(metrics::A2A, &call.principal, m)
-        .await
-    {
+    let (replies, first) = match invoke(&call, &asked, m).await {
         Ok(r) => r,
-        Err(p) => {
-            forget_new(store, &asked);
-            return call.problem(&p);
-        }
+        Err(response) => return response,
     };
-    let first = match tokio::time::timeout(FIRST_STATUS, replies.next()).await {
-        Ok(Some(first)) => first,
-        Ok(None) => return call.error(INTERNAL_ERROR, "The sidecar is shutting down."),
-        Err(_) => json!({"status": "pending"}),
-    };
-    // Refused before the agent saw it (a bad input, no agent, a quota):
-    // the protocol's error, not a task.
-    if first["messageType"] == "error" {
-        forget_new(store, &asked);
-        return call.refused(status_of(&first), &tasks::error_text(&first));
-    }
-    let driver_store = call.state.a2a.clone();
+    let a2a = call.state.a2a.clone();
     let (task_id, action) = (asked.task.clone(), asked.action.clone());
-    tokio::spawn(
-        async move { drive(&driver_store.tasks, &task_id, &action, first, replies).await },
-    );
+    tokio::spawn(async move { drive(&a2a.tasks, &task_id, &action, first, replies).await });
     if streaming {
         let (sse, response) = rpc_io::sse(call.state.mcp.streams());
         let start = json!({"task": snapshot});
         tokio::spawn(async move { stream(call, start, events, sse).await });
         return response;
     }
+    let configuration = &params["configuration"];
     let at_once = configuration["returnImmediately"] == true || configuration["blocking"] == false;
     let deadline = tokio::time::Instant::now() + call.state.request_timeout;
     wait(events, at_once, deadline).await;

@@ -298,19 +298,19 @@ pub fn apply(task: &mut Value, reply: &Value, action: &str) -> Vec<Value> {
     };
     let message = said(reply, state).map(|s| agent_message(s, task));
     let mut events = Vec::new();
-    let ended = is_terminal(state) || is_interrupted(state);
-    if ended {
-        let artifacts = match (own_artifacts(&reply["a2a"]), reply.get("output")) {
-            (Some(own), _) => own,
-            (None, Some(output)) if state == "TASK_STATE_COMPLETED" => {
-                vec![output_artifact(output, action)]
-            }
-            _ => Vec::new(),
-        };
-        for artifact in artifacts {
-            events.push(artifact_update(task, artifact.clone(), false, true));
-            keep_artifact(task, artifact);
+    // The agent's own artifacts on any status (a working agent may give
+    // some before it ends); the output as the artifact when it completes.
+    let artifacts = match (own_artifacts(&reply["a2a"]), reply.get("output")) {
+        (Some(own), _) => own,
+        (None, Some(output)) if state == "TASK_STATE_COMPLETED" => {
+            vec![output_artifact(output, action)]
         }
+        _ => Vec::new(),
+    };
+    let last = is_terminal(state) || is_interrupted(state);
+    for artifact in artifacts {
+        events.push(artifact_update(task, artifact.clone(), false, last));
+        keep_artifact(task, artifact);
     }
     set_status(task, state, message);
     events.push(status_update(task));

@@ -69,6 +69,12 @@ fn the_agent_s_a2a_member_is_honoured() {
         t["artifacts"],
         json!([{"artifactId": "a", "parts": [{"text": "1"}]}])
     );
+    let mut w = fresh();
+    let part_way = json!({"status": "running", "a2a": {"artifacts": [{"artifactId": "p", "parts": [{"text": "1"}]}]}});
+    let e = apply(&mut w, &part_way, "x");
+    assert_eq!(e[0]["artifactUpdate"]["artifact"]["artifactId"], "p");
+    assert_eq!(state_of(&w), "TASK_STATE_WORKING");
+    assert_eq!(w["artifacts"][0]["artifactId"], "p");
     let mut r = fresh();
     apply(
         &mut r,
