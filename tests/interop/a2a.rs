@@ -742,5 +742,24 @@ async fn the_message_reaches_the_agent_and_its_a2a_member_asks_back_and_rejects(
         rejected["result"]["task"]["status"]["state"], "TASK_STATE_REJECTED",
         "{rejected}"
     );
+
+    // Answered with a Message, not a task.
+    let direct = send(json!({"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "Hi"}]}));
+    let fourth = next_invocation(&mut agent).await;
+    agent
+        .send(status(&fourth, json!({"status": "pending"})))
+        .await;
+    agent
+        .send(status(
+            &fourth,
+            json!({"status": "completed", "a2a": {"state": "message",
+            "message": {"messageId": "a-4", "parts": [{"text": "Hello."}]}}}),
+        ))
+        .await;
+    let direct = direct.await.unwrap();
+    let message = &direct["result"]["message"];
+    assert_eq!(message["parts"][0]["text"], "Hello.", "{direct}");
+    assert_eq!(message["role"], "ROLE_AGENT");
+    assert!(direct["result"].get("task").is_none());
     sidecar.stop().await;
 }

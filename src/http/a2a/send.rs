@@ -177,10 +177,16 @@ async fn invoke(call: &Call, asked: &Asked, m: Message) -> Result<(Replies, Valu
             return Err(call.problem(&p));
         }
     };
-    let first = match tokio::time::timeout(FIRST_STATUS, replies.next()).await {
-        Ok(Some(first)) => first,
-        Ok(None) => return Err(call.error(INTERNAL_ERROR, "The sidecar is shutting down.")),
-        Err(_) => json!({"status": "pending"}),
+    // The first status that says more than `pending`, so an agent that
+    // answers with a Message is seen before the answer starts.
+    let deadline = tokio::time::Instant::now() + FIRST_STATUS;
+    let first = loop {
+        match tokio::time::timeout_at(deadline, replies.next()).await {
+            Ok(Some(r)) if r["status"] == "pending" => continue,
+            Ok(Some(first)) => break first,
+            Ok(None) => return Err(call.error(INTERNAL_ERROR, "The sidecar is shutting down.")),
+            Err(_) => break json!({"status": "pending"}),
+        }
     };
     // Refused before the agent saw it (a bad input, no agent, a quota).
     if first["messageType"] == "error" {
@@ -221,6 +227,10 @@ pub(super) async fn send(call: Call, params: &Value, streaming: bool) -> Respons
         Ok(r) => r,
         Err(response) => return response,
     };
+    if let Some(direct) = tasks::direct_message(&first, &asked.context) {
+        forget_new(&call.state.a2a.tasks, &asked);
+        return message_answer(call, direct, streaming);
+    }
     let a2a = call.state.a2a.clone();
     let (task_id, action) = (asked.task.clone(), asked.action.clone());
     tokio::spawn(async move { drive(&a2a.tasks, &task_id, &action, first, replies).await });
@@ -246,6 +256,20 @@ pub(super) async fn send(call: Call, params: &Value, streaming: bool) -> Respons
         tasks::Dialect::V03 => task,
     };
     answer(call.result(result))
+}
+
+/// The agent's direct Message: the result, or a stream of that one event.
+fn message_answer(call: Call, message: Value, streaming: bool) -> Response {
+    let out = match call.dialect {
+        tasks::Dialect::V1 => json!({"message": message}),
+        tasks::Dialect::V03 => super::v03::message(&message),
+    };
+    if !streaming {
+        return answer(call.result(out));
+    }
+    let (sse, response) = rpc_io::sse(call.state.mcp.streams());
+    sse.send(&call.result(out));
+    response
 }
 
 /// Undoes what a refused message did to the store: a new task is

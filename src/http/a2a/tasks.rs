@@ -246,6 +246,23 @@ fn said(reply: &Value, state: &str) -> Option<Said> {
     reply.get("output").cloned().map(Said::Value)
 }
 
+/// A direct answer instead of a task: a `completed` status whose `a2a`
+/// says `"state": "message"` with a `message` (A2A lets an agent answer a
+/// simple message with a Message; the task is then not kept).
+pub fn direct_message(reply: &Value, context: &str) -> Option<Value> {
+    let a2a = &reply["a2a"];
+    if reply["status"] != "completed" || a2a["state"] != "message" {
+        return None;
+    }
+    let mut m = own_message(a2a)?;
+    if !m["messageId"].is_string() {
+        m["messageId"] = uuid::Uuid::new_v4().to_string().into();
+    }
+    m["contextId"] = context.into();
+    m["role"] = "ROLE_AGENT".into();
+    Some(m)
+}
+
 /// The completed output as the task's artifact.
 pub fn output_artifact(output: &Value, action: &str) -> Value {
     json!({"artifactId": "output", "name": action, "parts": [part(output)]})

@@ -69,6 +69,15 @@ fn the_agent_s_a2a_member_is_honoured() {
         t["artifacts"],
         json!([{"artifactId": "a", "parts": [{"text": "1"}]}])
     );
+    let direct = json!({"status": "completed", "a2a": {"state": "message",
+        "message": {"parts": [{"text": "Hi"}]}}});
+    let m = direct_message(&direct, "c").unwrap();
+    assert_eq!(
+        (m["role"].clone(), m["contextId"].clone()),
+        (json!("ROLE_AGENT"), json!("c"))
+    );
+    assert!(m.get("taskId").is_none());
+    assert_eq!(direct_message(&json!({"status": "completed"}), "c"), None);
     let mut w = fresh();
     let part_way = json!({"status": "running", "a2a": {"artifacts": [{"artifactId": "p", "parts": [{"text": "1"}]}]}});
     let e = apply(&mut w, &part_way, "x");
