@@ -350,6 +350,9 @@ async fn bad_calls_get_a2a_s_error_objects_and_the_agent_is_not_invoked() {
     )
     .await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let plain = common::http(sidecar.http, "POST", &path, Some("text/plain"), b"{}").await;
+    assert_eq!(plain.status, 415);
+    assert_eq!(plain.json()["error"]["code"], -32005, "{plain:?}");
     let malformed = common::http(
         sidecar.http,
         "POST",

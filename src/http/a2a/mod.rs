@@ -60,6 +60,18 @@ impl A2a {
     }
 }
 
+/// A body that is not JSON (refused by the port's guard before any
+/// handler): A2A's ContentTypeNotSupported, as a JSON-RPC error.
+pub fn content_type_refused(detail: &str) -> Response {
+    let body = errors::error(
+        &Value::Null,
+        errors::CONTENT_TYPE_NOT_SUPPORTED,
+        detail,
+        &[],
+    );
+    super::rpc_io::json(StatusCode::UNSUPPORTED_MEDIA_TYPE, &body)
+}
+
 /// Any other path under `/a2a`, or a method a path does not take: a JSON
 /// problem, so a client sees what went wrong.
 pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
