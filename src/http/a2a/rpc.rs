@@ -264,6 +264,7 @@ fn request(state: &HttpState, headers: &HeaderMap, bytes: &[u8]) -> Result<Reque
 }
 
 async fn dispatch(call: Call, method: Method, params: &Value) -> Response {
+    let params = &v03::camel_keys(params);
     match method {
         Method::Send | Method::Stream => send::send(call, params, method == Method::Stream).await,
         Method::Get => query::get(call, params),

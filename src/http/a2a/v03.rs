@@ -118,9 +118,54 @@ pub fn event(e: &Value) -> Value {
     e.clone()
 }
 
+fn camel(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for c in key.chars() {
+        match (c, upper) {
+            ('_', _) => upper = true,
+            (c, true) => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            (c, false) => out.push(c),
+        }
+    }
+    out
+}
+
+/// Params with proto field names (`history_length`) in ProtoJSON's
+/// camelCase (`historyLength`), as ProtoJSON parsers accept both; free
+/// JSON (`metadata`, a part's `data`) is left as sent.
+pub fn camel_keys(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| {
+                    let free = k == "metadata" || k == "data";
+                    (camel(k), if free { v.clone() } else { camel_keys(v) })
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(camel_keys).collect()),
+        other => other.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proto_field_names_read_as_camel_case() {
+        let p = json!({"id": "t", "history_length": 1, "message": {"message_id": "m",
+            "parts": [{"data": {"a_b": 1}}], "metadata": {"x_y": 2}}});
+        assert_eq!(
+            camel_keys(&p),
+            json!({"id": "t", "historyLength": 1, "message": {"messageId": "m",
+                "parts": [{"data": {"a_b": 1}}], "metadata": {"x_y": 2}}})
+        );
+    }
 
     #[test]
     fn tasks_and_events_read_as_0_3() {
