@@ -198,6 +198,7 @@ impl Serving<'_> {
                 self.metrics.clone(),
             ),
             mcp: http::mcp::Mcp::new(&config.mcp, config.gateway.max_message_size),
+            a2a: http::a2a::A2a::new(&config.a2a),
             agent_protocols: http::AgentProtocols {
                 mcp: config.mcp.enabled,
                 a2a: config.a2a.enabled,

@@ -55,10 +55,25 @@ pub struct A2aConfig {
     /// Serve A2A (JSON-RPC, Agent Cards) at `/a2a/...` and
     /// `/.well-known/agent-card.json`.
     pub enabled: bool,
+    /// A2A tasks the sidecar keeps at once, all principals together; past
+    /// it a new task evicts the oldest finished one, or is refused when
+    /// none has finished.
+    pub max_tasks: usize,
+    /// Tasks one principal may have kept; past it its oldest finished task
+    /// is forgotten (or the new one refused when all still run).
+    pub max_tasks_per_principal: usize,
+    /// A task not updated this long (ms) is forgotten: `GetTask` then
+    /// answers "task not found".
+    pub task_ttl_ms: u64,
 }
 
 impl Default for A2aConfig {
     fn default() -> Self {
-        A2aConfig { enabled: true }
+        A2aConfig {
+            enabled: true,
+            max_tasks: 10_000,
+            max_tasks_per_principal: 1_000,
+            task_ttl_ms: 60 * 60 * 1_000,
+        }
     }
 }

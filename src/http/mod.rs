@@ -24,7 +24,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -65,6 +65,8 @@ pub struct HttpState {
     pub guard: guard::Guard,
     /// MCP's sessions and limits (`/mcp`, when `mcp.enabled`).
     pub mcp: Arc<mcp::Mcp>,
+    /// A2A's tasks and limits (`/a2a`, when `a2a.enabled`).
+    pub a2a: Arc<a2a::A2a>,
     /// What the agent protocols serve (`mcp.enabled`, `a2a.enabled`).
     pub agent_protocols: AgentProtocols,
 }
@@ -100,9 +102,16 @@ pub fn router(state: HttpState) -> Router {
             .route("/.well-known/agent-card.json", get(a2a::only_agent_card))
             .route(
                 "/a2a/{thing}/.well-known/agent-card.json",
-                get(a2a::agent_card),
+                get(a2a::agent_card).fallback(a2a::no_route),
             )
-            .route("/a2a/{thing}", post(a2a::rpc));
+            .route("/a2a/{thing}", post(a2a::rpc).fallback(a2a::no_route))
+            .route(
+                "/a2a/{thing}/",
+                post(a2a::rpc_slash).fallback(a2a::no_route),
+            )
+            .route("/a2a", any(a2a::no_route))
+            .route("/a2a/", any(a2a::no_route))
+            .route("/a2a/{thing}/{*rest}", any(a2a::no_route));
     }
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))

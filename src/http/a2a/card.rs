@@ -21,30 +21,17 @@ pub fn endpoint(http: &str, thing: &str) -> String {
 }
 
 /// The media types an affordance's data takes: text for a string (or an
-/// input whose one free string member a text part fills), JSON always.
+/// input a text part can fill, `input.rs`), JSON always.
 fn modes(schema: Option<&Value>, input: bool) -> Vec<&'static str> {
     let texty = match schema {
-        Some(s) if s["type"] == "string" => true,
-        Some(s) if input => text_member(s).is_some(),
-        _ => false,
+        Some(s) if input => super::input::text_fill(Some(s)).is_some(),
+        Some(s) => s["type"] == "string" || s.get("type").is_none(),
+        None => false,
     };
     if texty {
         vec!["text/plain", "application/json"]
     } else {
         vec!["application/json"]
-    }
-}
-
-/// The member a text part fills: the object input's only string member
-/// without an `enum` (a free-text question, not a choice).
-pub fn text_member(input: &Value) -> Option<&str> {
-    let properties = input["properties"].as_object()?;
-    let mut free = properties
-        .iter()
-        .filter(|(_, p)| p["type"] == "string" && p.get("enum").is_none());
-    match (free.next(), free.next()) {
-        (Some((name, _)), None) => Some(name),
-        _ => None,
     }
 }
 
@@ -92,6 +79,18 @@ pub fn card(thing: &str, td: &Value, http: &str, schemes: &[HttpScheme]) -> Valu
         .flatten()
         .map(|(name, action)| skill(name, action))
         .collect();
+    // Text for every skill only when every skill takes it; each skill
+    // says its own.
+    let all_text = skills.iter().all(|s| {
+        s["inputModes"]
+            .as_array()
+            .is_some_and(|m| m.contains(&json!("text/plain")))
+    });
+    let default_input = if all_text && !skills.is_empty() {
+        json!(["application/json", "text/plain"])
+    } else {
+        json!(["application/json"])
+    };
     let name = td["title"].as_str().unwrap_or(thing);
     let mut card = json!({
         "name": name,
@@ -102,8 +101,9 @@ pub fn card(thing: &str, td: &Value, http: &str, schemes: &[HttpScheme]) -> Valu
             "protocolVersion": "1.0",
         }],
         "version": td["version"]["instance"].as_str().unwrap_or("1.0.0"),
-        "capabilities": {"streaming": true, "pushNotifications": false},
-        "defaultInputModes": ["application/json", "text/plain"],
+        "capabilities": {"streaming": true, "pushNotifications": false,
+            "extendedAgentCard": !schemes.is_empty()},
+        "defaultInputModes": default_input,
         "defaultOutputModes": ["application/json", "text/plain"],
         "skills": skills,
     });
@@ -162,10 +162,21 @@ mod tests {
             "http://h:8080/a2a/urn:uuid:x"
         );
         assert_eq!(c["skills"][0]["id"], "getWeather");
+        // `interactionMode` has a default: text fills the question.
         assert_eq!(
             c["skills"][0]["inputModes"],
             json!(["text/plain", "application/json"])
         );
+        let mut strict = td.clone();
+        strict["actions"]["getWeather"]["input"]["properties"]["interactionMode"]
+            .as_object_mut()
+            .unwrap()
+            .remove("default");
+        let c2 = card("urn:uuid:x", &strict, "http://h:8080", &[]);
+        assert_eq!(c2["skills"][0]["inputModes"], json!(["application/json"]));
+        assert_eq!(c2["defaultInputModes"], json!(["application/json"]));
+        assert_eq!(c2["capabilities"]["extendedAgentCard"], false);
+        assert_eq!(c["capabilities"]["extendedAgentCard"], true);
         assert_eq!(
             c["skills"][0]["outputModes"],
             json!(["text/plain", "application/json"])
@@ -175,10 +186,6 @@ mod tests {
             "Bearer"
         );
         assert_eq!(c["provider"]["organization"], "Deutsche Telekom AG");
-        assert_eq!(
-            text_member(&td["actions"]["getWeather"]["input"]),
-            Some("question")
-        );
     }
 
     #[test]

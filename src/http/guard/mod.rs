@@ -298,6 +298,10 @@ impl Guard {
                 .collect::<Vec<_>>()
                 .join(" or "),
         );
+        // A2A's JSON-RPC clients read a JSON-RPC error (-32005).
+        if request.method() == Method::POST && request.uri().path().starts_with("/a2a/") {
+            return crate::http::a2a::content_type_refused(&detail);
+        }
         let mut response = problem(StatusCode::UNSUPPORTED_MEDIA_TYPE, detail);
         if request.method() == Method::PATCH {
             if let Ok(v) = HeaderValue::from_str(&accepted.join(", ")) {
