@@ -35,6 +35,18 @@ fn modes(schema: Option<&Value>, input: bool) -> Vec<&'static str> {
     }
 }
 
+/// Every media type an action's input takes: what the card lists for it,
+/// and the modes an imported A2A skill declared (`lmos:inputModes`).
+pub fn input_modes(action: &Value) -> Vec<String> {
+    let mut all: Vec<String> = modes(action.get("input"), true)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let declared = action["lmos:inputModes"].as_array().into_iter().flatten();
+    all.extend(declared.filter_map(Value::as_str).map(str::to_owned));
+    all
+}
+
 fn skill(name: &str, action: &Value) -> Value {
     let mut skill = json!({
         "id": name,

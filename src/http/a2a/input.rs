@@ -96,6 +96,39 @@ pub fn text_fill(input: Option<&Value>) -> Option<TextFill> {
 pub enum NoInput {
     #[error("this skill does not take text/plain: send its input as a data part (the Agent Card's skill lists its input modes)")]
     TextNotTaken,
+    #[error(
+        "this skill does not take `{0}`: the Agent Card's skill lists the media types it takes"
+    )]
+    MediaType(String),
+}
+
+/// A file part (`raw` or `url`) of a media type the skill does not take
+/// is refused, not passed on for the agent to ignore (A2A 1.0 §3.1.1,
+/// ContentTypeNotSupportedError). A part without a media type is let
+/// through: nothing says it is unsupported.
+pub fn check_media_types(parts: &[Value], taken: &[String]) -> Result<(), NoInput> {
+    let files = parts
+        .iter()
+        .filter(|p| p.get("raw").is_some() || p.get("url").is_some());
+    for part in files {
+        let Some(media) = part["mediaType"].as_str() else {
+            continue;
+        };
+        let bare = media.split(';').next().unwrap_or(media).trim();
+        let taken_here = taken.iter().any(|t| {
+            t.eq_ignore_ascii_case(bare)
+                || t == "*/*"
+                || t.strip_suffix("/*").is_some_and(|major| {
+                    bare.split('/')
+                        .next()
+                        .is_some_and(|m| m.eq_ignore_ascii_case(major))
+                })
+        });
+        if !taken_here {
+            return Err(NoInput::MediaType(bare.to_owned()));
+        }
+    }
+    Ok(())
 }
 
 /// The LMOS input the parts (1.0 shape) carry.
@@ -172,6 +205,14 @@ mod tests {
         );
         let any = json!({"oneOf": [{"type": "string"}, {"type": "object"}]});
         assert_eq!(input(&text, Some(&any)), Ok(Some(json!("Rain in Oslo?"))));
+        let png = [json!({"raw": "iVBO", "mediaType": "image/png"})];
+        let json_only = ["application/json".to_owned()];
+        assert_eq!(
+            check_media_types(&png, &json_only),
+            Err(NoInput::MediaType("image/png".into()))
+        );
+        assert_eq!(check_media_types(&png, &["image/*".to_owned()]), Ok(()));
+        assert_eq!(check_media_types(&text, &json_only), Ok(()));
         let one = json!({"type": "object", "properties": {"q": {"type": "string"},
             "unit": {"type": "string", "enum": ["C"]}}, "required": ["q", "unit"]});
         assert_eq!(

@@ -128,9 +128,13 @@ fn checked(call: &Call, params: &Value) -> Result<(Asked, Option<Value>), Respon
         return Err(call.error(errors::PUSH_NOT_SUPPORTED, "Push notifications are not supported by this agent (capabilities.pushNotifications: false)."));
     }
     let asked = asked(call, message, params)?;
-    let schema = super::agent_td(&call.state, &call.principal, &call.thing)
-        .and_then(|td| td["actions"][&asked.action].get("input").cloned());
-    match input::input(&asked.parts, schema.as_ref()) {
+    let action = super::agent_td(&call.state, &call.principal, &call.thing)
+        .map(|td| td["actions"][&asked.action].clone())
+        .unwrap_or_default();
+    if let Err(why) = input::check_media_types(&asked.parts, &card::input_modes(&action)) {
+        return Err(call.error(CONTENT_TYPE_NOT_SUPPORTED, &why.to_string()));
+    }
+    match input::input(&asked.parts, action.get("input")) {
         Ok(input) => Ok((asked, input)),
         Err(why) => Err(call.error(CONTENT_TYPE_NOT_SUPPORTED, &why.to_string())),
     }
@@ -298,7 +302,7 @@ async fn wait(
     }
     loop {
         match tokio::time::timeout_at(deadline, events.recv()).await {
-            Ok(Ok(event)) if tasks::ends_stream(&event) => return,
+            Ok(Ok(event)) if tasks::settles(&event) => return,
             Ok(Ok(_) | Err(broadcast::error::RecvError::Lagged(_))) => {}
             // The driver ended, or longer than requests.timeout_ms: the
             // task as it stands; GetTask follows it.

@@ -358,8 +358,19 @@ fn keep_artifact(task: &mut Value, artifact: Value) {
 }
 
 /// Whether a stream event ends its stream: the task is final or waits for
-/// its client.
+/// its client's input. A task waiting for authentication keeps the stream
+/// (A2A 1.0 AUTH-INTASK-005: credentials come out of band and the task
+/// goes on); the task store's expiry (`a2a.task_ttl_ms`) bounds the wait.
 pub fn ends_stream(event: &Value) -> bool {
+    let state = event["statusUpdate"]["status"]["state"]
+        .as_str()
+        .unwrap_or_default();
+    is_terminal(state) || state == "TASK_STATE_INPUT_REQUIRED"
+}
+
+/// Whether a blocking `SendMessage` answers at this event: the task is
+/// final or waits for its client (input or authentication).
+pub fn settles(event: &Value) -> bool {
     let state = event["statusUpdate"]["status"]["state"]
         .as_str()
         .unwrap_or_default();

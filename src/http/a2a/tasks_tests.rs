@@ -58,6 +58,12 @@ fn the_agent_s_a2a_member_is_honoured() {
     assert_eq!(state_of(&t), "TASK_STATE_INPUT_REQUIRED");
     assert!(ends_stream(e.last().unwrap()));
     assert_eq!(t["status"]["message"]["messageId"], "a1");
+    // Waiting for authentication answers a blocking send but keeps a stream.
+    let mut w = fresh();
+    let auth = json!({"status": "completed", "a2a": {"state": "auth-required"}});
+    let e = apply(&mut w, &auth, "getWeather");
+    assert_eq!(state_of(&w), "TASK_STATE_AUTH_REQUIRED");
+    assert!(settles(e.last().unwrap()) && !ends_stream(e.last().unwrap()));
     assert_eq!(t["status"]["message"]["role"], "ROLE_AGENT");
     assert!(t.get("artifacts").is_none());
     continued(&mut t, json!({"messageId": "m2", "parts": []}));
