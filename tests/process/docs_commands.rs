@@ -206,12 +206,15 @@ fn every_configuration_key_the_docs_name_exists() {
             let file_name = [".rs", ".md", ".toml", ".json", ".yaml", ".redb"]
                 .iter()
                 .any(|e| key.ends_with(e));
-            // Span attributes that share a section's name.
+            // Span attributes, and members of the LMOS messages' `a2a`
+            // member, that share a section's name.
             let attribute = [
                 "mcp.method.name",
                 "mcp.session.id",
                 "mcp.protocol.version",
                 "a2a.agent",
+                "a2a.message",
+                "a2a.artifacts",
             ]
             .contains(&key);
             if !sections.contains(section)
