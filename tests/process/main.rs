@@ -8,6 +8,7 @@
 //! (`restart::...`). Tests that run `env!("CARGO_BIN_EXE_lmos-sidecar")` or
 //! read the tree's files belong here: add the file and a `mod` line below.
 
+mod a2a_restart;
 mod binary;
 mod cli_first_hour;
 mod client;

@@ -18,6 +18,7 @@ pub mod card;
 mod errors;
 mod input;
 mod query;
+mod recover;
 mod rpc;
 mod send;
 mod store;

@@ -52,15 +52,23 @@ fn named(call: &Call, params: &Value) -> Result<Snapshot, Response> {
         .ok_or_else(|| call.not_found(id))
 }
 
-pub(super) fn get(call: Call, params: &Value) -> Response {
+pub(super) async fn get(call: Call, params: &Value) -> Response {
     let history = match optional_u64(params, "historyLength") {
         Ok(h) => h,
         Err(text) => return call.error(INVALID_PARAMS, &text),
     };
-    match named(&call, params) {
-        Ok(snap) => answer(call.result(call.task_out(tasks::view(&snap.task, history, true)))),
-        Err(response) => response,
-    }
+    let task = match named(&call, params) {
+        Ok(snap) => snap.task,
+        // Forgotten here (a restart): the invocation records may know it.
+        Err(response) => match task_id(params) {
+            Some(id) => match super::recover::recovered(&call, id).await {
+                Some(task) => task,
+                None => return response,
+            },
+            None => return response,
+        },
+    };
+    answer(call.result(call.task_out(tasks::view(&task, history, true))))
 }
 
 fn page_token(seq: u64) -> String {

@@ -267,7 +267,7 @@ async fn dispatch(call: Call, method: Method, params: &Value) -> Response {
     let params = &v03::camel_keys(params);
     match method {
         Method::Send | Method::Stream => send::send(call, params, method == Method::Stream).await,
-        Method::Get => query::get(call, params),
+        Method::Get => query::get(call, params).await,
         Method::List => query::list(call, params),
         Method::Cancel => query::cancel(call, params).await,
         Method::Subscribe => query::subscribe(call, params),
