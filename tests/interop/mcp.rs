@@ -171,15 +171,7 @@ async fn the_typescript_sdk_lists_and_calls_the_weather_agent_with_progress() {
         "{report:#}"
     );
     // The cancelled call reached the agent as cancelAction.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, status, _) = tokio::time::timeout_at(deadline, statuses.recv_json())
-            .await
-            .expect("the agent reported the cancelled invocation");
-        if status["status"] == "cancelled" {
-            break;
-        }
-    }
+    agent_reports_cancelled(&mut statuses).await;
     sidecar.stop().await;
 }
 
@@ -627,4 +619,18 @@ async fn switched_off_the_agent_protocols_are_not_served() {
     .await;
     assert_eq!(card.status, 404);
     sidecar.stop().await;
+}
+
+/// Waits (10 s at most) for the agent to report an invocation cancelled on
+/// the action-status topics `statuses` is subscribed to.
+pub(crate) async fn agent_reports_cancelled(statuses: &mut common::MqttClient) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, status, _) = tokio::time::timeout_at(deadline, statuses.recv_json())
+            .await
+            .expect("the agent reported the cancelled invocation");
+        if status["status"] == "cancelled" {
+            return;
+        }
+    }
 }

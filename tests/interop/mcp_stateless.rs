@@ -5,7 +5,6 @@
 //! session, and `subscriptions/listen` news, for the caller's rights only.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use lmos_testkit::weather_agent::{THING_DESCRIPTION, THING_ID};
 use lmos_testkit::{self as common, ws_request, WsClient};
@@ -13,7 +12,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::mcp::{basic, mcp_url, python, with_principals, with_weather_agent};
+use super::mcp::{
+    agent_reports_cancelled, basic, mcp_url, python, with_principals, with_weather_agent,
+};
 
 const MODERN: &str = "2026-07-28";
 
@@ -66,15 +67,7 @@ async fn the_python_sdk_cancels_a_stateless_call_by_closing_its_stream() {
     assert_eq!(report["protocolVersion"], MODERN, "{report:#}");
     assert_eq!(report["cancelled"], true, "{report:#}");
     // The closed stream reached the agent as cancelAction.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, status, _) = tokio::time::timeout_at(deadline, statuses.recv_json())
-            .await
-            .expect("the agent reported the cancelled invocation");
-        if status["status"] == "cancelled" {
-            break;
-        }
-    }
+    agent_reports_cancelled(&mut statuses).await;
     sidecar.stop().await;
 }
 
