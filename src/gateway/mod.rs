@@ -266,10 +266,7 @@ impl Gateway {
         principal: &Principal,
         message: Message,
     ) -> Result<Replies, Problem> {
-        if let Err((access, problem)) = authorize(principal, &message) {
-            self.shared.metrics.denied(transport, access.as_str());
-            return Err(problem);
-        }
+        self.admit(transport, principal, &message)?;
         if let Some(problem) = inbound::unfit(&message, &self.shared.topics) {
             return Err(problem);
         }
@@ -296,10 +293,7 @@ impl Gateway {
         principal: &Principal,
         message: Message,
     ) -> Result<Replies, Problem> {
-        if let Err((access, problem)) = authorize(principal, &message) {
-            self.shared.metrics.denied(transport, access.as_str());
-            return Err(problem);
-        }
+        self.admit(transport, principal, &message)?;
         let consumer = self.http_consumer(principal).await;
         let route = inbound::route(
             consumer.conn,
@@ -321,6 +315,20 @@ impl Gateway {
         let replies = consumer.wait_for(message.reply_correlation_id());
         self.shared.command(command).await;
         Ok(replies)
+    }
+
+    /// Whether `principal` may send `message`; a refusal is counted under
+    /// `transport`.
+    fn admit(
+        &self,
+        transport: &'static str,
+        principal: &Principal,
+        message: &Message,
+    ) -> Result<(), Problem> {
+        authorize(principal, message).map_err(|(access, problem)| {
+            self.shared.metrics.denied(transport, access.as_str());
+            problem
+        })
     }
 
     async fn http_consumer(&self, principal: &Principal) -> HttpConsumer {

@@ -510,17 +510,8 @@ async fn sessions_are_bounded_per_principal_and_end_on_delete() {
 
 #[tokio::test]
 async fn a_tool_call_is_a_server_span_after_the_mcp_conventions_parent_of_the_invocation() {
-    use lmos_sidecar::telemetry::Tracing;
     use opentelemetry::trace::SpanKind;
-    use opentelemetry_sdk::trace::InMemorySpanExporter;
-    let exporter = InMemorySpanExporter::default();
-    let tracing = Tracing::with_exporter(exporter.clone(), false);
-    let sidecar = TestSidecar::start_traced(test_config(), tracing).await;
-    let mut agent = sidecar.ws_agent(THING_ID).await;
-    agent
-        .send(serde_json::from_str(THING_DESCRIPTION).unwrap())
-        .await;
-    common::wait_for_td(&sidecar, THING_ID).await;
+    let (sidecar, exporter, mut agent) = traced_with_scripted_weather_agent().await;
     let (trace_id, client_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     let run = node(
         "trace",
@@ -633,4 +624,22 @@ pub(crate) async fn agent_reports_cancelled(statuses: &mut common::MqttClient) {
             return;
         }
     }
+}
+
+/// A sidecar exporting its spans to memory, with the WeatherAgent's TD
+/// registered by a WebSocket agent the test answers for.
+pub(crate) async fn traced_with_scripted_weather_agent() -> (
+    TestSidecar,
+    opentelemetry_sdk::trace::InMemorySpanExporter,
+    WsClient,
+) {
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let tracing = lmos_sidecar::telemetry::Tracing::with_exporter(exporter.clone(), false);
+    let sidecar = TestSidecar::start_traced(test_config(), tracing).await;
+    let mut agent = sidecar.ws_agent(THING_ID).await;
+    agent
+        .send(serde_json::from_str(THING_DESCRIPTION).unwrap())
+        .await;
+    common::wait_for_td(&sidecar, THING_ID).await;
+    (sidecar, exporter, agent)
 }

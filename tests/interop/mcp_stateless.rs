@@ -342,18 +342,8 @@ async fn listen_streams_tell_of_agents_coming_and_going_to_those_who_may_see_the
 
 #[tokio::test]
 async fn a_stateless_tool_call_is_a_server_span_of_its_revision_without_a_session() {
-    use lmos_sidecar::telemetry::Tracing;
-    use lmos_testkit::{test_config, TestSidecar};
     use opentelemetry::trace::SpanKind;
-    use opentelemetry_sdk::trace::InMemorySpanExporter;
-    let exporter = InMemorySpanExporter::default();
-    let tracing = Tracing::with_exporter(exporter.clone(), false);
-    let sidecar = TestSidecar::start_traced(test_config(), tracing).await;
-    let mut agent = sidecar.ws_agent(THING_ID).await;
-    agent
-        .send(serde_json::from_str(THING_DESCRIPTION).unwrap())
-        .await;
-    common::wait_for_td(&sidecar, THING_ID).await;
+    let (sidecar, exporter, mut agent) = super::mcp::traced_with_scripted_weather_agent().await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let arguments = json!({"question": "Sun in Oslo?", "interactionMode": "text"});
     let (mut h, b) = request(
