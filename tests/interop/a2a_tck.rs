@@ -236,6 +236,15 @@ fn assert_schema(definition: &str, value: &Value) {
 }
 
 /// The state a stream event carries (a task's or a status update's).
+/// A stream's remaining events end with the task completed.
+fn assert_ends_completed(rest: &[Value]) {
+    assert_eq!(
+        rest.last().and_then(event_state),
+        Some("TASK_STATE_COMPLETED"),
+        "{rest:#?}"
+    );
+}
+
 fn event_state(event: &Value) -> Option<&str> {
     let r = &event["result"];
     r["statusUpdate"]["status"]["state"]

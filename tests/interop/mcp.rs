@@ -518,18 +518,7 @@ async fn a_tool_call_is_a_server_span_after_the_mcp_conventions_parent_of_the_in
         &mcp_url(&sidecar),
         &[format!("traceparent=00-{trace_id}-{client_span}-01")],
     );
-    let invoke = loop {
-        let m = agent.recv().await;
-        if m["messageType"] == "invokeAction" {
-            break m;
-        }
-    };
-    let mut done = json!({
-        "thingID": THING_ID, "messageID": "done", "messageType": "actionStatus",
-        "action": "getWeather", "status": "completed", "output": "Sunny.",
-    });
-    done["correlationID"] = invoke["correlationID"].clone();
-    agent.send(done).await;
+    let invoke = complete_the_invocation(&mut agent).await;
     let report = run.report().await;
     assert_eq!(report["errors"], json!([]), "{report:#}");
 
@@ -642,4 +631,22 @@ pub(crate) async fn traced_with_scripted_weather_agent() -> (
         .await;
     common::wait_for_td(&sidecar, THING_ID).await;
     (sidecar, exporter, agent)
+}
+
+/// Answers the next `invokeAction` the scripted agent gets with
+/// `completed` "Sunny."; the request it answered.
+pub(crate) async fn complete_the_invocation(agent: &mut WsClient) -> Value {
+    let invoke = loop {
+        let m = agent.recv().await;
+        if m["messageType"] == "invokeAction" {
+            break m;
+        }
+    };
+    let mut done = json!({
+        "thingID": THING_ID, "messageID": "done", "messageType": "actionStatus",
+        "action": "getWeather", "status": "completed", "output": "Sunny.",
+    });
+    done["correlationID"] = invoke["correlationID"].clone();
+    agent.send(done).await;
+    invoke
 }

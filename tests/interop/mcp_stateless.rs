@@ -357,18 +357,7 @@ async fn a_stateless_tool_call_is_a_server_span_of_its_revision_without_a_sessio
     ));
     let addr = sidecar.http;
     let call = tokio::spawn(async move { post(addr, &h, &b).await });
-    let invoke = loop {
-        let m = agent.recv().await;
-        if m["messageType"] == "invokeAction" {
-            break m;
-        }
-    };
-    let mut done = json!({
-        "thingID": THING_ID, "messageID": "done", "messageType": "actionStatus",
-        "action": "getWeather", "status": "completed", "output": "Sunny.",
-    });
-    done["correlationID"] = invoke["correlationID"].clone();
-    agent.send(done).await;
+    super::mcp::complete_the_invocation(&mut agent).await;
     let answer = call.await.unwrap();
     // Streamed (closing it would cancel): the result is the last event.
     let last = answer

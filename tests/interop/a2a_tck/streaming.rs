@@ -189,11 +189,7 @@ async fn stream_order_004_closing_one_stream_leaves_the_others() {
     assert!(two.next().await.is_some());
     follow_up(&face, &task).await;
     let rest = two.rest().await;
-    assert_eq!(
-        rest.last().and_then(event_state),
-        Some("TASK_STATE_COMPLETED"),
-        "{rest:#?}"
-    );
+    assert_ends_completed(&rest);
     face.stop().await;
 }
 
@@ -228,11 +224,7 @@ async fn stream_sub_002_the_subscription_ends_with_the_task() {
         .await;
     assert!(r.get("result").is_some(), "{r}");
     let rest = sse.rest().await;
-    assert_eq!(
-        rest.last().and_then(event_state),
-        Some("TASK_STATE_COMPLETED"),
-        "{rest:#?}"
-    );
+    assert_ends_completed(&rest);
     face.stop().await;
 }
 
@@ -256,11 +248,7 @@ async fn stream_sub_002_a_running_task_can_be_rejoined_until_its_end() {
     assert_eq!(now["result"]["task"]["id"], id);
     assert!(!TERMINAL.contains(&state(&now["result"]["task"])), "{now}");
     let rest = again.rest().await;
-    assert_eq!(
-        rest.last().and_then(event_state),
-        Some("TASK_STATE_COMPLETED"),
-        "{rest:#?}"
-    );
+    assert_ends_completed(&rest);
     face.stop().await;
 }
 
