@@ -15,12 +15,14 @@ use crate::topics::Topics;
 
 mod address;
 mod agents;
+mod identity;
 pub mod descriptors;
 mod imports;
 mod quotas;
 mod store;
 pub use address::parse_listen_addr;
 pub use agents::{A2aConfig, McpConfig};
+pub use identity::{ClientAuth, JwtConfig, McpOAuthConfig};
 pub use imports::{ImportConfig, ImportsConfig, ImportsError, Protocol, ThingType};
 pub use quotas::{QuotaOverrides, QuotasConfig};
 pub use store::{StoreConfig, SyncMode};
@@ -151,6 +153,12 @@ pub struct MqttConfig {
     /// speak TLS only (mqtts).
     pub tls_cert: String,
     pub tls_key: String,
+    /// PEM CA certificates client certificates must chain to: set (with
+    /// TLS), clients are asked for one, and a certificate's SPIFFE ID (URI
+    /// SAN) or subject CN names its principal.
+    pub tls_client_ca: String,
+    /// With `tls_client_ca`: whether a certificate is required.
+    pub tls_client_auth: ClientAuth,
 }
 
 impl Default for MqttConfig {
@@ -179,6 +187,8 @@ impl Default for MqttConfig {
             authentication: false,
             tls_cert: String::new(),
             tls_key: String::new(),
+            tls_client_ca: String::new(),
+            tls_client_auth: ClientAuth::Required,
         }
     }
 }
@@ -196,6 +206,12 @@ pub struct HttpConfig {
     /// HTTPS and WebSocket over TLS only (wss).
     pub tls_cert: String,
     pub tls_key: String,
+    /// PEM CA certificates client certificates must chain to: set (with
+    /// TLS), clients are asked for one, and a certificate's SPIFFE ID (URI
+    /// SAN) or subject CN names its principal.
+    pub tls_client_ca: String,
+    /// With `tls_client_ca`: whether a certificate is required.
+    pub tls_client_auth: ClientAuth,
     /// Open TCP connections on the HTTP port (WebSockets included); beyond
     /// this, new connections are closed at once and counted.
     pub max_connections: usize,
@@ -225,6 +241,8 @@ impl Default for HttpConfig {
             authentication: Vec::new(),
             tls_cert: String::new(),
             tls_key: String::new(),
+            tls_client_ca: String::new(),
+            tls_client_auth: ClientAuth::Required,
             max_connections: 10_000,
             handshake_timeout_ms: 10_000,
             allowed_origins: Vec::new(),
@@ -619,6 +637,9 @@ pub struct AuthConfig {
     /// Failures after which even cached credentials are refused from that
     /// address for that name while a refusal period lasts; 0: never.
     pub lockout_failures: u32,
+    /// JWT bearer tokens from an OpenID provider (off while `issuer` is
+    /// empty).
+    pub jwt: JwtConfig,
 }
 
 impl Default for AuthConfig {
@@ -634,6 +655,7 @@ impl Default for AuthConfig {
             failure_backoff_ms: 1_000,
             max_failure_backoff_ms: 60_000,
             lockout_failures: 1_000,
+            jwt: JwtConfig::default(),
         }
     }
 }

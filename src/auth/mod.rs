@@ -118,6 +118,22 @@ impl Rules {
 pub struct Principal {
     name: Arc<str>,
     rules: Arc<Rules>,
+    /// What its JWT said, when it came with one (`[auth.jwt]`).
+    token: Option<Arc<TokenClaims>>,
+}
+
+/// The claims of the JWT a principal authenticated with, as far as the
+/// faces need them after verification: `/mcp` checks the audience and
+/// scopes (RFC 8707, step-up), long-lived connections end at `exp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenClaims {
+    pub issuer: String,
+    /// `aud`, one or many.
+    pub audiences: Vec<String>,
+    /// The values of `auth.jwt.grants_claim` (scopes or roles).
+    pub scopes: Vec<String>,
+    /// `exp`, when the token has one.
+    pub expires_at: Option<std::time::SystemTime>,
 }
 
 pub const ANONYMOUS: &str = "anonymous";
@@ -125,6 +141,11 @@ pub const ANONYMOUS: &str = "anonymous";
 impl Principal {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The JWT's claims, when the principal came with one.
+    pub fn token(&self) -> Option<&TokenClaims> {
+        self.token.as_deref()
     }
 
     pub fn may(&self, access: Access, thing: &str) -> bool {
@@ -143,6 +164,7 @@ impl Principal {
         Principal {
             name: name.into(),
             rules: Arc::new(Rules::new(&thing, &[], &[])),
+            token: None,
         }
     }
 
@@ -152,6 +174,7 @@ impl Principal {
         Principal {
             name: name.into(),
             rules: Arc::new(Rules::new(&g.host, &g.consume, &g.operate)),
+            token: None,
         }
     }
 }
@@ -253,6 +276,7 @@ impl Authority {
                 principal: Principal {
                     name: entry.name.as_str().into(),
                     rules: Arc::new(Rules::new(&entry.host, &entry.consume, &entry.operate)),
+                    token: None,
                 },
                 passwords: secrets(entry, Kind::Password)?,
                 tokens: secrets(entry, Kind::Token)?,
@@ -273,6 +297,7 @@ impl Authority {
             anonymous: Principal {
                 name: ANONYMOUS.into(),
                 rules: Arc::new(Rules::new(&a.host, &a.consume, &a.operate)),
+                token: None,
             },
         })))
     }

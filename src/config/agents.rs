@@ -31,6 +31,8 @@ pub struct McpConfig {
     /// Resource URIs one listen stream may follow (`resourceSubscriptions`);
     /// the acknowledgment names those it follows.
     pub max_listen_resources: usize,
+    /// MCP's OAuth 2.1 resource-server face (with `auth.jwt`).
+    pub oauth: super::McpOAuthConfig,
 }
 
 impl Default for McpConfig {
@@ -45,6 +47,7 @@ impl Default for McpConfig {
             max_listens: 1_024,
             max_listens_per_principal: 32,
             max_listen_resources: 64,
+            oauth: super::McpOAuthConfig::default(),
         }
     }
 }
