@@ -34,6 +34,22 @@ fn public_host(config: &Config, bound: SocketAddr) -> String {
     }
 }
 
+/// The canonical URL of `/mcp` (RFC 8707 resource, RFC 9728 metadata):
+/// `mcp.oauth.resource`, else derived from the bound HTTP address as the
+/// directory's forms are.
+#[allow(dead_code)] // wired by the JWT and OAuth work of issue 46
+pub(super) fn mcp_resource(config: &Config, http: SocketAddr) -> String {
+    if !config.mcp.oauth.resource.is_empty() {
+        return config.mcp.oauth.resource.clone();
+    }
+    let web = if config.http.tls_cert.is_empty() {
+        "http"
+    } else {
+        "https"
+    };
+    format!("{web}://{}:{}/mcp", public_host(config, http), http.port())
+}
+
 pub(super) fn directory_service(
     config: &Config,
     (quotas, metrics): (&Arc<Quotas>, &Metrics),
