@@ -80,7 +80,8 @@ impl Jwks {
     pub(crate) fn start(self: &Arc<Self>) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let this = Arc::clone(self);
-            runtime.spawn(async move { this.refresh(None).await });
+            // Generation 0: unless a token asked for keys first.
+            runtime.spawn(async move { this.refresh(0).await });
         }
     }
 
@@ -92,7 +93,7 @@ impl Jwks {
         if stale && self.may_fetch(&s, now) && self.single.try_lock().is_ok() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let (this, generation) = (Arc::clone(self), s.generation);
-                runtime.spawn(async move { this.refresh(Some(generation)).await });
+                runtime.spawn(async move { this.refresh(generation).await });
             }
         }
         Seen {
@@ -109,19 +110,20 @@ impl Jwks {
     /// another fetch brought meanwhile, else a fetch of its own unless one
     /// started within `jwks_min_refresh_ms`. `None`: no newer keys.
     pub(crate) async fn newer_than(&self, seen: &Seen) -> Option<Arc<KeySet>> {
-        self.refresh(Some(seen.generation)).await
+        self.refresh(seen.generation).await
     }
 
-    /// `after`: the generation the caller saw (`None`: the start-up fetch).
-    async fn refresh(&self, after: Option<u64>) -> Option<Arc<KeySet>> {
+    /// `after`: the generation of the keys the caller saw; newer ones are
+    /// taken as they are, without a fetch.
+    async fn refresh(&self, after: u64) -> Option<Arc<KeySet>> {
         let _one = self.single.lock().await;
         let now = Instant::now();
         {
             let s = super::super::cache::lock(&self.state);
-            if after.is_some_and(|g| g != s.generation) {
+            if after != s.generation {
                 return s.good.then(|| Arc::clone(&s.keys));
             }
-            if after.is_some() && !self.may_fetch(&s, now) {
+            if !self.may_fetch(&s, now) {
                 return None;
             }
         }
