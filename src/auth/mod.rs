@@ -150,6 +150,22 @@ impl Principal {
         self.token.as_deref()
     }
 
+    /// Time left until its JWT's `exp` (zero when past): a long-lived
+    /// connection ends then. `None`: no token, no end.
+    pub fn expires_in(&self) -> Option<std::time::Duration> {
+        let exp = self.token()?.expires_at?;
+        let left = exp.duration_since(std::time::SystemTime::now());
+        Some(left.unwrap_or_default())
+    }
+
+    /// Waits until [`Principal::expires_in`] has passed; forever without one.
+    pub async fn expired(&self) {
+        match self.expires_in() {
+            Some(left) => tokio::time::sleep(left).await,
+            None => std::future::pending().await,
+        }
+    }
+
     pub fn may(&self, access: Access, thing: &str) -> bool {
         self.rules.of(access).matches(thing)
     }

@@ -266,6 +266,10 @@ impl Session for MqttSession {
         self.principal.name()
     }
 
+    fn expires_in(&self) -> Option<std::time::Duration> {
+        self.principal.expires_in()
+    }
+
     fn may_subscribe(&self, filter: &str) -> bool {
         self.verdict(may_subscribe(&self.topics, &self.principal, filter))
     }
