@@ -160,3 +160,27 @@ fn the_cache_keeps_an_entry_no_later_than_until() {
     );
     assert_eq!(cache.len(), 0);
 }
+
+#[test]
+fn jwt_alone_is_someone_to_log_in_as() {
+    let file = std::env::temp_dir().join(format!("lmos-jwks-{}-alone.json", std::process::id()));
+    std::fs::write(&file, set(&[Signer::ed().jwk("k")])).unwrap();
+    let config = AuthConfig {
+        jwt: JwtConfig {
+            issuer: ISS.into(),
+            jwks_file: file.display().to_string(),
+            ..JwtConfig::default()
+        },
+        ..AuthConfig::default()
+    };
+    // No `auth.jwt.audience`: the MCP resource is the one accepted.
+    let a = Authority::with_mcp_resource(&config, Metrics::default(), MCP).unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        !a.is_empty(),
+        "so `AuthError::NoOne` does not stop the start"
+    );
+    assert!(Authority::from_config(&AuthConfig::default())
+        .unwrap()
+        .is_empty());
+}
