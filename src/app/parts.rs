@@ -37,7 +37,6 @@ fn public_host(config: &Config, bound: SocketAddr) -> String {
 /// The canonical URL of `/mcp` (RFC 8707 resource, RFC 9728 metadata):
 /// `mcp.oauth.resource`, else derived from the bound HTTP address as the
 /// directory's forms are.
-#[allow(dead_code)] // wired by the JWT and OAuth work of issue 46
 pub(super) fn mcp_resource(config: &Config, http: SocketAddr) -> String {
     if !config.mcp.oauth.resource.is_empty() {
         return config.mcp.oauth.resource.clone();
@@ -102,8 +101,15 @@ pub(super) fn directory_service(
 
 /// The principals, checked once; a listener that requires authentication
 /// with no one able to pass it is a configuration mistake, not a lock-out.
-pub(super) fn authority(config: &Config, metrics: &Metrics) -> Result<Authority, AuthError> {
-    let authority = Authority::with_metrics(&config.auth, metrics.clone())?;
+/// JWTs issued for the MCP endpoint (`http`: the bound HTTP address) are
+/// accepted besides `auth.jwt.audience`.
+pub(super) fn authority(
+    config: &Config,
+    metrics: &Metrics,
+    http: SocketAddr,
+) -> Result<Authority, AuthError> {
+    let resource = mcp_resource(config, http);
+    let authority = Authority::with_mcp_resource(&config.auth, metrics.clone(), &resource)?;
     if authority.is_empty() {
         if !config.http.authentication.is_empty() {
             return Err(AuthError::NoOne("http.authentication"));
