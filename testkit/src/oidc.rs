@@ -154,10 +154,16 @@ impl Provider {
         let mut stdout = self.stdout.lock().await;
         let mut stdin = self.stdin.lock().await;
         let line = format!("{command}\n");
-        stdin.write_all(line.as_bytes()).await.expect("write to the provider");
+        stdin
+            .write_all(line.as_bytes())
+            .await
+            .expect("write to the provider");
         stdin.flush().await.expect("flush to the provider");
         let answer = next_line(&mut stdout).await;
-        assert!(answer.get("error").is_none(), "provider: {command} -> {answer}");
+        assert!(
+            answer.get("error").is_none(),
+            "provider: {command} -> {answer}"
+        );
         answer
     }
 
@@ -176,7 +182,9 @@ impl Provider {
 
     async fn token_of(&self, client: &str, resource: &str, scopes: &str) -> String {
         let answer = self
-            .command(json!({"cmd": "token", "client": client, "resource": resource, "scope": scopes}))
+            .command(
+                json!({"cmd": "token", "client": client, "resource": resource, "scope": scopes}),
+            )
             .await;
         match answer["access_token"].as_str() {
             Some(token) => token.to_owned(),
@@ -193,7 +201,10 @@ impl Provider {
     /// The `kid` that signs `alg` tokens now.
     pub async fn current_kid(&self, alg: Alg) -> String {
         let token = self.token("urn:lmos:kid-probe", "", alg).await;
-        header(&token)["kid"].as_str().unwrap_or_default().to_owned()
+        header(&token)["kid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// An attack token for `aud` with `scopes`, `sub` `mallory`, this
@@ -229,7 +240,10 @@ async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>) -> Value {
         .expect("the provider answers within WAIT")
         .expect("read the provider's stdout")
         .expect("the provider is running");
-    serde_json::from_str(&line).expect("the provider prints JSON lines")
+    match serde_json::from_str(&line) {
+        Ok(value) => value,
+        Err(e) => panic!("the provider printed {line:?}, not JSON: {e}"),
+    }
 }
 
 /// A JWT's decoded header or claims (segment 0 or 1), for assertions.

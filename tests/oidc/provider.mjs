@@ -33,6 +33,10 @@ import { createInterface } from 'node:readline';
 import * as jose from 'jose';
 import Provider from 'oidc-provider';
 
+// stdout carries the protocol only: the provider's notices go to stderr.
+console.log = console.error;
+console.info = console.error;
+
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((pairs, arg, i, all) => {
     if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]]);
@@ -133,7 +137,10 @@ function build(issuer, keys) {
       // EdDSA is not in the default list.
       idTokenSigningAlgValues: ['RS256', 'ES256', 'EdDSA'],
     },
-    ttl: { AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 600 },
+    ttl: {
+      AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 600,
+      ClientCredentials: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 600,
+    },
   });
   provider.on('server_error', (_ctx, err) => process.stderr.write(`oidc: ${err.stack}\n`));
   return provider;
