@@ -144,6 +144,21 @@ impl Provider {
         self.field("token_endpoint")
     }
 
+    pub fn authorization_endpoint(&self) -> &str {
+        self.field("authorization_endpoint")
+    }
+
+    /// Open dynamic client registration (RFC 7591), as the MCP SDKs use it.
+    pub fn registration_endpoint(&self) -> &str {
+        self.field("registration_endpoint")
+    }
+
+    /// Where it listens, for raw HTTP ([`crate::http_with`]).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        let port = self.started["port"].as_u64().unwrap_or_default() as u16;
+        std::net::SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
     fn field(&self, name: &str) -> &str {
         self.started[name].as_str().unwrap_or_default()
     }

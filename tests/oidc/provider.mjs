@@ -215,6 +215,8 @@ async function main() {
       return;
     }
     withResumeCookie(req, url);
+    // As a mount does: the provider finds its path in the difference.
+    req.originalUrl = `${mountPath}${url}`;
     req.url = url;
     state.callback(req, res);
   });
