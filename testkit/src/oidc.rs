@@ -9,7 +9,10 @@
 //! Besides real tokens, the provider crafts the attack tokens it would never
 //! issue ([`Forged`]): `alg: none`, HS256 keyed with its RSA public key, a
 //! `kid` it never published. A wrong issuer is a second provider signing
-//! with the same keys ([`Provider::start_sharing_keys`]).
+//! with the same keys ([`Provider::start_sharing_keys`]). [`flow`]: the
+//! authorization-code flow as the MCP SDKs run it, cookie-free.
+
+mod flow;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

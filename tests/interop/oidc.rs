@@ -440,31 +440,19 @@ async fn at_mcp_only_the_mcp_resource_is_an_accepted_audience() {
     sidecar.stop().await;
 }
 
-/// The path of an absolute URL on the provider (raw HTTP takes paths).
-fn path_of(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    rest.find('/').map_or("/", |i| &rest[i..])
-}
-
-/// What an MCP SDK does against the provider, with plain GETs that keep
-/// no cookies: metadata at each well-known form it may try, open
-/// registration, the authorization URL followed to the redirect_uri with
-/// a code, the code exchanged with PKCE and the RFC 8707 resource for a
-/// JWT whose `aud` is that resource.
+/// What an MCP SDK does against the provider ([`Provider::authorization_code_token`]):
+/// metadata at each well-known form it may try for an issuer with a path,
+/// then the cookie-free authorization-code flow with PKCE and the RFC 8707
+/// resource, for a JWT whose `aud` is that resource.
 #[tokio::test]
 async fn an_sdk_like_client_gets_a_code_and_a_token_for_its_resource() {
-    use base64::Engine;
-    use sha2::Digest;
     let provider = Provider::start_at_path("/realms/lmos").await;
-    let addr = provider.addr();
     for form in [
         "/.well-known/oauth-authorization-server/realms/lmos",
         "/.well-known/openid-configuration/realms/lmos",
         "/realms/lmos/.well-known/openid-configuration",
     ] {
-        let metadata = common::http(addr, "GET", form, None, b"").await;
-        assert_eq!(metadata.status, 200, "{form}");
-        let metadata = metadata.json();
+        let metadata = provider.metadata(form).await;
         assert_eq!(metadata["issuer"], provider.issuer(), "{form}");
         assert_eq!(
             metadata["code_challenge_methods_supported"],
@@ -475,86 +463,10 @@ async fn an_sdk_like_client_gets_a_code_and_a_token_for_its_resource() {
             provider.registration_endpoint()
         );
     }
-    let redirect = "http://127.0.0.1:9/callback";
-    let registration = json!({"redirect_uris": [redirect], "token_endpoint_auth_method": "none",
-        "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"]});
-    let registered = common::http(
-        addr,
-        "POST",
-        path_of(provider.registration_endpoint()),
-        Some("application/json"),
-        registration.to_string().as_bytes(),
-    )
-    .await;
-    assert_eq!(registered.status, 201, "{}", registered.body);
-    let client = registered.json()["client_id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-
-    let verifier = "a-code-verifier-long-enough-for-rfc-7636-of-43-chars-at-least";
-    let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(sha2::Sha256::digest(verifier.as_bytes()));
     let resource = "http://127.0.0.1:9/mcp";
-    let query = [
-        ("response_type", "code"),
-        ("client_id", &client),
-        ("redirect_uri", redirect),
-        ("code_challenge", &challenge),
-        ("code_challenge_method", "S256"),
-        ("scope", "lmos:consume lmos:operate"),
-        ("resource", resource),
-        ("state", "s"),
-    ]
-    .map(|(k, v)| format!("{k}={}", common::urlencode(v)))
-    .join("&");
-    let mut location = format!("{}?{query}", provider.authorization_endpoint());
-    let mut hops = 0;
-    while !location.starts_with(redirect) {
-        hops += 1;
-        assert!(hops < 8, "no end to the redirects: {location}");
-        let answer = common::http(addr, "GET", path_of(&location), None, b"").await;
-        assert!(
-            matches!(answer.status, 302 | 303),
-            "{location}: {} {}",
-            answer.status,
-            answer.body
-        );
-        let next = answer.header("location").unwrap_or_default();
-        location = if next.starts_with('/') {
-            format!("http://{addr}{next}")
-        } else {
-            next.to_owned()
-        };
-    }
-    let code = location
-        .split(['?', '&'])
-        .find_map(|pair| pair.strip_prefix("code="))
-        .expect("a code")
-        .to_owned();
-    let form = [
-        ("grant_type", "authorization_code"),
-        ("code", &code),
-        ("client_id", &client),
-        ("redirect_uri", redirect),
-        ("code_verifier", verifier),
-        ("resource", resource),
-    ]
-    .map(|(k, v)| format!("{k}={}", common::urlencode(v)))
-    .join("&");
-    let issued = common::http(
-        addr,
-        "POST",
-        path_of(provider.token_endpoint()),
-        Some("application/x-www-form-urlencoded"),
-        form.as_bytes(),
-    )
-    .await;
-    assert_eq!(issued.status, 200, "{}", issued.body);
-    let token = issued.json()["access_token"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let token = provider
+        .authorization_code_token(resource, "lmos:consume lmos:operate")
+        .await;
     let claims = claims(&token);
     assert_eq!(claims["aud"], resource, "{claims}");
     assert_eq!(claims["sub"], "alice", "{claims}");
