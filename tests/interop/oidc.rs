@@ -361,6 +361,13 @@ async fn assert_refused(sidecar: &TestSidecar, token: &str, what: &str) {
     assert_refused_over_mqtt(sidecar, token, what).await;
 }
 
+async fn assert_metric(sidecar: &TestSidecar, line: &str) {
+    let metrics = common::http(sidecar.http, "GET", "/metrics", None, b"")
+        .await
+        .body;
+    assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+}
+
 #[tokio::test]
 async fn bad_tokens_are_refused_and_rotated_keys_are_fetched() {
     let provider = Provider::start().await;
@@ -390,12 +397,15 @@ async fn bad_tokens_are_refused_and_rotated_keys_are_fetched() {
     // after the provider rotates, its new key's tokens are taken.
     let unknown = provider.forge(Forged::UnknownKid, AUDIENCE, scope).await;
     assert_refused(&sidecar, &unknown, "unknown kid").await;
+    assert_metric(&sidecar, "lmos_sidecar_auth_jwks_keys 3").await;
     let before = provider.current_kid(Alg::Rs256).await;
     provider.rotate().await;
     let rotated = provider.token(AUDIENCE, scope, Alg::Rs256).await;
     assert_ne!(lmos_testkit::oidc::header(&rotated)["kid"], before.as_str());
     assert_eq!(get(&sidecar, "/things", &rotated).await.status, 200);
     assert_eq!(mqtt_connect(&sidecar, &rotated).await, None);
+    // The refetched set: the three new keys and the three old ones.
+    assert_metric(&sidecar, "lmos_sidecar_auth_jwks_keys 6").await;
 
     // Expired: refused from the second after its exp (leeway 0).
     let short = provider.short_lived_token(AUDIENCE, scope).await;
