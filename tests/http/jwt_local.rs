@@ -1,5 +1,5 @@
 //! `[auth.jwt]` on the HTTP port with a locally signed token (the real
-//! provider's tests are tests/oidc): the directory with a bearer JWT, the
+//! provider's tests are tests/interop/oidc.rs): the directory with a bearer JWT, the
 //! WebSocket handshake, and the connection closed at the token's `exp`.
 
 use lmos_testkit as common;

@@ -1,5 +1,5 @@
 //! `[auth.jwt]` on MQTT with a locally signed token as the password (the
-//! real provider's tests are tests/oidc): any user name goes with it, and
+//! real provider's tests are tests/interop/oidc.rs): any user name goes with it, and
 //! an MQTT 5 client is told at the token's `exp` (DISCONNECT 0xA0).
 
 use lmos_testkit as common;
