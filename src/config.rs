@@ -15,8 +15,8 @@ use crate::topics::Topics;
 
 mod address;
 mod agents;
-mod identity;
 pub mod descriptors;
+mod identity;
 mod imports;
 mod quotas;
 mod store;

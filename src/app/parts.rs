@@ -37,7 +37,6 @@ fn public_host(config: &Config, bound: SocketAddr) -> String {
 /// The canonical URL of `/mcp` (RFC 8707 resource, RFC 9728 metadata):
 /// `mcp.oauth.resource`, else derived from the bound HTTP address as the
 /// directory's forms are.
-#[allow(dead_code)] // wired by the JWT and OAuth work of issue 46
 pub(super) fn mcp_resource(config: &Config, http: SocketAddr) -> String {
     if !config.mcp.oauth.resource.is_empty() {
         return config.mcp.oauth.resource.clone();
@@ -215,6 +214,7 @@ impl Serving<'_> {
             ),
             mcp: http::mcp::Mcp::new(&config.mcp, config.gateway.max_message_size),
             a2a: http::a2a::A2a::new(&config.a2a),
+            oauth: http::oauth::OAuthResource::new(config, mcp_resource(config, self.http_addr)),
             agent_protocols: http::AgentProtocols {
                 mcp: config.mcp.enabled,
                 a2a: config.a2a.enabled,
