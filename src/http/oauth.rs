@@ -12,7 +12,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 
-use crate::auth::Principal;
+use crate::auth::{Access, Principal};
 use crate::config::Config;
 
 /// Where the metadata is served. The path-inserted form (RFC 9728 §3.1)
@@ -32,6 +32,7 @@ pub struct OAuthResource {
     pub metadata_url: String,
     /// Every `auth.jwt.grants` key, for step-up (which one would grant).
     pub grant_scopes: Vec<String>,
+    grants: std::collections::BTreeMap<String, crate::config::Grants>,
 }
 
 /// Why a JWT principal is refused at `/mcp`.
@@ -68,6 +69,7 @@ impl OAuthResource {
             scopes_supported,
             required_scopes: oauth.required_scopes.clone(),
             grant_scopes,
+            grants: jwt.grants.clone(),
         }))
     }
 
@@ -102,6 +104,27 @@ impl OAuthResource {
             c.push_str(&format!(", error=\"{error}\""));
         }
         c
+    }
+
+    /// Whether the `auth.jwt.grants` entry `scope` allows `access` to
+    /// `thing` for `principal` (patterns as in `[auth]`: exact, or a
+    /// prefix and `*`; `{principal}` substituted).
+    pub fn scope_grants(&self, scope: &str, principal: &str, access: Access, thing: &str) -> bool {
+        let Some(g) = self.grants.get(scope) else {
+            return false;
+        };
+        let patterns = match access {
+            Access::Host => &g.host,
+            Access::Consume => &g.consume,
+            Access::Operate => &g.operate,
+        };
+        patterns.iter().any(|p| {
+            let p = p.replace("{principal}", principal);
+            match p.strip_suffix('*') {
+                Some(prefix) => thing.starts_with(prefix),
+                None => p == thing,
+            }
+        })
     }
 
     /// The 403 challenge naming `scope` (RFC 6750 §3.1).

@@ -112,3 +112,17 @@ fn principals_without_a_token_pass_as_before() {
     let denied = oauth.step_up(&Principal::unrestricted("alice"), |_| true);
     assert!(denied.is_none());
 }
+
+#[test]
+fn a_scope_grants_what_its_patterns_say() {
+    let mut c = config("https://id.example");
+    let g = c.auth.jwt.grants.get_mut("weather:operate").unwrap();
+    g.operate = vec!["weather*".to_owned(), "home-{principal}".to_owned()];
+    let oauth = resource(&c);
+    assert!(oauth.scope_grants("weather:operate", "bob", Access::Operate, "weather-1"));
+    assert!(oauth.scope_grants("weather:operate", "bob", Access::Operate, "home-bob"));
+    assert!(!oauth.scope_grants("weather:operate", "bob", Access::Operate, "home-eve"));
+    assert!(!oauth.scope_grants("weather:operate", "bob", Access::Consume, "weather-1"));
+    assert!(!oauth.scope_grants("weather:read", "bob", Access::Operate, "weather-1"));
+    assert!(!oauth.scope_grants("nope", "bob", Access::Operate, "weather-1"));
+}

@@ -77,6 +77,9 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
         .into_iter()
         .find(|t| t.name == name)
     else {
+        if let Some(step_up) = super::step_up(&ctx.state, &ctx.principal, name).await {
+            return step_up;
+        }
         let text = format!("Unknown tool: `{name}`");
         let answer = jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &text, None);
         return ctx.reply("tools/call", answer);

@@ -180,12 +180,39 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// The caller's tools now: hosted Things' TDs, what the caller may use.
 pub async fn tools_for(state: &HttpState, principal: &Principal) -> Vec<tools::Tool> {
+    tools_where(state, &|access, thing| principal.may(access, thing)).await
+}
+
+/// The tools `may` allows of the hosted Things.
+pub async fn tools_where(
+    state: &HttpState,
+    may: &(dyn Fn(crate::auth::Access, &str) -> bool + Sync),
+) -> Vec<tools::Tool> {
     let hosts = watch::hosted(&state.gateway).await;
     let directory = state.directory.directory();
     let things = hosts
         .iter()
         .filter_map(|id| directory.get(id).map(|td| (id.as_str(), td)));
-    tools::tools(things, &|access, thing| principal.may(access, thing))
+    tools::tools(things, may)
+}
+
+/// Step-up (MCP authorization): a JWT caller refused a tool that some
+/// `auth.jwt.grants` scope would allow gets 403 insufficient_scope
+/// naming it, so its client can ask the provider for that scope.
+async fn step_up(state: &HttpState, principal: &Principal, tool: &str) -> Option<Response> {
+    let oauth = state.oauth.as_deref()?;
+    principal.token()?;
+    for scope in &oauth.grant_scopes {
+        let may = |access, thing: &str| oauth.scope_grants(scope, principal.name(), access, thing);
+        if tools_where(state, &may)
+            .await
+            .iter()
+            .any(|t| t.name == tool)
+        {
+            return oauth.step_up(principal, |s| s == scope);
+        }
+    }
+    None
 }
 
 fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
