@@ -12,6 +12,7 @@ mod finished;
 mod hosts_and_origins;
 mod http_binding;
 mod limits;
+mod mcp_oauth;
 mod operations;
 mod quotas;
 mod security;
