@@ -1,9 +1,10 @@
 //! What authentication costs a connecting client: sequential WebSocket
-//! handshakes (HTTP Basic) and MQTT CONNECTs (username and password)
-//! against an in-process sidecar, with authentication off, with it on and
-//! the credential cache (`auth.cache_ttl_ms`, the default), and with it on
-//! and no cache (`auth.cache_ttl_ms = 0`: an Argon2 verification per
-//! connect, as before issue 30).
+//! handshakes and MQTT CONNECTs against an in-process sidecar, with
+//! authentication off, and with a password (HTTP Basic; Argon2), a static
+//! bearer token and a JWT (ES256, `[auth.jwt]`, issue 46), each with the
+//! credential cache (`auth.cache_ttl_ms`, the default) and without it
+//! (`auth.cache_ttl_ms = 0`: a verification per connect). For the bearer
+//! credentials also per request: `GET /things` with the token.
 //!
 //! ```sh
 //! cargo bench --bench auth                 # 200 connects per row
@@ -15,79 +16,110 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
-use lmos_sidecar::auth::credentials::hash_password;
+use lmos_sidecar::auth::credentials::{hash_password, sha256_hex};
 use lmos_sidecar::config::{Grants, HttpScheme, PrincipalConfig};
 use lmos_sidecar::{Application, Config};
 use lmos_testkit::bench::env_or;
+use lmos_testkit::http_with;
+use lmos_testkit::jwt::LocalIssuer;
 use lmos_testkit::raw_mqtt::{packet, string};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
+/// What the clients present.
+#[derive(Clone, Copy, PartialEq)]
+enum Cred {
+    /// Authentication off.
+    None,
+    /// A password (HTTP Basic, MQTT password): Argon2.
+    Password,
+    /// A static bearer token (`token_sha256`; the MQTT password).
+    Token,
+    /// A JWT (ES256, `[auth.jwt]` with a JWK Set file; the MQTT password).
+    Jwt,
+}
+
 #[derive(Clone, Copy)]
-enum Mode {
-    Off,
-    Cached,
-    Uncached,
+struct Mode {
+    cred: Cred,
+    cache: bool,
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Off => "auth off",
-            Mode::Cached => "auth on, cache (default)",
-            Mode::Uncached => "auth on, no cache (Argon2 per connect)",
-        }
+    fn name(self) -> String {
+        let cred = match self.cred {
+            Cred::None => return "auth off".into(),
+            Cred::Password => "password",
+            Cred::Token => "static token",
+            Cred::Jwt => "JWT ES256",
+        };
+        let cache = if self.cache { "cache" } else { "no cache" };
+        format!("{cred}, {cache}")
     }
 }
 
-fn config(mode: Mode) -> Config {
+const TOKEN: &str = "bench-static-token-0123456789abcdef";
+
+fn config(mode: Mode, issuer: &LocalIssuer) -> Config {
     let mut c = Config::default();
     c.store.dir = lmos_testkit::bench::store_dir("auth");
     c.mqtt.listen = "127.0.0.1:0".parse().unwrap();
     c.mqtt.listen_v5 = "127.0.0.1:0".parse().unwrap();
     c.http.listen = "127.0.0.1:0".parse().unwrap();
-    if matches!(mode, Mode::Off) {
+    if mode.cred == Cred::None {
         return c;
     }
-    c.http.authentication = vec![HttpScheme::Basic];
+    if mode.cred == Cred::Jwt {
+        issuer.configure(&mut c);
+    }
+    c.http.authentication = vec![HttpScheme::Basic, HttpScheme::Bearer];
     c.mqtt.authentication = true;
     c.auth.anonymous = Grants::default();
     c.auth.principals = vec![PrincipalConfig {
         name: "agent".into(),
         password_hash: hash_password("agent-pw"),
+        token_sha256: sha256_hex(TOKEN.as_bytes()),
         consume: vec!["*".into()],
         ..PrincipalConfig::default()
     }];
-    if matches!(mode, Mode::Uncached) {
+    if !mode.cache {
         c.auth.cache_ttl_ms = 0;
     }
     c
 }
 
-async fn websocket(http: SocketAddr) -> Result<()> {
+/// The `Authorization` header and the MQTT password of `cred`.
+fn secrets(cred: Cred, jwt: &str) -> (String, String) {
+    match cred {
+        Cred::None | Cred::Password => {
+            let basic = base64::engine::general_purpose::STANDARD.encode("agent:agent-pw");
+            (format!("Basic {basic}"), "agent-pw".into())
+        }
+        Cred::Token => (format!("Bearer {TOKEN}"), TOKEN.into()),
+        Cred::Jwt => (format!("Bearer {jwt}"), jwt.into()),
+    }
+}
+
+async fn websocket(http: SocketAddr, authorization: &str) -> Result<()> {
     let mut request = format!("ws://{http}/lmos").into_client_request()?;
-    let basic = base64::engine::general_purpose::STANDARD.encode("agent:agent-pw");
     let headers = request.headers_mut();
     headers.insert(
         "Sec-WebSocket-Protocol",
         HeaderValue::from_static("lmosprotocol"),
     );
-    headers.insert(
-        "Authorization",
-        HeaderValue::from_str(&format!("Basic {basic}"))?,
-    );
+    headers.insert("Authorization", HeaderValue::from_str(authorization)?);
     let (ws, _) = tokio_tungstenite::connect_async(request).await?;
     drop(ws);
     Ok(())
 }
 
-async fn mqtt(addr: SocketAddr, n: usize) -> Result<()> {
+async fn mqtt(addr: SocketAddr, n: usize, password: &str) -> Result<()> {
     let mut body = string(b"MQTT");
     body.extend([4, 0b1100_0010, 0, 60]);
     body.extend(string(format!("bench-{n}").as_bytes()));
     body.extend(string(b"agent"));
-    body.extend(string(b"agent-pw"));
+    body.extend(string(password.as_bytes()));
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     stream.write_all(&packet(0x10, &body)).await?;
@@ -115,28 +147,44 @@ fn summary(mut took: Vec<Duration>) -> String {
     )
 }
 
-async fn row(mode: Mode, connects: usize) -> Result<()> {
-    let app = Application::build(config(mode)).await?;
+async fn row(mode: Mode, connects: usize, issuer: &LocalIssuer) -> Result<()> {
+    let app = Application::build(config(mode, issuer)).await?;
     let (http, mqtt_addr) = (app.http_addr(), app.mqtt_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(app.run(async {
         let _ = stopped.await;
     }));
+    let jwt = issuer.token("bench-user", "things", 3600);
+    let (authorization, password) = secrets(mode.cred, &jwt);
     // Warm up (and fill the cache where there is one).
-    websocket(http).await.context("WebSocket")?;
-    mqtt(mqtt_addr, 0).await.context("MQTT")?;
+    websocket(http, &authorization).await.context("WebSocket")?;
+    mqtt(mqtt_addr, 0, &password).await.context("MQTT")?;
     let mut ws = Vec::with_capacity(connects);
     let mut mq = Vec::with_capacity(connects);
+    let mut get = Vec::with_capacity(connects);
+    let bearer = matches!(mode.cred, Cred::Token | Cred::Jwt);
     for n in 0..connects {
         let start = Instant::now();
-        websocket(http).await?;
+        websocket(http, &authorization).await?;
         ws.push(start.elapsed());
         let start = Instant::now();
-        mqtt(mqtt_addr, n + 1).await?;
+        mqtt(mqtt_addr, n + 1, &password).await?;
         mq.push(start.elapsed());
+        if bearer {
+            let start = Instant::now();
+            let headers = [("Authorization", authorization.as_str())];
+            let answer = http_with(http, "GET", "/things", &headers, b"").await;
+            if answer.status != 200 {
+                bail!("GET /things: {}", answer.status);
+            }
+            get.push(start.elapsed());
+        }
     }
-    println!("{:<40} WebSocket  {}", mode.name(), summary(ws));
-    println!("{:<40} MQTT 3.1.1 {}", "", summary(mq));
+    println!("{:<28} WebSocket  {}", mode.name(), summary(ws));
+    println!("{:<28} MQTT 3.1.1 {}", "", summary(mq));
+    if bearer {
+        println!("{:<28} HTTP GET   {}", "", summary(get));
+    }
     let _ = stop.send(());
     let _ = server.await;
     Ok(())
@@ -147,8 +195,18 @@ fn main() -> Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         println!("{connects} sequential connects per row, each a new TCP connection");
-        for mode in [Mode::Off, Mode::Cached, Mode::Uncached] {
-            row(mode, connects).await?;
+        let issuer = LocalIssuer::new();
+        let rows = [
+            (Cred::None, true),
+            (Cred::Password, true),
+            (Cred::Password, false),
+            (Cred::Token, true),
+            (Cred::Token, false),
+            (Cred::Jwt, true),
+            (Cred::Jwt, false),
+        ];
+        for (cred, cache) in rows {
+            row(Mode { cred, cache }, connects, &issuer).await?;
         }
         Ok(())
     })

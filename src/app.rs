@@ -109,14 +109,17 @@ impl Application {
         if let Some(stats) = store.stats() {
             metrics.watch_store(stats.clone());
         }
-        let authority = parts::authority(&config, &metrics)?;
+        let authority = parts::authority(&config, &metrics, http_addr)?;
         let http_tls = crate::tls::acceptor(
             &config.http.tls_cert,
             &config.http.tls_key,
             ("http.tls_cert", "http.tls_key"),
         )?;
         let mqtt_stop = CancellationToken::new();
-        let quotas = Quotas::new(&config.quotas, !config.auth.principals.is_empty());
+        // JWT principals are principals too: anonymous is then no one's
+        // only identity and gets no exemption.
+        let principals = !config.auth.principals.is_empty() || config.auth.jwt.enabled();
+        let quotas = Quotas::new(&config.quotas, principals);
         let shared = (&authority, &metrics, &quotas);
         let mut broker = start_broker(&config, shared, &store, &mqtt_stop).await?;
         let thing_id = match config.sidecar.thing_id.as_str() {

@@ -101,8 +101,15 @@ pub(super) fn directory_service(
 
 /// The principals, checked once; a listener that requires authentication
 /// with no one able to pass it is a configuration mistake, not a lock-out.
-pub(super) fn authority(config: &Config, metrics: &Metrics) -> Result<Authority, AuthError> {
-    let authority = Authority::with_metrics(&config.auth, metrics.clone())?;
+/// JWTs issued for the MCP endpoint (`http`: the bound HTTP address) are
+/// accepted besides `auth.jwt.audience`.
+pub(super) fn authority(
+    config: &Config,
+    metrics: &Metrics,
+    http: SocketAddr,
+) -> Result<Authority, AuthError> {
+    let resource = mcp_resource(config, http);
+    let authority = Authority::with_mcp_resource(&config.auth, metrics.clone(), &resource)?;
     if authority.is_empty() {
         if !config.http.authentication.is_empty() {
             return Err(AuthError::NoOne("http.authentication"));

@@ -88,8 +88,28 @@ impl<V: Clone> Cache<V> {
     /// Only credentials that passed are put, so an attacker cannot fill the
     /// cache; still, when full, the expired entries go first, then the one
     /// closest to expiry.
+    #[cfg(test)]
     pub(crate) fn put(&self, key: Key, value: V, now: Instant) {
-        if !self.enabled() {
+        self.put_until(key, value, now, None);
+    }
+
+    /// As [`Cache::put`], kept no later than `until` (a JWT's `exp`); an
+    /// `until` already past keeps nothing.
+    pub(crate) fn put_until(
+        &self,
+        key: Key,
+        value: V,
+        now: Instant,
+        until: Option<std::time::SystemTime>,
+    ) {
+        let ttl = match until {
+            None => self.ttl,
+            Some(t) => match t.duration_since(std::time::SystemTime::now()) {
+                Ok(left) => left.min(self.ttl),
+                Err(_) => return,
+            },
+        };
+        if !self.enabled() || ttl.is_zero() {
             return;
         }
         let mut entries = lock(&self.entries);
@@ -102,7 +122,7 @@ impl<V: Clone> Cache<V> {
                 }
             }
         }
-        entries.insert(key, (value, now + self.ttl));
+        entries.insert(key, (value, now + ttl));
     }
 
     #[cfg(test)]

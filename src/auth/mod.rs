@@ -8,6 +8,7 @@
 
 mod cache;
 pub mod credentials;
+mod jwt;
 pub mod mqtt;
 mod pool;
 mod scratch;
@@ -21,6 +22,7 @@ use crate::config::{AuthConfig, Grants, PrincipalConfig};
 use crate::lmos::MessageType;
 use crate::telemetry::metrics::Metrics;
 use credentials::{Secret, SecretError};
+pub use jwt::{JwtError, JwtSetupError};
 pub use verifier::{Credentials, Refused};
 use verifier::{Plan, Verifier};
 
@@ -148,6 +150,22 @@ impl Principal {
         self.token.as_deref()
     }
 
+    /// Time left until its JWT's `exp` (zero when past): a long-lived
+    /// connection ends then. `None`: no token, no end.
+    pub fn expires_in(&self) -> Option<std::time::Duration> {
+        let exp = self.token()?.expires_at?;
+        let left = exp.duration_since(std::time::SystemTime::now());
+        Some(left.unwrap_or_default())
+    }
+
+    /// Waits until [`Principal::expires_in`] has passed; forever without one.
+    pub async fn expired(&self) {
+        match self.expires_in() {
+            Some(left) => tokio::time::sleep(left).await,
+            None => std::future::pending().await,
+        }
+    }
+
     pub fn may(&self, access: Access, thing: &str) -> bool {
         self.rules.of(access).matches(thing)
     }
@@ -218,8 +236,12 @@ pub enum AuthError {
         key: &'static str,
         pattern: String,
     },
-    #[error("`{0}` is on but `auth.principals` is empty, so no one could connect")]
+    #[error(
+        "`{0}` is on but `auth.principals` is empty and `auth.jwt` off, so no one could connect"
+    )]
     NoOne(&'static str),
+    #[error(transparent)]
+    Jwt(#[from] JwtSetupError),
 }
 
 /// The principals of the configuration, their secrets loaded once at
@@ -255,8 +277,27 @@ impl Authority {
         Authority::with_metrics(config, Metrics::default())
     }
 
-    /// Counting cache hits, verifications and refusals in `metrics`.
+    /// Counting cache hits, verifications and refusals in `metrics`; JWTs
+    /// (`auth.jwt`) must then name one of `auth.jwt.audience`.
     pub fn with_metrics(config: &AuthConfig, metrics: Metrics) -> Result<Authority, AuthError> {
+        Authority::new(config, metrics, None)
+    }
+
+    /// As [`Authority::with_metrics`], JWTs issued for the sidecar's MCP
+    /// endpoint (`mcp_resource`, its canonical URL) accepted too.
+    pub fn with_mcp_resource(
+        config: &AuthConfig,
+        metrics: Metrics,
+        mcp_resource: &str,
+    ) -> Result<Authority, AuthError> {
+        Authority::new(config, metrics, Some(mcp_resource))
+    }
+
+    fn new(
+        config: &AuthConfig,
+        metrics: Metrics,
+        mcp_resource: Option<&str>,
+    ) -> Result<Authority, AuthError> {
         let mut known: Vec<Known> = Vec::new();
         for entry in &config.principals {
             if entry.name.is_empty() {
@@ -290,7 +331,9 @@ impl Authority {
             .iter()
             .flat_map(|k| &k.passwords)
             .find(|s| s.is_argon2());
-        let verifier = Verifier::new(config, argon2_like, metrics);
+        let names = known.iter().map(|k| k.principal.name.to_string());
+        let jwt = jwt::Jwt::new(&config.jwt, mcp_resource, names, &metrics)?;
+        let verifier = Verifier::new(config, argon2_like, metrics, jwt);
         Ok(Authority(Arc::new(Inner {
             verifier,
             known,
@@ -302,8 +345,9 @@ impl Authority {
         })))
     }
 
+    /// No principal configured and no JWT accepted: no one can log in.
     pub fn is_empty(&self) -> bool {
-        self.0.known.is_empty()
+        self.0.known.is_empty() && self.0.verifier.jwt().is_none()
     }
 
     /// The client of a listener without authentication.
@@ -337,7 +381,11 @@ impl Authority {
     fn plan(&self, credentials: Credentials<'_>) -> Plan {
         let (name, secret, tokens_too) = match credentials {
             Credentials::Token(token) => {
-                return self.token(token).map_or(Plan::Refuse, Plan::Accept);
+                return match self.token(token) {
+                    Some(principal) => Plan::Accept(principal),
+                    None if self.is_jwt(token) => Plan::Jwt(token.to_vec()),
+                    None => Plan::Refuse,
+                };
             }
             Credentials::Password { name, password } => (name, password, false),
             Credentials::NameAndSecret { name, secret } => (name, secret, true),
@@ -350,6 +398,11 @@ impl Authority {
                 return Plan::Accept(k.principal.clone());
             }
         }
+        // MQTT's password field is the only place for a token there; the
+        // user name is then free (the token names the principal).
+        if tokens_too && self.is_jwt(secret) {
+            return Plan::Jwt(secret.to_vec());
+        }
         let real = known.and_then(|k| Some((k.passwords.iter().find(|s| s.is_argon2())?, k)));
         let Some(hash) = real.map(|(s, _)| s).or(self.0.verifier.stand_in()) else {
             return Plan::Refuse;
@@ -359,6 +412,16 @@ impl Authority {
             principal: real.map(|(_, k)| k.principal.clone()),
             password: secret.to_vec(),
         }
+    }
+
+    /// Whether an MQTT password is a JWT to check (`auth.jwt` on).
+    pub fn takes_jwt(&self, secret: &[u8]) -> bool {
+        self.is_jwt(secret)
+    }
+
+    /// Whether `token` goes to the JWT check (`auth.jwt` on, JWT-shaped).
+    fn is_jwt(&self, token: &[u8]) -> bool {
+        self.0.verifier.jwt().is_some_and(|j| j.looks_like(token))
     }
 
     /// A bearer token: whoever it belongs to.

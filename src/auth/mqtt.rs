@@ -213,14 +213,21 @@ impl MqttPolicy {
         username: Option<&str>,
         password: Option<&[u8]>,
     ) -> Result<Principal, Refusal> {
+        // A JWT as the password (`auth.jwt`) names the principal itself:
+        // any user name goes with it, none too (MQTT 5).
+        let jwt = password.is_some_and(|p| self.authority.takes_jwt(p));
         match (username, password) {
             // With no principals configured there is no one to be: clients
             // that send credentials out of habit stay anonymous.
-            (Some(name), Some(secret)) if !name.is_empty() && !self.authority.is_empty() => {
+            (name, Some(secret))
+                if (jwt || name.is_some_and(|n| !n.is_empty())) && !self.authority.is_empty() =>
+            {
+                let name = name.unwrap_or_default();
                 let credentials = Credentials::NameAndSecret { name, secret };
                 let verified = self.authority.verify(Some(peer.ip()), credentials).await;
                 verified.map_err(|refused| match refused {
-                    Refused::Invalid => Refusal::BadCredentials,
+                    // MQTT has no code of its own for an expired token.
+                    Refused::Invalid | Refused::Expired => Refusal::BadCredentials,
                     Refused::Busy => Refusal::Busy,
                     Refused::Throttled(_) => Refusal::Throttled,
                 })
@@ -257,6 +264,10 @@ impl MqttSession {
 impl Session for MqttSession {
     fn name(&self) -> &str {
         self.principal.name()
+    }
+
+    fn expires_in(&self) -> Option<std::time::Duration> {
+        self.principal.expires_in()
     }
 
     fn may_subscribe(&self, filter: &str) -> bool {

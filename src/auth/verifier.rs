@@ -20,10 +20,11 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::cache::{Cache, Keyed};
 use super::credentials::{Argon2Hash, Secret};
+use super::jwt::{Jwt, JwtError};
 use super::pool::Pool;
 use super::scratch::Scratch;
 use super::throttle::{Gate, Rules, Source, Throttle};
@@ -85,6 +86,8 @@ impl Credentials<'_> {
 pub enum Refused {
     /// Checked, and wrong (or no principal's).
     Invalid,
+    /// A JWT, valid but for its `exp` (past, beyond `auth.jwt.leeway_ms`).
+    Expired,
     /// Every verifier thread busy and the queue full: not checked.
     Busy,
     /// Too many failures from this address for this name: not checked;
@@ -93,10 +96,20 @@ pub enum Refused {
 }
 
 impl Refused {
+    /// The `reason` of `lmos_sidecar_auth_failures_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refused::Invalid => "invalid",
+            Refused::Expired => "expired",
+            Refused::Busy => "busy",
+            Refused::Throttled(_) => "throttled",
+        }
+    }
+
     /// When trying again may help (`Retry-After`).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Refused::Invalid => None,
+            Refused::Invalid | Refused::Expired => None,
             Refused::Busy => Some(Duration::from_secs(1)),
             Refused::Throttled(wait) => Some(*wait),
         }
@@ -114,6 +127,9 @@ pub(crate) enum Plan {
         principal: Option<Principal>,
         password: Vec<u8>,
     },
+    /// A JWT (`auth.jwt`): its signature and claims; may wait for the
+    /// provider's keys.
+    Jwt(Vec<u8>),
 }
 
 pub(crate) struct Verifier {
@@ -124,6 +140,7 @@ pub(crate) struct Verifier {
     argon2: Option<(Pool, Secret)>,
     metrics: Metrics,
     floods: Floods,
+    jwt: Option<Jwt>,
 }
 
 /// `auth.max_concurrent_verifications = 0`: a thread per CPU, at most 4
@@ -139,7 +156,12 @@ impl Verifier {
     /// `argon2_like`: a principal's Argon2 hash, whose parameters the
     /// stand-in takes; `None` when no principal has one (then nothing is
     /// ever verified by Argon2 and no thread is started).
-    pub(crate) fn new(config: &AuthConfig, argon2_like: Option<&Secret>, metrics: Metrics) -> Self {
+    pub(crate) fn new(
+        config: &AuthConfig,
+        argon2_like: Option<&Secret>,
+        metrics: Metrics,
+        jwt: Option<Jwt>,
+    ) -> Self {
         let argon2 = argon2_like.map(|like| {
             let pool = Pool::new(
                 threads(config.max_concurrent_verifications),
@@ -162,7 +184,12 @@ impl Verifier {
             argon2,
             metrics,
             floods: Floods::default(),
+            jwt,
         }
+    }
+
+    pub(crate) fn jwt(&self) -> Option<&Jwt> {
+        self.jwt.as_ref()
     }
 
     /// The hash a name that is no principal's (or a principal without an
@@ -205,14 +232,32 @@ impl Verifier {
                 principal,
                 password,
             } => self.argon2(hash, principal, password).await,
+            Plan::Jwt(token) => self.check_jwt(&token).await,
         };
         match checked {
             Ok(principal) => {
                 self.throttle.succeeded(source);
-                self.cache.put(key, principal.clone(), Instant::now());
+                // Never past the token's `exp`.
+                let until = principal.token().and_then(|t| t.expires_at);
+                self.cache
+                    .put_until(key, principal.clone(), Instant::now(), until);
                 Ok(principal)
             }
             Err(refused) => Err(self.refused(source, addr, refused, Instant::now())),
+        }
+    }
+
+    async fn check_jwt(&self, token: &[u8]) -> Result<Principal, Refused> {
+        let Some(jwt) = &self.jwt else {
+            return Err(Refused::Invalid);
+        };
+        match jwt.verify(token).await {
+            Ok(principal) => Ok(principal),
+            Err(JwtError::Expired) => Err(Refused::Expired),
+            Err(error) => {
+                debug!(%error, "Refused a JWT.");
+                Err(Refused::Invalid)
+            }
         }
     }
 
@@ -239,7 +284,7 @@ impl Verifier {
         let blocked = self.throttle.failed(source, now);
         let addr = Shown(addr);
         match why {
-            Refused::Invalid => {
+            Refused::Invalid | Refused::Expired => {
                 if let Some(more) = self.floods.invalid.due(now) {
                     info!(source = %addr, more, "Refused invalid credentials; more within a minute are counted, not logged (lmos_sidecar_auth_failures_total).");
                 }

@@ -62,6 +62,8 @@ enum Ending {
     Shutdown,
     TooSlow,
     Idle,
+    /// Its principal's JWT passed its `exp`.
+    Expired,
     /// Its reading was stopped to keep within a memory budget.
     Inbound(Refusal),
     Failed(WsError),
@@ -111,6 +113,16 @@ where
             Ending::Shutdown => Some((CloseCode::Away, "Sidecar shutting down.".to_owned())),
             Ending::TooSlow => Some((CloseCode::Again, self.too_slow())),
             Ending::Inbound(why) => Some(self.inbound_refused(why)),
+            Ending::Expired => {
+                info!(
+                    principal = self.principal.name(),
+                    "Closing a WebSocket connection: its token expired."
+                );
+                Some((
+                    CloseCode::Policy,
+                    "Token expired (exp); reconnect with a fresh one.".to_owned(),
+                ))
+            }
             Ending::Idle => {
                 let idle = self.shared.config.idle_timeout_ms;
                 self.shared
@@ -191,8 +203,12 @@ where
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heard = tokio::time::Instant::now();
+        let principal = self.principal.clone();
+        let expired = principal.expired();
+        tokio::pin!(expired);
         loop {
             tokio::select! {
+                _ = &mut expired => return Ending::Expired,
                 _ = ping.tick() => {
                     if last_heard.elapsed() >= idle {
                         return Ending::Idle;

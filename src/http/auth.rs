@@ -87,8 +87,8 @@ impl HttpAuth {
     fn refused(&self, scheme: &str, refused: Refused) -> Response {
         debug!(scheme, ?refused, "Refused credentials.");
         let (status, reason, text) = match refused {
-            Refused::Invalid => {
-                self.metrics.auth_failure(metrics::HTTP, "invalid");
+            Refused::Invalid | Refused::Expired => {
+                self.metrics.auth_failure(metrics::HTTP, refused.reason());
                 return self.unauthorized("The credentials are not valid.");
             }
             Refused::Busy => (

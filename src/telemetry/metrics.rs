@@ -216,10 +216,22 @@ impl Metrics {
         }
     }
 
-    /// `reason`: `missing`, `invalid`, `scheme`, `busy`, `throttled`.
+    /// `reason`: `missing`, `invalid`, `expired` (a JWT past its `exp`),
+    /// `scheme`, `busy`, `throttled`.
     pub fn auth_failure(&self, transport: &'static str, reason: &'static str) {
         let labels = [("reason", reason), ("transport", transport)];
         self.0.access.auth_failures.get_or_create(&labels).inc();
+    }
+
+    /// A fetch of the JWT signing keys; `outcome`: `ok`, `failed`.
+    pub fn jwks_fetch(&self, outcome: &'static str) {
+        let labels = [("outcome", outcome)];
+        self.0.access.jwks_fetches.get_or_create(&labels).inc();
+    }
+
+    /// The JWT signing keys held now.
+    pub fn set_jwks_keys(&self, n: usize) {
+        self.0.access.jwks_keys.set(n as i64);
     }
 
     /// `result`: `hit`, `miss`.

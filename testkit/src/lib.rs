@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod cluster_scenarios;
 mod events;
+pub mod jwt;
 mod logs;
 pub mod mqtt5;
 pub mod nats;

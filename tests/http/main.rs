@@ -11,6 +11,7 @@ mod directory;
 mod finished;
 mod hosts_and_origins;
 mod http_binding;
+mod jwt_local;
 mod limits;
 mod mcp_oauth;
 mod operations;

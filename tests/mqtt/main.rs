@@ -11,6 +11,7 @@
 
 mod client_ids;
 mod filter_memory;
+mod jwt_local;
 mod mqtt5_features;
 mod mqtt5_subscriptions;
 mod mqtt_conformance;

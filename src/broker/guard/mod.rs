@@ -97,6 +97,12 @@ pub trait Session: Send + Sync {
     fn names_publisher(&self, _topic: &str) -> bool {
         false
     }
+    /// Time left until the credentials expire (a JWT's `exp`); the guard
+    /// then closes the connection (MQTT 5: DISCONNECT 0xA0, maximum
+    /// connect time). `None`: never.
+    fn expires_in(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Work that must be under way before some subscriptions are live (the

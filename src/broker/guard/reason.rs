@@ -19,6 +19,7 @@ pub(super) const NOT_AUTHORIZED: u8 = 0x87;
 pub(super) const SERVER_UNAVAILABLE: u8 = 0x88;
 pub(super) const SERVER_BUSY: u8 = 0x89;
 pub(super) const CONNECTION_RATE_EXCEEDED: u8 = 0x9F;
+pub(super) const MAXIMUM_CONNECT_TIME: u8 = 0xA0;
 pub(super) const NO_SUBSCRIPTION_EXISTED: u8 = 0x11;
 pub(super) const TOPIC_FILTER_INVALID: u8 = 0x8F;
 pub(super) const PACKET_TOO_LARGE: u8 = 0x95;

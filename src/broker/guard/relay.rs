@@ -217,6 +217,12 @@ impl Inspector<'_> {
             i
         });
         let between = self.between;
+        // Boxed: only a JWT's connection has one, and a timer would take
+        // room in every connection's task.
+        let mut expiry = self
+            .session
+            .expires_in()
+            .map(|left| Box::pin(tokio::time::sleep(left)));
         loop {
             // Inspected and written before the next read: an idle
             // connection holds nothing of what came last (an empty chunk
@@ -229,6 +235,9 @@ impl Inspector<'_> {
             let read = loop {
                 tokio::select! {
                     read = read_some(client, buf) => break read,
+                    _ = async { expiry.as_mut()?.as_mut().await; Some(()) }, if expiry.is_some() => {
+                        return Box::pin(self.token_expired()).await;
+                    }
                     _ = async { ping.as_mut()?.tick().await; Some(()) }, if ping.is_some() => {
                         between.guard_pings.fetch_add(1, Ordering::Relaxed);
                         if to_broker(upstream, &PINGREQ).await.is_err() {
@@ -253,6 +262,20 @@ impl Inspector<'_> {
                 }
             }
         }
+    }
+
+    /// The principal's token passed its `exp`: the client is told (MQTT 5)
+    /// and the connection closed; it may reconnect with a fresh token.
+    async fn token_expired(&mut self) -> End {
+        tracing::info!(
+            principal = self.session.name(),
+            "Closing an MQTT connection: its token expired."
+        );
+        let _ = self.close(super::reason::MAXIMUM_CONNECT_TIME);
+        for message in std::mem::take(&mut self.pending) {
+            self.between.outbox.send(message).await;
+        }
+        End::Closing
     }
 
     /// Inspects what `buf` holds and writes the broker what goes there

@@ -89,6 +89,8 @@ pub(super) struct Access {
     pub auth_verifications: Family<Labels1, Counter>,
     pub denied: Family<Labels2, Counter>,
     pub limits: Family<Labels2, Counter>,
+    pub jwks_fetches: Family<Labels1, Counter>,
+    pub jwks_keys: Gauge,
 }
 
 impl Access {
@@ -96,7 +98,7 @@ impl Access {
         let it = Access::default();
         registry.register(
             "auth_failures",
-            "Connections refused for missing or wrong credentials, by transport and reason (missing, invalid, scheme; busy: every password check taken; throttled: too many failures from that address for that name)",
+            "Connections refused for missing or wrong credentials, by transport and reason (missing, invalid, scheme; expired: a JWT past its exp; busy: every password check taken; throttled: too many failures from that address for that name)",
             it.auth_failures.clone(),
         );
         registry.register(
@@ -118,6 +120,16 @@ impl Access {
             "limit_hits",
             "Times a configured limit was reached, by transport and limit",
             it.limits.clone(),
+        );
+        registry.register(
+            "auth_jwks_fetches",
+            "Fetches of the JWT signing keys (auth.jwt.jwks_url) by outcome (ok, failed)",
+            it.jwks_fetches.clone(),
+        );
+        registry.register(
+            "auth_jwks_keys",
+            "JWT signing keys held (from auth.jwt.jwks_url or jwks_file)",
+            it.jwks_keys.clone(),
         );
         it
     }
