@@ -4,7 +4,7 @@
 //! waits (every wait fails the test after `WAIT`). Modules: [`mqtt5`] and
 //! [`raw_mqtt`] (MQTT written byte by byte), [`otlp`] (a real OTLP
 //! collector), [`process`] (the sidecar binary as a child process),
-//! [`nats`] (a real NATS cluster), [`cluster_scenarios`] (the cluster tests
+//! [`nats`] (a real NATS cluster), [`oidc`] (a real OpenID provider), [`cluster_scenarios`] (the cluster tests
 //! both cluster modes run), [`upstreams`] (MCP servers and A2A agents for a
 //! sidecar to import, their `[[imports.*]]` entries), [`weather_agent`] (the
 //! draft's WeatherAgent), [`tck_agent`] (the A2A TCK's scripted agent),
@@ -18,6 +18,7 @@ pub mod jwt;
 mod logs;
 pub mod mqtt5;
 pub mod nats;
+pub mod oidc;
 pub mod otlp;
 pub mod packets;
 mod parties;

@@ -21,5 +21,6 @@ mod mcp_stateless;
 mod nats_cluster;
 mod nats_native;
 mod node_wot;
+mod oidc;
 mod otlp;
 mod tracing;
