@@ -56,3 +56,39 @@ async fn only_a_token_for_the_mcp_url_is_accepted_at_mcp() {
     let r = post(right).await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
+
+#[tokio::test]
+async fn a_token_without_the_required_scopes_gets_insufficient_scope() {
+    let provider = Provider::start().await;
+    let mut c = common::test_config();
+    c.http.authentication = vec![HttpScheme::Bearer];
+    c.auth.anonymous = Grants::default();
+    c.mcp.oauth.required_scopes = vec!["mcp:tools".into()];
+    let jwt = &mut c.auth.jwt;
+    jwt.issuer = provider.issuer().into();
+    jwt.jwks_url = provider.jwks_url().into();
+    jwt.grants.insert("lmos:consume".into(), Grants::default());
+    let sidecar = TestSidecar::start_with(c).await;
+    let mcp = format!("http://{}/mcp", sidecar.http);
+    let token = provider.token(&mcp, "lmos:consume", Alg::Es256).await;
+    let bearer = format!("Bearer {token}");
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("Authorization", bearer.as_str()),
+    ];
+    let r = http_with(sidecar.http, "POST", "/mcp", &headers, INIT).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let challenge = r.header("www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.starts_with("Bearer error=\"insufficient_scope\", scope=\"mcp:tools\""),
+        "{challenge}"
+    );
+    let token = provider
+        .token(&mcp, "lmos:consume mcp:tools", Alg::Es256)
+        .await;
+    let bearer = format!("Bearer {token}");
+    let headers = [headers[0], headers[1], ("Authorization", bearer.as_str())];
+    let r = http_with(sidecar.http, "POST", "/mcp", &headers, INIT).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
