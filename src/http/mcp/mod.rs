@@ -196,25 +196,6 @@ pub async fn tools_where(
     tools::tools(things, may)
 }
 
-/// Step-up (MCP authorization): a JWT caller refused a tool that some
-/// `auth.jwt.grants` scope would allow gets 403 insufficient_scope
-/// naming it, so its client can ask the provider for that scope.
-async fn step_up(state: &HttpState, principal: &Principal, tool: &str) -> Option<Response> {
-    let oauth = state.oauth.as_deref()?;
-    principal.token()?;
-    for scope in &oauth.grant_scopes {
-        let may = |access, thing: &str| oauth.scope_grants(scope, principal.name(), access, thing);
-        if tools_where(state, &may)
-            .await
-            .iter()
-            .any(|t| t.name == tool)
-        {
-            return oauth.step_up(principal, |s| s == scope);
-        }
-    }
-    None
-}
-
 fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
     rpc_io::json(status, &jsonrpc::error(id, code, message, None))
 }
