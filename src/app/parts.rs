@@ -221,6 +221,7 @@ impl Serving<'_> {
             ),
             mcp: http::mcp::Mcp::new(&config.mcp, config.gateway.max_message_size),
             a2a: http::a2a::A2a::new(&config.a2a),
+            oauth: http::oauth::OAuthResource::new(config, mcp_resource(config, self.http_addr)),
             agent_protocols: http::AgentProtocols {
                 mcp: config.mcp.enabled,
                 a2a: config.a2a.enabled,

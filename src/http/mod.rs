@@ -11,6 +11,7 @@ pub mod directory;
 pub mod guard;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod oauth;
 mod rpc_io;
 pub mod server;
 pub mod slow;
@@ -69,6 +70,8 @@ pub struct HttpState {
     pub a2a: Arc<a2a::A2a>,
     /// What the agent protocols serve (`mcp.enabled`, `a2a.enabled`).
     pub agent_protocols: AgentProtocols,
+    /// MCP as an OAuth resource server, while `auth.jwt.issuer` is set.
+    pub oauth: Option<Arc<oauth::OAuthResource>>,
 }
 
 /// Which agent protocols the port serves.
@@ -96,6 +99,13 @@ pub fn router(state: HttpState) -> Router {
     let mut agents = Router::new();
     if state.agent_protocols.mcp {
         agents = agents.route("/mcp", post(mcp::post).get(mcp::get).delete(mcp::delete));
+        if let Some(oauth) = state.oauth.clone() {
+            let metadata = Router::new()
+                .route(oauth::METADATA_PATH, get(oauth::metadata))
+                .route(oauth::METADATA_MCP_PATH, get(oauth::metadata))
+                .layer(Extension(oauth));
+            agents = agents.merge(metadata);
+        }
     }
     if state.agent_protocols.a2a {
         agents = agents

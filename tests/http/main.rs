@@ -13,6 +13,7 @@ mod hosts_and_origins;
 mod http_binding;
 mod jwt_local;
 mod limits;
+mod mcp_oauth;
 mod operations;
 mod quotas;
 mod security;

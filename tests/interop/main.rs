@@ -17,6 +17,7 @@ mod console_history;
 mod imports;
 mod mcp;
 mod mcp_features;
+mod mcp_oauth;
 mod mcp_stateless;
 mod nats_cluster;
 mod nats_native;

@@ -77,6 +77,9 @@ async fn tools_call(ctx: Ctx, headers: &HeaderMap, id: Value, params: Value) -> 
         .into_iter()
         .find(|t| t.name == name)
     else {
+        if let Some(step_up) = step_up(&ctx.state, &ctx.principal, name).await {
+            return step_up;
+        }
         let text = format!("Unknown tool: `{name}`");
         let answer = jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &text, None);
         return ctx.reply("tools/call", answer);
@@ -114,4 +117,27 @@ fn answer(stateless: bool, id: &Value, mut result: Value) -> Value {
         super::headers::shape("tools/call", &mut result);
     }
     jsonrpc::result(id, result)
+}
+
+/// Step-up (MCP authorization): a JWT caller refused a tool that some
+/// `auth.jwt.grants` scope would allow gets 403 insufficient_scope
+/// naming it, so its client can ask the provider for that scope.
+async fn step_up(
+    state: &crate::http::HttpState,
+    principal: &crate::auth::Principal,
+    tool: &str,
+) -> Option<Response> {
+    let oauth = state.oauth.as_deref()?;
+    principal.token()?;
+    for scope in &oauth.grant_scopes {
+        let may = |access, thing: &str| oauth.scope_grants(scope, principal.name(), access, thing);
+        if super::tools_where(state, &may)
+            .await
+            .iter()
+            .any(|t| t.name == tool)
+        {
+            return oauth.step_up(principal, |s| s == scope);
+        }
+    }
+    None
 }

@@ -46,6 +46,7 @@ use tracing::{info, warn};
 
 use super::auth::Caller;
 use super::jsonrpc::{self, Incoming};
+use super::oauth;
 use super::rpc_io::{self, accepts_sse};
 use super::HttpState;
 use crate::auth::Principal;
@@ -179,12 +180,20 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// The caller's tools now: hosted Things' TDs, what the caller may use.
 pub async fn tools_for(state: &HttpState, principal: &Principal) -> Vec<tools::Tool> {
+    tools_where(state, &|access, thing| principal.may(access, thing)).await
+}
+
+/// The tools `may` allows of the hosted Things.
+pub async fn tools_where(
+    state: &HttpState,
+    may: &(dyn Fn(crate::auth::Access, &str) -> bool + Sync),
+) -> Vec<tools::Tool> {
     let hosts = watch::hosted(&state.gateway).await;
     let directory = state.directory.directory();
     let things = hosts
         .iter()
         .filter_map(|id| directory.get(id).map(|td| (id.as_str(), td)));
-    tools::tools(things, &|access, thing| principal.may(access, thing))
+    tools::tools(things, may)
 }
 
 fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
@@ -193,10 +202,14 @@ fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Respon
 
 pub async fn post(
     State(state): State<HttpState>,
-    caller: Caller,
+    caller: Result<Caller, Response>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let principal = match oauth::gate(state.oauth.as_deref(), caller, &headers) {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
     let bytes = match rpc_io::read_body(&headers, body, state.mcp.body_limit).await {
         Ok(b) => b,
         Err(refused) => {
@@ -211,7 +224,6 @@ pub async fn post(
             return rpc_io::json(StatusCode::BAD_REQUEST, &malformed.to_value());
         }
     };
-    let principal = caller.principal;
     if headers::era(&headers, &message) == headers::Era::Stateless {
         return stateless::post(state, principal, &headers, message).await;
     }
@@ -304,7 +316,15 @@ fn initialize(state: &HttpState, principal: &Principal, id: &Value, params: &Val
 }
 
 /// `GET /mcp`: the session's stream of server notifications.
-pub async fn get(State(state): State<HttpState>, caller: Caller, headers: HeaderMap) -> Response {
+pub async fn get(
+    State(state): State<HttpState>,
+    caller: Result<Caller, Response>,
+    headers: HeaderMap,
+) -> Response {
+    let principal = match oauth::gate(state.oauth.as_deref(), caller, &headers) {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
     if headers::stateless_header(&headers) {
         return stateless::not_allowed();
     }
@@ -316,7 +336,6 @@ pub async fn get(State(state): State<HttpState>, caller: Caller, headers: Header
             .into_response();
     }
     let session = header(&headers, SESSION_HEADER).unwrap_or_default();
-    let principal = caller.principal;
     if state
         .mcp
         .sessions
@@ -354,14 +373,18 @@ pub async fn get(State(state): State<HttpState>, caller: Caller, headers: Header
 /// `DELETE /mcp`: the session ends.
 pub async fn delete(
     State(state): State<HttpState>,
-    caller: Caller,
+    caller: Result<Caller, Response>,
     headers: HeaderMap,
 ) -> Response {
+    let principal = match oauth::gate(state.oauth.as_deref(), caller, &headers) {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
     if headers::stateless_header(&headers) {
         return stateless::not_allowed();
     }
     let session = header(&headers, SESSION_HEADER).unwrap_or_default();
-    match state.mcp.sessions.close(&session, caller.principal.name()) {
+    match state.mcp.sessions.close(&session, principal.name()) {
         true => StatusCode::NO_CONTENT.into_response(),
         false => rpc_error(
             StatusCode::NOT_FOUND,
