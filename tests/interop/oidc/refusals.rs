@@ -110,7 +110,6 @@ async fn bad_tokens_are_refused_and_rotated_keys_are_fetched() {
 /// token for the sidecar's other audience is refused there with the
 /// Bearer challenge, and taken everywhere else.
 #[tokio::test]
-#[ignore = "the /mcp audience check comes with the oauth branch (issue 46 item 3): un-ignore on merge"]
 async fn at_mcp_only_the_mcp_resource_is_an_accepted_audience() {
     let provider = Provider::start().await;
     let sidecar = sidecar(&provider).await;
