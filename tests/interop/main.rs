@@ -18,6 +18,7 @@ mod imports;
 mod mcp;
 mod mcp_features;
 mod mcp_oauth;
+mod mcp_oauth_clients;
 mod mcp_stateless;
 mod nats_cluster;
 mod nats_native;

@@ -36,7 +36,7 @@ pub(super) struct Run {
 }
 
 impl Run {
-    fn start(program: &str, script: &str, args: &[String]) -> Run {
+    pub(super) fn start(program: &str, script: &str, args: &[String]) -> Run {
         let mut child = Command::new(program)
             .arg(script)
             .args(args)
