@@ -28,11 +28,14 @@ fn grant(consume: &[&str], operate: &[&str], host: &[&str]) -> Grants {
 
 /// Bearer only; `lmos:consume` and `lmos:operate` are what an MCP client is
 /// offered (the metadata's scopes), `lmos:host` is the agent's.
-async fn sidecar_with_agent(provider: &Provider) -> (TestSidecar, tokio::task::JoinHandle<()>) {
+async fn sidecar_with_agent(
+    provider: &Provider,
+    offered: &[&str],
+) -> (TestSidecar, tokio::task::JoinHandle<()>) {
     let mut c = common::test_config();
     c.http.authentication = vec![HttpScheme::Bearer];
     c.auth.anonymous = Grants::default();
-    c.mcp.oauth.scopes_supported = vec!["lmos:consume".into(), "lmos:operate".into()];
+    c.mcp.oauth.scopes_supported = offered.iter().map(|s| s.to_string()).collect();
     let jwt = &mut c.auth.jwt;
     jwt.issuer = provider.issuer().into();
     jwt.audience = vec![AUDIENCE.into()];
@@ -100,7 +103,7 @@ fn assert_signed_in_and_called(report: &Value, mcp: &str) {
 #[tokio::test]
 async fn the_typescript_sdk_signs_in_through_the_provider_then_lists_and_calls() {
     let provider = Provider::start().await;
-    let (sidecar, _agent) = sidecar_with_agent(&provider).await;
+    let (sidecar, _agent) = sidecar_with_agent(&provider, &["lmos:consume", "lmos:operate"]).await;
     let mcp = mcp_url(&sidecar);
     let report = Run::start("node", "oauth.mjs", std::slice::from_ref(&mcp))
         .report()
@@ -115,7 +118,7 @@ async fn the_typescript_sdk_signs_in_through_the_provider_then_lists_and_calls()
 #[tokio::test]
 async fn the_python_sdk_signs_in_through_the_provider_then_lists_and_calls() {
     let provider = Provider::start().await;
-    let (sidecar, _agent) = sidecar_with_agent(&provider).await;
+    let (sidecar, _agent) = sidecar_with_agent(&provider, &["lmos:consume", "lmos:operate"]).await;
     let mcp = mcp_url(&sidecar);
     let report = Run::start("python3", "oauth.py", std::slice::from_ref(&mcp))
         .report()
@@ -128,4 +131,30 @@ async fn the_python_sdk_signs_in_through_the_provider_then_lists_and_calls() {
             .is_some_and(|s| s.contains("lmos:operate")),
         "{report:#}"
     );
+}
+
+/// Step-up: offered only `lmos:consume`, the TypeScript client signs in with
+/// it; its call needs `operate`, so the sidecar answers 403
+/// `insufficient_scope` naming `lmos:operate`, and the SDK goes back to the
+/// provider for that scope. node-oidc-provider then refuses it
+/// (`invalid_scope`): the SDK registered the client with the first
+/// challenge's scope only, and a provider holds a registered client to its
+/// scopes. So an operator offers, in `mcp.oauth.scopes_supported`, every
+/// scope its MCP clients may need: the first sign-in asks for them all.
+#[tokio::test]
+async fn the_typescript_sdk_steps_up_to_the_scope_a_call_needs() {
+    let provider = Provider::start().await;
+    let (sidecar, _agent) = sidecar_with_agent(&provider, &["lmos:consume"]).await;
+    let mcp = mcp_url(&sidecar);
+    let args = [mcp.clone(), "stepup".into()];
+    let report = Run::start("node", "oauth.mjs", &args).report().await;
+    assert_eq!(report["errors"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["firstScope"], "lmos:consume", "{report:#}");
+    let steps = report["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s == "upscoped"), "{report:#}");
+    assert_eq!(
+        report["authorization"]["scope"], "lmos:operate",
+        "{report:#}"
+    );
+    assert_eq!(report["callback"]["error"], "invalid_scope", "{report:#}");
 }

@@ -4,12 +4,15 @@
 // authorizes with PKCE (the test provider's interactions complete by
 // themselves, so following the authorization URL hop by hop reaches the
 // redirect URI with a code, as a browser would), then lists and calls.
-// Usage: node oauth.mjs <mcp url>. Prints one JSON report line.
+// Usage: node oauth.mjs <mcp url> [stepup]. Prints one JSON report line.
+// With `stepup` the call is refused 403 insufficient_scope first (the
+// sidecar offered too few scopes); the SDK asks the provider for the scope
+// the challenge names, and the call is made again with the new token.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 
-const [url] = process.argv.slice(2);
+const [url, scenario] = process.argv.slice(2);
 // Never contacted: the code is read from the redirect's Location.
 const redirect = "http://127.0.0.1:9/callback";
 const report = { errors: [], steps: [] };
@@ -64,6 +67,7 @@ class HeadlessProvider {
       const next = new URL(location, at);
       if (next.href.startsWith(redirect)) {
         this.code = next.searchParams.get("code");
+        report.callback = Object.fromEntries(next.searchParams);
         return;
       }
       at = next;
@@ -92,11 +96,32 @@ try {
   }
   report.protocolVersion = transport.protocolVersion;
   report.tools = (await client.listTools()).tools.map((t) => t.name);
-  report.result = await client.callTool(
-    { name: "getWeather", arguments: { question: "What is the weather in Oslo?", interactionMode: "text" } },
-    undefined,
-    { timeout: 20000 },
-  );
+  const call = () =>
+    client.callTool(
+      { name: "getWeather", arguments: { question: "What is the weather in Oslo?", interactionMode: "text" } },
+      undefined,
+      { timeout: 20000 },
+    );
+  if (scenario === "stepup") {
+    report.firstScope = provider.saved?.scope;
+    try {
+      report.result = await call();
+    } catch (e) {
+      if (!(e instanceof UnauthorizedError)) throw e;
+      // The SDK met 403 insufficient_scope and went to the provider for
+      // the scope it names; its code comes back here.
+      report.steps.push("upscoped");
+      // A provider may refuse a scope the client did not register with
+      // (the SDK registers with the first challenge's scope): then there is
+      // no code, and the report says what the provider answered.
+      if (provider.code) {
+        await transport.finishAuth(provider.code);
+        report.result = await call();
+      }
+    }
+  } else {
+    report.result = await call();
+  }
   report.scope = provider.saved?.scope;
   await client.close();
 } catch (e) {
