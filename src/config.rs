@@ -22,7 +22,7 @@ mod quotas;
 mod store;
 pub use address::parse_listen_addr;
 pub use agents::{A2aConfig, McpConfig};
-pub use identity::{JwtConfig, McpOAuthConfig};
+pub use identity::{ClientAuth, JwtConfig, McpOAuthConfig};
 pub use imports::{ImportConfig, ImportsConfig, ImportsError, Protocol, ThingType};
 pub use quotas::{QuotaOverrides, QuotasConfig};
 pub use store::{StoreConfig, SyncMode};
@@ -153,6 +153,12 @@ pub struct MqttConfig {
     /// speak TLS only (mqtts).
     pub tls_cert: String,
     pub tls_key: String,
+    /// PEM CA certificates client certificates must chain to: set (with
+    /// TLS), clients are asked for one, and a certificate's SPIFFE ID (URI
+    /// SAN) or subject CN names its principal.
+    pub tls_client_ca: String,
+    /// With `tls_client_ca`: whether a certificate is required.
+    pub tls_client_auth: ClientAuth,
 }
 
 impl Default for MqttConfig {
@@ -181,6 +187,8 @@ impl Default for MqttConfig {
             authentication: false,
             tls_cert: String::new(),
             tls_key: String::new(),
+            tls_client_ca: String::new(),
+            tls_client_auth: ClientAuth::Required,
         }
     }
 }
@@ -198,6 +206,12 @@ pub struct HttpConfig {
     /// HTTPS and WebSocket over TLS only (wss).
     pub tls_cert: String,
     pub tls_key: String,
+    /// PEM CA certificates client certificates must chain to: set (with
+    /// TLS), clients are asked for one, and a certificate's SPIFFE ID (URI
+    /// SAN) or subject CN names its principal.
+    pub tls_client_ca: String,
+    /// With `tls_client_ca`: whether a certificate is required.
+    pub tls_client_auth: ClientAuth,
     /// Open TCP connections on the HTTP port (WebSockets included); beyond
     /// this, new connections are closed at once and counted.
     pub max_connections: usize,
@@ -227,6 +241,8 @@ impl Default for HttpConfig {
             authentication: Vec::new(),
             tls_cert: String::new(),
             tls_key: String::new(),
+            tls_client_ca: String::new(),
+            tls_client_auth: ClientAuth::Required,
             max_connections: 10_000,
             handshake_timeout_ms: 10_000,
             allowed_origins: Vec::new(),

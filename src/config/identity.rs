@@ -1,6 +1,7 @@
 //! Identities a production cluster already has: `[auth.jwt]` (OIDC / OAuth
-//! access tokens as JWTs) and `[mcp.oauth]` (MCP as an OAuth 2.1 resource
-//! server, RFC 9728).
+//! access tokens as JWTs), client certificates on the TLS ports
+//! (`tls_client_ca`, `tls_client_auth`), and `[mcp.oauth]` (MCP as an
+//! OAuth 2.1 resource server, RFC 9728).
 
 use std::collections::BTreeMap;
 
@@ -80,6 +81,19 @@ impl JwtConfig {
     pub fn enabled(&self) -> bool {
         !self.issuer.is_empty()
     }
+}
+
+/// Whether a TLS port asks clients for certificates (with `tls_client_ca`
+/// set; without it, never).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuth {
+    /// A client without a certificate from `tls_client_ca` is refused in
+    /// the TLS handshake.
+    Required,
+    /// A certificate is asked for; a client without one authenticates as
+    /// it would without client certificates.
+    Optional,
 }
 
 /// MCP as an OAuth 2.1 resource server: protected-resource metadata at
