@@ -110,11 +110,7 @@ impl Application {
             metrics.watch_store(stats.clone());
         }
         let authority = parts::authority(&config, &metrics, http_addr)?;
-        let http_tls = crate::tls::acceptor(
-            &config.http.tls_cert,
-            &config.http.tls_key,
-            ("http.tls_cert", "http.tls_key"),
-        )?;
+        let http_tls = crate::tls::acceptor(&crate::tls::Settings::http(&config.http))?;
         let mqtt_stop = CancellationToken::new();
         // JWT principals are principals too: anonymous is then no one's
         // only identity and gets no exemption.
@@ -326,12 +322,8 @@ async fn start_broker(
     stop: &CancellationToken,
 ) -> Result<EmbeddedBroker, StartError> {
     let topics = config.topics();
-    let mqtt_tls = crate::tls::acceptor(
-        &config.mqtt.tls_cert,
-        &config.mqtt.tls_key,
-        ("mqtt.tls_cert", "mqtt.tls_key"),
-    )
-    .map_err(BrokerError::Tls)?;
+    let mqtt_tls =
+        crate::tls::acceptor(&crate::tls::Settings::mqtt(&config.mqtt)).map_err(BrokerError::Tls)?;
     let policy = MqttPolicy::new(
         authority.clone(),
         topics.clone(),

@@ -118,11 +118,26 @@ pub(super) fn authority(
             return Err(AuthError::NoOne("mqtt.authentication"));
         }
     }
+    // A certificate names a configured entry; with none, every client
+    // certificate is refused where no other credentials come with it.
+    for (key, ca) in [
+        ("http.tls_client_ca", &config.http.tls_client_ca),
+        ("mqtt.tls_client_ca", &config.mqtt.tls_client_ca),
+    ] {
+        if !ca.is_empty() && config.auth.principals.is_empty() {
+            warn!(key, "Client certificates are asked for, but no [[auth.principals]] entry exists for one to name; they are refused.");
+        }
+    }
     let open = |addr: SocketAddr| !addr.ip().is_loopback();
-    if config.http.authentication.is_empty() && open(config.http.listen) {
+    // A required client certificate authenticates too.
+    let certified = |ca: &str, auth| !ca.is_empty() && auth == crate::config::ClientAuth::Required;
+    let http_certified = certified(&config.http.tls_client_ca, config.http.tls_client_auth);
+    let mqtt_certified = certified(&config.mqtt.tls_client_ca, config.mqtt.tls_client_auth);
+    if config.http.authentication.is_empty() && !http_certified && open(config.http.listen) {
         warn!(listen = %config.http.listen, "The HTTP port is reachable from other hosts without authentication (http.authentication).");
     }
-    if !config.mqtt.authentication && (open(config.mqtt.listen) || open(config.mqtt.listen_v5)) {
+    let mqtt_open = open(config.mqtt.listen) || open(config.mqtt.listen_v5);
+    if !config.mqtt.authentication && !mqtt_certified && mqtt_open {
         warn!("The MQTT listeners are reachable from other hosts without authentication (mqtt.authentication).");
     }
     Ok(authority)

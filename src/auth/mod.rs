@@ -369,6 +369,19 @@ impl Authority {
             .await
     }
 
+    /// The principal a verified client certificate names (its SPIFFE ID or
+    /// CN, [`crate::tls::identity`]): the `[[auth.principals]]` entry of
+    /// exactly that name, secrets or not. The TLS handshake did the
+    /// checking; `None`: no entry has the name (nor can `anonymous`, or a
+    /// JWT's principal, be named so).
+    pub fn certificate(&self, identity: &str) -> Option<Principal> {
+        self.0
+            .known
+            .iter()
+            .find(|k| *k.principal.name == *identity)
+            .map(|k| k.principal.clone())
+    }
+
     /// Argon2 verifications run so far (stand-ins included).
     pub fn argon2_runs(&self) -> u64 {
         self.0.verifier.argon2_runs()

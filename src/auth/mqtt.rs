@@ -194,6 +194,8 @@ pub struct MqttPolicy {
     metrics: Metrics,
     /// CONNECTs without credentials, logged once a minute.
     anonymous_refused: Quiet,
+    /// Client certificates naming no principal, logged once a minute.
+    unknown_certificate: Quiet,
 }
 
 impl MqttPolicy {
@@ -204,12 +206,18 @@ impl MqttPolicy {
             required,
             metrics,
             anonymous_refused: Quiet::default(),
+            unknown_certificate: Quiet::default(),
         }
     }
 
+    /// A password CONNECT's credentials win; without one, the client
+    /// certificate's identity (`certificate`) names the principal, whether
+    /// or not `mqtt.authentication` is on: a listener that asks for
+    /// certificates authenticates by them.
     async fn principal(
         &self,
         peer: SocketAddr,
+        certificate: Option<&str>,
         username: Option<&str>,
         password: Option<&[u8]>,
     ) -> Result<Principal, Refusal> {
@@ -232,6 +240,7 @@ impl MqttPolicy {
                     Refused::Throttled(_) => Refusal::Throttled,
                 })
             }
+            _ if certificate.is_some() => self.certified(peer, certificate.unwrap_or_default()),
             _ if self.required => {
                 if let Some(more) = self.anonymous_refused.due(tokio::time::Instant::now()) {
                     info!(%peer, more, "Refused an MQTT connection without credentials (mqtt.authentication); more within a minute are counted, not logged.");
@@ -240,6 +249,18 @@ impl MqttPolicy {
             }
             _ => Ok(self.authority.anonymous()),
         }
+    }
+
+    /// The entry a client certificate names; none: refused (CONNACK not
+    /// authorized), logged once a minute.
+    fn certified(&self, peer: SocketAddr, identity: &str) -> Result<Principal, Refusal> {
+        let principal = self.authority.certificate(identity);
+        if principal.is_none() {
+            if let Some(more) = self.unknown_certificate.due(tokio::time::Instant::now()) {
+                info!(%peer, ?identity, more, "Refused an MQTT connection whose client certificate names no principal ([[auth.principals]]); more within a minute are counted, not logged.");
+            }
+        }
+        principal.ok_or(Refusal::Certificate)
     }
 }
 
@@ -302,12 +323,15 @@ impl Policy for MqttPolicy {
     fn connect<'a>(
         &'a self,
         peer: SocketAddr,
+        certificate: Option<&'a str>,
         _client_id: &'a str,
         username: Option<&'a str>,
         password: Option<&'a [u8]>,
     ) -> Verdict<'a> {
         Box::pin(async move {
-            let principal = self.principal(peer, username, password).await?;
+            let principal = self
+                .principal(peer, certificate, username, password)
+                .await?;
             Ok(Box::new(MqttSession {
                 principal,
                 topics: self.topics.clone(),
@@ -331,6 +355,9 @@ impl Policy for MqttPolicy {
             }
             GuardEvent::Refused(Refusal::NotAuthorized) => {
                 self.metrics.auth_failure(MQTT, "missing")
+            }
+            GuardEvent::Refused(Refusal::Certificate) => {
+                self.metrics.auth_failure(MQTT, "certificate")
             }
             GuardEvent::Refused(Refusal::Busy) => self.metrics.auth_failure(MQTT, "busy"),
             GuardEvent::Refused(Refusal::Throttled) => self.metrics.auth_failure(MQTT, "throttled"),

@@ -92,3 +92,31 @@ fn configuration_mistakes_are_named() {
     });
     assert!(e.contains("`*` may only end a pattern"), "{e}");
 }
+
+#[tokio::test]
+async fn a_certificate_names_an_entry_that_needs_no_secret() {
+    const WEATHER: &str = "spiffe://example.org/ns/agents/sa/weather";
+    let config = AuthConfig {
+        principals: vec![PrincipalConfig {
+            name: WEATHER.into(),
+            host: vec!["urn:weather".into()],
+            ..PrincipalConfig::default()
+        }],
+        ..AuthConfig::default()
+    };
+    let a = Authority::from_config(&config).expect("an entry without secrets is valid");
+    let weather = a.certificate(WEATHER).unwrap();
+    assert_eq!(weather.name(), WEATHER);
+    assert!(weather.may(Access::Host, "urn:weather"));
+    assert!(weather.token().is_none());
+    for nobody in ["", ANONYMOUS, "spiffe://example.org/ns/agents/sa/other"] {
+        assert!(a.certificate(nobody).is_none(), "{nobody:?}");
+    }
+    // Without a secret, no password or token gets the entry.
+    let password = Credentials::Password {
+        name: WEATHER,
+        password: b"",
+    };
+    assert_eq!(name(&a, password).await, Err(Refused::Invalid));
+    assert_eq!(name(&a, Credentials::Token(b"")).await, Err(Refused::Invalid));
+}

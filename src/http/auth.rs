@@ -1,5 +1,6 @@
 //! Who is calling: the `Authorization` header checked against the schemes
-//! the HTTP port requires (`http.authentication`).
+//! the HTTP port requires (`http.authentication`), else the connection's
+//! client certificate (`http.tls_client_ca`).
 
 use std::net::SocketAddr;
 
@@ -13,6 +14,7 @@ use tracing::{debug, info};
 use crate::auth::{Access, Authority, Credentials, Principal, Refused};
 use crate::config::HttpScheme;
 use crate::telemetry::metrics::{self, Metrics};
+use crate::tls::identity::Certified;
 
 /// What the port requires, shared with every handler.
 #[derive(Debug, Clone)]
@@ -26,22 +28,55 @@ const REALM: &str = "lmos-sidecar";
 
 impl HttpAuth {
     /// As [`HttpAuth::authenticate_from`], for a caller whose address is
-    /// not known (all such callers share one failure count per name).
+    /// not known (all such callers share one failure count per name) and
+    /// who presented no client certificate.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Response> {
-        self.authenticate_from(headers, None).await
+        self.authenticate_from(headers, None, None).await
     }
 
     /// The caller's principal, or the refusal to answer (401, or 429/503
-    /// when the credentials were not even checked). Without required
-    /// schemes every caller is the anonymous principal.
+    /// when the credentials were not even checked).
+    ///
+    /// An `Authorization` header the port checks (`http.authentication`)
+    /// wins; without one, the connection's client certificate
+    /// (`certified`, verified against `http.tls_client_ca`) names the
+    /// principal, even where no scheme is required: a port that asks for
+    /// certificates authenticates by them. Neither: the anonymous principal
+    /// where no scheme is required, else 401.
     pub async fn authenticate_from(
         &self,
         headers: &HeaderMap,
         peer: Option<SocketAddr>,
+        certified: Option<&Certified>,
     ) -> Result<Principal, Response> {
-        if self.schemes.is_empty() {
-            return Ok(self.authority.anonymous());
+        let header = !self.schemes.is_empty() && headers.contains_key(header::AUTHORIZATION);
+        match certified {
+            Some(certified) if !header => self.certified(certified),
+            _ if self.schemes.is_empty() => Ok(self.authority.anonymous()),
+            _ => self.credentials(headers, peer).await,
         }
+    }
+
+    /// The principal a client certificate names, or 401 (no entry of that
+    /// name: refused like bad credentials).
+    #[allow(clippy::result_large_err)]
+    fn certified(&self, certified: &Certified) -> Result<Principal, Response> {
+        if let Some(principal) = self.authority.certificate(certified.name()) {
+            return Ok(principal);
+        }
+        self.metrics.auth_failure(metrics::HTTP, "certificate");
+        debug!(identity = ?certified.name(), "Refused a client certificate naming no principal.");
+        Err(self.unauthorized(
+            "The client certificate names no principal of this sidecar ([[auth.principals]]).",
+        ))
+    }
+
+    /// The `Authorization` header's credentials, checked.
+    async fn credentials(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<SocketAddr>,
+    ) -> Result<Principal, Response> {
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -184,7 +219,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(peer)| *peer);
-        let principal = auth.authenticate_from(&parts.headers, peer).await?;
+        let certified = parts.extensions.get::<Certified>();
+        let principal = auth
+            .authenticate_from(&parts.headers, peer, certified)
+            .await?;
         Ok(Caller { principal, auth })
     }
 }

@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 use super::guard::Throttle;
 use super::slow::{BodyLimits, Progress, Timed, Waiting, EVICT_AFTER};
 use crate::telemetry::metrics::{self, Metrics};
+use crate::tls::identity::Certified;
 
 /// How the port accepts connections.
 #[derive(Clone)]
@@ -161,6 +162,7 @@ impl Exchange {
             .as_ref()
             .map(|p| p.evicted().clone())
             .unwrap_or_default();
+        let mut certified = None;
         let io = match &self.options.tls {
             None => Either::Left(tcp),
             Some(acceptor) => {
@@ -171,8 +173,14 @@ impl Exchange {
                     _ = evicted.cancelled() => return,
                 };
                 match handshake {
-                    Ok(Ok(tls)) => Either::Right(tls),
+                    Ok(Ok(tls)) => {
+                        certified = Certified::of_handshake(tls.get_ref().1.peer_certificates());
+                        Either::Right(tls)
+                    }
                     Ok(Err(e)) => {
+                        if crate::tls::refused_certificate(&e) {
+                            self.metrics.auth_failure(metrics::HTTP, "certificate");
+                        }
                         debug!(peer = %self.peer, error = %e, "TLS handshake failed.");
                         return;
                     }
@@ -186,13 +194,20 @@ impl Exchange {
             }
         };
         match (slot, progress) {
-            (Some(slot), Some(progress)) => self.serve(io, slot, progress).await,
+            (Some(slot), Some(progress)) => self.serve(io, slot, progress, certified).await,
             _ => self.refuse(io).await,
         }
     }
 
-    async fn serve<I>(self, io: I, slot: Slot, progress: Arc<Progress>)
-    where
+    /// `certified`: the client certificate's identity, which every request
+    /// carries (see [`super::auth`]).
+    async fn serve<I>(
+        self,
+        io: I,
+        slot: Slot,
+        progress: Arc<Progress>,
+        certified: Option<Certified>,
+    ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let peer = self.peer;
@@ -205,6 +220,9 @@ impl Exchange {
             let (mut parts, body) = request.into_parts();
             parts.extensions.insert(ConnectInfo(peer));
             parts.extensions.insert(slot.clone());
+            if let Some(certified) = &certified {
+                parts.extensions.insert(certified.clone());
+            }
             // A request without a body is in once its head is.
             let (body, outcome) = if hyper::body::Body::is_end_stream(&body) {
                 progress.busy();

@@ -19,6 +19,7 @@ use super::HttpState;
 use crate::auth::Access;
 use crate::gateway::{Client, SUBPROTOCOL};
 use crate::telemetry::metrics;
+use crate::tls::identity::Certified;
 
 fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers
@@ -53,7 +54,11 @@ pub async fn lmos(
     };
     let principal = match state
         .auth
-        .authenticate_from(request.headers(), Some(peer))
+        .authenticate_from(
+            request.headers(),
+            Some(peer),
+            request.extensions().get::<Certified>(),
+        )
         .await
     {
         Ok(p) => p,

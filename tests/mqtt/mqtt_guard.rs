@@ -48,6 +48,7 @@ impl Policy for Rules {
     fn connect<'a>(
         &'a self,
         _peer: SocketAddr,
+        _certificate: Option<&'a str>,
         _client_id: &'a str,
         username: Option<&'a str>,
         password: Option<&'a [u8]>,
@@ -617,11 +618,13 @@ fn tls_pair() -> (TlsAcceptor, Arc<rustls::ClientConfig>) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::write(&cert, generated.cert.pem()).unwrap();
     std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
-    let acceptor = lmos_sidecar::tls::acceptor(
-        cert.to_str().unwrap(),
-        key.to_str().unwrap(),
-        ("mqtt.tls_cert", "mqtt.tls_key"),
-    )
+    let acceptor = lmos_sidecar::tls::acceptor(&lmos_sidecar::tls::Settings {
+        cert: cert.to_str().unwrap(),
+        key: key.to_str().unwrap(),
+        client_ca: "",
+        client_auth: lmos_sidecar::config::ClientAuth::Required,
+        section: "mqtt",
+    })
     .unwrap()
     .expect("TLS configured");
     std::fs::remove_dir_all(dir).unwrap();

@@ -63,7 +63,7 @@ pub(super) fn handshake_timed_out(shared: &Shared) {
 /// (refused, answered where MQTT has an answer, or gone).
 pub(super) async fn admit<R, W>(
     shared: &Shared,
-    (peer, socket): (SocketAddr, RawFd),
+    (peer, socket, certificate): (SocketAddr, RawFd, Option<&str>),
     deadline: Instant,
     client_rx: &mut R,
     client_tx: &mut W,
@@ -110,7 +110,7 @@ where
         farewell(client_tx, &ack).await;
         return None;
     };
-    let session = authenticate(shared, peer, &connect, client_tx).await?;
+    let session = authenticate(shared, (peer, certificate), &connect, client_tx).await?;
     span.record("principal", session.name());
     // A last will is a publication the broker makes on the client's
     // behalf; unchecked, it would bypass the publish rights.
@@ -244,11 +244,12 @@ async fn first_packet<R: AsyncRead + Unpin>(
     Some(header)
 }
 
-/// The principal the CONNECT's credentials name, or `None` once the
-/// client has its refusal.
+/// The principal the CONNECT's credentials (or the client certificate's
+/// identity, `certificate`) name, or `None` once the client has its
+/// refusal.
 async fn authenticate<W: AsyncWrite + Unpin>(
     shared: &Shared,
-    peer: SocketAddr,
+    (peer, certificate): (SocketAddr, Option<&str>),
     connect: &packet::Connect,
     client_tx: &mut W,
 ) -> Option<Box<dyn Session>> {
@@ -258,6 +259,7 @@ async fn authenticate<W: AsyncWrite + Unpin>(
     // CONNECTs is bounded by that too.
     let verdict = shared.policy.connect(
         peer,
+        certificate,
         &connect.client_id,
         connect.username(),
         connect.password(),
@@ -274,7 +276,9 @@ async fn authenticate<W: AsyncWrite + Unpin>(
             shared.policy.observe(GuardEvent::Refused(refusal));
             let ack = match refusal {
                 Refusal::BadCredentials => refuse(V4_BAD_CREDENTIALS, BAD_CREDENTIALS),
-                Refusal::NotAuthorized => refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED),
+                Refusal::NotAuthorized | Refusal::Certificate => {
+                    refuse(V4_NOT_AUTHORIZED, NOT_AUTHORIZED)
+                }
                 Refusal::Busy => refuse(V4_SERVER_UNAVAILABLE, SERVER_BUSY),
                 Refusal::Throttled => refuse(V4_SERVER_UNAVAILABLE, CONNECTION_RATE_EXCEEDED),
             };

@@ -192,10 +192,12 @@ impl<S: ClientStream> Connection<S> {
             shared,
             deadline,
         } = *self;
+        let certified = client.certified();
         let (mut client_rx, mut client_tx) = client.split();
         let mut inbound = BytesMut::new();
         let (rx, tx) = (&mut client_rx, &mut client_tx);
-        let at = (peer, socket);
+        let certificate = certified.as_ref().map(|c| c.name());
+        let at = (peer, socket, certificate);
         let admitted = admission::admit(&shared, at, deadline, rx, tx, &mut inbound).await?;
         let admission::Admitted {
             header,

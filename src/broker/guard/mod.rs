@@ -63,11 +63,14 @@ pub type Verdict<'a> = Pin<Box<dyn Future<Output = Result<Box<dyn Session>, Refu
 
 /// Decides who may connect and, per connection, what it may do.
 pub trait Policy: Send + Sync + 'static {
-    /// At CONNECT, from `peer`; username/password as sent (password raw
+    /// At CONNECT, from `peer`; `certificate`: the identity of the
+    /// client's TLS certificate, verified in the handshake (empty: the
+    /// certificate names no one); username/password as sent (password raw
     /// bytes). Must not block: slow checks belong on other threads.
     fn connect<'a>(
         &'a self,
         peer: SocketAddr,
+        certificate: Option<&'a str>,
         client_id: &'a str,
         username: Option<&'a str>,
         password: Option<&'a [u8]>,
@@ -124,6 +127,9 @@ pub enum Refusal {
     BadCredentials,
     /// CONNACK 5 (3.1.1) / 0x87 (5).
     NotAuthorized,
+    /// A client certificate naming no principal (or refused in the TLS
+    /// handshake, then without a CONNACK): CONNACK 5 (3.1.1) / 0x87 (5).
+    Certificate,
     /// Credentials not checked, every check being taken: CONNACK 3 "server
     /// unavailable" (3.1.1) / 0x89 "server busy" (5).
     Busy,
@@ -218,6 +224,7 @@ impl Policy for AllowAll {
     fn connect<'a>(
         &'a self,
         _peer: SocketAddr,
+        _certificate: Option<&'a str>,
         _client_id: &'a str,
         _username: Option<&'a str>,
         _password: Option<&'a [u8]>,
@@ -424,7 +431,13 @@ impl Guard {
                 let connection = Connection::new(tls, socket, peer, self.shared, deadline);
                 Box::pin(Box::new(connection).run()).await
             }
-            Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed."),
+            Ok(Err(e)) => {
+                if crate::tls::refused_certificate(&e) {
+                    let refused = GuardEvent::Refused(Refusal::Certificate);
+                    self.shared.policy.observe(refused);
+                }
+                debug!(%peer, error = %e, "TLS handshake failed.");
+            }
             Err(_) => admission::handshake_timed_out(&self.shared),
         }
     }

@@ -44,6 +44,11 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     type Rx: ClientRx;
     type Tx: AsyncWrite + Unpin + Send + 'static;
     fn split(self) -> (Self::Rx, Self::Tx);
+    /// The client certificate's identity (TLS with `mqtt.tls_client_ca`,
+    /// the chain verified in the handshake); `None` without one.
+    fn certified(&self) -> Option<crate::tls::identity::Certified> {
+        None
+    }
 }
 
 /// A client's reading half, which may be able to wait for data without
@@ -87,6 +92,9 @@ impl ClientStream for Tls {
     type Tx = tokio::io::WriteHalf<Tls>;
     fn split(self) -> (Self::Rx, Self::Tx) {
         tokio::io::split(self)
+    }
+    fn certified(&self) -> Option<crate::tls::identity::Certified> {
+        crate::tls::identity::Certified::of_handshake(self.get_ref().1.peer_certificates())
     }
 }
 
