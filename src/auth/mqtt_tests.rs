@@ -186,3 +186,53 @@ fn escaped_thing_ids_are_checked_as_the_ids_they_are() {
     assert_eq!(may_subscribe(&t(), &p, &topic), Ok(()));
     assert!(may_subscribe(&t(), &p, &t().event("https://x.org/b", "e")).is_err());
 }
+
+/// What a CONNECT from a client with `certificate` and these credentials
+/// gets: the principal's name, or the refusal.
+async fn connect_as(
+    required: bool,
+    certificate: Option<&str>,
+    credentials: Option<(&str, &[u8])>,
+) -> Result<String, Refusal> {
+    use crate::config::PrincipalConfig;
+    let principal = |name: &str, password: &str| PrincipalConfig {
+        name: name.into(),
+        password_file: password.into(),
+        ..PrincipalConfig::default()
+    };
+    let dir = std::env::temp_dir().join(format!("lmos-mqtt-cert-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pw = dir.join("pw");
+    std::fs::write(&pw, "secret").unwrap();
+    let config = AuthConfig {
+        principals: vec![
+            principal("spiffe://example.org/a", ""),
+            principal("alice", pw.to_str().unwrap()),
+        ],
+        ..AuthConfig::default()
+    };
+    let authority = Authority::from_config(&config).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+    let policy = MqttPolicy::new(authority, t(), required, Metrics::default());
+    let peer = "127.0.0.1:1".parse().unwrap();
+    let (user, password) = (credentials.map(|c| c.0), credentials.map(|c| c.1));
+    let verdict = policy.connect(peer, certificate, "c", user, password).await;
+    verdict.map(|session| session.name().to_owned())
+}
+
+#[tokio::test]
+async fn a_client_certificate_names_the_principal_of_a_connect_without_a_password() {
+    let a = Some("spiffe://example.org/a");
+    for required in [true, false] {
+        assert_eq!(connect_as(required, a, None).await.unwrap(), "spiffe://example.org/a");
+        let alice = Some(("alice", b"secret".as_slice()));
+        assert_eq!(connect_as(required, a, alice).await.unwrap(), "alice");
+        let wrong = Some(("alice", b"wrong".as_slice()));
+        assert_eq!(connect_as(required, a, wrong).await.err(), Some(Refusal::BadCredentials));
+        for unknown in [Some("spiffe://example.org/b"), Some("")] {
+            assert_eq!(connect_as(required, unknown, None).await.err(), Some(Refusal::Certificate));
+        }
+    }
+    assert_eq!(connect_as(false, None, None).await.unwrap(), "anonymous");
+    assert_eq!(connect_as(true, None, None).await.err(), Some(Refusal::NotAuthorized));
+}

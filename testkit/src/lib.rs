@@ -17,6 +17,7 @@ mod events;
 pub mod jwt;
 mod logs;
 pub mod mqtt5;
+pub mod mtls;
 pub mod nats;
 pub mod oidc;
 pub mod otlp;
@@ -766,39 +767,55 @@ async fn http_raw(
     extra_headers: &str,
     body: &[u8],
 ) -> HttpResponse {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let host = addr.to_string();
+    http_exchange(stream, &host, method, path, extra_headers, body)
+        .await
+        .expect("an HTTP response")
+}
+
+/// One HTTP/1.1 request (`Connection: close`) on `stream`, any transport
+/// (e.g. TLS, [`mtls`]); `extra_headers`: lines ending in CRLF. `Err`: the
+/// connection failed before a whole response came.
+pub async fn http_exchange<S>(
+    mut stream: S,
+    host: &str,
+    method: &str,
+    path: &str,
+    extra_headers: &str,
+    body: &[u8],
+) -> std::io::Result<HttpResponse>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n{extra_headers}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n{extra_headers}\r\n",
         body.len()
     );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
+    stream.write_all(request.as_bytes()).await?;
+    stream.write_all(body).await?;
     let mut raw = Vec::new();
     tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
         .await
-        .expect("response in time")
-        .unwrap();
+        .expect("response in time")?;
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
     let status = lines
         .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no HTTP response: {text:?}")))?;
     let headers = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
         .collect();
-    HttpResponse {
+    Ok(HttpResponse {
         status,
         headers,
         body: body.to_owned(),
-    }
+    })
 }
 
 /// The Lamp, a small Thing the HTTP-port tests drive: property `mode`
