@@ -2,7 +2,7 @@
 //! CA and the certificates it issues (a SPIFFE ID, or a CN only), another
 //! CA's, and the sidecar's server certificate, as PEM files for the
 //! configuration; and TLS clients presenting them: HTTP requests,
-//! WebSockets, MQTT (rumqttc's options). Generated with rcgen per test.
+//! WebSockets, MQTT (rumqttc's transport). Generated with rcgen per test.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -58,7 +58,9 @@ impl Pki {
     pub fn new() -> Pki {
         let dir = std::env::temp_dir().join(format!("lmos-mtls-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
-        let server = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        // rumqttc names the server by the address it connects to.
+        let names = vec!["localhost".into(), "127.0.0.1".into()];
+        let server = rcgen::generate_simple_self_signed(names).unwrap();
         std::fs::write(dir.join("server.pem"), server.cert.pem()).unwrap();
         std::fs::write(dir.join("server.key"), server.signing_key.serialize_pem()).unwrap();
         let mesh = ca("Mesh CA");
@@ -177,18 +179,11 @@ impl Pki {
         }
     }
 
-    /// rumqttc 3.1.1 options for `addr` over TLS, presenting `cert`.
-    pub fn mqtt_options(
-        &self,
-        addr: SocketAddr,
-        client_id: &str,
-        cert: Option<&ClientCert>,
-    ) -> rumqttc::MqttOptions {
-        let mut options = rumqttc::MqttOptions::new(client_id, "localhost", addr.port());
-        options.set_keep_alive(std::time::Duration::from_secs(30));
+    /// rumqttc's transport over TLS presenting `cert`, for options made
+    /// with the sidecar's address (e.g. [`crate::MqttClient::connect_with`]).
+    pub fn mqtt_transport(&self, cert: Option<&ClientCert>) -> rumqttc::Transport {
         let tls = rumqttc::TlsConfiguration::Rustls(self.client_config(cert));
-        options.set_transport(rumqttc::Transport::tls_with_config(tls));
-        options
+        rumqttc::Transport::tls_with_config(tls)
     }
 }
 

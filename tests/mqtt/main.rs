@@ -18,4 +18,5 @@ mod mqtt_conformance;
 mod mqtt_guard;
 mod mqtt_keeps;
 mod mqtt_security;
+mod mtls;
 mod shared_subscriptions;
