@@ -322,8 +322,8 @@ async fn start_broker(
     stop: &CancellationToken,
 ) -> Result<EmbeddedBroker, StartError> {
     let topics = config.topics();
-    let mqtt_tls =
-        crate::tls::acceptor(&crate::tls::Settings::mqtt(&config.mqtt)).map_err(BrokerError::Tls)?;
+    let mqtt_tls = crate::tls::acceptor(&crate::tls::Settings::mqtt(&config.mqtt))
+        .map_err(BrokerError::Tls)?;
     let policy = MqttPolicy::new(
         authority.clone(),
         topics.clone(),

@@ -96,7 +96,9 @@ impl Pki {
     ) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         let server = std::fs::read(self.path("c.pem")).unwrap();
-        roots.add(CertificateDer::from_pem_slice(&server).unwrap()).unwrap();
+        roots
+            .add(CertificateDer::from_pem_slice(&server).unwrap())
+            .unwrap();
         let builder = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .unwrap()
@@ -175,7 +177,9 @@ async fn a_required_certificate_must_chain_to_the_client_ca() {
     let acceptor = acceptor(&pki.settings(ClientAuth::Required))
         .unwrap()
         .unwrap();
-    let ok = handshake(&acceptor, pki.client(Some(&pki.ca))).await.unwrap();
+    let ok = handshake(&acceptor, pki.client(Some(&pki.ca)))
+        .await
+        .unwrap();
     assert_eq!(ok.unwrap().name(), "spiffe://example.org/a");
     for client in [pki.client(None), pki.client(Some(&pki.other_ca))] {
         let e = handshake(&acceptor, client).await.unwrap_err();
@@ -189,7 +193,9 @@ async fn an_optional_certificate_may_be_missing_but_not_wrong() {
     let acceptor = acceptor(&pki.settings(ClientAuth::Optional))
         .unwrap()
         .unwrap();
-    let ok = handshake(&acceptor, pki.client(Some(&pki.ca))).await.unwrap();
+    let ok = handshake(&acceptor, pki.client(Some(&pki.ca)))
+        .await
+        .unwrap();
     assert_eq!(ok.unwrap().name(), "spiffe://example.org/a");
     assert_eq!(handshake(&acceptor, pki.client(None)).await.unwrap(), None);
     let e = handshake(&acceptor, pki.client(Some(&pki.other_ca)))

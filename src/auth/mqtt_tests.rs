@@ -224,15 +224,27 @@ async fn connect_as(
 async fn a_client_certificate_names_the_principal_of_a_connect_without_a_password() {
     let a = Some("spiffe://example.org/a");
     for required in [true, false] {
-        assert_eq!(connect_as(required, a, None).await.unwrap(), "spiffe://example.org/a");
+        assert_eq!(
+            connect_as(required, a, None).await.unwrap(),
+            "spiffe://example.org/a"
+        );
         let alice = Some(("alice", b"secret".as_slice()));
         assert_eq!(connect_as(required, a, alice).await.unwrap(), "alice");
         let wrong = Some(("alice", b"wrong".as_slice()));
-        assert_eq!(connect_as(required, a, wrong).await.err(), Some(Refusal::BadCredentials));
+        assert_eq!(
+            connect_as(required, a, wrong).await.err(),
+            Some(Refusal::BadCredentials)
+        );
         for unknown in [Some("spiffe://example.org/b"), Some("")] {
-            assert_eq!(connect_as(required, unknown, None).await.err(), Some(Refusal::Certificate));
+            assert_eq!(
+                connect_as(required, unknown, None).await.err(),
+                Some(Refusal::Certificate)
+            );
         }
     }
     assert_eq!(connect_as(false, None, None).await.unwrap(), "anonymous");
-    assert_eq!(connect_as(true, None, None).await.err(), Some(Refusal::NotAuthorized));
+    assert_eq!(
+        connect_as(true, None, None).await.err(),
+        Some(Refusal::NotAuthorized)
+    );
 }

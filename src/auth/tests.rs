@@ -118,5 +118,8 @@ async fn a_certificate_names_an_entry_that_needs_no_secret() {
         password: b"",
     };
     assert_eq!(name(&a, password).await, Err(Refused::Invalid));
-    assert_eq!(name(&a, Credentials::Token(b"")).await, Err(Refused::Invalid));
+    assert_eq!(
+        name(&a, Credentials::Token(b"")).await,
+        Err(Refused::Invalid)
+    );
 }

@@ -40,7 +40,9 @@ pub enum IdentityError {
 pub fn name(der: &[u8]) -> Result<String, IdentityError> {
     let unreadable = |e: &dyn std::fmt::Display| IdentityError::Unreadable(e.to_string());
     let (_, cert) = X509Certificate::from_der(der).map_err(|e| unreadable(&e))?;
-    let san = cert.subject_alternative_name().map_err(|e| unreadable(&e))?;
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| unreadable(&e))?;
     let mut names = san.into_iter().flat_map(|s| &s.value.general_names);
     let spiffe = names.find_map(|n| match n {
         GeneralName::URI(uri) if uri.starts_with(SPIFFE) => Some(*uri),

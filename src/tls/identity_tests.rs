@@ -52,7 +52,10 @@ fn without_a_spiffe_id_the_subject_cn_names_the_holder() {
 
 #[test]
 fn a_certificate_naming_no_one_or_too_much_gives_no_name() {
-    assert_eq!(name(&cert(&[dns("x.local")], None)), Err(IdentityError::Unnamed));
+    assert_eq!(
+        name(&cert(&[dns("x.local")], None)),
+        Err(IdentityError::Unnamed)
+    );
     assert_eq!(name(&cert(&[], Some(""))), Err(IdentityError::Unnamed));
     let long = format!("spiffe://example.org/{}", "a".repeat(MAX_NAME));
     assert_eq!(
@@ -76,5 +79,9 @@ fn a_handshake_without_certificates_has_no_identity() {
     let ca = CertificateDer::from(cert(&[], Some("Example CA")));
     let of = |chain: &[CertificateDer<'_>]| Certified::of_handshake(Some(chain)).unwrap();
     assert_eq!(of(&[named.clone(), ca.clone()]).name(), WEATHER);
-    assert_eq!(of(&[unnamed, named]).name(), "", "the end entity's name only");
+    assert_eq!(
+        of(&[unnamed, named]).name(),
+        "",
+        "the end entity's name only"
+    );
 }

@@ -151,7 +151,10 @@ impl Pki {
         body: &[u8],
     ) -> Result<HttpResponse, Refused> {
         let tls = self.tls(addr, cert).await.map_err(refused)?;
-        let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+        let extra: String = headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect();
         let host = format!("localhost:{}", addr.port());
         http_exchange(tls, &host, method, path, &extra, body)
             .await
@@ -174,7 +177,9 @@ impl Pki {
             .expect("WebSocket handshake in time")
         {
             Ok((socket, _)) => Ok(socket),
-            Err(tungstenite::Error::Http(response)) => Err(Refused::Http(response.status().as_u16())),
+            Err(tungstenite::Error::Http(response)) => {
+                Err(Refused::Http(response.status().as_u16()))
+            }
             Err(e) => Err(Refused::Tls(e.to_string())),
         }
     }
@@ -207,7 +212,11 @@ fn ca(cn: &str) -> CertifiedIssuer<'static, KeyPair> {
 
 /// A client certificate as a mesh issues them: for client authentication,
 /// the SPIFFE ID (if any) as its URI SAN.
-fn issue(issuer: &CertifiedIssuer<'static, KeyPair>, spiffe_id: Option<&str>, cn: &str) -> ClientCert {
+fn issue(
+    issuer: &CertifiedIssuer<'static, KeyPair>,
+    spiffe_id: Option<&str>,
+    cn: &str,
+) -> ClientCert {
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, cn);

@@ -146,7 +146,8 @@ async fn failures(pki: &Pki, sidecar: &TestSidecar, reason: &str) -> u64 {
     let weather = pki.spiffe(WEATHER);
     let r = pki.https(sidecar.http, Some(&weather), ("GET", "/metrics"), &[], b"");
     let text = r.await.expect("metrics").body;
-    let prefix = format!(r#"lmos_sidecar_auth_failures_total{{reason="{reason}",transport="http"}} "#);
+    let prefix =
+        format!(r#"lmos_sidecar_auth_failures_total{{reason="{reason}",transport="http"}} "#);
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .map_or(0, |v| v.parse().unwrap())
@@ -167,10 +168,19 @@ async fn a_spiffe_id_gets_its_grants_on_the_directory_the_gateway_and_mcp() {
     let mut agent = host_weather(&pki, &sidecar).await;
 
     // The directory: the TD is the planner's to read, not billing's (CN).
-    assert_eq!(status(directory(&pki, &sidecar, Some(&planner), &[]).await), 200);
-    let denied = directory(&pki, &sidecar, Some(&billing), &[]).await.unwrap();
+    assert_eq!(
+        status(directory(&pki, &sidecar, Some(&planner), &[]).await),
+        200
+    );
+    let denied = directory(&pki, &sidecar, Some(&billing), &[])
+        .await
+        .unwrap();
     assert_eq!(denied.status, 403, "{}", denied.body);
-    assert!(denied.body.contains("`billing` needs `consume` access"), "{}", denied.body);
+    assert!(
+        denied.body.contains("`billing` needs `consume` access"),
+        "{}",
+        denied.body
+    );
 
     // The gateway: the planner's invocation reaches the agent; the
     // weather agent itself may not operate its Thing.
@@ -182,7 +192,14 @@ async fn a_spiffe_id_gets_its_grants_on_the_directory_the_gateway_and_mcp() {
         .unwrap();
     as_weather.send(invoke("by-weather")).await.unwrap();
     let refused = recv(&mut as_weather).await;
-    assert_eq!((refused["status"].as_str(), refused["correlationID"].as_str()), (Some("403"), Some("by-weather")), "{refused}");
+    assert_eq!(
+        (
+            refused["status"].as_str(),
+            refused["correlationID"].as_str()
+        ),
+        (Some("403"), Some("by-weather")),
+        "{refused}"
+    );
     let detail = refused["detail"].as_str().unwrap_or_default();
     assert!(detail.contains(WEATHER), "{refused}");
     let request = loop {
@@ -199,7 +216,9 @@ async fn a_spiffe_id_gets_its_grants_on_the_directory_the_gateway_and_mcp() {
 
     // A certificate naming no entry: 401 on every face.
     let stranger = pki.spiffe(STRANGER);
-    let r = directory(&pki, &sidecar, Some(&stranger), &[]).await.unwrap();
+    let r = directory(&pki, &sidecar, Some(&stranger), &[])
+        .await
+        .unwrap();
     assert_eq!(r.status, 401, "{}", r.body);
     assert!(r.body.contains("names no principal"), "{}", r.body);
     let ws = pki.wss(sidecar.http, Some(&stranger), "").await;
@@ -215,7 +234,10 @@ async fn a_spiffe_id_gets_its_grants_on_the_directory_the_gateway_and_mcp() {
     // Counted: three names refused, two handshakes.
     let deadline = tokio::time::Instant::now() + WAIT;
     while failures(&pki, &sidecar, "certificate").await < 5 {
-        assert!(tokio::time::Instant::now() < deadline, "refusals not counted");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refusals not counted"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(failures(&pki, &sidecar, "certificate").await, 5);
@@ -236,11 +258,23 @@ async fn optional_certificates_fall_back_to_the_header_which_wins() {
 
     // Without a certificate, as without client certificates at all.
     assert_eq!(status(directory(&pki, &sidecar, None, &[]).await), 401);
-    assert_eq!(status(directory(&pki, &sidecar, None, &operator).await), 200);
+    assert_eq!(
+        status(directory(&pki, &sidecar, None, &operator).await),
+        200
+    );
     // With one, its principal; a header wins over it, for better or worse.
-    assert_eq!(status(directory(&pki, &sidecar, Some(&billing), &[]).await), 403);
-    assert_eq!(status(directory(&pki, &sidecar, Some(&billing), &operator).await), 200);
-    assert_eq!(status(directory(&pki, &sidecar, Some(&weather), &bad).await), 401);
+    assert_eq!(
+        status(directory(&pki, &sidecar, Some(&billing), &[]).await),
+        403
+    );
+    assert_eq!(
+        status(directory(&pki, &sidecar, Some(&billing), &operator).await),
+        200
+    );
+    assert_eq!(
+        status(directory(&pki, &sidecar, Some(&weather), &bad).await),
+        401
+    );
     // A certificate is checked even where it is optional.
     let r = directory(&pki, &sidecar, Some(&pki.foreign(WEATHER)), &[]).await;
     assert!(matches!(r, Err(Refused::Tls(_))), "{r:?}");

@@ -109,7 +109,9 @@ async fn subscribe(
 /// An MQTT 5 CONNECT without credentials over TLS: the CONNACK's reason.
 async fn connack5(pki: &Pki, addr: SocketAddr, cert: &ClientCert) -> u8 {
     let mut tls = pki.tls(addr, Some(cert)).await.expect("TLS");
-    tls.write_all(&connect_with(5, "v5", true, 60)).await.unwrap();
+    tls.write_all(&connect_with(5, "v5", true, 60))
+        .await
+        .unwrap();
     let mut buf = Vec::new();
     while whole_packet(&buf).is_none() {
         let mut chunk = [0u8; 64];
@@ -129,7 +131,8 @@ async fn failures(pki: &Pki, sidecar: &TestSidecar, reason: &str) -> u64 {
     let weather = pki.spiffe(WEATHER);
     let r = pki.https(sidecar.http, Some(&weather), ("GET", "/metrics"), &[], b"");
     let text = r.await.expect("metrics").body;
-    let prefix = format!(r#"lmos_sidecar_auth_failures_total{{reason="{reason}",transport="mqtt"}} "#);
+    let prefix =
+        format!(r#"lmos_sidecar_auth_failures_total{{reason="{reason}",transport="mqtt"}} "#);
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .map_or(0, |v| v.parse().unwrap())
@@ -181,7 +184,10 @@ async fn a_spiffe_id_subscribes_per_its_grants_and_a_password_wins() {
     // Counted: two names refused, four handshakes.
     let deadline = tokio::time::Instant::now() + WAIT;
     while failures(&pki, &sidecar, "certificate").await < 6 {
-        assert!(tokio::time::Instant::now() < deadline, "refusals not counted");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refusals not counted"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(failures(&pki, &sidecar, "certificate").await, 6);
