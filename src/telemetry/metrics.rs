@@ -217,7 +217,8 @@ impl Metrics {
     }
 
     /// `reason`: `missing`, `invalid`, `expired` (a JWT past its `exp`),
-    /// `scheme`, `busy`, `throttled`.
+    /// `scheme`, `certificate` (a client certificate refused in the TLS
+    /// handshake or naming no principal), `busy`, `throttled`.
     pub fn auth_failure(&self, transport: &'static str, reason: &'static str) {
         let labels = [("reason", reason), ("transport", transport)];
         self.0.access.auth_failures.get_or_create(&labels).inc();
