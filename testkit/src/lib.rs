@@ -26,6 +26,7 @@ mod parties;
 pub mod process;
 pub mod raw_mqtt;
 pub mod tck_agent;
+pub mod tools;
 pub mod upstreams;
 pub mod weather_agent;
 pub mod webdriver;
@@ -33,6 +34,7 @@ pub mod webdriver;
 pub use events::message_ids;
 pub use logs::{alone, CapturedLogs};
 pub use parties::Parties;
+pub use tools::python;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
