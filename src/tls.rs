@@ -183,6 +183,37 @@ pub fn client_verifier(
     })
 }
 
+/// The configuration of the sidecar's own HTTPS clients (JWKS fetches,
+/// imported upstreams): the system's roots, read once per process, and the
+/// CA certificates in `ca_file` when given. `Err`: why `ca_file` is unusable.
+pub fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    static NATIVE: std::sync::OnceLock<Vec<CertificateDer<'static>>> = std::sync::OnceLock::new();
+    let native = NATIVE.get_or_init(|| {
+        let found = rustls_native_certs::load_native_certs();
+        for error in &found.errors {
+            tracing::debug!(%error, "A system CA certificate could not be read.");
+        }
+        found.certs
+    });
+    let mut roots = rustls::RootCertStore::empty();
+    // Unusable system certificates are skipped, as browsers do.
+    let _ = roots.add_parsable_certificates(native.iter().cloned());
+    if let Some(file) = ca_file {
+        let certs = read_certificates(file)?;
+        if certs.is_empty() {
+            return Err("no certificate in it".into());
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())

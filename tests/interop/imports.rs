@@ -14,6 +14,7 @@ mod a2a_calls;
 mod faces;
 mod hostile;
 mod mcp_calls;
+mod no_token;
 mod presence;
 mod traces;
 

@@ -15,8 +15,6 @@ use hyper_rustls::HttpsConnectorBuilder;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 
 use super::jwks::Fetch;
 use super::JwtSetupError;
@@ -98,26 +96,6 @@ async fn body_capped(body: Body, max: usize) -> Result<Bytes, String> {
 }
 
 fn tls_config(ca_file: &str) -> Result<rustls::ClientConfig, JwtSetupError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    // Unusable system certificates are skipped, as browsers do.
-    let _ = roots.add_parsable_certificates(native.certs);
-    if !ca_file.is_empty() {
-        let bad = |e: String| JwtSetupError::CaFile(ca_file.to_owned(), e);
-        let certs = CertificateDer::pem_file_iter(ca_file)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| bad(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(bad("no certificate in it".into()));
-        }
-        for cert in certs {
-            roots.add(cert).map_err(|e| bad(e.to_string()))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| JwtSetupError::CaFile(ca_file.to_owned(), e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+    let file = (!ca_file.is_empty()).then(|| std::path::Path::new(ca_file));
+    crate::tls::client_config(file).map_err(|e| JwtSetupError::CaFile(ca_file.to_owned(), e))
 }

@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,8 +25,6 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 use tower_service::Service;
 
@@ -204,39 +202,12 @@ fn configured_headers(config: &ImportConfig) -> Result<HeaderMap, UpstreamError>
     Ok(map)
 }
 
-/// The system's roots (read once per process: they are the same for every
-/// upstream) and the configured CA file's.
 fn tls_config(config: &ImportConfig) -> Result<rustls::ClientConfig, UpstreamError> {
-    static NATIVE: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
-    let native = NATIVE.get_or_init(|| {
-        let found = rustls_native_certs::load_native_certs();
-        for error in &found.errors {
-            tracing::debug!(%error, "imports: a system CA certificate could not be read");
-        }
-        found.certs
-    });
-    let mut roots = rustls::RootCertStore::empty();
-    // Unusable system certificates are skipped, as browsers do.
-    let _ = roots.add_parsable_certificates(native.iter().cloned());
-    if let Some(file) = &config.tls_ca_file {
-        let bad =
-            |e: String| UpstreamError::Unreachable(format!("tls_ca_file {}: {e}", file.display()));
-        let certs = CertificateDer::pem_file_iter(file)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| bad(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(bad("no certificate in it".into()));
-        }
-        for cert in certs {
-            roots.add(cert).map_err(|e| bad(e.to_string()))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| UpstreamError::Unreachable(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+    let file = config.tls_ca_file.as_deref();
+    crate::tls::client_config(file).map_err(|e| {
+        let file = file.map(|f| f.display().to_string()).unwrap_or_default();
+        UpstreamError::Unreachable(format!("tls_ca_file {file}: {e}"))
+    })
 }
 
 /// An error and its causes on one line (hyper's own message is often just
