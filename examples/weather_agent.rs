@@ -1,6 +1,8 @@
 //! The LMOS draft's WeatherAgent, as a runnable agent behind lmos-sidecar:
 //! the same as `lmos-sidecar demo-agent` (its code is `src/demo_agent.rs`),
-//! kept for configurations that run it as an example.
+//! kept for configurations that run it as an example. Building an example
+//! builds the library again with the dev-dependencies' features (a second,
+//! larger binary): `lmos-sidecar demo-agent` needs no build of its own.
 //!
 //! ```sh
 //! cargo run --release --example weather_agent -- --sidecar ws://127.0.0.1:8080/lmos

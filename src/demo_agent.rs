@@ -37,9 +37,10 @@ pub use weather::{Step, Weather, STEP, THING_DESCRIPTION, THING_ID, TOKEN_STEP};
 use crate::client::Credentials;
 use crate::lmos::now_timestamp;
 
-/// The largest message the agent takes from the sidecar: its requests are
-/// small, and a peer's flood must not become the agent's memory.
-const MAX_MESSAGE: usize = 1024 * 1024;
+/// The largest message the agent takes from the sidecar: well above what
+/// the sidecar forwards (`gateway.max_message_size`, 1 MiB by default, and
+/// the members it adds), and a bound on what a peer makes it hold.
+const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// Messages waiting for the socket; beyond it the agent stops reading
 /// requests until the sidecar reads its answers.
 const QUEUE: usize = 256;
