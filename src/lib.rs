@@ -11,6 +11,7 @@
 //! - [`quotas`]: per-principal shares of what the sidecar holds;
 //! - [`cluster`]: links to other sidecars (MQTT bridge, NATS, JetStream);
 //! - [`client`]: the command-line client and its `check`;
+//! - [`demo_agent`]: the draft's WeatherAgent (`lmos-sidecar demo-agent`);
 //! - [`telemetry`]: logs, spans, metrics; [`config`], [`app`]: wiring.
 //!
 //! Where to change what: `docs/architecture.md`.
@@ -21,6 +22,7 @@ pub mod broker;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod demo_agent;
 pub mod directory;
 pub mod gateway;
 pub mod http;

@@ -17,12 +17,14 @@ const EXAMPLES: &str = "\
 Examples:
   lmos-sidecar                                   run the sidecar on its defaults
   lmos-sidecar --config config/lmos-sidecar.toml --http-addr 0.0.0.0:8080
+  lmos-sidecar demo-agent                        the draft's WeatherAgent, served through the sidecar
   lmos-sidecar raw                               JSON lines to ws://127.0.0.1:8080/lmos, replies back
   lmos-sidecar things                            the Things in the directory
   lmos-sidecar sub --thing +                     every Thing's events and property changes
 
 Then open http://127.0.0.1:8080/console. Client commands read credentials from
-LMOS_TOKEN, or LMOS_USER and LMOS_PASSWORD. Reference: docs/cli.md.";
+LMOS_TOKEN, or LMOS_USER and LMOS_PASSWORD, and the endpoint from LMOS_URL
+(default ws://127.0.0.1:8080/lmos). Reference: docs/cli.md.";
 
 /// The Thing the README's examples use, in the subcommands' examples too.
 macro_rules! weather {
@@ -69,7 +71,7 @@ pub enum Command {
     #[command(after_help = concat!("Example (paste a line, or pipe a file):\n  echo '{\"thingID\":\"", weather!(), "\",\"messageID\":\"m1\",\"messageType\":\"readProperty\",\"name\":\"modelConfiguration\"}' | lmos-sidecar raw\n\nAfter standard input ends, replies are printed until none came for --idle seconds."))]
     Raw {
         /// The lmosprotocol endpoint.
-        #[arg(long, default_value = "ws://127.0.0.1:8080/lmos")]
+        #[arg(long, env = "LMOS_URL", default_value = "ws://127.0.0.1:8080/lmos")]
         url: String,
         /// After standard input ends: stop once no message came for this
         /// many seconds (0: wait until the endpoint closes or Ctrl-C).
@@ -79,7 +81,11 @@ pub enum Command {
     /// Print a Thing's events and property changes as they come (every
     /// event and every observable property when neither --event nor
     /// --property is given).
-    #[command(after_help = concat!("Examples:\n  lmos-sidecar sub --thing ", weather!(), "\n  lmos-sidecar sub --thing ", weather!(), " --event userFeedbackReceived --count 1\n  lmos-sidecar sub --thing + --mqtt mqtt://127.0.0.1:1883    every Thing, over MQTT"))]
+    #[command(after_help = concat!("Examples:\n  lmos-sidecar sub --thing ", weather!(), "\n  lmos-sidecar sub --thing ", weather!(), " --event userFeedbackReceived --count 1\n  lmos-sidecar sub --thing + --mqtt mqtt://127.0.0.1:1883    every Thing, over MQTT\n\nRuns until Ctrl-C, --count messages, or the reader of its output goes away (| head -1);\nwhen the sidecar goes away it says so and exits with 2."))]
+    // `sub` alone takes `+` for the Thing.
+    #[command(mut_arg("thing", |a| a
+        .help("The Thing's ID, or `+`: every Thing (over MQTT those that connect later too).")
+        .value_parser(clap::builder::NonEmptyStringValueParser::new())))]
     Sub {
         #[command(flatten)]
         to: Target,
@@ -109,15 +115,16 @@ pub enum Command {
         #[arg(value_name = "PROPERTY")]
         name: String,
     },
-    /// Write a property.
-    #[command(after_help = concat!("Example:\n  lmos-sidecar write --thing ", weather!(), " modelConfiguration '{\"modelName\":\"o3\"}'"))]
+    /// Write a property: the value given replaces the whole value (an
+    /// object is not merged with the one the Thing has).
+    #[command(after_help = concat!("Example:\n  lmos-sidecar write --thing ", weather!(), " modelConfiguration '{\"modelName\":\"o3\",\"temperature\":0.2,\"maxTokens\":500}'\n\nThe draft's writeProperty sends the property's new value: members left out of an\nobject are gone afterwards (read it first, change it, write it whole). Prints the\nvalue the Thing confirms, as `read` prints it."))]
     Write {
         #[command(flatten)]
         to: Target,
         /// The property's name, as in the Thing Description.
         #[arg(value_name = "PROPERTY")]
         name: String,
-        /// The new value, as JSON; a bare word is taken as a string.
+        /// The new value, whole, as JSON; a bare word is taken as a string.
         #[arg(value_name = "VALUE")]
         value: String,
     },
@@ -155,7 +162,8 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         correlation_id: Option<String>,
     },
-    /// Cancel an invocation.
+    /// Cancel an invocation: exit code 0 when the Thing cancelled it, 1 when
+    /// it could not (unknown, or already ended).
     #[command(after_help = concat!("Example:\n  lmos-sidecar cancel --thing ", weather!(), " getWeather --correlation-id my-forecast"))]
     Cancel {
         #[command(flatten)]
@@ -188,7 +196,16 @@ pub enum Command {
     #[command(after_help = "Example:\n  lmos-sidecar check ws://127.0.0.1:8080/lmos")]
     Check {
         /// The endpoint to check.
-        #[arg(default_value = "ws://127.0.0.1:8080/lmos")]
+        #[arg(env = "LMOS_URL", default_value = "ws://127.0.0.1:8080/lmos")]
+        url: String,
+    },
+    /// Run the LMOS draft's WeatherAgent (a demo agent, deterministic, no
+    /// LLM) through a sidecar, until Ctrl-C; it connects again whenever the
+    /// sidecar restarts.
+    #[command(after_help = concat!("Example:\n  lmos-sidecar demo-agent\n\nIt hosts ", weather!(), ": property modelConfiguration,\naction getWeather (progress statuses 0.3 s apart, a streamed answer on request),\nevent userFeedbackReceived after each forecast. Credentials as for the client\ncommands (LMOS_TOKEN, or LMOS_USER and LMOS_PASSWORD)."))]
+    DemoAgent {
+        /// The sidecar's lmosprotocol endpoint.
+        #[arg(long, env = "LMOS_URL", default_value = "ws://127.0.0.1:8080/lmos")]
         url: String,
     },
 }
@@ -196,11 +213,11 @@ pub enum Command {
 /// Where a client subcommand goes and how it prints.
 #[derive(Debug, clap::Args)]
 pub struct Target {
-    /// The Thing's ID (`sub` also takes `+`: every Thing).
-    #[arg(long, value_name = "ID")]
+    /// The Thing's ID.
+    #[arg(long, value_name = "ID", value_parser = one_thing)]
     pub thing: String,
     /// The lmosprotocol endpoint.
-    #[arg(long, default_value = "ws://127.0.0.1:8080/lmos")]
+    #[arg(long, env = "LMOS_URL", default_value = "ws://127.0.0.1:8080/lmos")]
     pub url: String,
     /// Print each message as it came, one JSON object per line, instead of
     /// a line of text.
@@ -209,6 +226,16 @@ pub struct Target {
     /// Seconds to wait for each answer.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub timeout: u64,
+}
+
+/// One Thing's ID: `+` (every Thing) is `sub`'s alone, and a request to
+/// a Thing called `+` would only come back as a 503.
+fn one_thing(id: &str) -> Result<String, String> {
+    match id {
+        "" => Err("a Thing's ID cannot be empty".into()),
+        "+" => Err("`+` (every Thing) is for `sub` only; this command addresses one Thing: give its ID (`lmos-sidecar things` lists them)".into()),
+        _ => Ok(id.to_owned()),
+    }
 }
 
 impl Target {
@@ -239,6 +266,34 @@ mod tests {
         assert!(e.contains("port 80800 is out of range"), "{e}");
         let cli = Cli::try_parse_from(["lmos-sidecar", "--http-addr", "localhost:18080"]).unwrap();
         assert!(cli.http_addr.unwrap().ip().is_loopback());
+    }
+
+    #[test]
+    fn plus_is_every_thing_for_sub_and_an_error_elsewhere() {
+        let sub = Cli::try_parse_from(["lmos-sidecar", "sub", "--thing", "+"]);
+        assert!(sub.is_ok(), "{sub:?}");
+        for command in ["read", "write", "invoke", "query", "cancel"] {
+            let mut argv = vec!["lmos-sidecar", command, "--thing", "+", "x"];
+            if command == "write" {
+                argv.push("1");
+            }
+            let e = Cli::try_parse_from(&argv).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{command}"
+            );
+            assert!(e.to_string().contains("is for `sub` only"), "{e}");
+        }
+        let help = |name: &str| {
+            let mut root = Cli::command();
+            let command = root.find_subcommand_mut(name).unwrap();
+            command.render_help().to_string()
+        };
+        assert!(help("sub").contains("or `+`: every Thing"));
+        for command in ["read", "write", "invoke", "query", "cancel"] {
+            assert!(!help(command).contains('+'), "{command}: {}", help(command));
+        }
     }
 
     #[test]

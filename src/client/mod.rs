@@ -187,7 +187,15 @@ pub fn render(m: &Value, output: Output) -> String {
             m["name"].as_str().unwrap_or("?"),
             m["value"]
         ),
-        "propertyReadings" => format!("{thing} {}", m["data"]),
+        // As `read` prints a reading: a line per property.
+        "propertyReadings" => match m["data"].as_object() {
+            Some(data) if !data.is_empty() => data
+                .iter()
+                .map(|(name, value)| format!("{thing} {name} = {value}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => format!("{thing} {}", m["data"]),
+        },
         "actionStatus" => {
             let output = m.get("output").map(|o| format!(" {o}")).unwrap_or_default();
             format!(
@@ -222,6 +230,21 @@ fn chunk(stream: &Value) -> String {
             stream["contentType"].as_str().unwrap_or("data")
         ),
         (data, _) => format!(" [stream #{seq}] {data}"),
+    }
+}
+
+/// Whether `m` ends the answer to a request of type `asked`, and whether
+/// the request succeeded: a `cancelAction` succeeded when the action is
+/// `cancelled`; a `queryAction` is answered once, with the latest status
+/// (a failed or cancelled action still says so).
+fn ends(asked: &str, m: &Value) -> Option<bool> {
+    match (asked, m["messageType"].as_str()?) {
+        ("cancelAction", "actionStatus") => Some(matches!(
+            m["status"].as_str(),
+            Some("cancelled" | "canceled")
+        )),
+        ("queryAction", "actionStatus") => Some(outcome(m).unwrap_or(true)),
+        _ => outcome(m),
     }
 }
 
@@ -279,12 +302,7 @@ pub async fn request(
             continue;
         }
         out::line(&render(&m, output))?;
-        let ended = match outcome(&m) {
-            Some(ok) => Some(ok),
-            None if request["messageType"] == "queryAction" => Some(m["messageType"] != "error"),
-            None => None,
-        };
-        if let Some(ok) = ended {
+        if let Some(ok) = ends(request["messageType"].as_str().unwrap_or_default(), &m) {
             let _ = socket.close(None).await;
             return Ok(ok);
         }
@@ -357,9 +375,10 @@ pub async fn subscribe_mqtt(
             .await
             .map_err(|e| failed(e.to_string()))?;
     }
-    let mut seen = 0;
+    let (mut seen, mut connected) = (0, false);
     loop {
         match eventloop.poll().await {
+            Ok(Event::Incoming(Packet::ConnAck(_))) => connected = true,
             Ok(Event::Incoming(Packet::Publish(p))) => {
                 match serde_json::from_slice::<Value>(&p.payload) {
                     Ok(m) => out::line(&render(&m, output))?,
@@ -378,6 +397,14 @@ pub async fn subscribe_mqtt(
                 }
             }
             Ok(_) => {}
+            // Once connected, an error is the sidecar (or the network)
+            // going away, as over WebSocket: said so, not as a failure to
+            // connect.
+            Err(_) if connected => {
+                return Err(ClientError::Ended(
+                    "no more events or readings will come".into(),
+                ))
+            }
             Err(e) => return Err(failed(e.to_string())),
         }
     }
@@ -391,3 +418,6 @@ pub fn reading(thing: &str, name: &str, value: Value) -> Value {
         json!({"name": name, "value": value, "timestamp": now_timestamp()}),
     )
 }
+
+#[cfg(test)]
+mod tests;

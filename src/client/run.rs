@@ -42,7 +42,14 @@ pub fn run_client(command: Command) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = runtime.block_on(dispatch(command));
+    let result = runtime.block_on(async {
+        // A closed pipe ends every command quietly, at once, not at its
+        // next line (docs/cli.md).
+        tokio::select! {
+            result = dispatch(command) => result,
+            () = out::closed() => Err(ClientError::PipeClosed),
+        }
+    });
     // `raw` may leave a blocking read of standard input behind.
     runtime.shutdown_background();
     exit_code(result)
@@ -128,6 +135,10 @@ async fn dispatch(command: Command) -> Result<bool, ClientError> {
             action,
             correlation_id,
         } => ask(&to, "cancelAction", named(&action, correlation_id)).await,
+        Command::DemoAgent { url } => {
+            crate::demo_agent::run(&url).await;
+            Ok(true)
+        }
         Command::HashPassword => hash_password(),
         Command::NewToken => new_token(),
         Command::Config => Err(ClientError::Usage(

@@ -58,7 +58,10 @@ fn the_kubernetes_example_runs_the_sidecar_as_a_native_sidecar() {
         sidecar["readinessProbe"]["httpGet"]["path"].as_str(),
         Some("/readyz")
     );
-    assert!(pod["containers"][0]["command"][0].as_str() == Some("weather_agent"));
+    // The demo agent is in the sidecar's own image and binary.
+    let agent = &pod["containers"][0]["command"];
+    assert_eq!(agent[0].as_str(), Some("lmos-sidecar"));
+    assert_eq!(agent[1].as_str(), Some("demo-agent"));
 
     // The configuration in the ConfigMap is one the sidecar accepts.
     let map = docs

@@ -75,13 +75,15 @@ fn words(line: &str) -> Vec<String> {
         .collect()
 }
 
-/// Where a line invokes this binary: at its start, after a pipe or in a
-/// comment; `cargo run --release -- ...` stands for it too.
+/// Where a line invokes this binary: at its start (after a `$ ` prompt in
+/// a `console` block too), after a pipe or in a comment; `cargo run
+/// --release -- ...` stands for it too.
 fn invocations(line: &str) -> Vec<String> {
     let mut found = Vec::new();
     for (at, _) in line.match_indices("lmos-sidecar") {
         let before = line[..at].trim_end();
-        if !(before.is_empty() || before.ends_with('|') || before.ends_with('#')) {
+        let prompt = before == "$";
+        if !(before.is_empty() || prompt || before.ends_with('|') || before.ends_with('#')) {
             continue;
         }
         let rest = &line[at + "lmos-sidecar".len()..];
@@ -256,6 +258,12 @@ fn sentences_found_false_do_not_come_back() {
         ("docs/tracing.md", "(issue 16,"),
         ("README.md", "websocat --protocol"),
         ("README.md", "before issue 16 (the first"),
+        // Issue 47's first hour.
+        ("README.md", "the event, then completed"),
+        ("README.md", "--example weather_agent"),
+        ("docs/tracing.md", "about a second apart"),
+        ("docs/tracing.md", "--example weather_agent"),
+        ("docs/cli.md", "[stream #10 end]"),
     ];
     for (file, sentence) in false_ones {
         let text = std::fs::read_to_string(Path::new(ROOT).join(file)).expect(file);

@@ -10,6 +10,7 @@
 
 mod a2a_restart;
 mod binary;
+mod cli_exits;
 mod cli_first_hour;
 mod client;
 mod config_reference;
@@ -17,6 +18,7 @@ mod crash_torture;
 mod deploy;
 mod docs;
 mod docs_commands;
+mod docs_examples;
 mod first_hour;
 mod imports_restart;
 mod queued_bytes;
