@@ -208,8 +208,11 @@ impl Weather {
 
 /// `getWeather`: `pending`, three `running` with progress, [`STEP`] apart;
 /// with `"stream": true` the forecast token by token; `completed` with the
-/// forecast; then the `userFeedbackReceived` event. The event comes last,
-/// after `completed`: a consumer sees the answer first.
+/// forecast; then, [`STEP`] later, the `userFeedbackReceived` event (the
+/// user's feedback on the answer). The pause keeps the order a consumer
+/// sees: `completed` goes straight to the consumer while the event makes a
+/// round trip through the broker, so sent back to back either may arrive
+/// first.
 fn invoke(context: &Context, m: &Value) -> Step {
     let key = context.key();
     if m["action"] != "getWeather" {
@@ -245,7 +248,7 @@ fn invoke(context: &Context, m: &Value) -> Step {
         "data": {"rating": 4, "comment": format!("Thanks for the forecast for {city}.")},
         "timestamp": now_timestamp(),
     });
-    script.push((Duration::ZERO, message("event", feedback)));
+    script.push((STEP, message("event", feedback)));
     Step::Invoke { key, script }
 }
 

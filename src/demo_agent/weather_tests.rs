@@ -61,7 +61,9 @@ fn a_forecast_is_statuses_then_completed_then_the_event() {
             STEP,
             STEP,
             Duration::ZERO,
-            Duration::ZERO
+            // The feedback a moment after the answer, so that it arrives
+            // after it although it travels through the broker.
+            STEP
         ]
     );
     let (_, completed) = &script[4];
