@@ -69,6 +69,8 @@ pub struct Application {
     mqtt_connections: Arc<AtomicUsize>,
     broker_health: crate::broker::health::Health,
     broker_addr: SocketAddr,
+    /// The MQTT guard, for `/mqtt` (MQTT over WebSocket) when served.
+    mqtt_guard: Option<crate::broker::guard::Guard>,
     authority: Authority,
     http_tls: Option<tokio_rustls::TlsAcceptor>,
     /// Closes the MQTT listeners and connections when dropped.
@@ -157,6 +159,7 @@ impl Application {
             mqtt_connections: broker.mqtt_connections,
             broker_health: broker.health.clone(),
             broker_addr: broker.broker_addr,
+            mqtt_guard: config.mqtt.websocket.then(|| broker.guard.clone()),
             mqtt_stop: mqtt_stop.drop_guard(),
             cluster,
             gateway,
@@ -237,6 +240,7 @@ impl Application {
             broker: self.broker_health.clone(),
             authority: self.authority,
             http_addr: self.http_addr,
+            mqtt_guard: self.mqtt_guard,
         };
         let state = serving.http_state(&drain, &connections, &closing, cluster);
         let options = parts::serve_options(&self.config, self.http_tls);

@@ -149,6 +149,9 @@ pub struct MqttConfig {
     /// Require a username and password (or token) of a principal in
     /// `[auth]` in every CONNECT.
     pub authentication: bool,
+    /// Serve MQTT over WebSocket at `/mqtt` on the HTTP port (subprotocol
+    /// `mqtt`), through the same guard as the MQTT listeners.
+    pub websocket: bool,
     /// PEM certificate chain and private key: both set, the MQTT listeners
     /// speak TLS only (mqtts).
     pub tls_cert: String,
@@ -185,6 +188,7 @@ impl Default for MqttConfig {
             max_keep_alive_s: 0,
             refused_filters: Vec::new(),
             authentication: false,
+            websocket: true,
             tls_cert: String::new(),
             tls_key: String::new(),
             tls_client_ca: String::new(),

@@ -189,6 +189,7 @@ pub(super) struct Serving<'a> {
     pub(super) broker: crate::broker::health::Health,
     pub(super) authority: Authority,
     pub(super) http_addr: SocketAddr,
+    pub(super) mqtt_guard: Option<crate::broker::guard::Guard>,
 }
 
 impl Serving<'_> {
@@ -220,6 +221,7 @@ impl Serving<'_> {
             metrics: self.metrics.clone(),
             mqtt_connections: self.mqtt_connections,
             broker: self.broker,
+            mqtt: self.mqtt_guard,
             cluster,
             request_timeout: config.requests.timeout(),
             console: http::console::ConsoleSettings {

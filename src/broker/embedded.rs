@@ -108,6 +108,9 @@ pub struct EmbeddedBroker {
     /// rumqttd's own MQTT 5 listener on loopback, behind the guard (for
     /// diagnostics and tests that must reach the engine directly).
     pub broker_addr: SocketAddr,
+    /// The guard of the public listeners, which also serves MQTT clients
+    /// that come over a WebSocket (`/mqtt` on the HTTP port).
+    pub guard: Guard,
 }
 
 /// Binds a listener for rumqttd to accept on (`Broker::listener`).
@@ -310,7 +313,7 @@ impl EmbeddedBroker {
                 own: false,
             },
         };
-        serve_guards(engine, config, (policy, tls), guarded, listeners, shutdown);
+        let guard = serve_guards(engine, config, (policy, tls), guarded, listeners, shutdown);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
 
         Ok(EmbeddedBroker {
@@ -323,6 +326,7 @@ impl EmbeddedBroker {
             internal_addr: trusted_listener.1,
             health,
             broker_addr: internal_v5,
+            guard,
         })
     }
 }
@@ -478,7 +482,8 @@ struct Guarded {
 
 /// The public listeners through the guard applying `policy` (TLS with
 /// `tls`), the trusted one letting every client in; all close their
-/// connections once `shutdown` fires.
+/// connections once `shutdown` fires. The public guard, for the clients
+/// that come another way (MQTT over WebSocket).
 fn serve_guards(
     engine: Engine,
     config: &MqttConfig,
@@ -492,7 +497,7 @@ fn serve_guards(
     }: Guarded,
     listeners: Listeners,
     shutdown: CancellationToken,
-) {
+) -> Guard {
     let limits = Limits::from_config(config);
     let guard = Guard::new(
         engine.clone(),
@@ -516,6 +521,7 @@ fn serve_guards(
         (store, Keeps { own: true, ..keeps }, owners),
     );
     trusted.serve(listeners.trusted);
+    guard
 }
 
 /// A link of the sidecar's own to the router: a thread that sends its

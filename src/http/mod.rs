@@ -11,6 +11,7 @@ pub mod directory;
 pub mod guard;
 pub mod jsonrpc;
 pub mod mcp;
+mod mqtt_ws;
 pub mod oauth;
 mod rpc_io;
 pub mod server;
@@ -54,6 +55,9 @@ pub struct HttpState {
     pub mqtt_connections: Arc<AtomicUsize>,
     /// Whether the embedded broker still serves.
     pub broker: crate::broker::health::Health,
+    /// The MQTT guard, serving `/mqtt` (MQTT over WebSocket); `None`: not
+    /// served (`mqtt.websocket = false`).
+    pub mqtt: Option<crate::broker::guard::Guard>,
     pub auth: auth::HttpAuth,
     /// The cluster link's state, when there is one.
     pub cluster: Option<crate::cluster::ClusterStatus>,
@@ -125,6 +129,7 @@ pub fn router(state: HttpState) -> Router {
     }
     Router::new()
         .route(LMOS_PATH, get(upgrade::lmos))
+        .route(mqtt_ws::PATH, get(mqtt_ws::upgrade))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

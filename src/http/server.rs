@@ -60,6 +60,12 @@ enum Admission {
 #[derive(Clone)]
 pub struct Slot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
 
+/// The TCP socket a request came on, unique among open connections: an
+/// MQTT client upgraded at `/mqtt` is known to the MQTT guard by it, as
+/// one on the MQTT port is by its own.
+#[derive(Debug, Clone, Copy)]
+pub struct Socket(pub std::os::fd::RawFd);
+
 /// Serves `router` on an already bound listener until `shutdown` fires;
 /// open HTTP exchanges then finish and idle keep-alive connections close.
 pub async fn serve(
@@ -163,6 +169,7 @@ impl Exchange {
             .map(|p| p.evicted().clone())
             .unwrap_or_default();
         let mut certified = None;
+        let socket = Socket(std::os::fd::AsRawFd::as_raw_fd(&tcp));
         let io = match &self.options.tls {
             None => Either::Left(tcp),
             Some(acceptor) => {
@@ -194,19 +201,21 @@ impl Exchange {
             }
         };
         match (slot, progress) {
-            (Some(slot), Some(progress)) => self.serve(io, slot, progress, certified).await,
+            (Some(slot), Some(progress)) => {
+                self.serve(io, slot, progress, (certified, socket)).await
+            }
             _ => self.refuse(io).await,
         }
     }
 
     /// `certified`: the client certificate's identity, which every request
-    /// carries (see [`super::auth`]).
+    /// carries (see [`super::auth`]), as it carries the `socket`.
     async fn serve<I>(
         self,
         io: I,
         slot: Slot,
         progress: Arc<Progress>,
-        certified: Option<Certified>,
+        (certified, socket): (Option<Certified>, Socket),
     ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -220,6 +229,7 @@ impl Exchange {
             let (mut parts, body) = request.into_parts();
             parts.extensions.insert(ConnectInfo(peer));
             parts.extensions.insert(slot.clone());
+            parts.extensions.insert(socket);
             if let Some(certified) = &certified {
                 parts.extensions.insert(certified.clone());
             }

@@ -21,7 +21,7 @@ use crate::gateway::{Client, SUBPROTOCOL};
 use crate::telemetry::metrics;
 use crate::tls::identity::Certified;
 
-fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+pub(super) fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers
         .get_all(name)
         .iter()
@@ -30,7 +30,7 @@ fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) 
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-fn refuse(status: StatusCode, text: &'static str) -> Response {
+pub(super) fn refuse(status: StatusCode, text: &'static str) -> Response {
     let mut response = (status, text).into_response();
     if status == StatusCode::UPGRADE_REQUIRED {
         response

@@ -17,6 +17,7 @@ mod events;
 pub mod jwt;
 mod logs;
 pub mod mqtt5;
+pub mod mqtt_ws;
 pub mod mtls;
 pub mod nats;
 pub mod oidc;

@@ -107,6 +107,11 @@ pub fn connect(level: u8, client_id: &str, user: &str) -> Vec<u8> {
     connect_packet(level, client_id, true, 60, Some((user, "pw")))
 }
 
+/// CONNECT as `user`/`password`, clean session, keep-alive 60 s.
+pub fn connect_login(level: u8, client_id: &str, user: &str, password: &str) -> Vec<u8> {
+    connect_packet(level, client_id, true, 60, Some((user, password)))
+}
+
 /// An MQTT 5 PUBLISH with an optional Topic Alias.
 pub fn publish5(topic: &str, qos: u8, pkid: u16, alias: Option<u16>, payload: &[u8]) -> Vec<u8> {
     let props = match alias {

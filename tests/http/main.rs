@@ -14,6 +14,7 @@ mod http_binding;
 mod jwt_local;
 mod limits;
 mod mcp_oauth;
+mod mqtt_ws;
 mod mtls;
 mod operations;
 mod quotas;

@@ -31,6 +31,7 @@ mod stored;
 mod upstream;
 mod v4;
 pub mod validate;
+pub mod websocket;
 pub mod wills;
 
 use std::future::Future;
@@ -357,6 +358,30 @@ impl Guard {
                 ));
             }
         }
+    }
+
+    /// Serves one MQTT client that came over a WebSocket (`/mqtt` on the
+    /// HTTP port) until it or the broker ends: the same admission,
+    /// authentication (`certified`: the HTTPS connection's client
+    /// certificate), rights and limits as on the MQTT listeners. `socket`:
+    /// the HTTP connection's, which keys what the guard holds for it.
+    pub async fn serve_websocket<S>(
+        &self,
+        socket: tokio_tungstenite::WebSocketStream<S>,
+        (peer, fd): (SocketAddr, RawFd),
+        certified: Option<crate::tls::identity::Certified>,
+    ) where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let deadline = tokio::time::Instant::now() + self.shared.limits.handshake_timeout;
+        let client = websocket::WsBytes::new(socket, certified);
+        let connection = Connection::new(client, fd, peer, self.shared.clone(), deadline);
+        Box::pin(Box::new(connection).run()).await
+    }
+
+    /// The WebSocket settings for [`Guard::serve_websocket`]'s sockets.
+    pub fn websocket_config(&self) -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+        websocket::config(self.shared.limits.max_packet_size)
     }
 
     /// Accepts connections on an already bound listener until shutdown.

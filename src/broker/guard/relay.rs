@@ -122,7 +122,11 @@ async fn read_some<R: ClientRx>(client: &mut R, buf: &mut BytesMut) -> io::Resul
                 }
                 *buf = BytesMut::new();
             }
-            std::future::poll_fn(|cx| client.poll_readable(cx)).await?;
+            // Holding the reader mutably keeps the wait `Send` for readers
+            // that are not `Sync` (a WebSocket over an upgraded HTTP
+            // connection).
+            let reader = &mut *client;
+            std::future::poll_fn(move |cx| reader.poll_readable(cx)).await?;
             grow(buf);
         }
     }
