@@ -20,6 +20,7 @@ mod mcp_features;
 mod mcp_oauth;
 mod mcp_oauth_clients;
 mod mcp_stateless;
+mod mqtt_websocket;
 mod nats_cluster;
 mod nats_native;
 mod node_wot;
