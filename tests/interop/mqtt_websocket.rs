@@ -183,3 +183,29 @@ async fn mqtt_js_in_a_page_of_the_sidecar_s_origin_works_and_another_origin_is_r
     browser.close().await;
     sidecar.stop().await;
 }
+
+/// The Paho suite's behaviours that do not depend on TCP, with paho-mqtt's
+/// WebSocket transport (`tests/paho_ws/behaviours.py`, paho-mqtt pinned in
+/// `tests/requirements.txt`): basic QoS 0/1/2, retained messages, the will
+/// on a keep-alive timeout, a zero-length client ID, unsubscribe,
+/// overlapping subscriptions, offline queueing; each for 3.1.1 and 5.
+#[tokio::test]
+async fn paho_mqtt_over_websocket_passes_the_suite_s_behaviours() {
+    let sidecar = common::TestSidecar::start_with(test_config()).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/paho_ws/behaviours.py");
+    let run = tokio::process::Command::new(common::python())
+        .arg(script)
+        .arg(sidecar.http.ip().to_string())
+        .arg(sidecar.http.port().to_string())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("the behaviours ran within 3 minutes")
+        .expect("python3 runs (is the test venv made? .ci/setup)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("PASS ").count(), 14, "{stdout}\n{stderr}");
+    sidecar.stop().await;
+}
