@@ -10,7 +10,8 @@
 //! (off,collector,down), FANOUT_VALUE_TOPICS 0 to turn the sidecar's
 //! value-only topics off (`topics.value_topics`, on by default), FANOUT_QOS
 //! the QoS of the publisher and the MQTT subscribers (1, or 0),
-//! FANOUT_SCENARIOS a comma list of rows (ws,mqtt,mosquitto,bare) and
+//! FANOUT_SCENARIOS a comma list of rows (ws,mqtt,mqttws,mosquitto,bare;
+//! mqttws: MQTT 3.1.1 subscribers over the sidecar's `/mqtt`) and
 //! FANOUT_RUNS how many times each row runs (1; rows interleaved, ratios
 //! from the medians), FANOUT_PUBLISHER_WS=1 to have the sidecar's rows
 //! published by an agent on its WebSocket gateway instead of over MQTT
@@ -106,6 +107,76 @@ async fn ws_consumer(url: &str) -> Result<Feed> {
     let (ws, _) = timeout(SETUP, connect).await??;
     let subscribe = json!({"thingID": THING, "messageType": "subscribeAllEvents"});
     subscribed_feed(ws, subscribe, SETUP).await
+}
+
+/// An MQTT 3.1.1 subscriber to every LMOS event over the sidecar's
+/// MQTT over WebSocket (`/mqtt`), as a browser's MQTT.js would be: the
+/// packets written and read here (the test kit's raw codec), acknowledged
+/// at `qos`; live once this returns.
+async fn mqtt_ws_consumer(url: &str, id: &str, qos: QoS) -> Result<Feed> {
+    use lmos_testkit::raw_mqtt::{connect_login, connect_with, published, subscribe, whole_packet};
+    let config = WebSocketConfig::default().read_buffer_size(CONSUMER_READ_BUFFER);
+    let mut request = url.into_client_request()?;
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", HeaderValue::from_static("mqtt"));
+    let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), false);
+    let (mut ws, _) = timeout(SETUP, connect).await??;
+    let hello = match *AUTH {
+        true => connect_login(4, id, AUTH_USER, AUTH_PASSWORD),
+        false => connect_with(4, id, true, 60),
+    };
+    ws.send(WsMessage::Binary(hello.into())).await?;
+    let filter = [("lmos/+/events/+", qos as u8)];
+    ws.send(WsMessage::Binary(subscribe(4, 1, &filter).into()))
+        .await?;
+    let mut buf = Vec::new();
+    // The CONNACK, then the SUBACK.
+    let mut acks = 0;
+    timeout(SETUP, async {
+        while acks < 2 {
+            match ws.next().await {
+                Some(Ok(WsMessage::Binary(b))) => buf.extend_from_slice(&b),
+                Some(Ok(_)) => continue,
+                _ => bail!("closed before the SUBACK"),
+            }
+            while let Some(len) = whole_packet(&buf) {
+                buf.drain(..len);
+                acks += 1;
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .context("no CONNACK/SUBACK from /mqtt")??;
+    let events = futures_util::stream::unfold((ws, buf), |(mut ws, mut buf)| async move {
+        loop {
+            if let Some(len) = whole_packet(&buf) {
+                let packet: Vec<u8> = buf.drain(..len).collect();
+                if packet[0] & 0xF0 != 0x30 {
+                    return Some((Ok(None), (ws, buf)));
+                }
+                if packet[0] & 0x06 != 0 {
+                    // QoS 1: PUBACK with the packet identifier after the topic.
+                    let topic_len = usize::from(u16::from_be_bytes([packet[2], packet[3]]));
+                    let at = 4 + topic_len;
+                    let puback = vec![0x40, 2, packet[at], packet[at + 1]];
+                    if let Err(e) = ws.send(WsMessage::Binary(puback.into())).await {
+                        return Some((Err(format!("error: {e}")), (ws, buf)));
+                    }
+                }
+                let payload = published(4, &packet).1;
+                return Some((Ok(Some(payload.into())), (ws, buf)));
+            }
+            match ws.next().await {
+                Some(Ok(WsMessage::Binary(b))) => buf.extend_from_slice(&b),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Some((Err(format!("error: {e}")), (ws, buf))),
+                None => return None,
+            }
+        }
+    });
+    Ok(Box::pin(events))
 }
 
 type Mqtt = (AsyncClient, EventLoop);
@@ -248,7 +319,7 @@ fn print_header() {
 /// at `broker`.
 async fn scenario(
     name: &str,
-    ws: Option<&str>,
+    via: Via<'_>,
     publisher_ws: Option<&str>,
     broker: SocketAddr,
     load: &Load,
@@ -257,9 +328,11 @@ async fn scenario(
     let tag = name.replace(' ', "-");
     let mut feeds = Vec::new();
     for i in 0..n {
-        let feed = match ws {
-            Some(url) => ws_consumer(url).await,
-            None => mqtt_consumer(broker, &format!("{tag}-sub-{i}"), qos).await,
+        let id = format!("{tag}-sub-{i}");
+        let feed = match via {
+            Via::Lmos(url) => ws_consumer(url).await,
+            Via::MqttWs(url) => mqtt_ws_consumer(url, &id, qos).await,
+            Via::Mqtt => mqtt_consumer(broker, &id, qos).await,
         };
         feeds.push(feed.with_context(|| format!("consumer {i}"))?);
     }
@@ -780,7 +853,7 @@ async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
 /// One row: a fresh sidecar tracing in `mode`, one scenario against it
 /// (consumers on its WebSocket gateway when `ws`, else on its MQTT port),
 /// then the sidecar stopped, which flushes its spans. Prints the row.
-async fn sidecar_row(name: &str, ws: bool, mode: Mode, load: &Load) -> Option<Measured> {
+async fn sidecar_row(name: &str, kind: Kind, mode: Mode, load: &Load) -> Option<Measured> {
     let report = |failure: String, notes: Vec<String>| {
         println!("{name:<15} {:<9} failed: {failure}", mode.name());
         for note in notes {
@@ -795,6 +868,7 @@ async fn sidecar_row(name: &str, ws: bool, mode: Mode, load: &Load) -> Option<Me
         }
     };
     let ws_url = format!("ws://{}/lmos", app.http_addr());
+    let mqtt_ws_url = format!("ws://{}/mqtt", app.http_addr());
     let mqtt = app.mqtt_addr();
     let (stop, stopped) = oneshot::channel::<()>();
     let running = tokio::spawn(app.run(async move {
@@ -802,7 +876,12 @@ async fn sidecar_row(name: &str, ws: bool, mode: Mode, load: &Load) -> Option<Me
     }));
 
     let publisher = (env_or("FANOUT_PUBLISHER_WS", 0) != 0).then_some(ws_url.as_str());
-    let result = scenario(name, ws.then_some(ws_url.as_str()), publisher, mqtt, load).await;
+    let via = match kind {
+        Kind::Lmos => Via::Lmos(&ws_url),
+        Kind::MqttWs => Via::MqttWs(&mqtt_ws_url),
+        Kind::Mqtt => Via::Mqtt,
+    };
+    let result = scenario(name, via, publisher, mqtt, load).await;
 
     let _ = stop.send(());
     let stopping = Instant::now();
@@ -829,7 +908,7 @@ async fn sidecar_row(name: &str, ws: bool, mode: Mode, load: &Load) -> Option<Me
     let spans = match &collector {
         Some(c) => {
             let (all, events) = (c.spans.all.load(Relaxed), c.spans.events.load(Relaxed));
-            if ws && events != measured.delivered {
+            if matches!(kind, Kind::Lmos) && events != measured.delivered {
                 measured.notes.push(format!(
                     "the collector's spans cover {events} of the {} deliveries ({all} spans in all)",
                     measured.delivered
@@ -951,16 +1030,17 @@ async fn bench() -> Result<()> {
     let mut rows: BTreeMap<(&str, &str), Vec<Measured>> = BTreeMap::new();
     for _ in 0..runs {
         for &scenario in &selected {
-            let (name, ws) = match scenario {
-                Scenario::SidecarWs => ("sidecar WS", true),
-                Scenario::SidecarMqtt => ("sidecar MQTT", false),
+            let (name, via) = match scenario {
+                Scenario::SidecarWs => ("sidecar WS", Kind::Lmos),
+                Scenario::SidecarMqtt => ("sidecar MQTT", Kind::Mqtt),
+                Scenario::SidecarMqttWs => ("sidecar MQTT/WS", Kind::MqttWs),
                 Scenario::Mosquitto | Scenario::Bare => {
                     let (name, addr) = match scenario {
                         Scenario::Mosquitto => ("mosquitto MQTT", mosquitto.as_ref().map(|m| m.1)),
                         _ => ("bare rumqttd", bare),
                     };
                     let Some(addr) = addr else { continue };
-                    match self::scenario(name, None, None, addr, &load).await {
+                    match self::scenario(name, Via::Mqtt, None, addr, &load).await {
                         Ok(measured) => {
                             measured.print(name, "-", "-");
                             rows.entry((name, "-")).or_default().push(measured);
@@ -971,7 +1051,7 @@ async fn bench() -> Result<()> {
                 }
             };
             for &mode in &modes {
-                if let Some(measured) = sidecar_row(name, ws, mode, &load).await {
+                if let Some(measured) = sidecar_row(name, via, mode, &load).await {
                     rows.entry((name, mode.name())).or_default().push(measured);
                 }
             }
@@ -1026,26 +1106,55 @@ async fn bench() -> Result<()> {
         ratio(ws, sidecar)
     );
     println!(
+        "msg/s, sidecar MQTT/WS / sidecar MQTT (tracing off): {}",
+        ratio(rate("sidecar MQTT/WS", "off"), sidecar)
+    );
+    println!(
+        "CPU per delivery, sidecar MQTT/WS / sidecar MQTT:  {}",
+        ratio(cpu("sidecar MQTT/WS", "off"), cpu("sidecar MQTT", "off"))
+    );
+    println!(
         "CPU per delivery, sidecar MQTT / bare rumqttd:      {}",
         ratio(cpu("sidecar MQTT", "off"), cpu("bare rumqttd", "-"))
     );
     Ok(())
 }
 
-/// What one row measures: the sidecar's WebSocket gateway or MQTT port, or
-/// a peer broker.
+/// What one row measures: the sidecar's WebSocket gateway, MQTT port or
+/// MQTT over WebSocket (`/mqtt`), or a peer broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scenario {
     SidecarWs,
     SidecarMqtt,
+    SidecarMqttWs,
     Mosquitto,
     Bare,
 }
 
+/// How a sidecar row's consumers connect.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Lmos,
+    Mqtt,
+    MqttWs,
+}
+
+/// Where a row's consumers connect.
+#[derive(Debug, Clone, Copy)]
+enum Via<'a> {
+    /// The WebSocket gateway (`lmosprotocol`).
+    Lmos(&'a str),
+    /// MQTT over WebSocket.
+    MqttWs(&'a str),
+    /// The broker's MQTT port.
+    Mqtt,
+}
+
 impl Scenario {
-    const ALL: [(Scenario, &'static str); 4] = [
+    const ALL: [(Scenario, &'static str); 5] = [
         (Scenario::SidecarWs, "ws"),
         (Scenario::SidecarMqtt, "mqtt"),
+        (Scenario::SidecarMqttWs, "mqttws"),
         (Scenario::Mosquitto, "mosquitto"),
         (Scenario::Bare, "bare"),
     ];
@@ -1061,11 +1170,11 @@ impl Scenario {
             .filter(|s| !s.is_empty())
             .map(|s| match Self::ALL.iter().find(|(_, name)| *name == s) {
                 Some((scenario, _)) => Ok(*scenario),
-                None => bail!("FANOUT_SCENARIOS: unknown `{s}`; use ws, mqtt, mosquitto, bare"),
+                None => bail!("FANOUT_SCENARIOS: unknown `{s}`; use ws, mqtt, mqttws, mosquitto, bare"),
             })
             .collect::<Result<Vec<_>>>()?;
         if chosen.is_empty() {
-            bail!("FANOUT_SCENARIOS is empty; use ws, mqtt, mosquitto, bare");
+            bail!("FANOUT_SCENARIOS is empty; use ws, mqtt, mqttws, mosquitto, bare");
         }
         Ok(chosen)
     }
