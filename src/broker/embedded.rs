@@ -86,6 +86,8 @@ pub enum BrokerError {
 
 /// A running embedded broker.
 pub struct EmbeddedBroker {
+    /// The public listeners' guard: its clients' sessions, for the console.
+    pub guard: Guard,
     /// Where the public `mqtt.listen` listener is bound (the guard's; it
     /// takes MQTT 3.1.1 and 5).
     pub mqtt_addr: SocketAddr,
@@ -167,6 +169,9 @@ pub struct SideLinks<T> {
     pub values: Option<T>,
     /// The native NATS link's (`cluster.mode = "nats"`).
     pub cluster: Option<T>,
+    /// The console's (`console.enabled`): its topic tree, recent messages
+    /// and publishing.
+    pub console: Option<T>,
 }
 
 impl<T> Default for SideLinks<T> {
@@ -174,13 +179,16 @@ impl<T> Default for SideLinks<T> {
         SideLinks {
             values: None,
             cluster: None,
+            console: None,
         }
     }
 }
 
 impl<T> SideLinks<T> {
     fn len(&self) -> usize {
-        usize::from(self.values.is_some()) + usize::from(self.cluster.is_some())
+        usize::from(self.values.is_some())
+            + usize::from(self.cluster.is_some())
+            + usize::from(self.console.is_some())
     }
 
     /// Each present entry through `f`, values first.
@@ -188,6 +196,7 @@ impl<T> SideLinks<T> {
         Ok(SideLinks {
             values: self.values.map(&mut f).transpose()?,
             cluster: self.cluster.map(&mut f).transpose()?,
+            console: self.console.map(&mut f).transpose()?,
         })
     }
 }
@@ -310,10 +319,11 @@ impl EmbeddedBroker {
                 own: false,
             },
         };
-        serve_guards(engine, config, (policy, tls), guarded, listeners, shutdown);
+        let guard = serve_guards(engine, config, (policy, tls), guarded, listeners, shutdown);
         info!(mqtt = %mqtt_addr, mqtt5 = %mqtt5_addr, "Embedded MQTT broker listening.");
 
         Ok(EmbeddedBroker {
+            guard,
             mqtt_addr,
             mqtt5_addr,
             bus,
@@ -492,7 +502,7 @@ fn serve_guards(
     }: Guarded,
     listeners: Listeners,
     shutdown: CancellationToken,
-) {
+) -> Guard {
     let limits = Limits::from_config(config);
     let guard = Guard::new(
         engine.clone(),
@@ -516,6 +526,7 @@ fn serve_guards(
         (store, Keeps { own: true, ..keeps }, owners),
     );
     trusted.serve(listeners.trusted);
+    guard
 }
 
 /// A link of the sidecar's own to the router: a thread that sends its
