@@ -174,6 +174,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
             ),
         )
         .await;
+    browser.click("#tree-expand").await;
     browser
         .click(&format!("#tree button[data-topic={}]", json!(status_topic)))
         .await;
@@ -283,7 +284,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
         )
         .await;
     let by_page = other
-        .js("return fetch('/console/disconnect', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({clientId: 'watcher'})}).then(r => r.status);")
+        .js("return fetch(location.origin + '/console/disconnect', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({clientId: 'watcher'})}).then(r => r.status);")
         .await;
     assert_eq!(by_page, 403, "the server refuses the viewer's disconnect");
     let viewer_auth = format!(

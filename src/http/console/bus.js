@@ -111,6 +111,13 @@ async function pollRecent() {
   } catch (e) { $("#recent").replaceChildren(el("li", { class: "error", text: "Cannot search: " + e.message })); }
 }
 
+function expandAll(open) {
+  for (const d of document.querySelectorAll("#tree details")) d.open = open;
+  if (!open) bus.open.clear();
+}
+
+$("#tree-expand").addEventListener("click", () => expandAll(true));
+$("#tree-collapse").addEventListener("click", () => expandAll(false));
 $("#publish").addEventListener("submit", publish);
 $("#recent-q").addEventListener("input", pollRecent);
 pollTree(); pollRecent();

@@ -390,9 +390,25 @@ async function renderTopics(td) {
   const body = $("#topics tbody");
   const r = await fetch(here("/console/topics?thing=" + encodeURIComponent(td.id)), { credentials: "same-origin", cache: "no-store" });
   if (!r.ok) { body.replaceChildren(el("tr", {}, el("td", { colspan: 3, class: "error", text: "Cannot list the topics: " + r.status }))); return; }
+  const ops = formOps(td);
   const rows = (await r.json()).map((t) => el("tr", { "data-topic": t.topic, "data-retained": t.retained ? "yes" : "no" },
-    el("td", {}, topicName(t.topic)), el("td", { text: t.purpose + (t.retained ? " (retained)" : "") }), el("td", { text: t.carries })));
+    el("td", {}, topicName(t.topic)), el("td", { text: t.purpose + (t.retained ? " (retained)" : "") + (ops.has(t.topic) ? " — TD ops: " + ops.get(t.topic) : "") }), el("td", { text: t.carries })));
   body.replaceChildren(...rows);
+}
+
+// The operations the TD's MQTT forms give each topic (`observeproperty`, …).
+function formOps(td) {
+  const ops = new Map();
+  const add = (forms) => {
+    for (const f of forms || []) {
+      if (typeof f.href !== "string" || !f.href.startsWith("mqtt")) continue;
+      const topic = f["mqv:filter"] || f["mqv:topic"] || decodeURIComponent(f.href.replace(/^mqtts?:\/\/[^/]*\//, ""));
+      ops.set(topic, [ops.get(topic), ...[].concat(f.op || [])].filter(Boolean).join(", "));
+    }
+  };
+  for (const k of ["properties", "actions", "events"]) for (const a of Object.values(td[k] || {})) add(a.forms);
+  add(td.forms);
+  return ops;
 }
 
 // A topic that wraps only after a `/` (a <wbr> there), never inside a level.
