@@ -30,8 +30,8 @@ mod monitor;
 mod sessions;
 mod topics;
 pub use clients::Clients;
-pub use monitor::{follow as follow_bus, Monitor, MonitorLimits};
 pub use history::{sample_traffic, History};
+pub use monitor::{follow as follow_bus, Monitor, MonitorLimits};
 
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
@@ -104,7 +104,10 @@ pub fn routes(enabled: bool) -> Router<HttpState> {
         .route("/console/recent", get(bus_view::recent))
         .route("/console/publish", axum::routing::post(bus_view::publish))
         .route("/console/clients", get(sessions::clients))
-        .route("/console/disconnect", axum::routing::post(sessions::disconnect))
+        .route(
+            "/console/disconnect",
+            axum::routing::post(sessions::disconnect),
+        )
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

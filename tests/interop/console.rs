@@ -236,9 +236,10 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     assert_eq!(axes[0], "msg/s", "{axes}");
     let ticks = axes[1].as_array().unwrap();
     assert!(
-        ticks
-            .iter()
-            .all(|t| { let t = t.as_str().unwrap(); t.len() == 5 && t.as_bytes()[2] == b':' }),
+        ticks.iter().all(|t| {
+            let t = t.as_str().unwrap();
+            t.len() == 5 && t.as_bytes()[2] == b':'
+        }),
         "the x axis is labelled with clock times: {axes}"
     );
 

@@ -40,7 +40,10 @@ fn mqtt(
     id: &str,
     user: &str,
     clean: bool,
-) -> (AsyncClient, mpsc::UnboundedReceiver<Option<(String, String)>>) {
+) -> (
+    AsyncClient,
+    mpsc::UnboundedReceiver<Option<(String, String)>>,
+) {
     let mut options = MqttOptions::new(id, "127.0.0.1", sidecar.mqtt.port());
     options.set_credentials(user, format!("{user}-pw"));
     options.set_clean_session(clean);
@@ -182,10 +185,16 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
         .js("return document.querySelector('#topic-detail').innerText;")
         .await;
     let shown = shown.as_str().unwrap();
-    assert!(shown.contains("\"status\": \"running\""), "pretty JSON: {shown}");
+    assert!(
+        shown.contains("\"status\": \"running\""),
+        "pretty JSON: {shown}"
+    );
     assert!(shown.contains("retained\nno"), "{shown}");
     browser
-        .click(&format!("#tree button[data-topic={}]", json!(reading_topic)))
+        .click(&format!(
+            "#tree button[data-topic={}]",
+            json!(reading_topic)
+        ))
         .await;
     let shown = browser
         .js("return document.querySelector('#topic-detail').innerText;")
@@ -327,7 +336,10 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
         base,
         "POST",
         "/console/publish",
-        &[("Authorization", &admin_auth), ("Content-Type", "text/plain")],
+        &[
+            ("Authorization", &admin_auth),
+            ("Content-Type", "text/plain"),
+        ],
         br#"{"topic":"lmos/x/td","payload":"{}"}"#,
     )
     .await;

@@ -119,7 +119,10 @@ pub async fn publish(
         );
     }
     let Some(bus) = &state.console.broker.bus else {
-        return refuse(StatusCode::SERVICE_UNAVAILABLE, "the console has no bus link");
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the console has no bus link",
+        );
     };
     match bus
         .publish(Publication::new(p.topic, p.payload.into_bytes(), p.retain))

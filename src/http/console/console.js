@@ -101,7 +101,7 @@ function renderProblems(c) {
 }
 
 // ---- charts: hand-drawn SVG polylines, with axes ------------------------
-const AXIS = { left: 34, bottom: 16, top: 6, right: 6 };
+const AXIS = { left: 34, bottom: 16, top: 16, right: 18 };
 const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
 
 // A round step for about three y ticks: 1, 2 or 5 times a power of ten.
@@ -125,7 +125,7 @@ function chart(title, key, limit) {
   for (let v = 0; v <= max + 1e-9; v += step) {
     axes += '<line x1="' + x0 + '" y1="' + y(v) + '" x2="' + x1 + '" y2="' + y(v) + '" stroke="#eceef2"/><text class="axis-y" x="' + (x0 - 3) + '" y="' + (Number(y(v)) + 3) + '" text-anchor="end">' + (+v.toFixed(2)) + "</text>";
   }
-  axes += '<text class="axis-unit" x="2" y="' + (y1 + 4) + '">msg/s</text>';
+  axes += '<text class="axis-unit" x="2" y="9">msg/s</text>';
   // A tick every minute, labelled with the sidecar's clock time.
   for (let t = Math.ceil((now - WINDOW) / 60) * 60; t <= now; t += 60) {
     axes += '<line x1="' + x(t) + '" y1="' + y0 + '" x2="' + x(t) + '" y2="' + (y0 + 3) + '" stroke="#8a919c"/><text class="axis-x" x="' + x(t) + '" y="' + (H - 3) + '" text-anchor="middle">' + clock(t) + "</text>";

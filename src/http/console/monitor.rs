@@ -92,9 +92,9 @@ fn retained(topics: &Topics, topic: &str) -> bool {
     match topics.parse(topic) {
         Some(Route::Property { .. } | Route::Td { .. } | Route::AgentStatus { .. }) => true,
         // `{prefix}/{thing}/values/properties/{name}`, outside `Route`.
-        _ => topic
-            .strip_prefix(topics.prefix())
-            .is_some_and(|rest| rest.split('/').nth(2) == Some("values") && rest.split('/').nth(3) == Some("properties")),
+        _ => topic.strip_prefix(topics.prefix()).is_some_and(|rest| {
+            rest.split('/').nth(2) == Some("values") && rest.split('/').nth(3) == Some("properties")
+        }),
     }
 }
 
@@ -181,7 +181,9 @@ impl Inner {
             self.recent_bytes += cost;
             self.recent.push_back(seen.clone());
             while self.recent_bytes > self.limits.recent_bytes {
-                let Some(old) = self.recent.pop_front() else { break };
+                let Some(old) = self.recent.pop_front() else {
+                    break;
+                };
                 self.recent_bytes -= old.cost();
             }
         }
@@ -198,7 +200,9 @@ impl Inner {
         self.by_age.insert(seen.seq, seen.topic.clone());
         self.latest.insert(seen.topic.clone(), seen);
         while self.tree_bytes > self.limits.tree_bytes {
-            let Some((_, topic)) = self.by_age.pop_first() else { break };
+            let Some((_, topic)) = self.by_age.pop_first() else {
+                break;
+            };
             if let Some(old) = self.latest.remove(&topic) {
                 self.tree_bytes -= old.cost();
             }

@@ -28,7 +28,10 @@ fn the_tree_keeps_the_latest_message_per_topic_and_marks_retained_ones() {
     m.record(&topics, &delivery("lmos/t/values/properties/p", "2"), 4);
     let tree = m.tree(|_| true);
     assert_eq!(tree.len(), 3);
-    let p = tree.iter().find(|s| s.topic == "lmos/t/properties/p").unwrap();
+    let p = tree
+        .iter()
+        .find(|s| s.topic == "lmos/t/properties/p")
+        .unwrap();
     assert_eq!((p.payload.as_str(), p.at, p.retained), ("2", 2, true));
     let v = tree.iter().find(|s| s.topic.contains("/values/")).unwrap();
     assert!(v.retained);
@@ -45,7 +48,11 @@ fn both_views_stay_within_their_bytes_and_drop_the_oldest() {
     // Each message: "lmos/t/events/eN" (16 bytes) and 10 bytes of payload.
     let m = monitor(3 * (OVERHEAD + 26), 2 * (OVERHEAD + 26));
     for i in 0..10 {
-        m.record(&topics, &delivery(&format!("lmos/t/events/e{i}"), "0123456789"), i);
+        m.record(
+            &topics,
+            &delivery(&format!("lmos/t/events/e{i}"), "0123456789"),
+            i,
+        );
     }
     let tree = m.tree(|_| true);
     assert_eq!(tree.len(), 3);
@@ -54,17 +61,36 @@ fn both_views_stay_within_their_bytes_and_drop_the_oldest() {
     assert_eq!(recent.len(), 2);
     assert_eq!(recent[0].at, 9, "newest first");
     // A message larger than a budget is not kept there.
-    m.record(&topics, &delivery("lmos/t/events/big", &"x".repeat(1000)), 11);
-    assert!(m.tree(|_| true).iter().all(|s| s.topic != "lmos/t/events/big"));
+    m.record(
+        &topics,
+        &delivery("lmos/t/events/big", &"x".repeat(1000)),
+        11,
+    );
+    assert!(m
+        .tree(|_| true)
+        .iter()
+        .all(|s| s.topic != "lmos/t/events/big"));
 }
 
 #[test]
 fn search_and_visibility_filter_the_recent_messages() {
     let topics = Topics::new("lmos").unwrap();
     let m = monitor(10_000, 10_000);
-    m.record(&topics, &delivery("lmos/a/events/e", r#"{"city":"Oslo"}"#), 1);
-    m.record(&topics, &delivery("lmos/b/events/e", r#"{"city":"Oslo"}"#), 2);
-    m.record(&topics, &delivery("lmos/a/events/e", r#"{"city":"Bergen"}"#), 3);
+    m.record(
+        &topics,
+        &delivery("lmos/a/events/e", r#"{"city":"Oslo"}"#),
+        1,
+    );
+    m.record(
+        &topics,
+        &delivery("lmos/b/events/e", r#"{"city":"Oslo"}"#),
+        2,
+    );
+    m.record(
+        &topics,
+        &delivery("lmos/a/events/e", r#"{"city":"Bergen"}"#),
+        3,
+    );
     let found = m.recent("oslo", 10, |t| t.starts_with("lmos/a/"));
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].at, 1);

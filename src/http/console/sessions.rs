@@ -50,7 +50,9 @@ struct ClientsAnswer {
 fn matches(s: &SessionView, q: &str) -> bool {
     q.is_empty()
         || s.client_id.to_lowercase().contains(q)
-        || s.owner.as_deref().is_some_and(|o| o.to_lowercase().contains(q))
+        || s.owner
+            .as_deref()
+            .is_some_and(|o| o.to_lowercase().contains(q))
         || s.subscriptions.iter().any(|f| f.to_lowercase().contains(q))
 }
 

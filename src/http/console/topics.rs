@@ -96,7 +96,12 @@ pub fn thing_topics(topics: &Topics, thing: &str, td: Option<&Value>) -> Vec<Top
         LMOS,
         false,
     ));
-    rows.push(row(topics.td(thing), "the Thing Description".into(), "the TD", true));
+    rows.push(row(
+        topics.td(thing),
+        "the Thing Description".into(),
+        "the TD",
+        true,
+    ));
     rows.push(row(
         topics.agent_status(thing),
         "the agent's presence".into(),
