@@ -26,7 +26,8 @@ mod publication;
 mod reason;
 mod relay;
 pub mod retained;
-pub mod sessions;
+mod sessions;
+pub use sessions::SessionView;
 mod stored;
 mod upstream;
 mod v4;
@@ -340,7 +341,7 @@ impl Guard {
     }
 
     /// The sessions of this guard's clients, for the console.
-    pub fn sessions(&self) -> Vec<sessions::SessionView> {
+    pub fn sessions(&self) -> Vec<SessionView> {
         self.shared.sessions.list()
     }
 

@@ -15,7 +15,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::no_store_json;
-use crate::broker::guard::sessions::SessionView;
+use crate::broker::guard::SessionView;
 use crate::http::auth::Caller;
 use crate::http::HttpState;
 
