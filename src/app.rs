@@ -67,6 +67,8 @@ pub struct Application {
     directory: DirectoryService,
     metrics: Metrics,
     mqtt_connections: Arc<AtomicUsize>,
+    /// The console's view of the bus and its link to publish on.
+    console_link: crate::http::console::BrokerView,
     broker_health: crate::broker::health::Health,
     broker_addr: SocketAddr,
     /// The MQTT guard, for `/mqtt` (MQTT over WebSocket) when served.
@@ -120,6 +122,7 @@ impl Application {
         let quotas = Quotas::new(&config.quotas, principals);
         let shared = (&authority, &metrics, &quotas);
         let mut broker = start_broker(&config, shared, &store, &mqtt_stop).await?;
+        let console_link = console_link(&config, &mut broker);
         let thing_id = match config.sidecar.thing_id.as_str() {
             "" => format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             id => id.to_owned(),
@@ -157,6 +160,7 @@ impl Application {
             mqtt_addr: broker.mqtt_addr,
             mqtt5_addr: broker.mqtt5_addr,
             mqtt_connections: broker.mqtt_connections,
+            console_link,
             broker_health: broker.health.clone(),
             broker_addr: broker.broker_addr,
             mqtt_guard: config.mqtt.websocket.then(|| broker.guard.clone()),
@@ -237,6 +241,7 @@ impl Application {
             directory: self.directory,
             metrics: self.metrics,
             mqtt_connections: self.mqtt_connections,
+            console_link: self.console_link,
             broker: self.broker_health.clone(),
             authority: self.authority,
             http_addr: self.http_addr,
@@ -343,6 +348,12 @@ async fn start_broker(
     let side_filters = SideLinks {
         values: mirror.as_ref().map(|m| m.link_filters()),
         cluster: native_cluster(config).then(|| crate::cluster::bridged_filters(&topics)),
+        // Everything under the prefix, for the console's topic tree and
+        // recent messages.
+        console: config
+            .console
+            .enabled
+            .then(|| vec![format!("{}/#", topics.prefix())]),
     };
     let hooks = Hooks {
         prerequisite: mirror
@@ -368,6 +379,29 @@ async fn start_broker(
         tokio::spawn(mirror.attach(bus, deliveries));
     }
     Ok(broker)
+}
+
+/// The console's monitor, fed by its own bus link (when the console is
+/// on), and that link's bus for the page's publications.
+fn console_link(config: &Config, broker: &mut EmbeddedBroker) -> crate::http::console::BrokerView {
+    let monitor = crate::http::console::Monitor::new(crate::http::console::MonitorLimits {
+        tree_bytes: config.console.topic_tree_bytes,
+        recent_bytes: config.console.recent_messages_bytes,
+    });
+    let mut view = crate::http::console::BrokerView {
+        monitor: monitor.clone(),
+        bus: None,
+        guard: Some(broker.guard.clone()),
+    };
+    if let Some((bus, deliveries)) = broker.side_links.console.take() {
+        tokio::spawn(crate::http::console::follow_bus(
+            monitor,
+            config.topics(),
+            deliveries,
+        ));
+        view.bus = Some(bus);
+    }
+    view
 }
 
 /// `cluster.mode = "nats"` with a cluster to link to.

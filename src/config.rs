@@ -496,11 +496,25 @@ pub struct ConsoleConfig {
     /// Serve it. It needs no rights of its own: it acts with those of the
     /// principal who opens it, so on by default like the directory.
     pub enabled: bool,
+    /// Bytes the topic tree keeps (the latest message of each topic under
+    /// the prefix); the least recently updated topic goes first.
+    pub topic_tree_bytes: usize,
+    /// Bytes the searchable recent-message view keeps; the oldest go first.
+    pub recent_messages_bytes: usize,
+    /// Principals who administer the broker from the console: they see
+    /// every MQTT client and kept session (others see their own) and may
+    /// disconnect clients.
+    pub administrators: Vec<String>,
 }
 
 impl Default for ConsoleConfig {
     fn default() -> Self {
-        ConsoleConfig { enabled: true }
+        ConsoleConfig {
+            enabled: true,
+            topic_tree_bytes: 4 << 20,
+            recent_messages_bytes: 1 << 20,
+            administrators: Vec::new(),
+        }
     }
 }
 

@@ -186,6 +186,7 @@ pub(super) struct Serving<'a> {
     pub(super) directory: DirectoryService,
     pub(super) metrics: Metrics,
     pub(super) mqtt_connections: Arc<AtomicUsize>,
+    pub(super) console_link: http::console::BrokerView,
     pub(super) broker: crate::broker::health::Health,
     pub(super) authority: Authority,
     pub(super) http_addr: SocketAddr,
@@ -229,6 +230,8 @@ impl Serving<'_> {
                 jaeger_ui_url: jaeger_ui_url.to_owned(),
                 history,
                 clients: http::console::Clients::default(),
+                broker: self.console_link,
+                administrators: config.console.administrators.clone(),
             },
             guard: http::guard::Guard::new(
                 &config.http,

@@ -108,8 +108,9 @@ pub struct EmbeddedBroker {
     /// rumqttd's own MQTT 5 listener on loopback, behind the guard (for
     /// diagnostics and tests that must reach the engine directly).
     pub broker_addr: SocketAddr,
-    /// The guard of the public listeners, which also serves MQTT clients
-    /// that come over a WebSocket (`/mqtt` on the HTTP port).
+    /// The guard of the public listeners: its clients' sessions (for the
+    /// console), and MQTT clients that come over a WebSocket (`/mqtt` on
+    /// the HTTP port).
     pub guard: Guard,
 }
 
@@ -170,6 +171,9 @@ pub struct SideLinks<T> {
     pub values: Option<T>,
     /// The native NATS link's (`cluster.mode = "nats"`).
     pub cluster: Option<T>,
+    /// The console's (`console.enabled`): its topic tree, recent messages
+    /// and publishing.
+    pub console: Option<T>,
 }
 
 impl<T> Default for SideLinks<T> {
@@ -177,13 +181,16 @@ impl<T> Default for SideLinks<T> {
         SideLinks {
             values: None,
             cluster: None,
+            console: None,
         }
     }
 }
 
 impl<T> SideLinks<T> {
     fn len(&self) -> usize {
-        usize::from(self.values.is_some()) + usize::from(self.cluster.is_some())
+        usize::from(self.values.is_some())
+            + usize::from(self.cluster.is_some())
+            + usize::from(self.console.is_some())
     }
 
     /// Each present entry through `f`, values first.
@@ -191,6 +198,7 @@ impl<T> SideLinks<T> {
         Ok(SideLinks {
             values: self.values.map(&mut f).transpose()?,
             cluster: self.cluster.map(&mut f).transpose()?,
+            console: self.console.map(&mut f).transpose()?,
         })
     }
 }

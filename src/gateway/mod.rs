@@ -370,6 +370,11 @@ impl Gateway {
         answer.await.unwrap_or_default()
     }
 
+    /// The topic layout, for the console's topic table.
+    pub fn topics(&self) -> &Topics {
+        &self.shared.topics
+    }
+
     /// The tracer, for the spans of MCP and A2A calls.
     pub fn tracer(&self) -> &MessageTracer {
         &self.shared.tracer

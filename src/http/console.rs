@@ -23,14 +23,20 @@ use super::HttpState;
 use crate::auth::Access;
 use crate::gateway::RunningInvocation;
 
+mod bus_view;
 mod clients;
 mod history;
+mod monitor;
+mod sessions;
+mod topics;
 pub use clients::Clients;
 pub use history::{sample_traffic, History};
+pub use monitor::{follow as follow_bus, Monitor, MonitorLimits};
 
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
 const STYLE: &str = include_str!("console/console.css");
+const BUS_SCRIPT: &str = include_str!("console/bus.js");
 
 /// The page may load and connect to this sidecar only: no third-party
 /// script, style, font or beacon, which is also what makes it work
@@ -49,6 +55,35 @@ pub struct ConsoleSettings {
     pub history: History,
     /// WebSocket connections by principal.
     pub clients: Clients,
+    /// The broker as the console sees it.
+    pub broker: BrokerView,
+    /// `console.administrators`: principals who see every MQTT client and
+    /// session and may disconnect clients.
+    pub administrators: Vec<String>,
+}
+
+/// The broker as the console sees it.
+#[derive(Clone, Default)]
+pub struct BrokerView {
+    /// The latest message per topic and the recent messages.
+    pub monitor: Monitor,
+    /// The console's own bus link, for publishing from the page.
+    pub bus: Option<crate::broker::Bus>,
+    /// The public MQTT listeners' guard: sessions, disconnects.
+    pub guard: Option<crate::broker::guard::Guard>,
+}
+
+impl std::fmt::Debug for BrokerView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerView").finish_non_exhaustive()
+    }
+}
+
+impl ConsoleSettings {
+    /// Whether `principal` may administer (`console.administrators`).
+    pub fn administers(&self, principal: &crate::auth::Principal) -> bool {
+        self.administrators.iter().any(|a| a == principal.name())
+    }
 }
 
 /// The console's routes, when it is enabled.
@@ -62,7 +97,17 @@ pub fn routes(enabled: bool) -> Router<HttpState> {
         .route("/console", get(page))
         .route("/console/console.js", get(script))
         .route("/console/console.css", get(style))
+        .route("/console/bus.js", get(bus_script))
         .route("/console/state", get(state))
+        .route("/console/topics", get(thing_topics))
+        .route("/console/tree", get(bus_view::tree))
+        .route("/console/recent", get(bus_view::recent))
+        .route("/console/publish", axum::routing::post(bus_view::publish))
+        .route("/console/clients", get(sessions::clients))
+        .route(
+            "/console/disconnect",
+            axum::routing::post(sessions::disconnect),
+        )
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -85,6 +130,10 @@ async fn page(_caller: Caller) -> Response {
 
 async fn script(_caller: Caller) -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+async fn bus_script(_caller: Caller) -> Response {
+    asset("text/javascript; charset=utf-8", BUS_SCRIPT)
 }
 
 async fn style(_caller: Caller) -> Response {
@@ -259,6 +308,49 @@ async fn state(
         .into_response()
 }
 
+/// `?thing=ID`: whose topics.
+#[derive(Debug, serde::Deserialize)]
+struct ThingQuery {
+    thing: String,
+}
+
+/// `GET /console/topics?thing=ID`: every MQTT topic of a Thing the caller
+/// may consume (the TD's forms name only some of them). 403 otherwise, as
+/// for the Thing's TD; the answer is bounded by the TD's affordances,
+/// which the directory's size limit bounds.
+async fn thing_topics(
+    State(state): State<HttpState>,
+    caller: Caller,
+    Query(query): Query<ThingQuery>,
+) -> Response {
+    if let Err(refused) = caller.may(Access::Consume, &query.thing) {
+        return refused;
+    }
+    let rows = {
+        let directory = state.directory.directory();
+        topics::thing_topics(
+            state.gateway.topics(),
+            &query.thing,
+            directory.get(&query.thing),
+        )
+    };
+    no_store_json(&rows)
+}
+
+/// A JSON answer the browser must not cache (it changes with the state).
+fn no_store_json(body: &impl Serialize) -> Response {
+    let json = serde_json::to_string(body).expect("the console's answers always serialize");
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        json,
+    )
+        .into_response()
+}
+
 /// The counters out of the metrics' text exposition: the registry offers no
 /// other way to read its families, and the text is what `/metrics` serves,
 /// so the console and a Prometheus scrape can never disagree.
@@ -343,7 +435,7 @@ mod tests {
     fn the_assets_are_self_contained() {
         // No URL with a host: nothing is fetched from anywhere but here
         // (the SVG namespace is a name, never fetched).
-        for asset in [PAGE, SCRIPT, STYLE] {
+        for asset in [PAGE, SCRIPT, STYLE, BUS_SCRIPT] {
             let asset = asset.replace("http://www.w3.org/2000/svg", "");
             for scheme in ["http://", "https://", "//cdn", "@import"] {
                 assert!(!asset.contains(scheme), "{scheme} in an asset");

@@ -186,6 +186,63 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
         );
     }
 
+    // Every topic of the Thing, those its TD's forms leave out included,
+    // each wrapping only after a `/` (issue 47, point 13).
+    browser
+        .js("document.querySelector('#topics-box').open = true;")
+        .await;
+    let topics = browser
+        .wait_for(
+            "the topic table lists the Thing's topics",
+            Duration::from_secs(5),
+            "const r = [...document.querySelectorAll('#topics tbody tr[data-topic]')].map(r => r.dataset.topic); return r.length ? r : null;",
+        )
+        .await;
+    let topics: Vec<&str> = topics
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    for suffix in [
+        "/actions/getWeather/status/+",
+        "/replies/+",
+        "/td",
+        "/agent/status",
+        "/agent/replies",
+        "/events/userFeedbackReceived",
+    ] {
+        assert!(
+            topics.iter().any(|t| t.ends_with(suffix)),
+            "{suffix} missing from {topics:?}"
+        );
+    }
+    let mid_word = browser
+        .js("const c = document.querySelector('#topics code.topic'); return getComputedStyle(c).overflowWrap + ' ' + getComputedStyle(c).wordBreak + ' ' + c.querySelectorAll('wbr').length;")
+        .await;
+    let mid_word = mid_word.as_str().unwrap().to_owned();
+    assert!(
+        mid_word.starts_with("normal normal ") && !mid_word.ends_with(" 0"),
+        "a topic wraps only at its <wbr>s: {mid_word}"
+    );
+    // The charts have a y axis with its unit and an x axis with clock times.
+    let axes = browser
+        .wait_for(
+            "the charts' axes",
+            Duration::from_secs(5),
+            r"const svg = document.querySelector('#charts svg'); if (!svg) return null; const u = svg.querySelector('text.axis-unit'); const x = [...svg.querySelectorAll('text.axis-x')].map(t => t.textContent); const y = svg.querySelectorAll('text.axis-y').length; return u && x.length && y >= 2 ? [u.textContent, x, y] : null;",
+        )
+        .await;
+    assert_eq!(axes[0], "msg/s", "{axes}");
+    let ticks = axes[1].as_array().unwrap();
+    assert!(
+        ticks.iter().all(|t| {
+            let t = t.as_str().unwrap();
+            t.len() == 5 && t.as_bytes()[2] == b':'
+        }),
+        "the x axis is labelled with clock times: {axes}"
+    );
+
     // Let the plots gather a few points, then the screenshot for the README.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     browser.js("window.scrollTo(0, 0);").await;
@@ -196,6 +253,14 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
     std::fs::create_dir_all(&docs).unwrap();
     std::fs::write(docs.join("console.png"), &png).unwrap();
+    browser
+        .js("document.querySelector('#topics-box').scrollIntoView();")
+        .await;
+    let png = browser.call("GET", "/screenshot", None).await;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(png.as_str().unwrap())
+        .unwrap();
+    std::fs::write(docs.join("console-topics.png"), &png).unwrap();
 
     // A flood of events: the page samples, says so, and stays responsive.
     // QoS 0 from a plain client: as fast as the broker takes them.

@@ -13,6 +13,7 @@ mod a2a_tck;
 mod browser;
 mod cluster;
 mod console;
+mod console_broker;
 mod console_history;
 mod imports;
 mod mcp;

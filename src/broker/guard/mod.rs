@@ -27,6 +27,7 @@ mod reason;
 mod relay;
 pub mod retained;
 mod sessions;
+pub use sessions::SessionView;
 mod stored;
 mod upstream;
 mod v4;
@@ -338,6 +339,16 @@ impl Guard {
             }),
             tls,
         }
+    }
+
+    /// The sessions of this guard's clients, for the console.
+    pub fn sessions(&self) -> Vec<SessionView> {
+        self.shared.sessions.list()
+    }
+
+    /// Ends the connection of `client_id` (see [`sessions::Sessions::disconnect`]).
+    pub fn disconnect(&self, client_id: &str) -> bool {
+        self.shared.sessions.disconnect(client_id)
     }
 
     /// Knows again the sessions an earlier run kept (before serving).

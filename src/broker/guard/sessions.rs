@@ -296,6 +296,23 @@ pub enum AfterClose {
     Wipe { generation: u64, after: Duration },
 }
 
+/// A session as the console lists it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    pub client_id: String,
+    /// The principal whose connection opened it.
+    pub owner: Option<String>,
+    /// A connection holds it now.
+    pub connected: bool,
+    /// It outlives its connection.
+    pub kept: bool,
+    /// Seconds until a kept, unconnected session expires (`None`: never,
+    /// or connected).
+    pub expires_in_s: Option<u64>,
+    pub subscriptions: Vec<String>,
+}
+
 /// Sessions by client ID.
 #[derive(Debug, Default)]
 pub struct Sessions {
@@ -437,6 +454,42 @@ impl Sessions {
             clean_upstream,
             handover,
         })
+    }
+
+    /// Every session a client holds or may resume, for the console.
+    pub fn list(&self) -> Vec<SessionView> {
+        let now = Instant::now();
+        let table = self.table();
+        table
+            .by_client
+            .iter()
+            .filter_map(|(client_id, e)| {
+                let (connected, expires_in_s) = match e.state {
+                    State::Live => (true, None),
+                    // Not kept, or kept no longer: nothing to show.
+                    State::Kept { .. } if !e.kept_by_broker => return None,
+                    State::Kept { until: Some(t) } if t <= now => return None,
+                    State::Kept { until } => (false, until.map(|t| (t - now).as_secs())),
+                };
+                let mut subscriptions: Vec<String> = e.filters.lock().iter().cloned().collect();
+                subscriptions.sort();
+                Some(SessionView {
+                    client_id: client_id.clone(),
+                    owner: e.owner.as_deref().map(str::to_owned),
+                    connected,
+                    kept: e.kept_by_broker,
+                    expires_in_s,
+                    subscriptions,
+                })
+            })
+            .collect()
+    }
+
+    /// Ends the connection holding `client_id`, as a takeover would (MQTT
+    /// 5 clients read DISCONNECT 0x8E); its session stays as it was asked
+    /// to be kept. `false`: no connection holds it.
+    pub fn disconnect(&self, client_id: &str) -> bool {
+        self.holder(client_id).map(|h| h.ask()).is_some()
     }
 
     /// The handover of the connection holding `client_id`, if one does.

@@ -34,6 +34,14 @@ impl Clients {
         }
     }
 
+    /// Every principal's open WebSocket connections, by name.
+    pub fn all(&self) -> Vec<(String, usize)> {
+        let map = self.0.lock().expect("the clients lock is never poisoned");
+        let mut all: Vec<(String, usize)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        all.sort();
+        all
+    }
+
     /// The principal's open WebSocket connections.
     pub fn of(&self, principal: &str) -> usize {
         let map = self.0.lock().expect("the clients lock is never poisoned");

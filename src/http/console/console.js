@@ -100,22 +100,42 @@ function renderProblems(c) {
     el("ul", { class: "inline" }, row("errors", c.errors), row("dropped", c.dropped), row("denied", c.denied)));
 }
 
-// ---- charts: hand-drawn SVG polylines -----------------------------------
+// ---- charts: hand-drawn SVG polylines, with axes ------------------------
+const AXIS = { left: 34, bottom: 16, top: 16, right: 18 };
+const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
+
+// A round step for about three y ticks: 1, 2 or 5 times a power of ten.
+function niceStep(max) {
+  const raw = max / 3, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  return [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw);
+}
+
 function chart(title, key, limit) {
   // The sidecar's clock, so a page on another machine plots the same.
-  const h = app.history, W = 300, H = 90, now = (app.since || Date.now()) / 1000;
+  const h = app.history, W = 320, H = 110, now = (app.since || Date.now()) / 1000;
   const totals = {};
   for (const p of h) for (const [k, v] of Object.entries(p[key])) totals[k] = (totals[k] || 0) + v;
   const names = Object.keys(totals).filter((k) => totals[k] > 0).sort((a, b) => totals[b] - totals[a]).slice(0, limit);
-  let max = 1;
-  for (const p of h) for (const n of names) max = Math.max(max, p[key][n] || 0);
-  const x = (t) => (W * (t - (now - WINDOW)) / WINDOW).toFixed(1), y = (v) => (H - 2 - (H - 4) * v / max).toFixed(1);
+  let peak = 0;
+  for (const p of h) for (const n of names) peak = Math.max(peak, p[key][n] || 0);
+  const step = niceStep(Math.max(peak, 1)), max = step * Math.ceil(Math.max(peak, 1) / step);
+  const x0 = AXIS.left, x1 = W - AXIS.right, y0 = H - AXIS.bottom, y1 = AXIS.top;
+  const x = (t) => (x0 + (x1 - x0) * (t - (now - WINDOW)) / WINDOW).toFixed(1), y = (v) => (y0 - (y0 - y1) * v / max).toFixed(1);
+  let axes = '<line x1="' + x0 + '" y1="' + y0 + '" x2="' + x1 + '" y2="' + y0 + '" stroke="#8a919c"/><line x1="' + x0 + '" y1="' + y0 + '" x2="' + x0 + '" y2="' + y1 + '" stroke="#8a919c"/>';
+  for (let v = 0; v <= max + 1e-9; v += step) {
+    axes += '<line x1="' + x0 + '" y1="' + y(v) + '" x2="' + x1 + '" y2="' + y(v) + '" stroke="#eceef2"/><text class="axis-y" x="' + (x0 - 3) + '" y="' + (Number(y(v)) + 3) + '" text-anchor="end">' + (+v.toFixed(2)) + "</text>";
+  }
+  axes += '<text class="axis-unit" x="2" y="9">msg/s</text>';
+  // A tick every minute, labelled with the sidecar's clock time.
+  for (let t = Math.ceil((now - WINDOW) / 60) * 60; t <= now; t += 60) {
+    axes += '<line x1="' + x(t) + '" y1="' + y0 + '" x2="' + x(t) + '" y2="' + (y0 + 3) + '" stroke="#8a919c"/><text class="axis-x" x="' + x(t) + '" y="' + (H - 3) + '" text-anchor="middle">' + clock(t) + "</text>";
+  }
   const lines = names.map((n, i) => '<polyline fill="none" stroke-width="1.5" stroke="' + COLORS[i % COLORS.length] + '" points="' +
     h.map((p) => x(p.t / 1000) + "," + y(p[key][n] || 0)).join(" ") + '"/>').join("");
   const last = h.length ? h[h.length - 1][key] : {};
   const legend = names.map((n, i) => '<span class="c' + (i % COLORS.length) + '">■ ' + esc(n) + " " + (last[n] || 0).toFixed(1) + "/s</span>").join("") || "<span>none so far</span>";
-  return '<figure><figcaption>' + esc(title) + " · peak " + max.toFixed(1) + '/s</figcaption><svg viewBox="0 0 ' + W + " " + H +
-    '" role="img" aria-label="' + esc(title) + '"><line x1="0" y1="' + (H - 1) + '" x2="' + W + '" y2="' + (H - 1) + '" stroke="#d5d9e0"/>' + lines +
+  return '<figure><figcaption>' + esc(title) + " · peak " + peak.toFixed(1) + ' messages/s</figcaption><svg viewBox="0 0 ' + W + " " + H +
+    '" role="img" aria-label="' + esc(title) + ', messages per second over the last 5 minutes">' + axes + lines +
     '</svg><div class="legend">' + legend + "</div></figure>";
 }
 
@@ -363,23 +383,39 @@ function renderAffordances(td) {
   renderRunning();
 }
 
-// The Thing's MQTT topics, from its TD's forms (the directory writes them
-// for the sidecar): what to give mosquitto_sub or any MQTT client.
-function renderTopics(td) {
-  const rows = [];
-  const add = (kind, name, forms) => {
+// The Thing's MQTT topics, all of them (the TD's forms name only some):
+// what to give mosquitto_sub or any MQTT client. The sidecar computes them
+// from its own topic layout, so escaped IDs are exactly what it uses.
+async function renderTopics(td) {
+  const body = $("#topics tbody");
+  const r = await fetch(here("/console/topics?thing=" + encodeURIComponent(td.id)), { credentials: "same-origin", cache: "no-store" });
+  if (!r.ok) { body.replaceChildren(el("tr", {}, el("td", { colspan: 3, class: "error", text: "Cannot list the topics: " + r.status }))); return; }
+  const ops = formOps(td);
+  const rows = (await r.json()).map((t) => el("tr", { "data-topic": t.topic, "data-retained": t.retained ? "yes" : "no" },
+    el("td", {}, topicName(t.topic)), el("td", { text: t.purpose + (t.retained ? " (retained)" : "") + (ops.has(t.topic) ? " — TD ops: " + ops.get(t.topic) : "") }), el("td", { text: t.carries })));
+  body.replaceChildren(...rows);
+}
+
+// The operations the TD's MQTT forms give each topic (`observeproperty`, …).
+function formOps(td) {
+  const ops = new Map();
+  const add = (forms) => {
     for (const f of forms || []) {
       if (typeof f.href !== "string" || !f.href.startsWith("mqtt")) continue;
       const topic = f["mqv:filter"] || f["mqv:topic"] || decodeURIComponent(f.href.replace(/^mqtts?:\/\/[^/]*\//, ""));
-      const ops = [].concat(f.op || []).join(", ");
-      const carries = f.subprotocol === "lmosprotocol" ? "LMOS messages" : "values only";
-      rows.push(el("tr", { "data-topic": topic }, el("td", {}, el("code", { text: topic })), el("td", { text: kind + " " + name + " (" + ops + ")" }), el("td", { text: carries })));
+      ops.set(topic, [ops.get(topic), ...[].concat(f.op || [])].filter(Boolean).join(", "));
     }
   };
-  for (const k of ["properties", "actions", "events"]) for (const [name, a] of Object.entries(td[k] || {})) add(k.replace(/s$/, "").replace(/ie$/, "y"), name, a.forms);
-  add("thing", "", td.forms);
-  $("#topics tbody").replaceChildren(...rows);
-  if (!rows.length) $("#topics tbody").append(el("tr", {}, el("td", { colspan: 3, text: "No MQTT forms in this TD." })));
+  for (const k of ["properties", "actions", "events"]) for (const a of Object.values(td[k] || {})) add(a.forms);
+  add(td.forms);
+  return ops;
+}
+
+// A topic that wraps only after a `/` (a <wbr> there), never inside a level.
+function topicName(topic) {
+  const code = el("code", { class: "topic" });
+  topic.split("/").forEach((level, i) => { if (i) code.append("/", el("wbr")); code.append(level); });
+  return code;
 }
 
 function invoke(id, action, f) {
