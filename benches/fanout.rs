@@ -325,7 +325,8 @@ async fn scenario(
     load: &Load,
 ) -> Result<Measured> {
     let Load { qos, n, m, ref pad } = *load;
-    let tag = name.replace(' ', "-");
+    // Client IDs: the embedded broker refuses one with a `/` (CONNACK 3).
+    let tag = name.replace([' ', '/'], "-");
     let mut feeds = Vec::new();
     for i in 0..n {
         let id = format!("{tag}-sub-{i}");
