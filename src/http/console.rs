@@ -223,6 +223,10 @@ struct Counters {
     dropped: BTreeMap<String, f64>,
     /// Refusals by authorization, by access.
     denied: BTreeMap<String, f64>,
+    /// Trace spans lost, by reason (`export_failed` with no collector):
+    /// read from the same exposition as `/metrics`, so the two agree
+    /// (issue 47 point 11).
+    spans_dropped: BTreeMap<String, f64>,
 }
 
 /// `GET /console/state`: the Things the caller may consume, with their
@@ -380,6 +384,9 @@ fn counters(exposition: &str) -> Counters {
                 *c.dropped.entry(label("reason")).or_default() += value;
             }
             "lmos_sidecar_denied_total" => *c.denied.entry(label("access")).or_default() += value,
+            "lmos_sidecar_spans_dropped_total" => {
+                *c.spans_dropped.entry(label("reason")).or_default() += value;
+            }
             _ => {}
         }
     }
@@ -429,6 +436,20 @@ mod tests {
         assert_eq!(c.errors["forbidden"], 1.0);
         assert_eq!(c.dropped["slow_consumer"], 1.0);
         assert_eq!(c.denied["operate"], 1.0);
+    }
+
+    #[test]
+    fn dropped_spans_are_the_count_metrics_has() {
+        let spans = crate::telemetry::metrics::SpanCounters::default();
+        for _ in 0..37 {
+            spans.dropped(crate::telemetry::metrics::EXPORT_FAILED);
+        }
+        let exposition = Metrics::with_spans(&spans).render();
+        assert!(
+            exposition.contains(r#"lmos_sidecar_spans_dropped_total{reason="export_failed"} 37"#)
+        );
+        let c = counters(&exposition);
+        assert_eq!(c.spans_dropped["export_failed"], 37.0);
     }
 
     #[test]

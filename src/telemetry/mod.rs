@@ -13,6 +13,7 @@ pub mod otlp;
 pub mod otlp_grpc;
 pub mod otlp_http;
 pub mod otlp_wire;
+pub mod recent;
 pub mod transport;
 
 use std::sync::Arc;

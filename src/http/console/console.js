@@ -97,7 +97,8 @@ function renderProblems(c) {
     return li;
   };
   $("#problems").replaceChildren(el("span", { text: "Totals since the start: " }),
-    el("ul", { class: "inline" }, row("errors", c.errors), row("dropped", c.dropped), row("denied", c.denied)));
+    el("ul", { class: "inline" }, row("errors", c.errors), row("dropped", c.dropped), row("denied", c.denied),
+      row("spans dropped", c.spans_dropped)));
 }
 
 // ---- charts: hand-drawn SVG polylines, with axes ------------------------
