@@ -158,8 +158,10 @@ async fn mqtt_ws_consumer(url: &str, id: &str, qos: QoS) -> Result<Feed> {
                 }
                 if packet[0] & 0x06 != 0 {
                     // QoS 1: PUBACK with the packet identifier after the topic.
-                    let topic_len = usize::from(u16::from_be_bytes([packet[2], packet[3]]));
-                    let at = 4 + topic_len;
+                    // After the fixed header (its remaining length is a varint).
+                    let body = 1 + packet[1..].iter().position(|b| b & 0x80 == 0)? + 1;
+                    let topic = u16::from_be_bytes([packet[body], packet[body + 1]]);
+                    let at = body + 2 + usize::from(topic);
                     let puback = vec![0x40, 2, packet[at], packet[at + 1]];
                     if let Err(e) = ws.send(WsMessage::Binary(puback.into())).await {
                         return Some((Err(format!("error: {e}")), (ws, buf)));
