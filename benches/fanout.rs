@@ -1173,7 +1173,9 @@ impl Scenario {
             .filter(|s| !s.is_empty())
             .map(|s| match Self::ALL.iter().find(|(_, name)| *name == s) {
                 Some((scenario, _)) => Ok(*scenario),
-                None => bail!("FANOUT_SCENARIOS: unknown `{s}`; use ws, mqtt, mqttws, mosquitto, bare"),
+                None => {
+                    bail!("FANOUT_SCENARIOS: unknown `{s}`; use ws, mqtt, mqttws, mosquitto, bare")
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         if chosen.is_empty() {
