@@ -15,10 +15,7 @@ use tokio::io::AsyncBufReadExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lmos-sidecar");
 
-/// Runs the binary with `stdin` as its input: exit code, stdout, stderr.
-async fn run(args: &[&str], stdin: &str) -> (i32, String, String) {
-    common::process::run(BIN, args, stdin).await
-}
+use super::cli_first_hour::{invoke_in_background, run};
 
 #[tokio::test]
 async fn sub_ends_when_the_reader_of_its_pipe_goes_away() {
@@ -77,24 +74,7 @@ async fn sub_in_a_shell_pipeline_into_head_ends_with_it() {
 async fn cancel_exits_zero_when_the_invocation_is_cancelled() {
     let sidecar = weather_agent::start_sidecar().await;
     let url = sidecar.ws_url();
-    let invoke = tokio::spawn({
-        let url = url.clone();
-        async move {
-            let input = r#"{"question":"What is the weather in Rome?","interactionMode":"text"}"#;
-            let args = [
-                "invoke",
-                "--url",
-                &url,
-                "--thing",
-                THING_ID,
-                "getWeather",
-                input,
-                "--correlation-id",
-                "to-cancel",
-            ];
-            run(&args, "").await
-        }
-    });
+    let invoke = invoke_in_background(&url, "to-cancel");
     let cancel = [
         "cancel",
         "--url",

@@ -17,8 +17,32 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 const BIN: &str = env!("CARGO_BIN_EXE_lmos-sidecar");
 
 /// Runs the binary with `stdin` as its input: exit code, stdout, stderr.
-async fn run(args: &[&str], stdin: &str) -> (i32, String, String) {
+pub(crate) async fn run(args: &[&str], stdin: &str) -> (i32, String, String) {
     common::process::run(BIN, args, stdin).await
+}
+
+/// `invoke getWeather` for Rome, with `correlation`, in a process of its
+/// own started in the background: what it printed once it ends.
+pub(crate) fn invoke_in_background(
+    url: &str,
+    correlation: &'static str,
+) -> tokio::task::JoinHandle<(i32, String, String)> {
+    let url = url.to_owned();
+    tokio::spawn(async move {
+        let input = r#"{"question":"What is the weather in Rome?","interactionMode":"text"}"#;
+        let args = [
+            "invoke",
+            "--url",
+            &url,
+            "--thing",
+            THING_ID,
+            "getWeather",
+            input,
+            "--correlation-id",
+            correlation,
+        ];
+        run(&args, "").await
+    })
 }
 
 fn lines(stdout: &str) -> Vec<Value> {
@@ -200,24 +224,7 @@ async fn invoke_prints_the_chunks_of_a_streamed_answer() {
 async fn query_finds_an_invocation_started_by_another_connection() {
     let sidecar = weather_agent::start_sidecar().await;
     let url = sidecar.ws_url();
-    let invoke = tokio::spawn({
-        let url = url.clone();
-        async move {
-            let input = r#"{"question":"What is the weather in Rome?","interactionMode":"text"}"#;
-            let args = [
-                "invoke",
-                "--url",
-                &url,
-                "--thing",
-                THING_ID,
-                "getWeather",
-                input,
-                "--correlation-id",
-                "my-forecast",
-            ];
-            run(&args, "").await
-        }
-    });
+    let invoke = invoke_in_background(&url, "my-forecast");
     // While it runs (about a second), from another process and connection.
     let (mut answered, started) = (None, tokio::time::Instant::now());
     while started.elapsed() < common::WAIT {
