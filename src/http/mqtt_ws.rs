@@ -10,18 +10,16 @@
 
 use std::net::SocketAddr;
 
-use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use hyper_util::rt::TokioIo;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, Instrument};
 
 use super::server::{Slot, Socket};
-use super::upgrade::{header_has_token, refuse};
+use super::upgrade::{header_has_token, refuse, switching_protocols, websocket_key};
 use super::HttpState;
 use crate::tls::identity::Certified;
 
@@ -75,30 +73,14 @@ pub async fn upgrade(
         }
         .instrument(span),
     );
-    Response::builder()
-        .status(StatusCode::SWITCHING_PROTOCOLS)
-        .header(header::CONNECTION, "upgrade")
-        .header(header::UPGRADE, "websocket")
-        .header(
-            header::SEC_WEBSOCKET_ACCEPT,
-            derive_accept_key(key.as_bytes()),
-        )
-        .header(header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL)
-        .body(Body::empty())
-        .unwrap_or_default()
+    switching_protocols(&key, Some(SUBPROTOCOL))
 }
 
 /// The handshake's key, or the refusal of what is not a WebSocket
 /// (version 13) handshake offering `mqtt`.
 #[allow(clippy::result_large_err)]
 fn handshake(headers: &HeaderMap) -> Result<header::HeaderValue, Response> {
-    let is_websocket = header_has_token(headers, header::UPGRADE, "websocket")
-        && header_has_token(headers, header::CONNECTION, "upgrade")
-        && headers
-            .get(header::SEC_WEBSOCKET_VERSION)
-            .is_some_and(|v| v == "13");
-    let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
-    let Some(key) = key.filter(|_| is_websocket) else {
+    let Some(key) = websocket_key(headers) else {
         return Err(refuse(
             StatusCode::UPGRADE_REQUIRED,
             "This is MQTT over WebSocket: connect with an MQTT client over a WebSocket (version 13) offering the subprotocol `mqtt`.\n",

@@ -97,13 +97,7 @@ impl Handshake {
     /// The handshake of `headers`, or the refusal of one that is not a
     /// WebSocket version 13 handshake for `lmosprotocol`.
     fn read(headers: &HeaderMap, peer: SocketAddr) -> Result<Handshake, Response> {
-        let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
-        let is_websocket = header_has_token(headers, header::UPGRADE, "websocket")
-            && header_has_token(headers, header::CONNECTION, "upgrade")
-            && headers
-                .get(header::SEC_WEBSOCKET_VERSION)
-                .is_some_and(|v| v == "13");
-        let Some(key) = key.filter(|_| is_websocket) else {
+        let Some(key) = websocket_key(headers) else {
             return Err(refuse(
                 StatusCode::UPGRADE_REQUIRED,
                 "This is the LMOS WebSocket endpoint: connect with a WebSocket client (version 13) offering the subprotocol `lmosprotocol`.\n",
@@ -126,21 +120,40 @@ impl Handshake {
 
     /// `101 Switching Protocols`.
     fn accept(self) -> Response {
-        let mut response = Response::builder()
-            .status(StatusCode::SWITCHING_PROTOCOLS)
-            .header(header::CONNECTION, "upgrade")
-            .header(header::UPGRADE, "websocket")
-            .header(
-                header::SEC_WEBSOCKET_ACCEPT,
-                derive_accept_key(self.key.as_bytes()),
-            );
-        if self.offers_any {
-            response = response.header(header::SEC_WEBSOCKET_PROTOCOL, SUBPROTOCOL);
-        }
-        response
-            .body(Body::empty())
-            .expect("static response parts are valid")
+        switching_protocols(&self.key, self.offers_any.then_some(SUBPROTOCOL))
     }
+}
+
+/// The key of a WebSocket (version 13) handshake; `None`: not one.
+pub(super) fn websocket_key(headers: &HeaderMap) -> Option<HeaderValue> {
+    let is_websocket = header_has_token(headers, header::UPGRADE, "websocket")
+        && header_has_token(headers, header::CONNECTION, "upgrade")
+        && headers
+            .get(header::SEC_WEBSOCKET_VERSION)
+            .is_some_and(|v| v == "13");
+    headers
+        .get(header::SEC_WEBSOCKET_KEY)
+        .filter(|_| is_websocket)
+        .cloned()
+}
+
+/// `101 Switching Protocols` for the handshake of `key`, naming
+/// `subprotocol` when given.
+pub(super) fn switching_protocols(key: &HeaderValue, subprotocol: Option<&str>) -> Response {
+    let mut response = Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(
+            header::SEC_WEBSOCKET_ACCEPT,
+            derive_accept_key(key.as_bytes()),
+        );
+    if let Some(protocol) = subprotocol {
+        response = response.header(header::SEC_WEBSOCKET_PROTOCOL, protocol);
+    }
+    response
+        .body(Body::empty())
+        .expect("static response parts are valid")
 }
 
 /// The Things the `host` parameters name, each one the principal may host.
