@@ -7,7 +7,7 @@
 //! `cargo bench --bench fanout`; settings: FANOUT_N consumers (4),
 //! FANOUT_MESSAGES (20000), FANOUT_PAYLOAD bytes of padding in each event's
 //! data (64), FANOUT_TRACING a comma list of the sidecar's tracing modes
-//! (off,collector,down), FANOUT_VALUE_TOPICS 0 to turn the sidecar's
+//! (off,recent,collector,down), FANOUT_VALUE_TOPICS 0 to turn the sidecar's
 //! value-only topics off (`topics.value_topics`, on by default), FANOUT_QOS
 //! the QoS of the publisher and the MQTT subscribers (1, or 0),
 //! FANOUT_SCENARIOS a comma list of rows (ws,mqtt,mqttws,mosquitto,bare;
@@ -21,7 +21,10 @@
 //! username and password on MQTT; one principal granted everything; every
 //! client of every row sends the credentials, which Mosquitto and the bare
 //! rumqttd ignore). Tracing modes:
-//! - off: no OTLP endpoint;
+//! - off: no OTLP endpoint and no recent spans kept
+//!   (`tracing.recent_spans_bytes = 0`): no spans at all;
+//! - recent: no OTLP endpoint, the recent spans kept for the console (the
+//!   default); the other modes keep them too;
 //! - collector: OTLP/gRPC to a receiver in this process (its own thread and
 //!   runtime) that counts the spans it gets, reading each request in place;
 //! - down: OTLP/gRPC to a port on which nothing listens.
@@ -470,16 +473,18 @@ fn cpu_seconds() -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Off,
+    Recent,
     Collector,
     Down,
 }
 
 impl Mode {
-    const ALL: [Mode; 3] = [Mode::Off, Mode::Collector, Mode::Down];
+    const ALL: [Mode; 4] = [Mode::Off, Mode::Recent, Mode::Collector, Mode::Down];
 
     fn name(self) -> &'static str {
         match self {
             Mode::Off => "off",
+            Mode::Recent => "recent",
             Mode::Collector => "collector",
             Mode::Down => "down",
         }
@@ -496,11 +501,13 @@ impl Mode {
             .filter(|s| !s.is_empty())
             .map(|s| match Mode::ALL.into_iter().find(|m| m.name() == s) {
                 Some(mode) => Ok(mode),
-                None => bail!("FANOUT_TRACING: unknown mode `{s}`; use off, collector, down"),
+                None => {
+                    bail!("FANOUT_TRACING: unknown mode `{s}`; use off, recent, collector, down")
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         if modes.is_empty() {
-            bail!("FANOUT_TRACING is empty; use off, collector, down");
+            bail!("FANOUT_TRACING is empty; use off, recent, collector, down");
         }
         Ok(modes)
     }
@@ -817,7 +824,7 @@ fn closed_port() -> Result<SocketAddr> {
 /// A sidecar tracing in `mode`, and the collector it exports to, if any.
 async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
     let (endpoint, collector) = match mode {
-        Mode::Off => (String::new(), None),
+        Mode::Off | Mode::Recent => (String::new(), None),
         Mode::Collector => {
             let collector = Collector::start().context("cannot start the collector")?;
             (format!("http://{}", collector.addr), Some(collector))
@@ -833,6 +840,9 @@ async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
     config.sidecar.shutdown_grace_ms = 1_000;
     config.tracing.endpoint = endpoint;
     config.tracing.protocol = OtlpProtocol::Grpc;
+    if mode == Mode::Off {
+        config.tracing.recent_spans_bytes = 0;
+    }
     config.topics.value_topics = env_or("FANOUT_VALUE_TOPICS", 1) != 0;
     config.gateway.read_buffer_size =
         env_or("FANOUT_WS_READ_BUFFER", config.gateway.read_buffer_size);
@@ -1084,13 +1094,17 @@ async fn bench() -> Result<()> {
         }
     }
     println!();
-    println!("relative to tracing off          msg/s    p99");
+    println!("relative to tracing off          msg/s    p99  CPU us");
     for name in ["sidecar WS", "sidecar MQTT"] {
-        for mode in [Mode::Collector, Mode::Down] {
+        for mode in [Mode::Recent, Mode::Collector, Mode::Down] {
             if rows.contains_key(&(name, mode.name())) {
                 let rates = ratio(rate(name, mode.name()), rate(name, "off"));
                 let p99s = ratio(p99(name, mode.name()), p99(name, "off"));
-                println!("{name:<15} {:<9} {rates:>12} {p99s:>6}", mode.name());
+                let cpus = ratio(cpu(name, mode.name()), cpu(name, "off"));
+                println!(
+                    "{name:<15} {:<9} {rates:>12} {p99s:>6} {cpus:>7}",
+                    mode.name()
+                );
             }
         }
     }

@@ -106,6 +106,7 @@ impl Application {
                 addr: config.http.listen,
                 error,
             })?;
+        let tracing = tracing.with_recent_spans(config.tracing.recent_spans_bytes);
         // First: a data directory another sidecar holds, or one that cannot
         // be used, refuses the start before anything is served.
         let store = Store::open(&config.store)?;

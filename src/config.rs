@@ -736,8 +736,9 @@ pub enum OtlpProtocol {
 #[serde(deny_unknown_fields, default)]
 pub struct TracingConfig {
     /// OTLP collector, e.g. `http://127.0.0.1:4317` (gRPC) or
-    /// `http://127.0.0.1:4318` (HTTP). Empty: tracing is off (no spans, no
-    /// rewritten `traceparent`) unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    /// `http://127.0.0.1:4318` (HTTP). Empty: no export, no rewritten
+    /// `traceparent` (the spans are kept for the console only, see
+    /// `recent_spans_bytes`) unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
     pub endpoint: String,
     /// `grpc` or `http/protobuf`; `OTEL_EXPORTER_OTLP_PROTOCOL` wins.
     pub protocol: OtlpProtocol,
@@ -754,6 +755,11 @@ pub struct TracingConfig {
     /// `http://127.0.0.1:16686`: the console links each message whose
     /// trace it knows to `{url}/trace/{traceID}`. Empty: no links.
     pub jaeger_ui_url: String,
+    /// Bytes of recent spans kept in memory for the console's trace view
+    /// (`/console/traces`), with or without an OTLP endpoint; the oldest
+    /// traces go first. 0: none kept (and, with no endpoint, no spans are
+    /// made at all).
+    pub recent_spans_bytes: usize,
 }
 
 impl Default for TracingConfig {
@@ -765,6 +771,7 @@ impl Default for TracingConfig {
             new_trace_for_untraced: true,
             mqtt5_user_properties: false,
             jaeger_ui_url: String::new(),
+            recent_spans_bytes: 8 * 1024 * 1024,
         }
     }
 }

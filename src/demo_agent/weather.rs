@@ -248,7 +248,13 @@ fn invoke(context: &Context, m: &Value) -> Step {
         "data": {"rating": 4, "comment": format!("Thanks for the forecast for {city}.")},
         "timestamp": now_timestamp(),
     });
-    script.push((STEP, message("event", feedback)));
+    // Not correlated (an event answers no request), but traced: the
+    // invocation caused it, so its trace shows it.
+    let mut event = message("event", feedback);
+    for (k, v) in &context.trace {
+        event[*k] = v.clone();
+    }
+    script.push((STEP, event));
     Step::Invoke { key, script }
 }
 

@@ -29,6 +29,7 @@ mod history;
 mod monitor;
 mod sessions;
 mod topics;
+mod traces;
 pub use clients::Clients;
 pub use history::{sample_traffic, History};
 pub use monitor::{follow as follow_bus, Monitor, MonitorLimits};
@@ -37,6 +38,7 @@ const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
 const STYLE: &str = include_str!("console/console.css");
 const BUS_SCRIPT: &str = include_str!("console/bus.js");
+const TRACES_SCRIPT: &str = include_str!("console/traces.js");
 
 /// The page may load and connect to this sidecar only: no third-party
 /// script, style, font or beacon, which is also what makes it work
@@ -98,6 +100,9 @@ pub fn routes(enabled: bool) -> Router<HttpState> {
         .route("/console/console.js", get(script))
         .route("/console/console.css", get(style))
         .route("/console/bus.js", get(bus_script))
+        .route("/console/traces.js", get(traces_script))
+        .route("/console/traces", get(traces::list))
+        .route("/console/traces/{id}", get(traces::one))
         .route("/console/state", get(state))
         .route("/console/topics", get(thing_topics))
         .route("/console/tree", get(bus_view::tree))
@@ -134,6 +139,10 @@ async fn script(_caller: Caller) -> Response {
 
 async fn bus_script(_caller: Caller) -> Response {
     asset("text/javascript; charset=utf-8", BUS_SCRIPT)
+}
+
+async fn traces_script(_caller: Caller) -> Response {
+    asset("text/javascript; charset=utf-8", TRACES_SCRIPT)
 }
 
 async fn style(_caller: Caller) -> Response {
@@ -456,7 +465,7 @@ mod tests {
     fn the_assets_are_self_contained() {
         // No URL with a host: nothing is fetched from anywhere but here
         // (the SVG namespace is a name, never fetched).
-        for asset in [PAGE, SCRIPT, STYLE, BUS_SCRIPT] {
+        for asset in [PAGE, SCRIPT, STYLE, BUS_SCRIPT, TRACES_SCRIPT] {
             let asset = asset.replace("http://www.w3.org/2000/svg", "");
             for scheme in ["http://", "https://", "//cdn", "@import"] {
                 assert!(!asset.contains(scheme), "{scheme} in an asset");

@@ -113,6 +113,11 @@ impl MessageTracer {
         self.sink.is_some()
     }
 
+    /// The recent spans, when they are kept (the console's trace view).
+    pub fn recent(&self) -> Option<&crate::telemetry::recent::SpanStore> {
+        self.sink.as_ref()?.recent()
+    }
+
     /// The parent of the spans for one message, read once however many
     /// recipients it has. `None` when tracing is off, or the message has no
     /// (valid) trace context and untraced messages do not start traces.
@@ -124,16 +129,33 @@ impl MessageTracer {
     }
 
     /// As [`MessageTracer::parent`], from the two members as they came.
+    ///
+    /// With no export (spans kept for the console only), an untraced
+    /// message starts no trace: the sidecar then passes messages on
+    /// untouched, so nothing downstream would ever join it.
     pub fn parent_of(&self, traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Parent> {
-        self.sink.as_ref()?;
+        let sink = self.sink.as_ref()?;
+        self.read_parent(traceparent, tracestate, sink.exports())
+    }
+
+    /// The remote parent, else a new trace's root when `may_start` and
+    /// untraced messages start traces.
+    fn read_parent(
+        &self,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
+        may_start: bool,
+    ) -> Option<Parent> {
         match traceparent.and_then(|tp| Parent::remote(tp, tracestate)) {
             Some(parent) => Some(parent),
-            None if self.new_trace_for_untraced => Some(Parent::root()),
+            None if may_start && self.new_trace_for_untraced => Some(Parent::root()),
             None => None,
         }
     }
 
-    /// Records one hop and returns the trace context the message carries on.
+    /// Records one hop and returns the trace context the message carries
+    /// on: `None` when it goes on as it came (tracing off, no parent, or
+    /// spans kept for the console only and never exported).
     pub fn hop(
         &self,
         operation: Operation,
@@ -175,9 +197,8 @@ impl MessageTracer {
                 (parent.flags.with_sampled(sampled), result.trace_state)
             }
         };
-        let traceparent = traceparent(parent.trace_id, span_id, flags);
         let time = SystemTime::now();
-        if flags.is_sampled() && sink.takes_span() {
+        if flags.is_sampled() {
             sink.record(&Hop {
                 span_id,
                 flags,
@@ -194,8 +215,11 @@ impl MessageTracer {
                 rpc: None,
             });
         }
+        if !sink.exports() {
+            return None;
+        }
         Some(TraceContext {
-            traceparent,
+            traceparent: traceparent(parent.trace_id, span_id, flags),
             // Passed on as it came, not as the propagator re-encodes it.
             tracestate: parent.tracestate.clone(),
         })

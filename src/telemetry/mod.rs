@@ -65,7 +65,13 @@ impl Tracing {
     /// From the configuration and the standard `OTEL_*` variables.
     pub async fn from_config(config: &TracingConfig) -> Result<Tracing, TelemetryError> {
         let Some(export) = otlp::export_target(config)? else {
-            return Ok(Tracing::off());
+            // No export; the recent-span store may still take spans
+            // (`with_recent_spans`), under these settings.
+            return Ok(Tracing {
+                new_trace_for_untraced: config.new_trace_for_untraced,
+                mqtt5_user_properties: config.mqtt5_user_properties,
+                ..Tracing::off()
+            });
         };
         let spans = metrics::SpanCounters::default();
         let sink = otlp::sink(&export, &config.service_name, &spans)?;
@@ -98,6 +104,27 @@ impl Tracing {
     pub fn with_mqtt5_user_properties(mut self, on: bool) -> Tracing {
         self.mqtt5_user_properties = on;
         self
+    }
+
+    /// Also keeps the spans in a store of `budget` bytes for the console
+    /// (`tracing.recent_spans_bytes`); 0 keeps none. Without an export
+    /// the spans are made for the store alone, and messages pass on
+    /// untouched (see [`MessageTracer::hop`]).
+    pub fn with_recent_spans(mut self, budget: usize) -> Tracing {
+        if budget == 0 {
+            return self;
+        }
+        let store = recent::SpanStore::new(budget);
+        self.sink = Some(match self.sink.take() {
+            Some(sink) => sink.with_recent(store),
+            None => SpanSink::recent_only(store).with_counters(self.spans.clone()),
+        });
+        self
+    }
+
+    /// The recent spans, when they are kept.
+    pub fn recent_spans(&self) -> Option<recent::SpanStore> {
+        self.sink.as_ref()?.recent().cloned()
     }
 
     /// What became of the spans (for `/metrics`).

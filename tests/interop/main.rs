@@ -15,6 +15,7 @@ mod cluster;
 mod console;
 mod console_broker;
 mod console_history;
+mod console_traces;
 mod imports;
 mod mcp;
 mod mcp_features;

@@ -211,12 +211,19 @@ setInterval(() => {
   s.textContent = "Sampling: " + app.rate + " messages/s arrive, showing 1 in " + app.sampleEvery;
 }, 1000);
 
+// The trace a message belongs to: this console's waterfall, and Jaeger
+// when one is configured (traces.js).
 function traceLink(m) {
-  const tp = m.traceparent;
-  if (!app.jaeger || typeof tp !== "string") return null;
-  const id = tp.split("-")[1];
-  if (!id) return null;
-  return el("a", { href: app.jaeger + "/trace/" + id, target: "_blank", rel: "noopener" }, "trace");
+  const id = typeof m.traceparent === "string" ? m.traceparent.split("-")[1] : null;
+  if (!id || !/^[0-9a-f]{32}$/.test(id)) return null;
+  return el("span", { class: "trace-links" }, ...traceLinks(id));
+}
+
+// A new trace for a message this page starts: the page is the consumer,
+// and the sidecar's spans (and the agent's) join its trace.
+function newTraceparent() {
+  const hex = (n) => Array.from(crypto.getRandomValues(new Uint8Array(n)), (b) => b.toString(16).padStart(2, "0")).join("");
+  return "00-" + hex(16) + "-" + hex(8) + "-01";
 }
 
 function showCurrent(name, value) { const f = app.current.get(name); if (f) f(value); }
@@ -428,7 +435,6 @@ function invoke(id, action, f) {
     li.setAttribute("data-status", status);
     li.setAttribute("data-statuses", (li.getAttribute("data-statuses") ? li.getAttribute("data-statuses") + " " : "") + status);
     statuses.append(el("span", { class: "status-" + status, text: (statuses.childNodes.length ? " → " : "") + status + (detail ? " " + detail : "") }));
-    const link = m && traceLink(m); if (link && !li.querySelector("a")) li.append(" ", link);
   };
   let input;
   try { input = f ? f.get() : undefined; } catch (e) { add("invalid", e.message, "error"); return; }
@@ -439,8 +445,9 @@ function invoke(id, action, f) {
     add(m.status, out, "", m);
     if (["completed", "failed", "cancelled", "canceled"].includes(m.status)) app.pending.delete(c);
   });
-  const msg = { thingID: id, messageType: "invokeAction", action, correlationID: c };
+  const msg = { thingID: id, messageType: "invokeAction", action, correlationID: c, traceparent: newTraceparent() };
   if (input !== undefined) msg.input = input;
+  li.append(" ", traceLink(msg));
   if (!send(msg)) add("error", "not connected", "error");
 }
 

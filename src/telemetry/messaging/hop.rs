@@ -11,6 +11,8 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
 use super::{span_name, MessageInfo, Operation, Parent, RpcInfo};
+use crate::telemetry::otlp_wire::{kind, nanos};
+use crate::telemetry::recent::{AttrText, SpanHead, StoredSpan};
 
 /// One hop's span, as both sinks write it.
 pub(in crate::telemetry) struct Hop<'a> {
@@ -130,6 +132,28 @@ impl<'a> Hop<'a> {
             .filter(move |_| hop)
             .chain(rpc_attributes)
             .filter_map(|(key, value)| Some((key, value?)))
+    }
+
+    /// The finished span as the recent-span store keeps it.
+    pub(in crate::telemetry) fn stored(&self) -> StoredSpan {
+        let parent = self.parent_span_id();
+        let head = SpanHead {
+            trace_id: self.trace_id().to_bytes(),
+            span_id: self.span_id.to_bytes(),
+            parent_id: (parent != SpanId::INVALID).then(|| parent.to_bytes()),
+            parent_remote: self.parent_is_remote(),
+            kind: kind(&self.kind()) as u8,
+            start_unix_nanos: nanos(self.start),
+            end_unix_nanos: nanos(self.time),
+        };
+        let attributes = self.attributes().map(|(key, value)| {
+            let text = match value {
+                Attr::Str(s) => AttrText::Str(s),
+                Attr::Int(n) => AttrText::Int(n),
+            };
+            (key, text)
+        });
+        StoredSpan::new(head, self.name_parts(), attributes, self.error)
     }
 
     /// The finished span as the SDK's processors take it.

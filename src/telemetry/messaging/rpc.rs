@@ -52,7 +52,9 @@ impl MessageTracer {
         name: &str,
     ) -> Option<RpcSpan> {
         let sink = self.sink.as_ref()?;
-        let parent = self.parent_of(incoming, incoming_state)?;
+        // The call's LMOS request is the sidecar's own message, so it
+        // starts a trace whether or not the spans are exported.
+        let parent = self.read_parent(incoming, incoming_state, true)?;
         let span_id = ids().new_span_id();
         let (flags, state) = match &sink.sampler {
             None => (parent.flags, parent.state.clone()),
@@ -88,7 +90,7 @@ impl MessageTracer {
         let Some(sink) = self.sink.as_ref() else {
             return;
         };
-        if !span.flags.is_sampled() || !sink.takes_span() {
+        if !span.flags.is_sampled() {
             return;
         }
         sink.record(&Hop {

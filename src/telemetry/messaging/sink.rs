@@ -11,14 +11,18 @@ use opentelemetry_sdk::trace::{ShouldSample, SpanProcessor};
 use super::Hop;
 use crate::telemetry::batches::Batches;
 use crate::telemetry::metrics::SpanCounters;
+use crate::telemetry::recent::SpanStore;
 
 /// Where finished message spans go: written into the OTLP batches the
 /// sidecar exports itself (gRPC or HTTP/protobuf), or handed to an SDK span
 /// processor as `SpanData` (the tests' in-memory exporter, through
-/// [`crate::telemetry::Tracing::with_exporter`]).
+/// [`crate::telemetry::Tracing::with_exporter`]); and kept in the recent-span
+/// store for the console, with an export or without one.
 #[derive(Debug, Clone)]
 pub struct SpanSink {
-    target: Target,
+    /// `None`: kept in `recent` only.
+    target: Option<Target>,
+    recent: Option<SpanStore>,
     scope: InstrumentationScope,
     /// `None`: the default, parent-based always-on, decided without a call.
     pub(super) sampler: Option<Arc<dyn ShouldSample>>,
@@ -51,19 +55,43 @@ impl SpanSink {
     /// With the sampler `OTEL_TRACES_SAMPLER` (and `_ARG`) choose, as the
     /// SDK reads them.
     pub fn new(processor: Arc<dyn SpanProcessor>) -> SpanSink {
-        SpanSink::to(Target::Processor(processor))
+        SpanSink::to(Some(Target::Processor(processor)))
     }
 
     /// Spans written straight into export batches (see [`Batches`]).
     pub fn batches(batches: Arc<Batches>) -> SpanSink {
-        SpanSink::to(Target::Batches(batches))
+        SpanSink::to(Some(Target::Batches(batches)))
     }
 
-    fn to(target: Target) -> SpanSink {
+    /// Spans kept in `store` only, exported nowhere.
+    pub fn recent_only(store: SpanStore) -> SpanSink {
+        SpanSink::to(None).with_recent(store)
+    }
+
+    /// Also keeping every span in `store`.
+    pub fn with_recent(mut self, store: SpanStore) -> SpanSink {
+        self.recent = Some(store);
+        self
+    }
+
+    pub fn recent(&self) -> Option<&SpanStore> {
+        self.recent.as_ref()
+    }
+
+    /// Whether the spans leave the process: only then may a message sent
+    /// on carry a span of the sidecar's as its parent. A span that no
+    /// collector holds would leave the agents' own spans under a parent
+    /// missing from their traces.
+    pub fn exports(&self) -> bool {
+        self.target.is_some()
+    }
+
+    fn to(target: Option<Target>) -> SpanSink {
         let chosen = std::env::var("OTEL_TRACES_SAMPLER")
             .is_ok_and(|s| !s.is_empty() && s != "parentbased_always_on");
         SpanSink {
             target,
+            recent: None,
             scope: scope(),
             sampler: chosen.then(|| Arc::from(opentelemetry_sdk::trace::Config::default().sampler)),
             counters: SpanCounters::default(),
@@ -81,8 +109,8 @@ impl SpanSink {
         self
     }
 
-    /// Whether to build this span: not while exports fail, but for a probe.
-    pub(super) fn takes_span(&self) -> bool {
+    /// Whether to export this span: not while exports fail, but for a probe.
+    fn takes_span(&self) -> bool {
         if !self.counters.failing() {
             return true;
         }
@@ -100,8 +128,18 @@ impl SpanSink {
         probe
     }
 
+    /// Keeps the hop's span, and exports it unless exports fail.
     pub(super) fn record(&self, hop: &Hop<'_>) {
-        match &self.target {
+        if let Some(store) = &self.recent {
+            store.push(hop.stored());
+        }
+        let Some(target) = &self.target else {
+            return;
+        };
+        if !self.takes_span() {
+            return;
+        }
+        match target {
             Target::Processor(processor) => processor.on_end(hop.span_data(&self.scope)),
             Target::Batches(batches) => batches.push(hop),
         }
@@ -110,16 +148,17 @@ impl SpanSink {
     /// Exports what is left, for at most `bound`.
     pub async fn shutdown(&self, bound: Duration) -> Result<(), String> {
         match &self.target {
+            None => Ok(()),
             // The SDK's shutdown blocks, and on a current-thread runtime it
             // would wait for the very runtime it blocks.
-            Target::Processor(processor) => {
+            Some(Target::Processor(processor)) => {
                 let processor = processor.clone();
                 tokio::task::spawn_blocking(move || processor.shutdown_with_timeout(bound))
                     .await
                     .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())
             }
-            Target::Batches(batches) => batches.flush(bound).await,
+            Some(Target::Batches(batches)) => batches.flush(bound).await,
         }
     }
 }
