@@ -12,6 +12,7 @@
 //! until it is the whole store.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A default budget: some thousands of spans, a few MiB of a process that
@@ -20,6 +21,11 @@ pub const DEFAULT_BUDGET: usize = 8 * 1024 * 1024;
 
 /// Spans kept of one trace; later ones are only counted.
 pub const MAX_SPANS_PER_TRACE: usize = 1_000;
+
+/// Traces a list looks at, newest first, whatever it finds: the lock is
+/// the hops' too, and a caller who may see none would otherwise have every
+/// trace summarised under it.
+pub const SCAN_MAX: usize = 5_000;
 
 /// Bytes counted for a span beyond its text: ids, times, the vector slot.
 const SPAN_OVERHEAD: usize = 128;
@@ -31,11 +37,6 @@ const ATTRIBUTE_OVERHEAD: usize = 24;
 /// The attributes that name a Thing: a trace is shown to those who may
 /// consume every Thing it names.
 const THING_KEYS: [&str; 2] = ["lmos.thing_id", "a2a.agent"];
-
-/// What naming a Thing costs a trace.
-fn thing_cost(thing: &str) -> usize {
-    thing.len() + 16
-}
 
 /// One finished span, as the console shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,23 +78,34 @@ impl StoredSpan {
     pub fn new<'a>(
         head: SpanHead,
         name: (&str, &str),
-        attributes: impl Iterator<Item = (&'static str, AttrText<'a>)>,
+        attributes: impl Iterator<Item = (&'static str, AttrText<'a>)> + Clone,
         error: Option<&str>,
     ) -> StoredSpan {
-        let mut text = String::with_capacity(name.0.len() + name.1.len() + 96);
+        // Sized once: the copy is on the dispatcher's path, where growing
+        // the text cost a reallocation a span.
+        let (count, values) = attributes.clone().fold((0, 0), |(n, len), (_, v)| {
+            let value = match v {
+                AttrText::Str(s) => s.len(),
+                AttrText::Int(_) => 20,
+            };
+            (n + 1, len + value)
+        });
+        let mut text = String::with_capacity(name.0.len() + 1 + name.1.len() + values);
         text.push_str(name.0);
         text.push(' ');
         text.push_str(name.1);
         let name_len = text.len();
-        let attributes = attributes
-            .map(|(key, value)| {
-                match value {
-                    AttrText::Str(s) => text.push_str(s),
-                    AttrText::Int(n) => text.push_str(&n.to_string()),
+        let mut offsets = Vec::with_capacity(count);
+        offsets.extend(attributes.map(|(key, value)| {
+            match value {
+                AttrText::Str(s) => text.push_str(s),
+                // Into the text itself: no string of its own.
+                AttrText::Int(n) => {
+                    let _ = write!(text, "{n}");
                 }
-                (key, text.len())
-            })
-            .collect();
+            }
+            (key, text.len())
+        }));
         StoredSpan {
             trace_id: head.trace_id,
             span_id: head.span_id,
@@ -105,7 +117,7 @@ impl StoredSpan {
             error: error.map(Box::from),
             text,
             name_len,
-            attributes,
+            attributes: offsets.into_boxed_slice(),
         }
     }
 
@@ -143,14 +155,29 @@ pub enum AttrText<'a> {
     Int(i64),
 }
 
-/// One trace's spans and the Things they name.
+/// One trace's spans.
 #[derive(Debug, Default)]
 struct Trace {
     spans: Vec<StoredSpan>,
-    things: Vec<Box<str>>,
     /// Spans past [`MAX_SPANS_PER_TRACE`], not kept.
     not_kept: usize,
     cost: usize,
+}
+
+/// Every Thing the spans name, once each. Found when the trace is read,
+/// not kept beside it: a list per trace cost the hops two allocations a
+/// trace, and each event of a fan-out is a trace of its own.
+pub fn things_named(spans: &[StoredSpan]) -> Vec<Box<str>> {
+    let mut things: Vec<Box<str>> = Vec::new();
+    for thing in spans
+        .iter()
+        .flat_map(|s| THING_KEYS.iter().filter_map(|key| s.attribute(key)))
+    {
+        if !things.iter().any(|known| &**known == thing) {
+            things.push(Box::from(thing));
+        }
+    }
+    things
 }
 
 impl Trace {
@@ -169,7 +196,7 @@ impl Trace {
             spans: self.spans.len(),
             errors: self.spans.iter().filter(|s| s.error.is_some()).count(),
             not_kept: self.not_kept,
-            things: self.things.clone(),
+            things: things_named(&self.spans),
         }
     }
 }
@@ -234,9 +261,8 @@ impl RecentSpans {
                 return;
             }
         }
-        let things = || THING_KEYS.iter().filter_map(|key| span.attribute(key));
-        // The most it can cost: a new trace, every Thing new to it.
-        let most = span.cost() + TRACE_OVERHEAD + things().map(thing_cost).sum::<usize>();
+        // The most it can cost: a new trace.
+        let most = span.cost() + TRACE_OVERHEAD;
         if most > self.budget {
             return;
         }
@@ -252,12 +278,6 @@ impl RecentSpans {
             cost += TRACE_OVERHEAD;
             Trace::default()
         });
-        for thing in things() {
-            if !trace.things.iter().any(|known| &**known == thing) {
-                cost += thing_cost(thing);
-                trace.things.push(Box::from(thing));
-            }
-        }
         trace.spans.push(span);
         trace.cost += cost;
         self.used += cost;
@@ -283,20 +303,23 @@ impl RecentSpans {
         })
     }
 
-    /// The newest traces first that `keep` takes (given the trace's id,
-    /// the Things it names and its spans), at most `limit`.
+    /// The newest traces first that `keep` takes (given the trace's
+    /// summary, with the Things it names, and its spans), at most `limit`.
     pub fn newest(
         &self,
         limit: usize,
-        keep: impl Fn(&[u8; 16], &[Box<str>], &[StoredSpan]) -> bool,
+        keep: impl Fn(&TraceSummary, &[StoredSpan]) -> bool,
     ) -> Vec<TraceSummary> {
         self.order
             .iter()
             .rev()
-            .filter_map(|id| Some((id, self.traces.get(id)?)))
-            .filter(|(id, t)| keep(id, &t.things, &t.spans))
+            .take(SCAN_MAX)
+            .filter_map(|id| {
+                let trace = self.traces.get(id)?;
+                let summary = trace.summary(*id);
+                keep(&summary, &trace.spans).then_some(summary)
+            })
             .take(limit)
-            .map(|(id, t)| t.summary(*id))
             .collect()
     }
 }
@@ -337,7 +360,7 @@ impl SpanStore {
     pub fn newest(
         &self,
         limit: usize,
-        keep: impl Fn(&[u8; 16], &[Box<str>], &[StoredSpan]) -> bool,
+        keep: impl Fn(&TraceSummary, &[StoredSpan]) -> bool,
     ) -> Vec<TraceSummary> {
         self.lock().newest(limit, keep)
     }

@@ -70,7 +70,7 @@ fn spans_of_a_trace_are_kept_together_with_the_things_they_name() {
     assert_eq!(one.summary.start_unix_nanos, 1);
     assert_eq!(one.summary.end_unix_nanos, 3);
     let newest: Vec<_> = store
-        .newest(10, |_, _, _| true)
+        .newest(10, |_, _| true)
         .iter()
         .map(|s| s.trace_id)
         .collect();
@@ -148,6 +148,6 @@ fn one_trace_keeps_a_bounded_number_of_spans() {
 fn a_zero_budget_keeps_nothing() {
     let mut store = RecentSpans::new(0);
     store.push(span(1, 1, 1));
-    assert!(store.newest(10, |_, _, _| true).is_empty());
+    assert!(store.newest(10, |_, _| true).is_empty());
     assert_eq!(store.used(), 0);
 }

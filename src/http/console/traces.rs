@@ -117,8 +117,8 @@ pub async fn list(
     };
     let q = search.q.trim().to_lowercase();
     let admin = state.console.administers(&caller.principal);
-    let traces = store.newest(LIST_MAX, |id, things, spans| {
-        may_see(&caller.principal, admin, things) && matches(&q, id, things, spans)
+    let traces = store.newest(LIST_MAX, |summary, spans| {
+        may_see(&caller.principal, admin, &summary.things) && matches(&q, summary, spans)
     });
     no_store_json(&ListAnswer {
         kept: true,
@@ -177,10 +177,10 @@ pub fn may_see(principal: &Principal, admin: bool, things: &[Box<str>]) -> bool 
     things.iter().all(|t| principal.may(Access::Consume, t))
 }
 
-fn matches(q: &str, id: &[u8; 16], things: &[Box<str>], spans: &[StoredSpan]) -> bool {
+fn matches(q: &str, summary: &TraceSummary, spans: &[StoredSpan]) -> bool {
     q.is_empty()
-        || hex(id).starts_with(q)
-        || things.iter().any(|t| t.to_lowercase().contains(q))
+        || hex(&summary.trace_id).starts_with(q)
+        || summary.things.iter().any(|t| t.to_lowercase().contains(q))
         || spans.iter().any(|s| s.name().to_lowercase().contains(q))
 }
 

@@ -71,7 +71,7 @@ impl<'a> Hop<'a> {
     }
 
     /// In the order both sinks write them.
-    pub fn attributes(&self) -> impl Iterator<Item = (&'static str, Attr<'a>)> + '_ {
+    pub fn attributes(&self) -> impl Iterator<Item = (&'static str, Attr<'a>)> + Clone + '_ {
         let info = self.info;
         let hop = self.rpc.is_none();
         let rpc = self.rpc;

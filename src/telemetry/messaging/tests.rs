@@ -174,3 +174,83 @@ fn an_untraced_message_starts_a_sampled_trace() {
     assert_eq!(trace, spans[0].span_context.trace_id());
     assert!(flags.is_sampled());
 }
+
+/// Spans kept for the console only: recorded under the message's context,
+/// which goes on untouched; an untraced message starts no trace; an RPC
+/// call (the sidecar's own request) still does.
+#[test]
+fn kept_but_not_exported_spans_leave_messages_untouched() {
+    let store = crate::telemetry::recent::SpanStore::new(1 << 20);
+    let tracer = MessageTracer::new(Some(SpanSink::recent_only(store.clone())), true, false);
+    assert!(tracer.is_on());
+    let info = MessageInfo {
+        thing_id: Some("urn:w"),
+        ..MessageInfo::default()
+    };
+    let out = tracer.hop(
+        Operation::Publish,
+        "lmos/urn:w/events/e",
+        Some(&incoming("01")),
+        &info,
+        None,
+    );
+    assert_eq!(out, None, "the message goes on as it came");
+    let id = TraceId::from_hex(TRACE).unwrap().to_bytes();
+    let kept = store.trace(&id).expect("the span is kept");
+    assert_eq!(kept.spans.len(), 1);
+    assert_eq!(
+        kept.spans[0].parent_id,
+        Some(SpanId::from_hex(SPAN).unwrap().to_bytes())
+    );
+    assert!(kept.spans[0].parent_remote);
+    assert_eq!(kept.summary.things, vec![Box::from("urn:w")]);
+
+    let untraced = tracer.hop(Operation::Publish, "t", None, &info, None);
+    assert_eq!(untraced, None);
+    assert_eq!(store.newest(10, |_, _| true).len(), 1, "no new trace");
+
+    let rpc = tracer
+        .begin_rpc(None, None, "tools/call x")
+        .expect("a new trace");
+    let call = RpcInfo {
+        protocol: "mcp",
+        method: "tools/call",
+        target: "x",
+        request_id: None,
+        session_id: None,
+        protocol_version: None,
+        client: false,
+    };
+    tracer.end_rpc(&rpc, &call, None);
+    assert_eq!(store.newest(10, |_, _| true).len(), 2);
+}
+
+/// With an export, the store gets every span, those held back while the
+/// collector is down included.
+#[test]
+fn the_store_keeps_spans_that_a_failing_export_holds_back() {
+    let exporter = InMemorySpanExporter::default();
+    let counters = SpanCounters::default();
+    let store = crate::telemetry::recent::SpanStore::new(1 << 20);
+    let sink = SpanSink::new(Arc::new(SimpleSpanProcessor::new(exporter.clone())))
+        .with_counters(counters.clone())
+        .with_recent(store.clone());
+    let tracer = MessageTracer::new(Some(sink), true, false);
+    counters.set_failing(true);
+    for _ in 0..3 {
+        let out = tracer.hop(
+            Operation::Process,
+            "t",
+            Some(&incoming("01")),
+            &MessageInfo::default(),
+            None,
+        );
+        assert!(out.is_some(), "exported spans are parents downstream");
+    }
+    let id = TraceId::from_hex(TRACE).unwrap().to_bytes();
+    assert_eq!(store.trace(&id).unwrap().spans.len(), 3);
+    assert!(
+        exporter.get_finished_spans().unwrap().len() <= 1,
+        "a probe at most"
+    );
+}
