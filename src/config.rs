@@ -348,6 +348,14 @@ pub struct RequestsConfig {
     /// Invocations running at once; past it a new `invokeAction` is refused
     /// with a 429.
     pub max_running_invocations: usize,
+    /// Bytes of output chunks (and the statuses behind them) one streamed
+    /// invocation may hold for a consumer that granted no more credit
+    /// (`"stream": {"credit": N}`); past it the stream fails and the agent
+    /// is asked to cancel.
+    pub stream_hold_bytes: usize,
+    /// The same for all streamed invocations together: what consumers
+    /// that withhold credit can make the sidecar hold.
+    pub stream_hold_total_bytes: usize,
 }
 
 impl Default for RequestsConfig {
@@ -359,6 +367,8 @@ impl Default for RequestsConfig {
             finished_invocations: 1_000,
             invocation_retention_ms: 3_600_000,
             max_running_invocations: 10_000,
+            stream_hold_bytes: 1024 * 1024,
+            stream_hold_total_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -555,6 +555,7 @@ fn request_router(
         requests.invocation_retention(),
         requests.max_running_invocations,
     )
+    .with_stream_hold_bytes(requests.stream_hold_bytes, requests.stream_hold_total_bytes)
     .with_metrics(metrics.clone())
     .with_quotas(quotas)
     .with_store(store)

@@ -289,3 +289,74 @@ async fn an_mqtt_agent_gets_input_on_its_request_topic() {
     assert!(heard.gaps.is_empty());
     sidecar.stop().await;
 }
+
+/// Stream credit (`"stream": {"credit": N}`): the consumer gets N chunks,
+/// then nothing until it grants more (`actionInput` with `credit`), while
+/// the MQTT follower of the status topic gets the whole stream at once;
+/// granted again, it reads the rest in order, the end included.
+#[tokio::test]
+async fn a_consumer_granting_ten_chunks_gets_ten_until_it_grants_more() {
+    let sidecar = TestSidecar::start().await;
+    let topic = format!("lmos/{THING}/actions/speak/status/s-credit");
+    let Parties {
+        mut agent,
+        mut consumer,
+        mut follower,
+    } = sidecar.invocation_parties(THING, &topic).await;
+    consumer
+        .send(lmos(
+            THING,
+            "invokeAction",
+            json!({"action": "speak", "stream": {"credit": 10}, "correlationID": "s-credit"}),
+        ))
+        .await;
+    let request = agent.recv().await;
+    assert_eq!(
+        request["stream"]["credit"], 10,
+        "the agent learns the credit"
+    );
+    agent.send(status(&request, "pending", None)).await;
+    for i in 0..25 {
+        agent
+            .send(status(&request, "running", Some(Chunk::text(i, token(i)))))
+            .await;
+    }
+    agent
+        .send(status(&request, "completed", Some(Chunk::end(25))))
+        .await;
+    // Everything has passed the sidecar once the follower has it all.
+    let followed = read_mqtt(&mut follower, &topic).await;
+    assert_eq!(followed.payload, expected_text(25));
+
+    let mut read = Reassembler::default();
+    let mut chunks = 0;
+    while chunks < 10 {
+        let m = consumer.recv().await;
+        assert_eq!(m["correlationID"], "s-credit", "{m}");
+        read.feed(&m).unwrap();
+        chunks += u64::from(m.get("stream").is_some());
+    }
+    consumer.assert_nothing_pending().await;
+
+    let grant = |n: u64| {
+        lmos(
+            THING,
+            "actionInput",
+            json!({"action": "speak", "correlationID": "s-credit", "credit": n}),
+        )
+    };
+    consumer.send(grant(10)).await;
+    for _ in 0..10 {
+        read.feed(&consumer.recv().await).unwrap();
+    }
+    assert_eq!(read.chunks, 20);
+    consumer.assert_nothing_pending().await;
+    consumer.send(grant(100)).await;
+    while !read.ended() {
+        read.feed(&consumer.recv().await).unwrap();
+    }
+    assert_eq!(read.payload, expected_text(25));
+    assert!(read.gaps.is_empty(), "{:?}", read.gaps);
+    assert_eq!(read.ending, Some(Ending::Complete));
+    sidecar.stop().await;
+}

@@ -24,6 +24,23 @@ impl Requests {
         let Some(route) = self.find_invocation(&consumer, &message, &action) else {
             return self.no_invocation(consumer, &message, &action);
         };
+        if self.routes.get(&route).is_none() {
+            return self.no_invocation(consumer, &message, &action);
+        }
+        // A grant of stream credit, not a chunk of input (`credit.rs`):
+        // taken after the invocation ended too, for what is still held.
+        if let Some(credit) = message.extra.get(super::credit::CREDIT) {
+            if message.extra.contains_key(crate::lmos::stream::MEMBER) {
+                return refuse(
+                    ProblemKind::ConflictingMembers,
+                    "An actionInput either grants stream credit (`credit`) or carries a chunk of input (`stream`), not both.".into(),
+                );
+            }
+            return match super::credit::granted(Some(credit)) {
+                Ok(n) => self.grant(consumer, message, route, n.unwrap_or(0)),
+                Err(e) => refuse(ProblemKind::InvalidMember, e),
+            };
+        }
         let Some(p) = self.routes.get(&route) else {
             return self.no_invocation(consumer, &message, &action);
         };

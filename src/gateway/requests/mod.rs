@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio_util::time::delay_queue::{self, DelayQueue};
 
 mod asked;
+mod credit;
 mod finished;
 mod hosts;
 mod input;
@@ -181,6 +182,15 @@ pub struct Requests {
     metrics: Metrics,
     /// Input streams: the order of each invocation's `actionInput` chunks.
     inputs: HashMap<String, crate::lmos::stream::Sequencer>,
+    /// Output streams with credit, by route (`credit.rs`).
+    credits: HashMap<String, credit::Credit>,
+    /// `requests.stream_hold_bytes`: what one stream may hold past its
+    /// credit.
+    stream_hold_bytes: usize,
+    /// `requests.stream_hold_total_bytes`: what all streams together may
+    /// hold, and what they hold now.
+    stream_hold_total: usize,
+    held_total: usize,
     /// Where invocation records are kept across a restart (`records.rs`).
     records: Option<crate::store::Table>,
 }
@@ -224,8 +234,20 @@ impl Requests {
             foreign: ForeignRoutes::default(),
             metrics: Metrics::default(),
             inputs: HashMap::new(),
+            credits: HashMap::new(),
+            stream_hold_bytes: 1024 * 1024,
+            stream_hold_total: 64 * 1024 * 1024,
+            held_total: 0,
             records: None,
         }
+    }
+
+    /// What one output stream may hold past its consumer's credit, and
+    /// all of them together.
+    pub fn with_stream_hold_bytes(mut self, per_stream: usize, total: usize) -> Requests {
+        self.stream_hold_bytes = per_stream;
+        self.stream_hold_total = total;
+        self
     }
 
     /// How long an invocation may go without a sign of life from its agent
@@ -383,6 +405,10 @@ mod tests;
 
 #[cfg(test)]
 mod quota_tests;
+
+#[cfg(test)]
+#[path = "credit_router_tests.rs"]
+mod credit_router_tests;
 
 #[cfg(test)]
 mod record_tests;

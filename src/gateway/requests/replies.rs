@@ -8,6 +8,7 @@ use super::{Consumer, Effect, Kind, Requests, Timer};
 use crate::broker::Publication;
 use crate::directory::forms::status_href;
 use crate::lmos::splice::{json_string, Prepared};
+use crate::lmos::stream::Chunk;
 use crate::lmos::{is_terminal, Body, Message};
 
 /// An action status an agent sent for an invocation.
@@ -62,8 +63,11 @@ impl Requests {
         }
         let copy =
             Prepared::from_members(&prepared_map, thing).with(&json_string(&p.correlation), trace);
-        let mut effects = p.to_all(&copy);
-        match (&message.body, p.asked.kind()) {
+        let chunk = matches!(message.body, Body::ActionStatus { .. })
+            && matches!(Chunk::of(&message.extra), Ok(Some(c)) if !c.end);
+        let kind = p.asked.kind();
+        let mut effects = self.deliver(&route, &copy, chunk);
+        match (&message.body, kind) {
             (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
                 let status = InvocationStatus {
                     thing,

@@ -53,6 +53,19 @@ impl Requests {
                 )
             }
         };
+        // `"stream": {"credit": N}`: chunks paced by the consumer
+        // (`credit.rs`); checked before anything is forwarded.
+        let credit = match message.extra.get(crate::lmos::stream::MEMBER) {
+            Some(Value::Object(stream)) if kind == Kind::Invocation => {
+                match super::credit::granted(stream.get(super::credit::CREDIT)) {
+                    Ok(credit) => credit,
+                    Err(e) => {
+                        return error(ProblemKind::InvalidMember, format!("In `stream`: {e}"))
+                    }
+                }
+            }
+            _ => None,
+        };
         let (host, principal) = match self.admit(&consumer, kind, &thing) {
             Ok(admitted) => admitted,
             Err(problem) => {
@@ -102,6 +115,10 @@ impl Requests {
                 since: now,
             },
         );
+        if let Some(credit) = credit {
+            let credit = super::credit::Credit::new(credit, self.stream_hold_bytes);
+            self.credits.insert(route.clone(), credit);
+        }
         self.arm(Timer::Reply(route.clone()), wait);
         self.persist(&route);
         vec![self.to_host(host, &thing, message_type.as_str(), text)]

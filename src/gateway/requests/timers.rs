@@ -165,6 +165,7 @@ impl Requests {
     /// (the sidecar is stopping; see `records.rs`).
     pub(super) fn forget_in_memory(&mut self, route: &str) {
         self.inputs.remove(route);
+        self.drop_credit(route);
         self.disarm(&Timer::Reply(route.to_owned()));
         self.disarm(&Timer::Cancel(route.to_owned()));
         self.disarm(&Timer::Retain(route.to_owned()));
