@@ -24,7 +24,7 @@ impl Requests {
         let Some(route) = self.find_invocation(&consumer, &message, &action) else {
             return self.no_invocation(consumer, &message, &action);
         };
-        if self.routes.get(&route).is_none() {
+        if !self.routes.contains_key(&route) {
             return self.no_invocation(consumer, &message, &action);
         }
         // A grant of stream credit, not a chunk of input (`credit.rs`):
