@@ -12,6 +12,7 @@ mod a2a;
 mod a2a_tck;
 mod browser;
 mod cluster;
+mod cluster_streams;
 mod console;
 mod console_broker;
 mod console_history;

@@ -1,0 +1,116 @@
+//! Streams across sidecars (issue 48 item 4): the WeatherAgent's Thing on
+//! sidecar A, a consumer on sidecar B, linked in NATS's own protocol over a
+//! real 3-node cluster. A streamed answer crosses in order with nothing
+//! lost, to the WebSocket consumer and to an MQTT follower of the status
+//! topic, and stream credit holds across: B's consumer gets what it grants,
+//! and its grants reach the agent behind A.
+
+use lmos_testkit as common;
+use lmos_testkit::cluster_scenarios::{
+    bridged, one_at_a_time, register_weather, request_for_agent, Mode, WEATHER,
+};
+use lmos_testkit::nats::NatsCluster;
+
+use common::*;
+use lmos_sidecar::lmos::stream::{Chunk, Ending, Reassembler};
+use serde_json::{json, Value};
+
+fn status(request: &Value, status: &str, chunk: Option<Chunk>) -> Value {
+    let mut m = lmos(
+        WEATHER,
+        "actionStatus",
+        json!({"action": "getWeather", "status": status}),
+    );
+    m["correlationID"] = request["correlationID"].clone();
+    if let Some(c) = chunk {
+        m["stream"] = c.to_value();
+    }
+    m
+}
+
+fn token(i: u64) -> String {
+    format!("tok{i} ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_crosses_sidecars_in_order_with_its_credit() {
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(3).await;
+    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
+    let b = bridged(&cluster, 1, "b", Mode::Nats).await;
+    let mut agent = register_weather(&a).await;
+    wait_for_td(&b, WEATHER).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+
+    let topic = format!("lmos/{WEATHER}/actions/getWeather/status/st");
+    let mut follower = b.mqtt("b-follower").await;
+    follower.subscribe(&topic).await;
+    let mut consumer = b.ws().await;
+    consumer
+        .send(lmos(
+            WEATHER,
+            "invokeAction",
+            json!({"action": "getWeather", "input": {"question": "What is the weather in Oslo?", "interactionMode": "text"}, "stream": {"credit": 10}, "correlationID": "st"}),
+        ))
+        .await;
+    let request = request_for_agent(&mut agent, "invokeAction").await;
+    assert_eq!(request["stream"]["credit"], 10, "the credit crosses");
+
+    agent.send(status(&request, "pending", None)).await;
+    for i in 0..30 {
+        agent
+            .send(status(&request, "running", Some(Chunk::text(i, token(i)))))
+            .await;
+    }
+    let mut read = Reassembler::default();
+    while read.chunks < 10 {
+        let m = consumer.recv().await;
+        assert_eq!(m["correlationID"], "st", "{m}");
+        read.feed(&m).unwrap();
+    }
+    // The follower of B's status topic is not paced: it has all 30 once
+    // they crossed, and B's consumer still no more than its 10.
+    let mut followed = Reassembler::default();
+    while followed.chunks < 30 {
+        let (t, m, _) = follower.recv_json().await;
+        assert_eq!(t, topic);
+        followed.feed(&m).unwrap();
+    }
+    consumer.assert_nothing_pending().await;
+
+    consumer
+        .send(lmos(
+            WEATHER,
+            "actionInput",
+            json!({"action": "getWeather", "correlationID": "st", "credit": 25}),
+        ))
+        .await;
+    let grant = request_for_agent(&mut agent, "actionInput").await;
+    assert_eq!(grant["credit"], 25, "the grant reaches the agent behind A");
+    assert_eq!(grant["correlationID"], request["correlationID"]);
+    for i in 30..35 {
+        agent
+            .send(status(&request, "running", Some(Chunk::text(i, token(i)))))
+            .await;
+    }
+    agent
+        .send(status(&request, "completed", Some(Chunk::end(35))))
+        .await;
+    while !read.ended() {
+        let m = consumer.recv().await;
+        assert_eq!(m["correlationID"], "st", "{m}");
+        read.feed(&m).unwrap();
+    }
+    let expected: String = (0..35).map(token).collect();
+    assert_eq!(read.payload, expected.as_bytes());
+    assert!(read.gaps.is_empty(), "{:?}", read.gaps);
+    assert_eq!(read.ending, Some(Ending::Complete));
+    while !followed.ended() {
+        let (_, m, _) = follower.recv_json().await;
+        followed.feed(&m).unwrap();
+    }
+    assert_eq!(followed.payload, expected.as_bytes());
+    assert!(followed.gaps.is_empty());
+    b.stop().await;
+    a.stop().await;
+}
