@@ -6,14 +6,18 @@
 //!
 //! `cargo bench --bench streaming`; settings: STREAM_CHUNKS per row (20000),
 //! STREAM_BYTES payload bytes per chunk (64), STREAM_ROUNDS rows per mode
-//! (1).
+//! (1), STREAM_MODES a comma list (text,base64,events,across).
 //!
 //! Modes, each on a fresh sidecar:
 //! - `stream text`: `actionStatus` `running` with `stream: {seq, data,
 //!   contentType: text/plain}`, ended by `completed` with `stream.end`;
 //! - `stream base64`: the same with binary payloads (an audio frame) as
 //!   base64 (`contentEncoding`): a third more on the wire;
-//! - `events`: `event` messages whose `data` is the same text.
+//! - `events`: `event` messages whose `data` is the same text;
+//! - `stream across`: `stream text` with the agent on sidecar A and both
+//!   receivers on sidecar B, the sidecars linked in NATS's own protocol
+//!   through a one-node NATS (`nats-server` on PATH): what crossing costs a
+//!   stream.
 //!
 //! The agent writes as fast as its WebSocket takes (flushing every 64
 //! messages): the sidecar's bounded command queue pushes back on its reads.
@@ -49,6 +53,9 @@ enum Mode {
     Text,
     Base64,
     Events,
+    /// Text chunks from an agent on one sidecar to receivers on another,
+    /// the two linked over NATS.
+    Across,
 }
 
 impl Mode {
@@ -57,6 +64,7 @@ impl Mode {
             Mode::Text => "stream text",
             Mode::Base64 => "stream base64",
             Mode::Events => "events",
+            Mode::Across => "stream across",
         }
     }
 }
@@ -84,9 +92,10 @@ fn main() -> Result<()> {
         "{:<14} {:<10} {:>8} {:>6} {:>11} {:>12} {:>12}",
         "mode", "receiver", "msgs", "lost", "msgs/s", "payload B/s", "wire B/s"
     );
+    let modes = modes()?;
     runtime.block_on(async {
         for _ in 0..rounds {
-            for mode in [Mode::Text, Mode::Base64, Mode::Events] {
+            for &mode in &modes {
                 match row(mode, chunks, bytes).await {
                     Ok(rows) => {
                         for (receiver, start, got) in rows {
@@ -114,6 +123,24 @@ fn main() -> Result<()> {
         }
     });
     Ok(())
+}
+
+/// STREAM_MODES, e.g. `text,across`; all when unset.
+fn modes() -> Result<Vec<Mode>> {
+    let all = [Mode::Text, Mode::Base64, Mode::Events, Mode::Across];
+    let Ok(list) = std::env::var("STREAM_MODES") else {
+        return Ok(all.to_vec());
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let short = |m: Mode| m.name().rsplit(' ').next().unwrap_or_default().to_owned();
+            all.into_iter()
+                .find(|m| short(*m) == s || m.name() == s)
+                .with_context(|| format!("STREAM_MODES: unknown `{s}`; use text, base64, events, across"))
+        })
+        .collect()
 }
 
 fn config() -> Result<Config> {
@@ -147,18 +174,99 @@ async fn next_json(ws: &mut Ws) -> Result<Value> {
     }
 }
 
-/// One mode on a fresh sidecar: (receiver, start, what it got).
-async fn row(mode: Mode, n: u64, bytes: usize) -> Result<Vec<(&'static str, u64, Got)>> {
-    let app = Application::build(config()?).await?;
-    let ws_url = format!("ws://{}/lmos", app.http_addr());
-    let mqtt = app.mqtt_addr();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(app.run(async move {
-        let _ = stopped.await;
-    }));
+/// Where the agent and the receivers are: one sidecar, or (`across`) the
+/// agent on sidecar A and the receivers on sidecar B, linked in NATS's own
+/// protocol through a one-node NATS (`nats-server` on PATH).
+struct Places {
+    agent_ws: String,
+    receivers_ws: String,
+    receivers_mqtt: std::net::SocketAddr,
+    /// The receivers' sidecar, to know when it has learnt the agent.
+    receivers: lmos_sidecar::gateway::Gateway,
+    running: Vec<(oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>)>,
+    _nats: Option<lmos_testkit::nats::NatsCluster>,
+}
 
-    let mut agent = ws(&format!("{ws_url}?host={THING}")).await?;
-    let mut consumer = ws(&ws_url).await?;
+impl Places {
+    async fn start(across: bool) -> Result<Places> {
+        let nats = if across {
+            Some(lmos_testkit::nats::NatsCluster::start(1).await)
+        } else {
+            None
+        };
+        let mut configs = vec![config()?];
+        if let Some(cluster) = &nats {
+            configs.push(config()?);
+            for (i, c) in configs.iter_mut().enumerate() {
+                c.cluster.url = format!("nats://{}", cluster.client_addr(0));
+                c.cluster.mode = lmos_sidecar::config::ClusterMode::Nats;
+                c.sidecar.thing_id = format!("urn:bench:sidecar-{i}");
+            }
+        }
+        let mut apps = Vec::new();
+        for c in configs {
+            apps.push(Application::build(c).await?);
+        }
+        let ws_url = |app: &Application| format!("ws://{}/lmos", app.http_addr());
+        let last = apps.len() - 1;
+        let (agent_ws, receivers_ws) = (ws_url(&apps[0]), ws_url(&apps[last]));
+        let (receivers_mqtt, receivers) = (apps[last].mqtt_addr(), apps[last].gateway());
+        let http: Vec<_> = apps.iter().map(Application::http_addr).collect();
+        let mut running = Vec::new();
+        for app in apps {
+            let (stop, stopped) = oneshot::channel::<()>();
+            let task = tokio::spawn(app.run(async move {
+                let _ = stopped.await;
+            }));
+            running.push((stop, task));
+        }
+        // A linked sidecar is ready once its link subscribed in NATS.
+        for addr in http {
+            let deadline = Instant::now() + 3 * STALL;
+            while lmos_testkit::http(addr, "GET", "/readyz", None, b"").await.body != "ready\n" {
+                if Instant::now() > deadline {
+                    bail!("sidecar {addr} not ready");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(Places {
+            agent_ws,
+            receivers_ws,
+            receivers_mqtt,
+            receivers,
+            running,
+            _nats: nats,
+        })
+    }
+
+    /// Until the receivers' sidecar routes to the agent.
+    async fn hosted(&self) -> Result<()> {
+        let deadline = Instant::now() + 3 * STALL;
+        while self.receivers.stats().await.hosted_things == 0 {
+            if Instant::now() > deadline {
+                bail!("the receivers' sidecar never learnt the agent");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    async fn stop(self) {
+        for (stop, task) in self.running.into_iter().rev() {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+    }
+}
+
+/// One mode on fresh sidecars: (receiver, start, what it got).
+async fn row(mode: Mode, n: u64, bytes: usize) -> Result<Vec<(&'static str, u64, Got)>> {
+    let places = Places::start(mode == Mode::Across).await?;
+    let mqtt = places.receivers_mqtt;
+    let mut agent = ws(&format!("{}?host={THING}", places.agent_ws)).await?;
+    places.hosted().await?;
+    let mut consumer = ws(&places.receivers_ws).await?;
     let topic = match mode {
         Mode::Events => format!("lmos/{THING}/events/tok"),
         _ => format!("lmos/{THING}/actions/speak/status/bench"),
@@ -263,8 +371,7 @@ async fn row(mode: Mode, n: u64, bytes: usize) -> Result<Vec<(&'static str, u64,
     let ws_got = ws_receiver.await.context("WebSocket receiver")?;
     let mqtt_got = mqtt_receiver.await.context("MQTT receiver")?;
     drop(follower);
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), running).await;
+    places.stop().await;
     Ok(vec![
         ("websocket", start, ws_got),
         ("mqtt", start, mqtt_got),
@@ -282,7 +389,7 @@ fn message(mode: Mode, route: Option<&Value>, i: u64, bytes: usize) -> String {
     match mode {
         Mode::Events => json!({"thingID": THING, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": "event", "event": "tok", "data": {"seq": i, "text": String::from_utf8(data).unwrap()}, "timestamp": "2025-01-01T00:00:00Z"}),
         _ => {
-            let chunk = if mode == Mode::Text {
+            let chunk = if mode != Mode::Base64 {
                 Chunk::text(i, String::from_utf8(data).unwrap())
             } else {
                 Chunk::binary(i, "audio/L16;rate=8000", &data)

@@ -504,14 +504,16 @@ impl Carrier {
         }
         // Where to acknowledge an answer another sidecar sent.
         let mut ack = None;
-        let local = match kind {
-            Kind::LiveEvent => None, // taken above
-            Kind::Broadcast => self.broadcast(message),
+        let local: Vec<ToLocal> = match kind {
+            Kind::LiveEvent => Vec::new(), // taken above
+            Kind::Broadcast => self.broadcast(message).into_iter().collect(),
             Kind::Request => {
                 let subject = message.subject.as_str();
                 let reply = message.reply.as_ref().map(|r| r.as_str());
                 self.relay
                     .request_from_nats(subject, reply, message.payload)
+                    .into_iter()
+                    .collect()
             }
             Kind::Inbox => self.inbox(message, &mut ack),
             Kind::Sync => {
@@ -520,7 +522,7 @@ impl Carrier {
                         let _ = self.client.publish(subject, payload).await;
                     }
                 }
-                None
+                Vec::new()
             }
         };
         if !self.hand_to_broker(local).await {
@@ -558,7 +560,9 @@ impl Carrier {
         &mut self,
         message: async_nats::Message,
         ack: &mut Option<async_nats::Subject>,
-    ) -> Option<ToLocal> {
+    ) -> Vec<ToLocal> {
+        let now = std::time::Instant::now();
+        let mut local = self.relay.overdue_answers(now);
         let subject = message.subject.as_str();
         let no_responders = message.status == Some(StatusCode::NO_RESPONDERS);
         let seq = message
@@ -568,7 +572,9 @@ impl Carrier {
             .and_then(|v| v.as_str().parse::<u64>().ok());
         let result = match seq {
             Some(seq) => {
-                let taken = self.relay.answer_from_inbox(subject, message.payload, seq);
+                let taken = self
+                    .relay
+                    .answer_from_inbox(subject, message.payload, seq, now);
                 if taken.is_ok() {
                     *ack = message.reply.clone();
                 }
@@ -577,12 +583,13 @@ impl Carrier {
             None => self
                 .relay
                 .from_inbox(subject, message.payload, no_responders)
-                .map(Some),
+                .map(|m| vec![m]),
         };
-        result.unwrap_or_else(|e| {
-            debug!(error = %e, "Ignored a NATS message on the inbox.");
-            None
-        })
+        match result {
+            Ok(answers) => local.extend(answers),
+            Err(e) => debug!(error = %e, "Ignored a NATS message on the inbox."),
+        }
+        local
     }
 
     /// Publishes what came from NATS into the embedded broker, in order,

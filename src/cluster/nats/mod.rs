@@ -13,6 +13,7 @@ pub mod jetstream;
 pub mod kv;
 pub mod link;
 pub mod options;
+mod ordered;
 pub mod relay;
 pub mod subjects;
 

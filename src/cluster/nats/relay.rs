@@ -16,11 +16,13 @@
 //!   is kept here, as this sidecar published it, and handed to a sidecar
 //!   that asks on the sync subject when its link comes up.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
 
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::ordered::{self, Ordered};
 use super::subjects::{self, SubjectError};
 use crate::lmos::{Body, Problem, ProblemKind};
 use crate::topics::{Route, Topics};
@@ -76,27 +78,6 @@ pub struct ToLocal {
     pub retain: bool,
 }
 
-/// Numbers taken: all up to `upto`, and those above it in `above` (answers
-/// overtaken by a later one).
-#[derive(Debug, Default)]
-struct Taken {
-    upto: u64,
-    above: BTreeSet<u64>,
-}
-
-impl Taken {
-    /// Whether `seq` is new; it is taken from now on.
-    fn take(&mut self, seq: u64) -> bool {
-        if seq <= self.upto || !self.above.insert(seq) {
-            return false;
-        }
-        while self.above.remove(&(self.upto + 1)) {
-            self.upto += 1;
-        }
-        true
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
     reply: String,
@@ -120,8 +101,11 @@ pub struct Relay {
     retained: HashMap<String, Bytes>,
     /// Route → the answers taken from another sidecar (their `seq`), so a
     /// repeat is dropped; the oldest routes are forgotten first.
-    answered: HashMap<String, Taken>,
+    answered: HashMap<String, Ordered<(String, Bytes)>>,
     answered_order: VecDeque<String>,
+    /// Routes whose answers wait behind a gap, by when they began to: the
+    /// waits a sweep may have to give up ([`Relay::overdue_answers`]).
+    holding: VecDeque<(Instant, String)>,
     /// Events go through JetStream, retained state to the buckets too.
     jetstream: bool,
 }
@@ -153,6 +137,7 @@ impl Relay {
             retained: HashMap::new(),
             answered: HashMap::new(),
             answered_order: VecDeque::new(),
+            holding: VecDeque::new(),
             jetstream: false,
         }
     }
@@ -401,18 +386,21 @@ impl Relay {
     }
 
     /// An answer another sidecar sent for a route of this one's, numbered
-    /// `seq`: as [`Relay::from_inbox`], or `None` for a repeat of one taken
-    /// already (its acknowledgement was lost on the way back).
+    /// `seq`, at `now`: as [`Relay::from_inbox`], with the route's answers
+    /// handed on in their numbers' order (`ordered.rs`); nothing for a
+    /// repeat of one taken already (its acknowledgement was lost on the
+    /// way back) or one that waits for an earlier one.
     pub fn answer_from_inbox(
         &mut self,
         subject: &str,
         payload: Bytes,
         seq: u64,
-    ) -> Result<Option<ToLocal>, SubjectError> {
+        now: Instant,
+    ) -> Result<Vec<ToLocal>, SubjectError> {
         let rest = subjects::topic_under(&self.inbox, subject)?;
         let route = rest.split_once('/').map(|(route, _)| route.to_owned());
         let Some(route) = route else {
-            return self.from_inbox(subject, payload, false).map(Some);
+            return Ok(vec![self.from_inbox(subject, payload, false)?]);
         };
         if !self.answered.contains_key(&route) {
             self.answered_order.push_back(route.clone());
@@ -425,10 +413,45 @@ impl Relay {
                 }
             }
         }
-        if !self.answered.entry(route).or_default().take(seq) {
-            return Ok(None);
+        let ordered = self.answered.entry(route.clone()).or_default();
+        let was_holding = ordered.is_holding();
+        let size = payload.len();
+        let out = ordered.offer(seq, (subject.to_owned(), payload), size, now);
+        if ordered.is_holding() && !was_holding {
+            self.holding.push_back((now, route));
         }
-        self.from_inbox(subject, payload, false).map(Some)
+        self.local(out)
+    }
+
+    /// The answers that waited past [`ordered::HOLD_WAIT`] for a gap that
+    /// did not fill while no further answer of their route came: handed on
+    /// in order, the gap given up. The carrier asks at every inbox message.
+    pub fn overdue_answers(&mut self, now: Instant) -> Vec<ToLocal> {
+        let mut out = Vec::new();
+        while let Some((since, route)) = self.holding.front() {
+            if now.duration_since(*since) < ordered::HOLD_WAIT {
+                break;
+            }
+            let route = route.clone();
+            self.holding.pop_front();
+            let Some(ordered) = self.answered.get_mut(&route) else {
+                continue;
+            };
+            if ordered.overdue(now) {
+                out.extend(ordered.give_up());
+            } else if ordered.is_holding() {
+                // It moved on since, and waits for a later gap.
+                self.holding.push_back((now, route));
+            }
+        }
+        self.local(out).unwrap_or_default()
+    }
+
+    fn local(&self, answers: Vec<(String, Bytes)>) -> Result<Vec<ToLocal>, SubjectError> {
+        answers
+            .into_iter()
+            .map(|(subject, payload)| self.from_inbox(&subject, payload, false))
+            .collect()
     }
 
     /// This sidecar's retained state, for another sidecar's inbox.

@@ -106,12 +106,22 @@ fn a_request_crosses_as_a_nats_request_and_its_answers_come_back_to_the_asker_on
     );
     // Numbered answers: each taken once, a repeat (its acknowledgement
     // lost) dropped, the next one taken.
-    let taken = |b: &mut Relay, seq| b.answer_from_inbox(reply, status("running"), seq).unwrap();
-    assert!(taken(&mut b, 1).is_some());
-    assert!(taken(&mut b, 1).is_none(), "a repeat");
-    assert!(taken(&mut b, 3).is_some(), "overtaking 2");
-    assert!(taken(&mut b, 2).is_some(), "2 repeated after a loss");
-    assert!(taken(&mut b, 2).is_none() && taken(&mut b, 3).is_none());
+    let now = std::time::Instant::now();
+    let taken = |b: &mut Relay, seq| {
+        b.answer_from_inbox(reply, status("running"), seq, now)
+            .unwrap()
+            .len()
+    };
+    assert_eq!(taken(&mut b, 1), 1);
+    assert_eq!(taken(&mut b, 1), 0, "a repeat");
+    assert_eq!(taken(&mut b, 3), 0, "3 waits for 2");
+    assert_eq!(taken(&mut b, 2), 2, "2 repeated after a loss, then 3");
+    assert!(taken(&mut b, 2) == 0 && taken(&mut b, 3) == 0);
+    // A gap that does not fill is given up after the wait.
+    assert_eq!(taken(&mut b, 5), 0);
+    assert!(b.overdue_answers(now).is_empty());
+    let later = now + super::super::ordered::HOLD_WAIT;
+    assert_eq!(b.overdue_answers(later).len(), 1, "5, without 4");
     // No one took it: the asker's router hears 503.
     let back = b.from_inbox(reply, Bytes::new(), true).unwrap();
     let problem: Value = serde_json::from_slice(&back.payload).unwrap();
