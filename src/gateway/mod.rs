@@ -14,6 +14,7 @@ mod decide;
 mod dispatcher;
 mod effects;
 mod foreign;
+mod frame;
 pub mod history;
 mod http_consumers;
 mod inbound;

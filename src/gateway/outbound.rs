@@ -20,78 +20,14 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::budget::Budget;
 
-use crate::lmos::splice::Prepared;
-
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SlowConsumerPolicy;
 
+pub use super::frame::{Frame, RecipientCopy};
 pub use super::slow::TooSlow;
 use super::slow::{Bounds, PER_MESSAGE};
-
-/// What the dispatcher queues for a connection.
-#[derive(Debug)]
-pub enum Frame {
-    /// A message as it goes out.
-    Text(Utf8Bytes),
-    /// One recipient's copy of a fanned-out event or reading, written out
-    /// by the connection. The dispatcher, one task for every consumer,
-    /// hands over shared parts only; each copy's text is allocated and freed
-    /// on the connection's thread. Written by the dispatcher, each copy was
-    /// freed on another thread than the one that allocated it, and the
-    /// allocator's locks were a tenth of a WebSocket fan-out's CPU (issue 16).
-    Copy(RecipientCopy),
-}
-
-/// See [`Frame::Copy`].
-#[derive(Debug)]
-pub struct RecipientCopy {
-    pub prepared: Arc<Prepared>,
-    /// The recipient's correlation ID, already JSON-encoded.
-    pub correlation: Arc<str>,
-    /// The fan-out's own `traceparent`, when tracing gave it one.
-    pub traceparent: Option<Arc<str>>,
-}
-
-impl RecipientCopy {
-    pub fn text(&self) -> String {
-        self.prepared
-            .with(&self.correlation, self.traceparent.as_deref())
-    }
-}
-
-impl Frame {
-    /// About the bytes it takes on the wire: what its queue counts. A
-    /// fanned-out copy shares its message with the other recipients' until
-    /// written, so this may count more than the memory held, never less
-    /// than what the connection will hold once it writes it.
-    pub fn wire_len(&self) -> usize {
-        match self {
-            Frame::Text(text) => text.len(),
-            Frame::Copy(copy) => {
-                copy.prepared.heap_bytes()
-                    + copy.correlation.len()
-                    + copy.traceparent.as_ref().map_or(0, |t| t.len())
-                    + 32
-            }
-        }
-    }
-
-    pub fn into_text(self) -> Utf8Bytes {
-        match self {
-            Frame::Text(text) => text,
-            Frame::Copy(copy) => copy.text().into(),
-        }
-    }
-}
-
-impl From<String> for Frame {
-    fn from(text: String) -> Frame {
-        Frame::Text(text.into())
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Offer {
@@ -120,8 +56,9 @@ pub struct Account {
     last_taken: AtomicU64,
     /// A [`TooSlow`] + 1 once found too slow; 0 until then.
     too_slow: AtomicU8,
-    /// Never closed for the global budget: a queue the sidecar drains
-    /// itself (an HTTP binding consumer's), which nothing could reopen.
+    /// Never closed for the global budget nor for a stall: a queue the
+    /// sidecar drains itself (an HTTP binding consumer's, an in-process
+    /// agent's), which nothing could reopen.
     exempt: AtomicBool,
     global: Arc<Budget>,
 }
@@ -328,11 +265,15 @@ impl Outbound {
         let mut bytes = self.account.queued();
         let mut messages = self.account.messages.load(Ordering::Relaxed);
         let (bytes_before, messages_before) = (bytes, messages);
-        // Once per batch: one relaxed load, only for a queue not empty.
+        // Once per batch: one relaxed load, only for a queue not empty. A
+        // queue the sidecar drains itself (an in-process agent's, an HTTP
+        // binding's) is not a consumer that stopped reading: it may be busy
+        // with the request it took for longer than a network peer may.
         let stalled = bytes_before > 0
             && self
                 .bounds
-                .stalled(bytes_before, self.account.last_taken(), now);
+                .stalled(bytes_before, self.account.last_taken(), now)
+            && self.account.sheddable();
         batch.retain(|q| {
             if offered.end.is_some() {
                 return false;

@@ -165,3 +165,12 @@ async fn under_drop_a_stalled_queue_drops_the_newest_until_it_moves() {
     assert_eq!(out.offer(text("d")), Offer::Queued, "it moved");
     assert_eq!(texts(&mut inbox), ["d"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_the_sidecar_drains_itself_never_stalls() {
+    let (out, _inbox) = channel(&stalling(SlowConsumerPolicy::Disconnect));
+    out.account().exempt();
+    assert_eq!(out.offer(text("a")), Offer::Queued);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert_eq!(out.offer(text("b")), Offer::Queued);
+}
