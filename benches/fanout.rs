@@ -23,7 +23,8 @@
 //! rumqttd ignore), FANOUT_STARVE a count of busy loops (or `cores`) to
 //! run the consumers CPU-starved beside them, at nice 19 (see
 //! `fanout/starve.rs`; run `FANOUT_SCENARIOS=ws,mqtt` for the WebSocket and
-//! MQTT rows in the same run). Tracing modes:
+//! MQTT rows in the same run), FANOUT_WS_QUEUE the gateway's
+//! `outbound_queue` (1024 was its default before issue 48). Tracing modes:
 //! - off: no OTLP endpoint;
 //! - collector: OTLP/gRPC to a receiver in this process (its own thread and
 //!   runtime) that counts the spans it gets, reading each request in place;
@@ -851,6 +852,7 @@ async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
     config.topics.value_topics = env_or("FANOUT_VALUE_TOPICS", 1) != 0;
     config.gateway.read_buffer_size =
         env_or("FANOUT_WS_READ_BUFFER", config.gateway.read_buffer_size);
+    config.gateway.outbound_queue = env_or("FANOUT_WS_QUEUE", config.gateway.outbound_queue);
     if *AUTH {
         use lmos_sidecar::config::{Grants, HttpScheme, PrincipalConfig};
         config.http.authentication = vec![HttpScheme::Basic];
@@ -1139,6 +1141,9 @@ async fn bench() -> Result<()> {
         "CPU per delivery, sidecar MQTT / bare rumqttd:      {}",
         ratio(cpu("sidecar MQTT", "off"), cpu("bare rumqttd", "-"))
     );
+    if starved.is_some() {
+        println!("{}", starve::peak_rss());
+    }
     Ok(())
 }
 

@@ -97,3 +97,14 @@ pub fn spawn_consumer<T: Send + 'static>(
 ) -> tokio::task::JoinHandle<T> {
     consumers().spawn(task)
 }
+
+/// The process's peak RSS (every row's sidecar, the clients and the bench
+/// together): what the consumers' queues held at most is below it.
+pub fn peak_rss() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let peak = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .map_or("unknown".to_owned(), |v| v.trim().to_owned());
+    format!("peak RSS of the whole run (VmHWM): {peak}")
+}

@@ -54,7 +54,7 @@ pub struct Account {
     /// stalled. Without the second, a consumer idle for a minute would look
     /// stalled to the second message of the next burst.
     last_taken: AtomicU64,
-    /// A [`TooSlow`] + 1 once found too slow; 0 until then.
+    /// A [`TooSlow::code`] once found too slow; 0 until then.
     too_slow: AtomicU8,
     /// Never closed for the global budget nor for a stall: a queue the
     /// sidecar drains itself (an HTTP binding consumer's, an in-process
@@ -140,7 +140,7 @@ impl Queued {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Offered {
     pub queued: usize,
-    /// Dropped for the `drop` policy (the newest: these).
+    /// Dropped for the `drop` policy: the newest, these being offered.
     pub dropped: usize,
     /// The connection is closing (`Disconnected`, `Closed`): nothing after
     /// this was queued.
