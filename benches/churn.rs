@@ -12,7 +12,8 @@
 //! CHURN_RATE events per second (5000), CHURN_WS stable WebSocket consumers
 //! (32), CHURN_MQTT stable MQTT subscribers (32), CHURN_CHURNERS (8),
 //! CHURN_SCENARIO `churn` or `slow`, CHURN_QUEUE the gateway's
-//! `outbound_queue` (its default, 1024).
+//! `outbound_queue` (its default, a safety cap the byte budget,
+//! `outbound_queue_bytes`, comes before).
 //!
 //! **churn**: one Thing's event `tick`, each event with a sequence number
 //! and its send time. A publisher sends CHURN_RATE events per second: nine
@@ -44,7 +45,7 @@
 //! (baseline), with it under `gateway.slow_consumer = "drop"`, and under
 //! `"disconnect"`. Prints RSS every second and the fast consumers' latency
 //! against the baseline: memory stays bounded by the slow connection's
-//! outbound queue (`gateway.outbound_queue` messages) plus the socket
+//! outbound queue (`gateway.outbound_queue_bytes`) plus the socket
 //! buffers, and the others do not notice.
 
 use lmos_testkit::bench as support;
@@ -1083,11 +1084,13 @@ async fn slow_scenario() -> Result<bool> {
         runs.push(slow_run(name, policy).await?);
     }
     let queue = env_or("CHURN_QUEUE", Config::default().gateway.outbound_queue);
+    let queue_bytes = Config::default().gateway.outbound_queue_bytes;
+    // Each message counts its bytes and 64 more in the byte budget.
+    let each = sample + 40 + 64;
     println!();
     println!(
-        "bound: the slow connection holds at most gateway.outbound_queue = {queue} queued messages of about {} bytes = {:.2} MiB (plus one write batch of 64 and the kernel's socket buffers, outside RSS)",
-        sample + 40,
-        (queue * (sample + 40)) as f64 / (1024.0 * 1024.0)
+        "bound: the slow connection holds at most gateway.outbound_queue_bytes = {queue_bytes} bytes or gateway.outbound_queue = {queue} messages of about {each} bytes, whichever is less = {:.2} MiB (plus one write batch of 64 and the kernel's socket buffers, outside RSS)",
+        (queue * each).min(queue_bytes) as f64 / (1024.0 * 1024.0)
     );
     let m = &Config::default().mqtt;
     println!(

@@ -20,7 +20,11 @@
 //! authentication on the sidecar (HTTP Basic on the WebSocket handshake,
 //! username and password on MQTT; one principal granted everything; every
 //! client of every row sends the credentials, which Mosquitto and the bare
-//! rumqttd ignore). Tracing modes:
+//! rumqttd ignore), FANOUT_STARVE a count of busy loops (or `cores`) to
+//! run the consumers CPU-starved beside them, at nice 19 (see
+//! `fanout/starve.rs`; run `FANOUT_SCENARIOS=ws,mqtt` for the WebSocket and
+//! MQTT rows in the same run), FANOUT_WS_QUEUE the gateway's
+//! `outbound_queue` (1024 was its default before issue 48). Tracing modes:
 //! - off: no OTLP endpoint and no recent spans kept
 //!   (`tracing.recent_spans_bytes = 0`): no spans at all;
 //! - recent: no OTLP endpoint, the recent spans kept for the console (the
@@ -53,6 +57,9 @@
 //! printed under the row.
 
 use lmos_testkit::bench as support;
+
+#[path = "fanout/starve.rs"]
+mod starve;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -335,10 +342,19 @@ async fn scenario(
     let mut feeds = Vec::new();
     for i in 0..n {
         let id = format!("{tag}-sub-{i}");
+        // Connected where they will read (FANOUT_STARVE).
         let feed = match via {
-            Via::Lmos(url) => ws_consumer(url).await,
-            Via::MqttWs(url) => mqtt_ws_consumer(url, &id, qos).await,
-            Via::Mqtt => mqtt_consumer(broker, &id, qos).await,
+            Via::Lmos(url) => {
+                let url = url.to_owned();
+                starve::on_consumers(async move { ws_consumer(&url).await }).await?
+            }
+            Via::MqttWs(url) => {
+                let url = url.to_owned();
+                starve::on_consumers(async move { mqtt_ws_consumer(&url, &id, qos).await }).await?
+            }
+            Via::Mqtt => {
+                starve::on_consumers(async move { mqtt_consumer(broker, &id, qos).await }).await?
+            }
         };
         feeds.push(feed.with_context(|| format!("consumer {i}"))?);
     }
@@ -363,7 +379,7 @@ async fn scenario(
     };
     let (start_ns, deadline) = (now_ns(), Deadline::now() + DEADLINE);
     let cpu_start = cpu_seconds();
-    let spawn = |feed| tokio::spawn(receive(m, deadline, STALL, feed));
+    let spawn = |feed| starve::spawn_consumer(receive(m, deadline, STALL, feed));
     let readers: Vec<_> = feeds.into_iter().map(spawn).collect();
     let published = timeout(DEADLINE, async {
         for seq in 0..m {
@@ -846,6 +862,7 @@ async fn start_sidecar(mode: Mode) -> Result<(Application, Option<Collector>)> {
     config.topics.value_topics = env_or("FANOUT_VALUE_TOPICS", 1) != 0;
     config.gateway.read_buffer_size =
         env_or("FANOUT_WS_READ_BUFFER", config.gateway.read_buffer_size);
+    config.gateway.outbound_queue = env_or("FANOUT_WS_QUEUE", config.gateway.outbound_queue);
     if *AUTH {
         use lmos_sidecar::config::{Grants, HttpScheme, PrincipalConfig};
         config.http.authentication = vec![HttpScheme::Basic];
@@ -1012,6 +1029,10 @@ async fn bench() -> Result<()> {
     let Load { qos, n, m, ref pad } = load;
     let selected = Scenario::selected()?;
     let runs = env_or("FANOUT_RUNS", 1).max(1);
+    let starved = starve::start()?;
+    if let Some((_, about)) = &starved {
+        println!("{about}");
+    }
     println!("fan-out: {n} consumers x {m} messages, {} bytes of padding, a traceparent each; publisher and MQTT subscribers at {qos:?}, {INFLIGHT} in flight; {runs} run(s) of each row, interleaved", pad.len());
     // The peers start once and serve every run.
     let mosquitto = if selected.contains(&Scenario::Mosquitto) {
@@ -1134,6 +1155,9 @@ async fn bench() -> Result<()> {
         "CPU per delivery, sidecar MQTT / bare rumqttd:      {}",
         ratio(cpu("sidecar MQTT", "off"), cpu("bare rumqttd", "-"))
     );
+    if starved.is_some() {
+        println!("{}", starve::peak_rss());
+    }
     Ok(())
 }
 

@@ -138,7 +138,9 @@ fn modes() -> Result<Vec<Mode>> {
             let short = |m: Mode| m.name().rsplit(' ').next().unwrap_or_default().to_owned();
             all.into_iter()
                 .find(|m| short(*m) == s || m.name() == s)
-                .with_context(|| format!("STREAM_MODES: unknown `{s}`; use text, base64, events, across"))
+                .with_context(|| {
+                    format!("STREAM_MODES: unknown `{s}`; use text, base64, events, across")
+                })
         })
         .collect()
 }
@@ -183,7 +185,10 @@ struct Places {
     receivers_mqtt: std::net::SocketAddr,
     /// The receivers' sidecar, to know when it has learnt the agent.
     receivers: lmos_sidecar::gateway::Gateway,
-    running: Vec<(oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>)>,
+    running: Vec<(
+        oneshot::Sender<()>,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    )>,
     _nats: Option<lmos_testkit::nats::NatsCluster>,
 }
 
@@ -223,7 +228,11 @@ impl Places {
         // A linked sidecar is ready once its link subscribed in NATS.
         for addr in http {
             let deadline = Instant::now() + 3 * STALL;
-            while lmos_testkit::http(addr, "GET", "/readyz", None, b"").await.body != "ready\n" {
+            while lmos_testkit::http(addr, "GET", "/readyz", None, b"")
+                .await
+                .body
+                != "ready\n"
+            {
                 if Instant::now() > deadline {
                     bail!("sidecar {addr} not ready");
                 }

@@ -267,14 +267,18 @@ pub enum HttpScheme {
     Bearer,
 }
 
-/// What happens to a WebSocket consumer whose outbound queue is full.
+/// What happens to a WebSocket consumer that is too slow: its outbound
+/// queue past `outbound_queue_bytes`, or not moved for
+/// `outbound_stall_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SlowConsumerPolicy {
     /// Close the connection (code 1013, with a reason) so the consumer knows
     /// it missed messages and can reconnect; other consumers are unaffected.
     Disconnect,
-    /// Drop the messages that do not fit and keep the connection.
+    /// Drop the newest messages (those that do not fit, or all while the
+    /// queue is stalled) and keep the connection.
+    #[serde(alias = "drop_newest")]
     Drop,
 }
 
@@ -284,11 +288,16 @@ pub struct GatewayConfig {
     /// Largest WebSocket message accepted, in bytes.
     pub max_message_size: usize,
     /// Messages queued per WebSocket connection before the slow-consumer
-    /// policy applies.
+    /// policy applies: a safety cap only, far above what the byte budget
+    /// lets through at its default (bytes and time are the policy).
     pub outbound_queue: usize,
     /// Bytes queued per WebSocket connection before the slow-consumer
-    /// policy applies (whichever of this and `outbound_queue` comes first).
+    /// policy applies, each message counted with 64 bytes on top of its own.
     pub outbound_queue_bytes: usize,
+    /// A WebSocket connection whose queue holds messages and has had none
+    /// taken off it for this long is too slow (the slow-consumer policy
+    /// applies at the next message for it), in ms; 0: never.
+    pub outbound_stall_ms: u64,
     /// Bytes queued for all WebSocket connections together; past it the
     /// connection with the most queued is closed (1013).
     pub max_outbound_bytes: usize,
@@ -315,8 +324,10 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             max_message_size: 1024 * 1024,
-            outbound_queue: 1024,
+            // Past 16 MiB / 64 bytes: the byte budget comes first.
+            outbound_queue: 1_048_576,
             outbound_queue_bytes: 16 * 1024 * 1024,
+            outbound_stall_ms: 30_000,
             max_outbound_bytes: 1024 * 1024 * 1024,
             max_inbound_bytes: 256 * 1024 * 1024,
             slow_consumer: SlowConsumerPolicy::Disconnect,

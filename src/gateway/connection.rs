@@ -161,6 +161,8 @@ where
             warn!(
                 queue = config.outbound_queue,
                 queue_bytes = config.outbound_queue_bytes,
+                stall_ms = config.outbound_stall_ms,
+                why = ?why,
                 "Disconnecting slow consumer."
             );
         }
@@ -168,6 +170,12 @@ where
             Some(TooSlow::Budget) => {
                 // A close reason holds at most 123 bytes.
                 return "Slow consumer: outbound memory budget full (gateway.max_outbound_bytes); reconnect and subscribe again.".to_owned();
+            }
+            Some(TooSlow::Stalled) => {
+                return format!(
+                    "Slow consumer: nothing taken off its queue for {} ms; reconnect and subscribe again.",
+                    config.outbound_stall_ms
+                );
             }
             Some(TooSlow::Bytes) => format!("{} bytes", config.outbound_queue_bytes),
             _ => format!("{} messages", config.outbound_queue),

@@ -14,6 +14,7 @@ mod decide;
 mod dispatcher;
 mod effects;
 mod foreign;
+mod frame;
 pub mod history;
 mod http_consumers;
 mod inbound;
@@ -21,6 +22,7 @@ pub mod metered;
 mod outbound;
 mod published;
 mod requests;
+mod slow;
 pub mod subscriptions;
 
 pub(crate) use dispatcher::parse_agent_replies;
@@ -160,8 +162,11 @@ impl Gateway {
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let budgets = budget::Budgets::new(&metrics, &config, &history);
         let queue_limits = outbound::QueueLimits {
-            messages: config.outbound_queue,
-            bytes: config.outbound_queue_bytes,
+            bounds: slow::Bounds {
+                messages: config.outbound_queue,
+                bytes: config.outbound_queue_bytes,
+                stall_ms: config.outbound_stall_ms,
+            },
             policy: config.slow_consumer,
             global: budgets.outbound.clone(),
             bytes_hits: metrics.budget_hit_counter("outbound_per_connection"),

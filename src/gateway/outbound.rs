@@ -1,11 +1,13 @@
 //! The bounded queue between the dispatcher and one WebSocket connection.
 //!
 //! The dispatcher never waits on a consumer: it offers each message and, when
-//! the queue is full, applies the slow-consumer policy to that consumer only.
-//! Full is `outbound_queue` messages or `outbound_queue_bytes` bytes,
-//! whichever comes first; every queue's bytes also count in the gateway's
-//! `max_outbound_bytes` budget (see [`super::dispatcher`], which closes the
-//! connection with the most queued when it is reached).
+//! the consumer is too slow, applies the slow-consumer policy to that
+//! consumer only. Too slow is its queue past `outbound_queue_bytes` (each
+//! message counted with [`PER_MESSAGE`] on top of its bytes) or not moved
+//! for `outbound_stall_ms` (see [`super::slow`]); every queue's bytes also
+//! count in the gateway's `max_outbound_bytes` budget (see
+//! [`super::dispatcher`], which closes the slowest connection when it is
+//! reached).
 //!
 //! Messages go over in batches (a dispatcher turn's for the connection),
 //! counted once per batch: a channel operation and three shared counters per
@@ -18,75 +20,14 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::budget::Budget;
 
-use crate::lmos::splice::Prepared;
-
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SlowConsumerPolicy;
 
-/// What the dispatcher queues for a connection.
-#[derive(Debug)]
-pub enum Frame {
-    /// A message as it goes out.
-    Text(Utf8Bytes),
-    /// One recipient's copy of a fanned-out event or reading, written out
-    /// by the connection. The dispatcher, one task for every consumer,
-    /// hands over shared parts only; each copy's text is allocated and freed
-    /// on the connection's thread. Written by the dispatcher, each copy was
-    /// freed on another thread than the one that allocated it, and the
-    /// allocator's locks were a tenth of a WebSocket fan-out's CPU (issue 16).
-    Copy(RecipientCopy),
-}
-
-/// See [`Frame::Copy`].
-#[derive(Debug)]
-pub struct RecipientCopy {
-    pub prepared: Arc<Prepared>,
-    /// The recipient's correlation ID, already JSON-encoded.
-    pub correlation: Arc<str>,
-    /// The fan-out's own `traceparent`, when tracing gave it one.
-    pub traceparent: Option<Arc<str>>,
-}
-
-impl RecipientCopy {
-    pub fn text(&self) -> String {
-        self.prepared
-            .with(&self.correlation, self.traceparent.as_deref())
-    }
-}
-
-impl Frame {
-    /// About the bytes it takes on the wire: what its queue counts. A
-    /// fanned-out copy shares its message with the other recipients' until
-    /// written, so this may count more than the memory held, never less
-    /// than what the connection will hold once it writes it.
-    pub fn wire_len(&self) -> usize {
-        match self {
-            Frame::Text(text) => text.len(),
-            Frame::Copy(copy) => {
-                copy.prepared.heap_bytes()
-                    + copy.correlation.len()
-                    + copy.traceparent.as_ref().map_or(0, |t| t.len())
-                    + 32
-            }
-        }
-    }
-
-    pub fn into_text(self) -> Utf8Bytes {
-        match self {
-            Frame::Text(text) => text,
-            Frame::Copy(copy) => copy.text().into(),
-        }
-    }
-}
-
-impl From<String> for Frame {
-    fn from(text: String) -> Frame {
-        Frame::Text(text.into())
-    }
-}
+pub use super::frame::{Frame, RecipientCopy};
+pub use super::slow::TooSlow;
+use super::slow::{Bounds, PER_MESSAGE};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Offer {
@@ -99,18 +40,6 @@ pub enum Offer {
     Closed,
 }
 
-/// Why a connection was found too slow, for its close frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TooSlow {
-    /// `outbound_queue` messages waiting.
-    Messages,
-    /// `outbound_queue_bytes` bytes waiting.
-    Bytes,
-    /// The gateway's `max_outbound_bytes` was reached and this connection
-    /// had the most queued.
-    Budget,
-}
-
 /// What a queue holds, shared by both its ends.
 #[derive(Debug)]
 pub struct Account {
@@ -118,14 +47,18 @@ pub struct Account {
     queued: AtomicUsize,
     /// Messages queued.
     messages: AtomicUsize,
-    /// When the connection last took a message off its queue (or was
-    /// opened), on the global budget's clock: the one that has not for the
-    /// longest is the slowest.
+    /// When the queue last moved, on the global budget's clock: the
+    /// connection took messages off it (or was opened), or the dispatcher
+    /// found it empty and queued onto it. The one that has not moved for the
+    /// longest is the slowest; one that has not for `outbound_stall_ms` is
+    /// stalled. Without the second, a consumer idle for a minute would look
+    /// stalled to the second message of the next burst.
     last_taken: AtomicU64,
-    /// A [`TooSlow`] + 1 once found too slow; 0 until then.
+    /// A [`TooSlow::code`] once found too slow; 0 until then.
     too_slow: AtomicU8,
-    /// Never closed for the global budget: a queue the sidecar drains
-    /// itself (an HTTP binding consumer's), which nothing could reopen.
+    /// Never closed for the global budget nor for a stall: a queue the
+    /// sidecar drains itself (an HTTP binding consumer's, an in-process
+    /// agent's), which nothing could reopen.
     exempt: AtomicBool,
     global: Arc<Budget>,
 }
@@ -174,27 +107,18 @@ impl Account {
     }
 
     pub fn too_slow(&self) -> Option<TooSlow> {
-        match self.too_slow.load(Ordering::Relaxed) {
-            1 => Some(TooSlow::Messages),
-            2 => Some(TooSlow::Bytes),
-            3 => Some(TooSlow::Budget),
-            _ => None,
-        }
+        TooSlow::from_code(self.too_slow.load(Ordering::Relaxed))
     }
 
     fn set_too_slow(&self, why: TooSlow) {
-        let code = match why {
-            TooSlow::Messages => 1,
-            TooSlow::Bytes => 2,
-            TooSlow::Budget => 3,
-        };
         let _ = self
             .too_slow
-            .compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+            .compare_exchange(0, why.code(), Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
-/// A frame in a queue, with the bytes it counts as.
+/// A frame in a queue, with the bytes it counts as: its own and
+/// [`PER_MESSAGE`] for its place in the queue.
 #[derive(Debug)]
 pub struct Queued {
     frame: Frame,
@@ -203,7 +127,7 @@ pub struct Queued {
 
 impl Queued {
     pub fn new(frame: Frame) -> Queued {
-        let bytes = frame.wire_len();
+        let bytes = frame.wire_len() + PER_MESSAGE;
         Queued { frame, bytes }
     }
 
@@ -216,7 +140,7 @@ impl Queued {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Offered {
     pub queued: usize,
-    /// Dropped for the `drop` policy.
+    /// Dropped for the `drop` policy: the newest, these being offered.
     pub dropped: usize,
     /// The connection is closing (`Disconnected`, `Closed`): nothing after
     /// this was queued.
@@ -226,8 +150,7 @@ pub struct Offered {
 /// How a connection's queue is bounded.
 #[derive(Debug, Clone)]
 pub struct QueueLimits {
-    pub messages: usize,
-    pub bytes: usize,
+    pub bounds: Bounds,
     pub policy: SlowConsumerPolicy,
     /// The gateway's `max_outbound_bytes`.
     pub global: Arc<Budget>,
@@ -241,8 +164,11 @@ impl QueueLimits {
     pub fn messages_only(messages: usize, policy: SlowConsumerPolicy) -> QueueLimits {
         let metrics = crate::telemetry::metrics::Metrics::new();
         QueueLimits {
-            messages,
-            bytes: usize::MAX,
+            bounds: Bounds {
+                messages,
+                bytes: usize::MAX,
+                stall_ms: 0,
+            },
             policy,
             global: Arc::new(Budget::new(&metrics, "outbound", "k", "e", usize::MAX)),
             bytes_hits: metrics.budget_hit_counter("outbound_per_connection"),
@@ -255,8 +181,7 @@ impl QueueLimits {
 pub struct Outbound {
     tx: mpsc::UnboundedSender<Vec<Queued>>,
     policy: SlowConsumerPolicy,
-    max_messages: usize,
-    max_bytes: usize,
+    bounds: Bounds,
     bytes_hits: Counter,
     /// Cancelled when the consumer is too slow under the disconnect policy.
     too_slow: CancellationToken,
@@ -299,8 +224,7 @@ pub fn channel(limits: &QueueLimits) -> (Outbound, Inbox) {
         Outbound {
             tx,
             policy: limits.policy,
-            max_messages: limits.messages,
-            max_bytes: limits.bytes,
+            bounds: limits.bounds,
             bytes_hits: limits.bytes_hits.clone(),
             too_slow: too_slow.clone(),
             dropped: dropped.clone(),
@@ -320,7 +244,8 @@ pub fn channel(limits: &QueueLimits) -> (Outbound, Inbox) {
 
 impl Outbound {
     pub fn offer(&self, frame: Frame) -> Offer {
-        let offered = self.offer_batch(vec![Queued::new(frame)]);
+        let now = self.account.global.now_ms();
+        let offered = self.offer_batch(vec![Queued::new(frame)], now);
         match offered.end {
             Some(end) => end,
             None if offered.dropped > 0 => Offer::Dropped,
@@ -329,29 +254,38 @@ impl Outbound {
     }
 
     /// Offers frames in their order, each against the queue as the ones
-    /// before it left it; the policy applies to each that does not fit.
-    /// Once the connection is to close, the rest go nowhere.
-    pub fn offer_batch(&self, mut batch: Vec<Queued>) -> Offered {
+    /// before it left it; the policy applies to each that does not fit, or
+    /// to all when the queue has stalled. Once the connection is to close,
+    /// the rest go nowhere. `now` is the budget's clock ([`Budget::now_ms`]),
+    /// read once per dispatcher turn, not per message.
+    pub fn offer_batch(&self, mut batch: Vec<Queued>, now: u64) -> Offered {
         let mut offered = Offered::default();
         // What the queue holds as far as this batch knows: the connection
         // may take some meanwhile, which only makes room.
         let mut bytes = self.account.queued();
         let mut messages = self.account.messages.load(Ordering::Relaxed);
         let (bytes_before, messages_before) = (bytes, messages);
+        // Once per batch: one relaxed load, only for a queue not empty. A
+        // queue the sidecar drains itself (an in-process agent's, an HTTP
+        // binding's) is not a consumer that stopped reading: it may be busy
+        // with the request it took for longer than a network peer may.
+        let stalled = bytes_before > 0
+            && self
+                .bounds
+                .stalled(bytes_before, self.account.last_taken(), now)
+            && self.account.sheddable();
         batch.retain(|q| {
             if offered.end.is_some() {
                 return false;
             }
-            // A message larger than the whole budget still goes to an
-            // empty queue: the message size limits bound it.
-            let why = if bytes > 0 && bytes.saturating_add(q.bytes) > self.max_bytes {
-                self.bytes_hits.inc();
-                Some(TooSlow::Bytes)
-            } else if messages >= self.max_messages {
-                Some(TooSlow::Messages)
+            let why = if stalled {
+                Some(TooSlow::Stalled)
             } else {
-                None
+                self.bounds.full(bytes, messages, q.bytes)
             };
+            if why == Some(TooSlow::Bytes) {
+                self.bytes_hits.inc();
+            }
             match why.map(|why| self.full(why)) {
                 None => {
                     bytes = bytes.saturating_add(q.bytes);
@@ -372,6 +306,10 @@ impl Outbound {
             return offered;
         }
         let (bytes, messages) = (bytes - bytes_before, messages - messages_before);
+        if bytes_before == 0 {
+            // The stall clock starts when there is something to take.
+            self.account.last_taken.store(now, Ordering::Relaxed);
+        }
         self.account.count(bytes, messages);
         match self.tx.send(batch) {
             Ok(()) => offered.queued = messages,

@@ -1,13 +1,23 @@
 //! Tests of `gateway/outbound.rs`.
 
+use std::time::Duration;
+
 use super::*;
 use crate::telemetry::metrics::Metrics;
+
+/// What a message of `len` bytes counts as.
+const fn cost(len: usize) -> usize {
+    len + PER_MESSAGE
+}
 
 fn limits(messages: usize, bytes: usize, policy: SlowConsumerPolicy) -> QueueLimits {
     let metrics = Metrics::new();
     QueueLimits {
-        messages,
-        bytes,
+        bounds: Bounds {
+            messages,
+            bytes,
+            stall_ms: 0,
+        },
         policy,
         global: Arc::new(Budget::new(&metrics, "outbound", "k", "e", 1 << 30)),
         bytes_hits: metrics.budget_hit_counter("outbound_per_connection"),
@@ -40,17 +50,17 @@ async fn bytes_fill_a_queue_too_and_are_given_back() {
         out.offer(String::from("0123456789ab").into()),
         Offer::Queued
     );
-    assert_eq!(l.global.used(), 12);
+    assert_eq!(l.global.used(), cost(12));
     assert_eq!(out.offer(String::from("c").into()), Offer::Disconnected);
     assert_eq!(inbox.account.too_slow(), Some(TooSlow::Bytes));
     assert_eq!(l.bytes_hits.get(), 1);
     assert!(inbox.recv().await.is_some());
     // Given back at the end of the batch.
-    assert_eq!(inbox.account.queued(), 12);
+    assert_eq!(inbox.account.queued(), cost(12));
     assert!(inbox.try_recv().is_none());
     assert_eq!(inbox.account.queued(), 0);
     assert_eq!(out.offer(String::from("de").into()), Offer::Queued);
-    assert_eq!(l.global.used(), 2);
+    assert_eq!(l.global.used(), cost(2));
     drop(inbox);
     assert_eq!(l.global.used(), 0);
 }
@@ -72,17 +82,20 @@ fn batch(texts: &[&str]) -> Vec<Queued> {
 fn a_batch_is_offered_message_by_message_in_order() {
     let l = limits(3, 1000, SlowConsumerPolicy::Drop);
     let (out, mut inbox) = channel(&l);
-    let offered = out.offer_batch(batch(&["a", "b", "c", "d", "e"]));
+    let offered = out.offer_batch(batch(&["a", "b", "c", "d", "e"]), 1);
     assert_eq!((offered.queued, offered.dropped, offered.end), (3, 2, None));
     assert_eq!(inbox.dropped.load(Ordering::Relaxed), 2);
-    assert_eq!((inbox.account.queued(), l.global.used()), (3, 3));
+    assert_eq!(
+        (inbox.account.queued(), l.global.used()),
+        (3 * cost(1), 3 * cost(1))
+    );
     assert_eq!(texts(&mut inbox), ["a", "b", "c"]);
     assert_eq!((inbox.account.queued(), l.global.used()), (0, 0));
 
     // Bytes: the first always fits an empty queue; the policy closes.
     let l = limits(100, 4, SlowConsumerPolicy::Disconnect);
     let (out, mut inbox) = channel(&l);
-    let offered = out.offer_batch(batch(&["12345", "6", "7"]));
+    let offered = out.offer_batch(batch(&["12345", "6", "7"]), 1);
     assert_eq!(offered.end, Some(Offer::Disconnected));
     assert_eq!(offered.queued, 1, "what came before the full one is queued");
     assert_eq!(inbox.account.too_slow(), Some(TooSlow::Bytes));
@@ -93,14 +106,71 @@ fn a_batch_is_offered_message_by_message_in_order() {
 async fn messages_count_until_the_connection_asks_for_more() {
     let l = limits(2, 1000, SlowConsumerPolicy::Drop);
     let (out, mut inbox) = channel(&l);
-    assert_eq!(out.offer_batch(batch(&["a", "b"])).queued, 2);
+    assert_eq!(out.offer_batch(batch(&["a", "b"]), 1).queued, 2);
     assert_eq!(inbox.recv().await.unwrap().into_text().as_str(), "a");
     // Taken, not yet written: still counted.
     assert_eq!(out.offer(String::from("c").into()), Offer::Dropped);
     assert!(inbox.try_recv().is_some());
     assert!(inbox.try_recv().is_none(), "the end of a batch gives back");
-    assert_eq!(out.offer_batch(batch(&["d", "e"])).queued, 2);
+    assert_eq!(out.offer_batch(batch(&["d", "e"]), 1).queued, 2);
     drop(inbox);
     assert_eq!(l.global.used(), 0, "what was still queued no longer counts");
     assert_eq!(out.offer(String::from("f").into()), Offer::Closed);
+}
+
+#[test]
+fn a_message_slot_costs_no_more_than_it_is_counted() {
+    assert!(std::mem::size_of::<Queued>() <= PER_MESSAGE);
+}
+
+fn text(t: &str) -> Frame {
+    String::from(t).into()
+}
+
+fn stalling(policy: SlowConsumerPolicy) -> QueueLimits {
+    let mut l = limits(1_000_000, 1 << 20, policy);
+    l.bounds.stall_ms = 30_000;
+    l
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_that_does_not_move_for_the_stall_time_is_too_slow() {
+    let (out, mut inbox) = channel(&stalling(SlowConsumerPolicy::Disconnect));
+    // Idle for longer than the stall time: an empty queue is not stalled,
+    // and a burst starts its clock.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert_eq!(out.offer(text("a")), Offer::Queued);
+    assert_eq!(out.offer(text("b")), Offer::Queued);
+    tokio::time::advance(Duration::from_secs(29)).await;
+    // Taking one is a move.
+    assert!(inbox.recv().await.is_some());
+    tokio::time::advance(Duration::from_secs(29)).await;
+    assert_eq!(out.offer(text("c")), Offer::Queued);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(out.offer(text("d")), Offer::Disconnected);
+    assert_eq!(inbox.account.too_slow(), Some(TooSlow::Stalled));
+    assert!(inbox.too_slow.is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_drop_a_stalled_queue_drops_the_newest_until_it_moves() {
+    let l = stalling(SlowConsumerPolicy::Drop);
+    let (out, mut inbox) = channel(&l);
+    assert_eq!(out.offer(text("a")), Offer::Queued);
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let offered = out.offer_batch(batch(&["b", "c"]), l.global.now_ms());
+    assert_eq!((offered.queued, offered.dropped), (0, 2));
+    assert_eq!(inbox.account.too_slow(), None, "still connected");
+    assert_eq!(texts(&mut inbox), ["a"]);
+    assert_eq!(out.offer(text("d")), Offer::Queued, "it moved");
+    assert_eq!(texts(&mut inbox), ["d"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_the_sidecar_drains_itself_never_stalls() {
+    let (out, _inbox) = channel(&stalling(SlowConsumerPolicy::Disconnect));
+    out.account().exempt();
+    assert_eq!(out.offer(text("a")), Offer::Queued);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert_eq!(out.offer(text("b")), Offer::Queued);
 }

@@ -175,8 +175,16 @@ mod tests {
         assert!(!o.overdue(start + HOLD_WAIT / 2));
         assert!(offer(&mut o, 4, start + HOLD_WAIT / 2).is_empty());
         assert!(o.overdue(start + HOLD_WAIT));
-        assert_eq!(offer(&mut o, 6, start + HOLD_WAIT), [3, 4, 6], "5 given up too");
-        assert_eq!(offer(&mut o, 2, start + HOLD_WAIT), [2], "late, as it comes");
+        assert_eq!(
+            offer(&mut o, 6, start + HOLD_WAIT),
+            [3, 4, 6],
+            "5 given up too"
+        );
+        assert_eq!(
+            offer(&mut o, 2, start + HOLD_WAIT),
+            [2],
+            "late, as it comes"
+        );
         assert_eq!(offer(&mut o, 7, start + HOLD_WAIT), [7]);
         assert_eq!(offer(&mut o, 5, start + HOLD_WAIT), [5]);
     }

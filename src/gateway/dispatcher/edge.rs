@@ -101,6 +101,8 @@ impl Handoff {
         let mut held = std::mem::take(&mut self.held);
         // Stable: each connection's frames keep their order.
         held.sort_by_key(|(conn, _)| *conn);
+        // One clock read for all the queues' stall checks.
+        let now = self.global.now_ms();
         let mut frames = held.drain(..);
         while let Some((conn, first)) = frames.next() {
             let run = 1 + frames
@@ -111,7 +113,7 @@ impl Handoff {
             let mut batch = Vec::with_capacity(run);
             batch.push(Queued::new(first));
             batch.extend(frames.by_ref().take(run - 1).map(|(_, f)| Queued::new(f)));
-            self.offer_now(conn, batch);
+            self.offer_now(conn, batch, now);
         }
         drop(frames);
         self.held = held;
@@ -119,7 +121,8 @@ impl Handoff {
 
     fn offer(&mut self, conn: ConnId, frame: Frame) {
         if !self.holding {
-            return self.offer_now(conn, vec![Queued::new(frame)]);
+            let now = self.global.now_ms();
+            return self.offer_now(conn, vec![Queued::new(frame)], now);
         }
         self.held.push((conn, frame));
         if self.held.len() >= HELD {
@@ -127,8 +130,8 @@ impl Handoff {
         }
     }
 
-    /// Offers a connection its frames, in order.
-    fn offer_now(&mut self, conn: ConnId, batch: Vec<Queued>) {
+    /// Offers a connection its frames, in order; `now` on the budget's clock.
+    fn offer_now(&mut self, conn: ConnId, batch: Vec<Queued>, now: u64) {
         let bytes = batch.iter().map(Queued::bytes).sum();
         if self.global.would_exceed(bytes) {
             self.shed(bytes);
@@ -137,7 +140,7 @@ impl Handoff {
             // Gone, or it was the slowest.
             return;
         };
-        let offered = outbound.offer_batch(batch);
+        let offered = outbound.offer_batch(batch, now);
         for _ in 0..offered.dropped {
             self.metrics.dropped("slow_consumer");
         }
@@ -155,8 +158,8 @@ impl Handoff {
     }
 
     /// `gateway.max_outbound_bytes` is reached: closes the slowest
-    /// consumers (of those with bytes queued, the ones that took nothing off
-    /// their queue for longest; the most queued first among equals) until
+    /// consumers (of those with bytes queued, the ones whose queue has not
+    /// moved for longest; the most queued first among equals) until
     /// `bytes` more fit, counting what the ones already closing will give
     /// back. Not the most queued alone: a consumer that reads may hold a
     /// burst for a moment while the paused ones' first megabytes sit in
