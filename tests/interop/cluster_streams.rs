@@ -114,3 +114,59 @@ async fn a_stream_crosses_sidecars_in_order_with_its_credit() {
     b.stop().await;
     a.stop().await;
 }
+
+/// A flood of chunks across, without credit: every chunk reaches B's
+/// consumer and follower, in order, the end last. Each answer crosses as a
+/// NATS request of its own, repeated until acknowledged, so under a flood
+/// a repeated chunk arrives after later ones; B hands them on in their
+/// numbers' order (before, the streaming bench lost 3 to 5 % of 20 000
+/// chunks this way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_chunks_crosses_in_order_with_nothing_lost() {
+    const N: u64 = 5_000;
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(3).await;
+    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
+    let b = bridged(&cluster, 1, "b", Mode::Nats).await;
+    let mut agent = register_weather(&a).await;
+    wait_for_td(&b, WEATHER).await;
+    wait_for_stats(&b, |s| s.hosted_things == 1).await;
+    let topic = format!("lmos/{WEATHER}/actions/getWeather/status/flood");
+    let mut follower = b.mqtt("b-flood-follower").await;
+    follower.subscribe(&topic).await;
+    let mut consumer = b.ws().await;
+    consumer
+        .send(lmos(
+            WEATHER,
+            "invokeAction",
+            json!({"action": "getWeather", "input": {"question": "What is the weather in Oslo?", "interactionMode": "text"}, "stream": true, "correlationID": "flood"}),
+        ))
+        .await;
+    let request = request_for_agent(&mut agent, "invokeAction").await;
+    for i in 0..N {
+        agent
+            .send(status(&request, "running", Some(Chunk::text(i, token(i)))))
+            .await;
+    }
+    agent
+        .send(status(&request, "completed", Some(Chunk::end(N))))
+        .await;
+    let expected: String = (0..N).map(token).collect();
+    let mut read = Reassembler::default();
+    while !read.ended() {
+        read.feed(&consumer.recv().await).unwrap();
+    }
+    let mut followed = Reassembler::default();
+    while !followed.ended() {
+        let (_, m, _) = follower.recv_json().await;
+        followed.feed(&m).unwrap();
+    }
+    for r in [read, followed] {
+        assert!(r.gaps.is_empty(), "{:?}", r.gaps);
+        assert_eq!(r.chunks, N);
+        assert_eq!(r.payload, expected.as_bytes());
+        assert_eq!(r.ending, Some(Ending::Complete));
+    }
+    b.stop().await;
+    a.stop().await;
+}
