@@ -1,6 +1,8 @@
 //! `mqtt.max_client_id_length` (issue 43): a kept session writes its
 //! client ID into the key of every publication queued for it, so a longer
 //! ID than the bound is refused at CONNECT, in each version's own words.
+//! So is an ID with a character the embedded broker reserves (`/`, `+`,
+//! `#`, `$`), which was answered "server unavailable" before.
 
 use lmos_testkit as common;
 
@@ -54,6 +56,30 @@ async fn a_client_id_one_byte_past_the_bound_is_refused_and_one_at_it_connects()
     mqtt5::connect5(sidecar.mqtt5, &at, true, &Props::new()).await;
 
     assert_eq!(mqtt_limit_hits(&sidecar, "max_client_id_length").await, 2);
+}
+
+#[tokio::test]
+async fn a_client_id_with_a_reserved_character_is_refused_in_clear_words() {
+    let sidecar = TestSidecar::start().await;
+    for id in ["app/device-1", "a+b", "a#b", "$sys-like"] {
+        let name = id.to_owned();
+        let refused = mqtt_refusal(sidecar.mqtt, move |o| {
+            o.set_client_id(name);
+        })
+        .await;
+        assert_eq!(refused, Some(ConnectReturnCode::BadClientId), "{id}");
+        let mut client = Client::open(sidecar.mqtt5).await;
+        client.send(&mqtt5::connect(id, true, &Props::new())).await;
+        let ack = mqtt5::connack(&client.recv().await.expect("a CONNACK"));
+        assert_eq!(ack.reason, 0x85, "{id}: {ack:?}");
+        let why = ack.props.text_of(REASON_STRING).unwrap_or_default();
+        assert!(why.contains("may not contain"), "{why}");
+    }
+    // Other characters are anyone's: the broker takes them.
+    let fine = mqtt_refusal(sidecar.mqtt, |o| {
+        o.set_client_id("app:device-1.é_ü@x".into());
+    });
+    assert_eq!(fine.await, None);
 }
 
 #[tokio::test]

@@ -94,6 +94,10 @@ where
         client_id_too_long(shared, &connect, client_tx).await;
         return None;
     }
+    if connect.client_id.contains(RESERVED_IN_CLIENT_IDS) {
+        client_id_reserved(&connect, client_tx).await;
+        return None;
+    }
     let span = tracing::Span::current();
     span.record("client_id", connect.client_id.as_str());
     let refuse = |v4: u8, v5: u8| refusal(version, v4, v5);
@@ -312,6 +316,28 @@ async fn client_id_too_long<W: AsyncWrite + Unpin>(
             Version::V5,
             CLIENT_IDENTIFIER_NOT_VALID,
             &format!("client ID longer than {limit} bytes (mqtt.max_client_id_length)"),
+        ),
+    };
+    farewell(client_tx, &ack).await;
+}
+
+/// Characters the embedded broker does not take in a client ID (rumqttd
+/// keeps them for its tenants' prefixes): a client naming itself with one
+/// was dropped by the router, and its CONNECT answered "server
+/// unavailable", which clients retry forever.
+pub(super) const RESERVED_IN_CLIENT_IDS: [char; 4] = ['/', '+', '#', '$'];
+
+/// Refuses a CONNECT whose client ID has a [`RESERVED_IN_CLIENT_IDS`]
+/// character, saying so: MQTT 5 0x85 Client Identifier not valid, 3.1.1
+/// identifier rejected (a client does not retry that one unchanged).
+async fn client_id_reserved<W: AsyncWrite + Unpin>(connect: &Connect, client_tx: &mut W) {
+    debug!("Refused an MQTT connection whose client ID has a character the broker reserves.");
+    let ack = match connect.version {
+        Version::V4 => packet::connack(Version::V4, V4_IDENTIFIER_REJECTED),
+        Version::V5 => packet::connack_saying(
+            Version::V5,
+            CLIENT_IDENTIFIER_NOT_VALID,
+            "a client ID may not contain '/', '+', '#' or '$'",
         ),
     };
     farewell(client_tx, &ack).await;
