@@ -32,28 +32,60 @@ fn token(i: u64) -> String {
     format!("tok{i} ")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_crosses_sidecars_in_order_with_its_credit() {
-    let _alone = one_at_a_time().await;
-    let cluster = NatsCluster::start(3).await;
-    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
-    let b = bridged(&cluster, 1, "b", Mode::Nats).await;
+/// Sidecar A with the agent, sidecar B with a WebSocket consumer and an
+/// MQTT follower of the invocation's status topic, and the invocation as
+/// the agent got it.
+struct Across {
+    a: TestSidecar,
+    b: TestSidecar,
+    agent: WsClient,
+    follower: MqttClient,
+    consumer: WsClient,
+    request: Value,
+}
+
+/// B's consumer invokes `getWeather` as `correlation` with `stream`.
+async fn invoked_across(cluster: &NatsCluster, correlation: &str, stream: Value) -> Across {
+    let a = bridged(cluster, 0, "a", Mode::Nats).await;
+    let b = bridged(cluster, 1, "b", Mode::Nats).await;
     let mut agent = register_weather(&a).await;
     wait_for_td(&b, WEATHER).await;
     wait_for_stats(&b, |s| s.hosted_things == 1).await;
-
-    let topic = format!("lmos/{WEATHER}/actions/getWeather/status/st");
-    let mut follower = b.mqtt("b-follower").await;
+    let topic = format!("lmos/{WEATHER}/actions/getWeather/status/{correlation}");
+    let mut follower = b.mqtt(&format!("b-follower-{correlation}")).await;
     follower.subscribe(&topic).await;
     let mut consumer = b.ws().await;
     consumer
         .send(lmos(
             WEATHER,
             "invokeAction",
-            json!({"action": "getWeather", "input": {"question": "What is the weather in Oslo?", "interactionMode": "text"}, "stream": {"credit": 10}, "correlationID": "st"}),
+            json!({"action": "getWeather", "input": {"question": "What is the weather in Oslo?", "interactionMode": "text"}, "stream": stream, "correlationID": correlation}),
         ))
         .await;
     let request = request_for_agent(&mut agent, "invokeAction").await;
+    Across {
+        a,
+        b,
+        agent,
+        follower,
+        consumer,
+        request,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_crosses_sidecars_in_order_with_its_credit() {
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(3).await;
+    let Across {
+        a,
+        b,
+        mut agent,
+        mut follower,
+        mut consumer,
+        request,
+    } = invoked_across(&cluster, "st", json!({"credit": 10})).await;
+    let topic = format!("lmos/{WEATHER}/actions/getWeather/status/st");
     assert_eq!(request["stream"]["credit"], 10, "the credit crosses");
 
     agent.send(status(&request, "pending", None)).await;
@@ -126,23 +158,14 @@ async fn a_flood_of_chunks_crosses_in_order_with_nothing_lost() {
     const N: u64 = 5_000;
     let _alone = one_at_a_time().await;
     let cluster = NatsCluster::start(3).await;
-    let a = bridged(&cluster, 0, "a", Mode::Nats).await;
-    let b = bridged(&cluster, 1, "b", Mode::Nats).await;
-    let mut agent = register_weather(&a).await;
-    wait_for_td(&b, WEATHER).await;
-    wait_for_stats(&b, |s| s.hosted_things == 1).await;
-    let topic = format!("lmos/{WEATHER}/actions/getWeather/status/flood");
-    let mut follower = b.mqtt("b-flood-follower").await;
-    follower.subscribe(&topic).await;
-    let mut consumer = b.ws().await;
-    consumer
-        .send(lmos(
-            WEATHER,
-            "invokeAction",
-            json!({"action": "getWeather", "input": {"question": "What is the weather in Oslo?", "interactionMode": "text"}, "stream": true, "correlationID": "flood"}),
-        ))
-        .await;
-    let request = request_for_agent(&mut agent, "invokeAction").await;
+    let Across {
+        a,
+        b,
+        mut agent,
+        mut follower,
+        mut consumer,
+        request,
+    } = invoked_across(&cluster, "flood", json!(true)).await;
     for i in 0..N {
         agent
             .send(status(&request, "running", Some(Chunk::text(i, token(i)))))
