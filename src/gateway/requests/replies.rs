@@ -63,9 +63,12 @@ impl Requests {
         }
         let copy =
             Prepared::from_members(&prepared_map, thing).with(&json_string(&p.correlation), trace);
-        let chunk = matches!(message.body, Body::ActionStatus { .. })
-            && matches!(Chunk::of(&message.extra), Ok(Some(c)) if !c.end);
         let kind = p.asked.kind();
+        // Whether it is an output chunk matters only to a stream with
+        // credit: the others' answers are not read for it.
+        let chunk = self.credits.contains_key(&route)
+            && matches!(message.body, Body::ActionStatus { .. })
+            && matches!(Chunk::of(&message.extra), Ok(Some(c)) if !c.end);
         let mut effects = self.deliver(&route, &copy, chunk);
         match (&message.body, kind) {
             (Body::ActionStatus { action, status, .. }, Kind::Invocation) => {
