@@ -699,10 +699,22 @@ where
 
 /// Waits until the directory serves the Thing's description.
 pub async fn wait_for_td(sidecar: &TestSidecar, thing: &str) {
+    wait_for_td_as(sidecar, thing, &[]).await
+}
+
+/// As [`wait_for_td`], for a caller sending `headers` (its credentials,
+/// where the anonymous one may not read the TD).
+pub async fn wait_for_td_as(sidecar: &TestSidecar, thing: &str, headers: &[(&str, &str)]) {
     let deadline = tokio::time::Instant::now() + WAIT;
-    while http(sidecar.http, "GET", &format!("/things/{thing}"), None, b"")
-        .await
-        .status
+    while http_with(
+        sidecar.http,
+        "GET",
+        &format!("/things/{thing}"),
+        headers,
+        b"",
+    )
+    .await
+    .status
         != 200
     {
         assert!(

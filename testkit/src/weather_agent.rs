@@ -15,3 +15,17 @@ pub async fn start_sidecar() -> crate::TestSidecar {
     })
     .await
 }
+
+/// The WeatherAgent connected to `sidecar` under its principal's `token`,
+/// in the background, once a caller sending `authorization` (an
+/// `Authorization` header value) can read its TD.
+pub async fn start_with_token(sidecar: &crate::TestSidecar, token: &str, authorization: &str) {
+    let url = sidecar.ws_url();
+    let token = token.to_owned();
+    tokio::spawn(async move {
+        serve_with_token(&url, Some(&token))
+            .await
+            .map_err(|e| e.to_string())
+    });
+    crate::wait_for_td_as(sidecar, THING_ID, &[("Authorization", authorization)]).await;
+}

@@ -439,33 +439,8 @@ async fn a_principal_without_rights_gets_no_card_and_a2a_s_error() {
         principal("stranger", &[], &[]),
     ];
     let sidecar = TestSidecar::start_with(config).await;
-    // The agent registers its TD with its own credentials.
     // The agent connects with its token and registers its TD.
-    let url = sidecar.ws_url();
-    tokio::spawn(async move {
-        weather_agent::serve_with_token(&url, Some("agent-token"))
-            .await
-            .map_err(|e| e.to_string())
-    });
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    let operator = basic("operator");
-    while common::http_with(
-        sidecar.http,
-        "GET",
-        &format!("/things/{THING_ID}"),
-        &[("Authorization", &operator)],
-        b"",
-    )
-    .await
-    .status
-        != 200
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the agent's TD never came"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    weather_agent::start_with_token(&sidecar, "agent-token", &basic("operator")).await;
     let card = |who: &'static str| {
         let addr = sidecar.http;
         async move {

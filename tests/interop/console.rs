@@ -80,35 +80,12 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
     // it in the Kubernetes example (not set here: the environment is one
     // for every test in this binary).
     let sidecar = common::TestSidecar::start_with(config).await;
-    let url = sidecar.ws_url();
-    tokio::spawn(async move {
-        weather_agent::serve_with_token(&url, Some("agent-token"))
-            .await
-            .map_err(|e| e.to_string())
-    });
     // The agent's TD, registered on its socket, as the operator sees it.
     let basic = format!(
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode("operator:operator-pw")
     );
-    let deadline = Instant::now() + common::WAIT;
-    while common::http_with(
-        sidecar.http,
-        "GET",
-        &format!("/things/{THING_ID}"),
-        &[("Authorization", &basic)],
-        b"",
-    )
-    .await
-    .status
-        != 200
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the agent never registered its TD"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    weather_agent::start_with_token(&sidecar, "agent-token", &basic).await;
     let origin = format!("http://{}", sidecar.http);
     let driver = start_driver().await;
 

@@ -67,24 +67,7 @@ fn temp_dir(name: &str) -> PathBuf {
 /// its TD registered.
 async fn start(config: Config) -> TestSidecar {
     let sidecar = TestSidecar::start_with(config).await;
-    let url = sidecar.ws_url();
-    tokio::spawn(async move {
-        weather_agent::serve_with_token(&url, Some("agent-token"))
-            .await
-            .map_err(|e| e.to_string())
-    });
-    let deadline = std::time::Instant::now() + common::WAIT;
-    while get_as(&sidecar, "consumer", &format!("/things/{THING_ID}"))
-        .await
-        .status
-        != 200
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent never registered its TD"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    weather_agent::start_with_token(&sidecar, "agent-token", "Bearer consumer-token").await;
     sidecar
 }
 
