@@ -41,15 +41,7 @@ const THING_KEYS: [&str; 2] = ["lmos.thing_id", "a2a.agent"];
 /// One finished span, as the console shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSpan {
-    pub trace_id: [u8; 16],
-    pub span_id: [u8; 8],
-    pub parent_id: Option<[u8; 8]>,
-    /// The parent is another process's span (a consumer's, an agent's).
-    pub parent_remote: bool,
-    /// OTLP's `SpanKind` number (1 internal … 5 consumer).
-    pub kind: u8,
-    pub start_unix_nanos: u64,
-    pub end_unix_nanos: u64,
+    pub head: SpanHead,
     /// The status description of a span that failed.
     pub error: Option<Box<str>>,
     /// The name, then each attribute's value, back to back: two
@@ -66,7 +58,9 @@ pub struct SpanHead {
     pub trace_id: [u8; 16],
     pub span_id: [u8; 8],
     pub parent_id: Option<[u8; 8]>,
+    /// The parent is another process's span (a consumer's, an agent's).
     pub parent_remote: bool,
+    /// OTLP's `SpanKind` number (1 internal … 5 consumer).
     pub kind: u8,
     pub start_unix_nanos: u64,
     pub end_unix_nanos: u64,
@@ -107,13 +101,7 @@ impl StoredSpan {
             (key, text.len())
         }));
         StoredSpan {
-            trace_id: head.trace_id,
-            span_id: head.span_id,
-            parent_id: head.parent_id,
-            parent_remote: head.parent_remote,
-            kind: head.kind,
-            start_unix_nanos: head.start_unix_nanos,
-            end_unix_nanos: head.end_unix_nanos,
+            head,
             error: error.map(Box::from),
             text,
             name_len,
@@ -182,15 +170,15 @@ pub fn things_named(spans: &[StoredSpan]) -> Vec<Box<str>> {
 
 impl Trace {
     fn summary(&self, id: [u8; 16]) -> TraceSummary {
-        let first = self.spans.iter().min_by_key(|s| s.start_unix_nanos);
+        let first = self.spans.iter().min_by_key(|s| s.head.start_unix_nanos);
         TraceSummary {
             trace_id: id,
             name: first.map(|s| s.name().to_owned()).unwrap_or_default(),
-            start_unix_nanos: first.map_or(0, |s| s.start_unix_nanos),
+            start_unix_nanos: first.map_or(0, |s| s.head.start_unix_nanos),
             end_unix_nanos: self
                 .spans
                 .iter()
-                .map(|s| s.end_unix_nanos)
+                .map(|s| s.head.end_unix_nanos)
                 .max()
                 .unwrap_or(0),
             spans: self.spans.len(),
@@ -253,11 +241,9 @@ impl RecentSpans {
     /// Keeps `span`, evicting the oldest traces until it fits. A span
     /// larger than the whole budget is not kept: it would evict everything.
     pub fn push(&mut self, span: StoredSpan) {
-        if let Some(trace) = self.traces.get(&span.trace_id) {
+        if let Some(trace) = self.traces.get_mut(&span.head.trace_id) {
             if trace.spans.len() >= MAX_SPANS_PER_TRACE {
-                if let Some(trace) = self.traces.get_mut(&span.trace_id) {
-                    trace.not_kept += 1;
-                }
+                trace.not_kept += 1;
                 return;
             }
         }
@@ -271,7 +257,7 @@ impl RecentSpans {
                 break;
             }
         }
-        let id = span.trace_id;
+        let id = span.head.trace_id;
         let mut cost = span.cost();
         let trace = self.traces.entry(id).or_insert_with(|| {
             self.order.push_back(id);

@@ -157,7 +157,7 @@ pub async fn one(
             .into_response();
     };
     let mut spans = trace.spans;
-    spans.sort_by_key(|s| s.start_unix_nanos);
+    spans.sort_by_key(|s| s.head.start_unix_nanos);
     let start = trace.summary.start_unix_nanos;
     let topics = state.gateway.topics();
     no_store_json(&TraceAnswer {
@@ -186,14 +186,18 @@ fn matches(q: &str, summary: &TraceSummary, spans: &[StoredSpan]) -> bool {
 
 fn span_row(s: &StoredSpan, trace_start: u64, topics: &Topics) -> SpanRow {
     SpanRow {
-        span_id: hex(&s.span_id),
-        parent_id: s.parent_id.as_ref().map(|p| hex(p)),
-        parent_remote: s.parent_remote,
+        span_id: hex(&s.head.span_id),
+        parent_id: s.head.parent_id.as_ref().map(|p| hex(p)),
+        parent_remote: s.head.parent_remote,
         name: s.name().to_owned(),
-        kind: kind_name(s.kind),
+        kind: kind_name(s.head.kind),
         role: role(s, topics),
-        offset_us: s.start_unix_nanos.saturating_sub(trace_start) / 1_000,
-        duration_us: s.end_unix_nanos.saturating_sub(s.start_unix_nanos) / 1_000,
+        offset_us: s.head.start_unix_nanos.saturating_sub(trace_start) / 1_000,
+        duration_us: s
+            .head
+            .end_unix_nanos
+            .saturating_sub(s.head.start_unix_nanos)
+            / 1_000,
         error: s.error.as_deref().map(str::to_owned),
         attributes: s.attributes().map(|(k, v)| (k, v.to_owned())).collect(),
     }
@@ -213,7 +217,7 @@ fn kind_name(kind: u8) -> &'static str {
 /// Who talks to whom in a span, read from its attributes and topic.
 pub fn role(s: &StoredSpan, topics: &Topics) -> String {
     if s.attribute("mcp.method.name").is_some() {
-        return match s.kind {
+        return match s.head.kind {
             3 => "the sidecar calls an imported MCP server".into(),
             _ => "an MCP client calls the sidecar".into(),
         };

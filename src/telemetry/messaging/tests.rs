@@ -199,10 +199,10 @@ fn kept_but_not_exported_spans_leave_messages_untouched() {
     let kept = store.trace(&id).expect("the span is kept");
     assert_eq!(kept.spans.len(), 1);
     assert_eq!(
-        kept.spans[0].parent_id,
+        kept.spans[0].head.parent_id,
         Some(SpanId::from_hex(SPAN).unwrap().to_bytes())
     );
-    assert!(kept.spans[0].parent_remote);
+    assert!(kept.spans[0].head.parent_remote);
     assert_eq!(kept.summary.things, vec![Box::from("urn:w")]);
 
     let untraced = tracer.hop(Operation::Publish, "t", None, &info, None);
