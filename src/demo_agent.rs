@@ -11,13 +11,17 @@
 //!   0.3 s apart, then `completed` (or `cancelled`); asked with
 //!   `"stream": true`, it also streams the forecast word by word (`running`
 //!   statuses with a `stream` chunk each) before the `completed` that ends
-//!   the stream and still carries the whole text;
+//!   the stream and still carries the whole text; asked with
+//!   `"interactionMode": "voice"`, it speaks the forecast instead: WAV
+//!   audio ([`voice`]), a word per chunk, sent as binary frames
+//!   ([`crate::lmos::binary`]);
 //! - event `userFeedbackReceived`, sent after every completed forecast.
 //!
 //! Deterministic: no LLM, the forecast is made up from the question. What
 //! it answers is decided in [`weather`] (no I/O); this module moves the
 //! messages.
 
+pub mod voice;
 mod weather;
 
 use std::collections::HashMap;
@@ -146,8 +150,12 @@ async fn serve_as(
     let (out, mut outgoing) = mpsc::channel::<Value>(QUEUE);
     let writer = tokio::spawn(async move {
         while let Some(m) = outgoing.recv().await {
-            let text = WsMessage::Text(m.to_string().into());
-            if sink.send(text).await.is_err() {
+            // Audio goes as binary frames, the rest as text.
+            let frame = match crate::lmos::binary::encode_value(m.clone()) {
+                Some(frame) => WsMessage::Binary(frame.into()),
+                None => WsMessage::Text(m.to_string().into()),
+            };
+            if sink.send(frame).await.is_err() {
                 return;
             }
         }

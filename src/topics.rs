@@ -7,6 +7,7 @@
 //! | `event`                       | `{prefix}/{thing}/events/{event}`                      |
 //! | `propertyReading` (retained)  | `{prefix}/{thing}/properties/{property}`               |
 //! | `actionStatus`                | `{prefix}/{thing}/actions/{action}/status/{invocation}`|
+//! | a binary stream chunk, raw    | `{prefix}/{thing}/actions/{action}/stream/{invocation}`|
 //! | a consumer's request          | `{prefix}/{thing}/requests/{messageType}`              |
 //! | reply to an MQTT 3.1.1 consumer | `{prefix}/{thing}/replies/{correlationID}`           |
 //! | a request for the agent       | `{prefix}/{thing}/agent/requests/{messageType}`        |
@@ -51,6 +52,7 @@ pub const EVENTS: &str = "events";
 pub const PROPERTIES: &str = "properties";
 pub const ACTIONS: &str = "actions";
 pub const STATUS: &str = "status";
+pub const STREAM: &str = "stream";
 pub const REQUESTS: &str = "requests";
 pub const REPLIES: &str = "replies";
 pub const AGENT: &str = "agent";
@@ -224,6 +226,18 @@ impl Topics {
             ACTIONS,
             &escape(action),
             STATUS,
+            &escape(invocation),
+        ])
+    }
+
+    /// An invocation's binary stream chunks, raw (MQTT 5 properties say
+    /// their content type and `seq`).
+    pub fn action_stream(&self, thing: &str, action: &str, invocation: &str) -> String {
+        self.join(&[
+            &escape(thing),
+            ACTIONS,
+            &escape(action),
+            STREAM,
             &escape(invocation),
         ])
     }

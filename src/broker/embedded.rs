@@ -604,7 +604,7 @@ fn run_link_tx(mut link_tx: LinkTx, mut commands: mpsc::Receiver<BusCommand>) {
                     continue;
                 }
                 BusCommand::Publish(p) => {
-                    let properties = publish_properties(p.correlation_data, p.trace);
+                    let properties = publish_properties(p.correlation_data, p.trace, p.chunk);
                     Packet::Publish(Publish::new(Bytes::from(p.topic), p.payload, p.retain), properties)
                 }
                 BusCommand::Subscribe(filter) => {
@@ -716,17 +716,26 @@ async fn log_alerts(alerts: AlertsLink) {
 }
 
 /// MQTT 5 properties of a publication: Correlation Data for replies to MQTT
-/// 5 requesters, trace context as user properties when asked for. Nothing
-/// else: rumqttd 0.20 panics in the connection of any MQTT 3.1.1 subscriber
-/// that is sent a message with properties.
+/// 5 requesters, trace context as user properties when asked for, a raw
+/// stream chunk's content type and place. (The guard takes them off for
+/// MQTT 3.1.1 subscribers.)
 fn publish_properties(
     correlation_data: Option<Bytes>,
     trace: Option<TraceContext>,
+    chunk: Option<Box<super::ChunkProperties>>,
 ) -> Option<PublishProperties> {
-    if correlation_data.is_none() && trace.is_none() {
+    if correlation_data.is_none() && trace.is_none() && chunk.is_none() {
         return None;
     }
     let mut user_properties = Vec::new();
+    let mut content_type = None;
+    if let Some(chunk) = chunk {
+        content_type = chunk.content_type;
+        user_properties.push(("seq".to_owned(), chunk.seq.to_string()));
+        if chunk.end {
+            user_properties.push(("end".to_owned(), "true".to_owned()));
+        }
+    }
     if let Some(t) = trace {
         user_properties.push(("traceparent".to_owned(), t.traceparent));
         if let Some(s) = t.tracestate {
@@ -736,6 +745,7 @@ fn publish_properties(
     Some(PublishProperties {
         correlation_data,
         user_properties,
+        content_type,
         ..Default::default()
     })
 }

@@ -48,6 +48,17 @@ pub struct Publication {
     pub correlation_data: Option<Bytes>,
     /// Trace context to send as MQTT 5 user properties.
     pub trace: Option<TraceContext>,
+    /// A raw stream chunk's MQTT 5 properties (boxed: rare).
+    pub chunk: Option<Box<ChunkProperties>>,
+}
+
+/// What a raw stream chunk says beside its bytes, as MQTT 5 properties:
+/// Content Type, and user properties `seq` and (on the end marker) `end`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkProperties {
+    pub content_type: Option<String>,
+    pub seq: u64,
+    pub end: bool,
 }
 
 impl Publication {
@@ -58,6 +69,7 @@ impl Publication {
             retain,
             correlation_data: None,
             trace: None,
+            chunk: None,
         }
     }
 }

@@ -23,6 +23,11 @@ pub struct McpConfig {
     /// Bytes all SSE streams (MCP and A2A) together may have queued for
     /// clients that do not read: one client's many calls share it.
     pub max_total_stream_bytes: usize,
+    /// Bytes of binary stream chunks (audio, images) one tool call may
+    /// hold until it answers with them as content.
+    pub max_media_bytes: usize,
+    /// Bytes of such media all tool calls together may hold.
+    pub max_total_media_bytes: usize,
     /// `subscriptions/listen` streams (revision 2026-07-28) open at once;
     /// past it a new one is refused (503).
     pub max_listens: usize,
@@ -44,6 +49,8 @@ impl Default for McpConfig {
             session_idle_ms: 30 * 60 * 1_000,
             max_stream_queue_bytes: 1024 * 1024,
             max_total_stream_bytes: 64 * 1024 * 1024,
+            max_media_bytes: 8 * 1024 * 1024,
+            max_total_media_bytes: 64 * 1024 * 1024,
             max_listens: 1_024,
             max_listens_per_principal: 32,
             max_listen_resources: 64,

@@ -5,8 +5,11 @@
 
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use serde_json::{json, Map, Value};
 
+use super::voice;
 use crate::lmos::now_timestamp;
 
 pub const THING_ID: &str = "urn:uuid:6f1d3a7a-1f97-4e6b-b45f-f3c2e1c84c77";
@@ -231,11 +234,27 @@ fn invoke(context: &Context, m: &Value) -> Step {
     let city = city(question);
     let forecast = format!("The weather in {city} is sunny with a temperature of 25°C.");
     let mut done = context.status("completed", Some(json!(forecast)));
-    if m["stream"] == true {
+    // Spoken, the answer is audio, which only a stream carries; written,
+    // it is streamed when asked for (`"stream": true` or an object).
+    let chunks = if m["input"]["interactionMode"] == "voice" {
+        voice::speak(&forecast)
+            .iter()
+            .map(|audio| json!({"data": BASE64.encode(audio), "contentType": voice::CONTENT_TYPE, "contentEncoding": "base64"}))
+            .collect()
+    } else if m["stream"] == true || m["stream"].is_object() {
+        forecast
+            .split_inclusive(' ')
+            .map(|token| json!({"data": token, "contentType": "text/plain"}))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !chunks.is_empty() {
         let mut seq = 0;
-        for token in forecast.split_inclusive(' ') {
+        for mut stream in chunks {
+            stream["seq"] = seq.into();
             let mut chunk = context.status("running", None);
-            chunk["stream"] = json!({"seq": seq, "data": token, "contentType": "text/plain"});
+            chunk["stream"] = stream;
             let delay = if seq == 0 { Duration::ZERO } else { TOKEN_STEP };
             script.push((delay, chunk));
             seq += 1;

@@ -98,6 +98,37 @@ fn a_streamed_forecast_has_a_chunk_a_word_and_the_end_on_completed() {
 }
 
 #[test]
+fn a_spoken_forecast_streams_a_wav_file_a_word_a_chunk_with_the_text_on_completed() {
+    let mut agent = Weather::default();
+    let input = json!({"action": "getWeather", "input": {"question": "What is the weather in Oslo?", "interactionMode": "voice"}});
+    let script = script(agent.handle(&request("invokeAction", input)));
+    let chunks: Vec<&Value> = script
+        .iter()
+        .map(|(_, m)| m)
+        .filter(|m| m.get("stream").is_some_and(|s| s["end"] != true))
+        .collect();
+    assert_eq!(chunks.len(), 11);
+    let mut audio = Vec::new();
+    for (seq, chunk) in chunks.iter().enumerate() {
+        let stream = &chunk["stream"];
+        assert_eq!(stream["seq"], seq);
+        assert_eq!(stream["contentType"], "audio/wav");
+        assert_eq!(stream["contentEncoding"], "base64");
+        let data = stream["data"].as_str().unwrap();
+        audio.extend(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data).unwrap(),
+        );
+    }
+    assert!(super::voice::samples_of(&audio).is_some(), "one WAV file");
+    let (_, done) = &script[script.len() - 2];
+    assert_eq!(
+        done["output"],
+        "The weather in Oslo is sunny with a temperature of 25°C."
+    );
+    assert_eq!(done["stream"], json!({"seq": 11, "end": true}));
+}
+
+#[test]
 fn without_a_city_the_forecast_is_for_yours() {
     assert_eq!(city("Oslo?"), "your city");
     assert_eq!(city("What is the weather in ?"), "your city");

@@ -279,10 +279,10 @@ where
 
     /// Queues one frame, in the peer's dialect.
     async fn feed(&mut self, frame: Frame) -> Result<(), WsError> {
-        let frame = frame.into_text();
         if self.dialect != Some(Dialect::Kotlin) {
-            return self.socket.feed(WsMessage::Text(frame)).await;
+            return self.socket.feed(frame.into_message()).await;
         }
+        let frame = frame.into_text();
         if let Some(text) = self.in_kotlin(&frame) {
             self.socket.feed(WsMessage::Text(text.into())).await?;
         }
@@ -302,18 +302,16 @@ where
     /// One frame from the peer: [`decide`] says what it means, this carries
     /// it out.
     async fn handle(&mut self, message: WsMessage) {
+        let mut peer = Peer {
+            id: self.id,
+            principal: &self.principal,
+            hosts: &self.hosts,
+            dialect: &mut self.dialect,
+            gatherer: &mut self.gatherer,
+        };
         let effects = match message {
-            WsMessage::Text(text) => {
-                let mut peer = Peer {
-                    id: self.id,
-                    principal: &self.principal,
-                    hosts: &self.hosts,
-                    dialect: &mut self.dialect,
-                    gatherer: &mut self.gatherer,
-                };
-                decide::text(&mut peer, &self.shared.context(), text)
-            }
-            WsMessage::Binary(_) => decide::binary(),
+            WsMessage::Text(text) => decide::text(&mut peer, &self.shared.context(), text),
+            WsMessage::Binary(frame) => decide::binary(&mut peer, &self.shared.context(), &frame),
             // tungstenite answers pings itself; close frames end the stream.
             WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Close(_) | WsMessage::Frame(_) => {
                 Vec::new()

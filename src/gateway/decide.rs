@@ -80,23 +80,49 @@ pub(super) struct Context<'a> {
     pub metrics: &'a Metrics,
 }
 
-/// A binary frame: LMOS messages are text.
-pub(super) fn binary() -> Vec<Effect> {
-    let problem = Problem::new(
-        ProblemKind::BinaryFrame,
-        "LMOS messages are JSON text; send them as WebSocket text frames.",
+/// A binary frame: one stream chunk ([`crate::lmos::binary`]), taken as
+/// the JSON message it stands for; anything else is refused.
+pub(super) fn binary(peer: &mut Peer<'_>, cx: &Context<'_>, frame: &[u8]) -> Vec<Effect> {
+    if let Some(refused) = too_large(cx, frame.len()) {
+        return refused;
+    }
+    match crate::lmos::binary::decode(frame) {
+        // Past the size check: base64 makes the payload a third larger,
+        // which the sidecar, not the peer, chose.
+        Ok(text) => message(peer, cx, text.into()),
+        Err(e) => {
+            let detail = format!(
+                "A binary frame carries one stream chunk: a 4-byte big-endian header length, the JSON message without `stream.data`, then the chunk's bytes. This one does not: {e}. Other LMOS messages are JSON text frames."
+            );
+            let problem = Problem::new(ProblemKind::BinaryFrame, detail);
+            vec![Effect::refuse(problem, None, None)]
+        }
+    }
+}
+
+/// A `413` for a frame of `len` bytes over `gateway.max_message_size`.
+fn too_large(cx: &Context<'_>, len: usize) -> Option<Vec<Effect>> {
+    let max = cx.max_message_size;
+    if len <= max {
+        return None;
+    }
+    let detail = format!(
+        "The message has {len} bytes; this gateway accepts at most {max} (gateway.max_message_size)."
     );
-    vec![Effect::refuse(problem, None, None)]
+    let problem = Problem::new(ProblemKind::MessageTooLarge, detail);
+    Some(vec![Effect::refuse(problem, None, None)])
 }
 
 /// A text frame.
 pub(super) fn text(peer: &mut Peer<'_>, cx: &Context<'_>, text: Utf8Bytes) -> Vec<Effect> {
-    let max = cx.max_message_size;
-    if text.len() > max {
-        let detail = format!("The message has {} bytes; this gateway accepts at most {max} (gateway.max_message_size).", text.len());
-        let problem = Problem::new(ProblemKind::MessageTooLarge, detail);
-        return vec![Effect::refuse(problem, None, None)];
+    if let Some(refused) = too_large(cx, text.len()) {
+        return refused;
     }
+    message(peer, cx, text)
+}
+
+/// A message within the size limit.
+fn message(peer: &mut Peer<'_>, cx: &Context<'_>, text: Utf8Bytes) -> Vec<Effect> {
     let value = match serde_json::from_slice::<Value>(text.as_bytes()) {
         Ok(value) => value,
         // Parsed again for the rejection naming where it failed.

@@ -48,6 +48,15 @@ impl Gateway {
 
 /// What a connection hosting THING with `principal` decides about `v`.
 fn decide(principal: &Principal, v: Value) -> Vec<Effect> {
+    decide_frame(principal, Frame::Text(v.to_string()))
+}
+
+enum Frame {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+fn decide_frame(principal: &Principal, frame: Frame) -> Vec<Effect> {
     let g = Gateway::new();
     let hosts = [THING.to_owned()];
     let (mut dialect, mut gatherer) = (None, Gatherer::default());
@@ -58,7 +67,10 @@ fn decide(principal: &Principal, v: Value) -> Vec<Effect> {
         dialect: &mut dialect,
         gatherer: &mut gatherer,
     };
-    text(&mut peer, &g.context(), v.to_string().into())
+    match frame {
+        Frame::Text(t) => text(&mut peer, &g.context(), t.into()),
+        Frame::Binary(b) => binary(&mut peer, &g.context(), &b),
+    }
 }
 
 fn everyone() -> Principal {
@@ -78,12 +90,37 @@ fn refused(effects: &[Effect]) -> (ProblemKind, Option<&str>) {
 
 #[test]
 fn binary_and_oversized_frames_are_refused_with_an_lmos_error() {
-    assert_eq!(refused(&binary()).0, ProblemKind::BinaryFrame);
+    let not_a_chunk = Frame::Binary(vec![0, 1]);
+    assert_eq!(
+        refused(&decide_frame(&everyone(), not_a_chunk)).0,
+        ProblemKind::BinaryFrame
+    );
+    let header = json!({"thingID": THING, "messageType": "actionStatus", "stream": {"seq": 0}});
+    let big = crate::lmos::binary::frame(&header, &[7; 1100]);
+    assert_eq!(
+        refused(&decide_frame(&everyone(), Frame::Binary(big))).0,
+        ProblemKind::MessageTooLarge
+    );
     let big = json!({"thingID": THING, "messageType": "event", "data": "x".repeat(2000)});
     assert_eq!(
         refused(&decide(&everyone(), big)).0,
         ProblemKind::MessageTooLarge
     );
+}
+
+/// A binary chunk is taken as the JSON message it stands for, even when
+/// its base64 form is larger than the frame limit.
+#[test]
+fn a_binary_chunk_is_the_message_it_stands_for() {
+    let input = json!({"thingID": THING, "messageID": "m", "messageType": "actionInput",
+        "action": "a", "correlationID": "c", "stream": {"seq": 0, "contentType": "audio/wav"}});
+    let frame = crate::lmos::binary::frame(&input, &[1; 700]);
+    let as_text = crate::lmos::binary::decode(&frame).unwrap();
+    assert!(as_text.len() > 1024, "its base64 form is over the limit");
+    match decide_frame(&everyone(), Frame::Binary(frame)).as_slice() {
+        [Effect::Command(_)] => {}
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use crate::lmos::splice::Prepared;
 
@@ -19,6 +19,11 @@ pub enum Frame {
     /// freed on another thread than the one that allocated it, and the
     /// allocator's locks were a tenth of a WebSocket fan-out's CPU (issue 16).
     Copy(RecipientCopy),
+    /// A message of an invocation whose consumer asked for binary stream
+    /// chunks (`"stream": {"binary": true}`): a chunk with base64 data goes
+    /// out as a binary frame ([`crate::lmos::binary`]), anything else as
+    /// text. Converted on the connection's task, like a copy.
+    Chunk(Utf8Bytes),
 }
 
 /// See [`Frame::Copy`].
@@ -45,7 +50,7 @@ impl Frame {
     /// than what the connection will hold once it writes it.
     pub fn wire_len(&self) -> usize {
         match self {
-            Frame::Text(text) => text.len(),
+            Frame::Text(text) | Frame::Chunk(text) => text.len(),
             Frame::Copy(copy) => {
                 copy.prepared.heap_bytes()
                     + copy.correlation.len()
@@ -55,10 +60,23 @@ impl Frame {
         }
     }
 
+    /// As text, for peers that take no binary frames (HTTP consumers, the
+    /// Kotlin dialect).
     pub fn into_text(self) -> Utf8Bytes {
         match self {
-            Frame::Text(text) => text,
+            Frame::Text(text) | Frame::Chunk(text) => text,
             Frame::Copy(copy) => copy.text().into(),
+        }
+    }
+
+    /// The WebSocket message it goes out as.
+    pub fn into_message(self) -> Message {
+        match self {
+            Frame::Chunk(text) => match crate::lmos::binary::encode(&text) {
+                Some(frame) => Message::Binary(frame.into()),
+                None => Message::Text(text),
+            },
+            other => Message::Text(other.into_text()),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! the draft's non-UUID example IDs) and a canonical writer (table spelling,
 //! UUIDv4 message IDs, RFC 3339 timestamps).
 
+pub mod binary;
 pub mod dialect;
 mod member;
 mod message;

@@ -62,7 +62,7 @@ impl ProblemKind {
     pub fn title(self) -> &'static str {
         match self {
             ProblemKind::InvalidJson => "Invalid JSON",
-            ProblemKind::BinaryFrame => "Binary frames are not LMOS messages",
+            ProblemKind::BinaryFrame => "Binary frame is not a stream chunk",
             ProblemKind::NotAnObject => "Message is not a JSON object",
             ProblemKind::MissingMember => "Missing mandatory member",
             ProblemKind::InvalidMember => "Invalid member",

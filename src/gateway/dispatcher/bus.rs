@@ -78,10 +78,11 @@ impl<D: Decisions> Core<D> {
     pub(super) fn carry_out(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match &effect {
-                Effect::ToConsumer(Consumer::WebSocket(_), text) | Effect::ToAgent(_, text) => {
-                    self.count_sent(metrics::WEBSOCKET, text)
-                }
-                Effect::ToConsumer(Consumer::Mqtt { .. }, text) => {
+                Effect::ToConsumer(Consumer::WebSocket(_), text)
+                | Effect::ChunkToConsumer(Consumer::WebSocket(_), text)
+                | Effect::ToAgent(_, text) => self.count_sent(metrics::WEBSOCKET, text),
+                Effect::ToConsumer(Consumer::Mqtt { .. }, text)
+                | Effect::ChunkToConsumer(Consumer::Mqtt { .. }, text) => {
                     self.count_sent(metrics::MQTT, text)
                 }
                 Effect::Publish(p) => {
@@ -94,7 +95,18 @@ impl<D: Decisions> Core<D> {
             match effect {
                 Effect::ToConsumer(Consumer::WebSocket(conn), text)
                 | Effect::ToAgent(conn, text) => self.send(conn, text),
+                Effect::ChunkToConsumer(Consumer::WebSocket(conn), text) => {
+                    self.out.send_chunk(conn, text)
+                }
                 Effect::ToConsumer(
+                    Consumer::Mqtt {
+                        topic,
+                        correlation_data,
+                        ..
+                    },
+                    text,
+                )
+                | Effect::ChunkToConsumer(
                     Consumer::Mqtt {
                         topic,
                         correlation_data,

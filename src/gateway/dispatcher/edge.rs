@@ -78,6 +78,10 @@ impl Decisions for Handoff {
         self.offer(conn, Frame::Copy(copy));
     }
 
+    fn send_chunk(&mut self, conn: ConnId, text: String) {
+        self.offer(conn, Frame::Chunk(text.into()));
+    }
+
     fn bus(&mut self, command: BusCommand) {
         self.to_bus.push_back(command);
     }

@@ -192,6 +192,11 @@ pub trait Decisions {
     fn send(&mut self, conn: ConnId, text: String);
     /// One recipient's copy of a fanned-out message (see [`Frame::Copy`]).
     fn send_copy(&mut self, conn: ConnId, copy: RecipientCopy);
+    /// A message of an invocation streamed in binary frames (see
+    /// [`Frame::Chunk`]).
+    fn send_chunk(&mut self, conn: ConnId, text: String) {
+        self.send(conn, text)
+    }
     /// A publication or subscription change for the bus.
     fn bus(&mut self, command: BusCommand);
 }

@@ -41,6 +41,12 @@ pub(super) struct Invocation {
     /// Cancel at the agent when the invoking connection closes (asked for
     /// with `"cancelOnDisconnect": true` in the invokeAction).
     pub(super) cancel_on_disconnect: bool,
+    /// Its consumers take chunks as binary WebSocket frames (asked for
+    /// with `"stream": {"binary": true}`).
+    pub(super) binary: bool,
+    /// Binary chunks of its stream went out raw on its stream topic, so
+    /// its end marker goes there too.
+    pub(super) raw_stream: bool,
     /// How long the agent may stay silent.
     pub(super) liveness: Duration,
 }
@@ -54,6 +60,8 @@ impl Invocation {
             owner,
             watchers: Vec::new(),
             cancel_on_disconnect: false,
+            binary: false,
+            raw_stream: false,
             liveness,
         }
     }

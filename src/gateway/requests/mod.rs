@@ -77,6 +77,10 @@ pub enum Host {
 pub enum Effect {
     /// A reply or error for a consumer.
     ToConsumer(Consumer, String),
+    /// A message of an invocation whose consumer asked for binary chunks:
+    /// a WebSocket connection writes a chunk as a binary frame, everything
+    /// else as [`Effect::ToConsumer`].
+    ChunkToConsumer(Consumer, String),
     /// A request for an agent connected over WebSocket.
     ToAgent(ConnId, String),
     Publish(Publication),
@@ -119,9 +123,13 @@ impl Pending {
     /// Everyone who gets the request's answers: the consumer that asked and
     /// the invocation's watchers.
     fn to_all(&self, text: &str) -> Vec<Effect> {
+        let binary = self.asked.invocation().is_some_and(|i| i.binary);
         std::iter::once(&self.consumer)
             .chain(self.watchers())
-            .map(|c| Effect::ToConsumer(c.clone(), text.to_owned()))
+            .map(|c| match binary {
+                true => Effect::ChunkToConsumer(c.clone(), text.to_owned()),
+                false => Effect::ToConsumer(c.clone(), text.to_owned()),
+            })
             .collect()
     }
 

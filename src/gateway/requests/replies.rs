@@ -4,9 +4,11 @@
 
 use serde_json::Value;
 
+use super::asked::Invocation;
 use super::{Consumer, Effect, Kind, Requests, Timer};
-use crate::broker::Publication;
+use crate::broker::{ChunkProperties, Publication};
 use crate::directory::forms::status_href;
+use crate::lmos::binary::RawChunk;
 use crate::lmos::splice::{json_string, Prepared};
 use crate::lmos::stream::Chunk;
 use crate::lmos::{is_terminal, Body, Message};
@@ -134,6 +136,7 @@ impl Requests {
         let p = self.routes.get_mut(route)?;
         let invocation = p.asked.invocation_mut()?;
         invocation.latest = Some(copy.clone());
+        let raw = raw_chunk(invocation, &copy);
         let waiters = if terminal {
             std::mem::take(&mut invocation.cancel_waiters)
         } else {
@@ -143,6 +146,10 @@ impl Requests {
         // was already told it went silent).
         let liveness = (!p.remembered).then_some(invocation.liveness);
         let invocation_topic = self.topics.action_status(thing, action, &p.correlation);
+        let raw = raw.map(|raw| {
+            let topic = self.topics.action_stream(thing, action, &p.correlation);
+            (topic, raw)
+        });
         if let Some(liveness) = liveness {
             self.arm(Timer::Reply(route.to_owned()), liveness);
         }
@@ -160,6 +167,9 @@ impl Requests {
             copy,
             false,
         )));
+        if let Some((topic, raw)) = raw {
+            effects.push(Effect::Publish(raw_publication(topic, raw)));
+        }
         Some(())
     }
 
@@ -214,4 +224,31 @@ impl Requests {
             })
             .collect()
     }
+}
+
+/// The raw form of a status's binary chunk (or of the end marker of a
+/// stream that had some), for the invocation's stream topic. Only statuses
+/// that may carry one are parsed.
+fn raw_chunk(invocation: &mut Invocation, copy: &str) -> Option<RawChunk> {
+    if !invocation.raw_stream && !copy.contains("\"contentEncoding\"") {
+        return None;
+    }
+    let raw = crate::lmos::binary::raw_chunk(copy)?;
+    if raw.end && !invocation.raw_stream {
+        return None;
+    }
+    invocation.raw_stream = true;
+    Some(raw)
+}
+
+/// A raw chunk as MQTT 5 subscribers read it: the bytes, with Content Type
+/// and user properties `seq` and `end`.
+fn raw_publication(topic: String, raw: RawChunk) -> Publication {
+    let mut publication = Publication::new(topic, raw.payload, false);
+    publication.chunk = Some(Box::new(ChunkProperties {
+        content_type: raw.content_type,
+        seq: raw.seq,
+        end: raw.end,
+    }));
+    publication
 }

@@ -53,18 +53,12 @@ impl Requests {
                 )
             }
         };
-        // `"stream": {"credit": N}`: chunks paced by the consumer
-        // (`credit.rs`); checked before anything is forwarded.
-        let credit = match message.extra.get(crate::lmos::stream::MEMBER) {
-            Some(Value::Object(stream)) if kind == Kind::Invocation => {
-                match super::credit::granted(stream.get(super::credit::CREDIT)) {
-                    Ok(credit) => credit,
-                    Err(e) => {
-                        return error(ProblemKind::InvalidMember, format!("In `stream`: {e}"))
-                    }
-                }
-            }
-            _ => None,
+        // `"stream": {"credit": N, "binary": true}`: chunks paced by the
+        // consumer (`credit.rs`), and binary chunks as binary frames;
+        // checked before anything is forwarded.
+        let (credit, binary) = match stream_options(&message, kind) {
+            Ok(options) => options,
+            Err(e) => return error(ProblemKind::InvalidMember, format!("In `stream`: {e}")),
         };
         let (host, principal) = match self.admit(&consumer, kind, &thing) {
             Ok(admitted) => admitted,
@@ -92,6 +86,7 @@ impl Requests {
                 self.remember_invocation(&consumer, &owner, &correlation, &action, &route);
                 Asked::Invocation(Invocation {
                     cancel_on_disconnect,
+                    binary,
                     ..Invocation::new(action, owner, wait)
                 })
             }
@@ -360,4 +355,24 @@ impl Requests {
     pub fn remote_count(&self) -> usize {
         self.foreign.len()
     }
+}
+
+/// An invocation's `stream` object: the credit it starts with and whether
+/// binary chunks go out as binary frames (`Err`: what is wrong).
+fn stream_options(message: &Message, kind: Kind) -> Result<(Option<u64>, bool), String> {
+    let Some(Value::Object(stream)) = message.extra.get(crate::lmos::stream::MEMBER) else {
+        return Ok((None, false));
+    };
+    if kind != Kind::Invocation {
+        return Ok((None, false));
+    }
+    let credit = super::credit::granted(stream.get(super::credit::CREDIT))?;
+    let binary = match stream.get("binary") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err("`binary` must be a boolean (chunks as binary WebSocket frames)".into())
+        }
+    };
+    Ok((credit, binary))
 }

@@ -144,6 +144,20 @@ pub fn part(value: &Value) -> Value {
     }
 }
 
+/// A stream chunk as a part: binary data (audio, images) a file part of
+/// its bytes and media type (0.3 clients read it as `kind: "file"`), the
+/// rest as [`part`].
+fn chunk_part(chunk: &Value) -> Value {
+    if chunk["contentEncoding"] != "base64" {
+        return part(&chunk["data"]);
+    }
+    let mut p = json!({"raw": chunk["data"]});
+    if let Some(media) = chunk["contentType"].as_str() {
+        p["mediaType"] = media.into();
+    }
+    p
+}
+
 /// A message from the agent: its own `a2a.message` or a value said.
 fn agent_message(said: Said, task: &Value) -> Value {
     let mut m = match said {
@@ -307,7 +321,7 @@ pub fn apply(task: &mut Value, reply: &Value, action: &str) -> Vec<Value> {
     if let Some(chunk) = reply.get("stream").filter(|s| s.get("data").is_some()) {
         let append = chunk["seq"].as_u64().is_some_and(|s| s > 0);
         let piece = json!({"artifactId": "stream", "name": format!("{action} (streamed)"),
-            "parts": [part(&chunk["data"])]});
+            "parts": [chunk_part(chunk)]});
         return vec![artifact_update(task, piece, append, false)];
     }
     let Some(state) = new_state(reply) else {

@@ -28,6 +28,18 @@ fn statuses_become_task_states_events_and_history() {
     let chunk = json!({"status": "running", "stream": {"seq": 1, "data": "Sun"}});
     let e = apply(&mut t, &chunk, "getWeather");
     assert_eq!(e[0]["artifactUpdate"]["append"], true);
+    assert_eq!(
+        e[0]["artifactUpdate"]["artifact"]["parts"][0]["text"],
+        "Sun"
+    );
+    // A binary chunk (audio) is a file part of its bytes and media type.
+    let audio = json!({"status": "running", "stream": {"seq": 2, "data": "UklGRg==",
+        "contentType": "audio/wav", "contentEncoding": "base64"}});
+    let e = apply(&mut t, &audio, "getWeather");
+    assert_eq!(
+        e[0]["artifactUpdate"]["artifact"]["parts"][0],
+        json!({"raw": "UklGRg==", "mediaType": "audio/wav"})
+    );
     let done = json!({"status": "completed", "output": "Sunny."});
     let e = apply(&mut t, &done, "getWeather");
     assert_eq!(

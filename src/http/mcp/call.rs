@@ -194,6 +194,7 @@ async fn invoke(
         );
     }
     let mut sent = 0u64;
+    let mut media = ctx.state.mcp.media.collector();
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
     let answer = loop {
@@ -221,13 +222,22 @@ async fn invoke(
             break Some(results::tool_error(&text));
         }
         match status["status"].as_str().unwrap_or_default() {
-            "completed" => break Some(tool.success(status.get("output"))),
+            "completed" => {
+                break Some(with_media(
+                    tool.success(status.get("output")),
+                    &media,
+                    &tool.thing,
+                    action,
+                ))
+            }
             s if crate::lmos::is_terminal(s) => {
                 let text = results::ended_text(&status);
                 log_error(log.as_ref(), &text);
                 break Some(results::tool_error(&text));
             }
             "pending" => {}
+            // Audio and images are the result's content, not progress.
+            _ if media.take(&status) => {}
             _ => {
                 let (Some(p), Some(text)) = (&progress, results::progress_message(&status)) else {
                     continue;
@@ -316,4 +326,14 @@ async fn cancel_at_agent(ctx: &Ctx, call: RunningCall, reason: &str) {
     let _ = ctx
         .ask(ctx.message(&call.thing, body, &call.invocation))
         .await;
+}
+
+/// A successful result with the media the agent streamed after the
+/// output's own content.
+fn with_media(mut result: Value, media: &super::media::Media, thing: &str, action: &str) -> Value {
+    let uri = super::resources::affordance_uri(thing, "actions", action);
+    if let Some(content) = result["content"].as_array_mut() {
+        content.extend(media.blocks(&uri));
+    }
+    result
 }

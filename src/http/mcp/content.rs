@@ -105,14 +105,20 @@ fn media(output: &Value, schema: &Value, uri: &str) -> Option<Value> {
         // broken image.
         return None;
     }
+    Some(media_block(mime, data.to_owned(), uri))
+}
+
+/// The block for base64 `data` of type `mime`: `image/*` an `image`,
+/// `audio/*` an `audio`, anything else an embedded `resource` at `uri`.
+pub fn media_block(mime: &str, data: String, uri: &str) -> Value {
     let essence = mime.to_ascii_lowercase();
-    Some(if essence.starts_with("image/") {
+    if essence.starts_with("image/") {
         json!({"type": "image", "data": data, "mimeType": mime})
     } else if essence.starts_with("audio/") {
         json!({"type": "audio", "data": data, "mimeType": mime})
     } else {
         json!({"type": "resource", "resource": {"uri": uri, "mimeType": mime, "blob": data}})
-    })
+    }
 }
 
 fn media_members(output: &Value, schema: &Value, uri: &str) -> Option<Vec<Value>> {

@@ -26,6 +26,7 @@ mod discover;
 pub mod headers;
 mod listen;
 pub mod logging;
+mod media;
 mod methods;
 pub mod observe;
 pub mod resources;
@@ -64,6 +65,8 @@ const SESSION_HEADER: &str = "mcp-session-id";
 pub struct Mcp {
     sessions: Sessions,
     streams: rpc_io::SseBudget,
+    /// Binary stream chunks tool calls hold until they answer.
+    media: media::MediaBudget,
     /// Largest request body (`gateway.max_message_size`), for A2A too.
     pub body_limit: usize,
     watch: watch::HostWatch,
@@ -89,6 +92,7 @@ impl Mcp {
                 config.max_stream_queue_bytes,
                 config.max_total_stream_bytes,
             ),
+            media: media::MediaBudget::new(config.max_media_bytes, config.max_total_media_bytes),
             body_limit,
             watch: watch::HostWatch::default(),
             listens: listen::Listens::new(listen::ListenLimits {
