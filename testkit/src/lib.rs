@@ -257,6 +257,26 @@ impl WsClient {
         }
     }
 
+    /// The next frame as it came (text or binary), skipping pings: for
+    /// binary stream chunks.
+    pub async fn recv_frame(&mut self) -> WsMessage {
+        assert!(
+            self.pending.is_empty(),
+            "messages read ahead: {:?}",
+            self.pending
+        );
+        loop {
+            let frame = tokio::time::timeout(WAIT, self.stream.next())
+                .await
+                .expect("a frame arrives in time")
+                .expect("connection open")
+                .expect("no protocol error");
+            if !matches!(frame, WsMessage::Ping(_) | WsMessage::Pong(_)) {
+                return frame;
+            }
+        }
+    }
+
     /// The next message, skipping barrier readings.
     pub async fn recv(&mut self) -> Value {
         self.recv_within(WAIT).await

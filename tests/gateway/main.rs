@@ -7,6 +7,7 @@
 //! (`requests::...`). New gateway and protocol test files belong here: add
 //! the file and a `mod` line below.
 
+mod binary_stream;
 mod events;
 mod faults;
 mod fuzz;
