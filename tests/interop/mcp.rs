@@ -650,3 +650,42 @@ pub(crate) async fn complete_the_invocation(agent: &mut WsClient) -> Value {
     agent.send(done).await;
     invoke
 }
+
+/// The spoken forecast's audio content, as an SDK reported its result:
+/// the transcript first, then one `audio` block of the whole WAV file.
+fn assert_spoken(report: &Value) {
+    assert_eq!(report["errors"], json!([]), "{report:#}");
+    let content = report["result"]["content"].as_array().unwrap();
+    assert_eq!(
+        content[0]["text"], "The weather in Oslo is sunny with a temperature of 25°C.",
+        "{report:#}"
+    );
+    assert_eq!(content[1]["type"], "audio", "{report:#}");
+    assert_eq!(content[1]["mimeType"], "audio/wav");
+    let data = content[1]["data"].as_str().unwrap();
+    let wav = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    let samples = lmos_sidecar::demo_agent::voice::samples_of(&wav);
+    assert!(
+        samples.is_some_and(|n| n > 0),
+        "one WAV file of the streamed chunks"
+    );
+    assert_eq!(content.len(), 2, "{report:#}");
+}
+
+#[tokio::test]
+async fn both_sdks_get_a_spoken_forecast_as_audio_content() {
+    let (sidecar, _agent) = with_weather_agent().await;
+    let url = mcp_url(&sidecar);
+    let report = node("voice", &url, &[]).report().await;
+    assert_spoken(&report);
+    let report = python("voice", &url).report().await;
+    assert_spoken(&report);
+    assert_eq!(
+        report["types"],
+        json!(["TextContent", "AudioContent"]),
+        "{report:#}"
+    );
+    sidecar.stop().await;
+}

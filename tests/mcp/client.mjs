@@ -76,6 +76,11 @@ async function denied() {
   }
 }
 
+// The WeatherAgent speaks its answer: audio content beside the text.
+async function voice() {
+  report.result = await client.callTool({ name: "getWeather", arguments: { question: "What is the weather in Oslo?", interactionMode: "voice" } });
+}
+
 async function trace() {
   report.result = await client.callTool({ name: "getWeather", arguments: { question: "in Oslo", interactionMode: "text" } });
 }
@@ -84,7 +89,7 @@ try {
   await client.connect(transport);
   report.protocolVersion = transport.protocolVersion;
   report.sessionId = transport.sessionId;
-  await { weather, vanish, denied, trace }[scenario]();
+  await { weather, vanish, denied, trace, voice }[scenario]();
   await transport.terminateSession();
 } catch (e) {
   report.errors.push(String(e && e.stack ? e.stack : e));

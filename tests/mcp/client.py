@@ -46,6 +46,15 @@ async def main(scenario: str, url: str) -> dict:
                 report["result"] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
                 missing = await client.call_tool("getWeather", {"interactionMode": "text"})
                 report["missing"] = missing.model_dump(mode="json", by_alias=True, exclude_none=True)
+            elif scenario == "voice":
+                # The WeatherAgent speaks its answer: audio content beside
+                # the text, read through the SDK's own content types.
+                result = await client.call_tool(
+                    "getWeather",
+                    {"question": "What is the weather in Oslo?", "interactionMode": "voice"},
+                )
+                report["result"] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+                report["types"] = [type(c).__name__ for c in result.content]
             elif scenario == "cancel":
                 started = asyncio.Event()
 
