@@ -5,7 +5,8 @@ Usage: python3 client.py <sidecar base URL> <agent base URL> [scenario] [Authori
   scenario `main` (default): card, send, stream, get, cancel, text messages,
     ListTasks, SubscribeToTask, push-config errors, task references, history;
   `owner`: with the Authorization header: the extended card, a task sent;
-  `stranger`: with the Authorization header: what it sees of <task id>.
+  `stranger`: with the Authorization header: what it sees of <task id>;
+  `voice`: a spoken forecast, streamed.
 Prints one JSON report line."""
 
 import asyncio
@@ -31,11 +32,11 @@ from a2a.types import (
 from google.protobuf import json_format
 
 
-def request(city: str) -> SendMessageRequest:
+def request(city: str, mode: str = "text") -> SendMessageRequest:
     message = {
-        "messageId": f"m-{city}",
+        "messageId": f"m-{city}-{mode}",
         "role": "ROLE_USER",
-        "parts": [{"data": {"question": f"What is the weather in {city}?", "interactionMode": "text"}}],
+        "parts": [{"data": {"question": f"What is the weather in {city}?", "interactionMode": mode}}],
     }
     return json_format.ParseDict({"message": message}, SendMessageRequest())
 
@@ -170,6 +171,10 @@ async def main(args: list) -> dict:
                 await owner_scenario(http, agent, report)
             elif scenario == "stranger":
                 await stranger_scenario(http, agent, args[4], report)
+            elif scenario == "voice":
+                # The WeatherAgent speaks: its audio streams as file parts.
+                streaming = await create_client(agent, ClientConfig(streaming=True, httpx_client=http))
+                report["events"] = [as_dict(e) async for e in streaming.send_message(request("Oslo", "voice"))]
             else:
                 await main_scenario(http, sidecar, agent, report)
     except BaseException as e:  # noqa: BLE001 - the report says what failed

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use base64::Engine;
+
 use lmos_testkit::weather_agent::{self, THING_ID};
 use lmos_testkit::{self as common, test_config, urlencode, TestSidecar};
 use serde_json::{json, Value};
@@ -739,5 +741,41 @@ async fn the_message_reaches_the_agent_and_its_a2a_member_asks_back_and_rejects(
     assert_eq!(message["parts"][0]["text"], "Hello.", "{direct}");
     assert_eq!(message["role"], "ROLE_AGENT");
     assert!(direct["result"].get("task").is_none());
+    sidecar.stop().await;
+}
+
+/// A spoken forecast streams to the SDK as artifact updates whose parts
+/// are the audio's bytes with their media type (A2A's file parts): put
+/// together, one WAV file.
+#[tokio::test]
+async fn a_spoken_forecast_streams_to_the_sdk_as_audio_file_parts() {
+    let sidecar = with_weather_agent().await;
+    let base = format!("http://{}", sidecar.http);
+    let agent = format!("{base}/a2a/{}", urlencode(THING_ID));
+    let report = python(&[base, agent, "voice".into()]).await;
+    assert_eq!(report["errors"], json!([]), "{report:#}");
+    let events = &report["events"];
+    let mut audio = Vec::new();
+    for e in events.as_array().unwrap() {
+        let Some(parts) = e["artifactUpdate"]["artifact"]["parts"].as_array() else {
+            continue;
+        };
+        for part in parts.iter().filter(|p| p.get("raw").is_some()) {
+            assert_eq!(part["mediaType"], "audio/wav", "{part}");
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(part["raw"].as_str().unwrap())
+                .unwrap();
+            audio.extend(raw);
+        }
+    }
+    assert!(
+        lmos_sidecar::demo_agent::voice::samples_of(&audio).is_some(),
+        "one WAV file from {} bytes: {report:#}",
+        audio.len()
+    );
+    assert_eq!(
+        states(events).last().map(String::as_str),
+        Some("TASK_STATE_COMPLETED")
+    );
     sidecar.stop().await;
 }
