@@ -6,13 +6,17 @@
 //!
 //! `cargo bench --bench streaming`; settings: STREAM_CHUNKS per row (20000),
 //! STREAM_BYTES payload bytes per chunk (64), STREAM_ROUNDS rows per mode
-//! (1), STREAM_MODES a comma list (text,base64,events,across).
+//! (1), STREAM_MODES a comma list (text,base64,binary,events,across).
 //!
 //! Modes, each on a fresh sidecar:
 //! - `stream text`: `actionStatus` `running` with `stream: {seq, data,
 //!   contentType: text/plain}`, ended by `completed` with `stream.end`;
 //! - `stream base64`: the same with binary payloads (an audio frame) as
 //!   base64 (`contentEncoding`): a third more on the wire;
+//! - `stream binary`: the same binary payloads as binary WebSocket frames
+//!   (`lmos_sidecar::lmos::binary`) from the agent and to the consumer
+//!   (asked with `"stream": {"binary": true}`); the MQTT receiver follows
+//!   the raw stream topic (`.../stream/{invocation}`) instead;
 //! - `events`: `event` messages whose `data` is the same text;
 //! - `stream across`: `stream text` with the agent on sidecar A and both
 //!   receivers on sidecar B, the sidecars linked in NATS's own protocol
@@ -52,6 +56,7 @@ const STALL: Duration = Duration::from_secs(10);
 enum Mode {
     Text,
     Base64,
+    Binary,
     Events,
     /// Text chunks from an agent on one sidecar to receivers on another,
     /// the two linked over NATS.
@@ -63,6 +68,7 @@ impl Mode {
         match self {
             Mode::Text => "stream text",
             Mode::Base64 => "stream base64",
+            Mode::Binary => "stream binary",
             Mode::Events => "events",
             Mode::Across => "stream across",
         }
@@ -127,7 +133,13 @@ fn main() -> Result<()> {
 
 /// STREAM_MODES, e.g. `text,across`; all when unset.
 fn modes() -> Result<Vec<Mode>> {
-    let all = [Mode::Text, Mode::Base64, Mode::Events, Mode::Across];
+    let all = [
+        Mode::Text,
+        Mode::Base64,
+        Mode::Binary,
+        Mode::Events,
+        Mode::Across,
+    ];
     let Ok(list) = std::env::var("STREAM_MODES") else {
         return Ok(all.to_vec());
     };
@@ -139,7 +151,7 @@ fn modes() -> Result<Vec<Mode>> {
             all.into_iter()
                 .find(|m| short(*m) == s || m.name() == s)
                 .with_context(|| {
-                    format!("STREAM_MODES: unknown `{s}`; use text, base64, events, across")
+                    format!("STREAM_MODES: unknown `{s}`; use text, base64, binary, events, across")
                 })
         })
         .collect()
@@ -278,6 +290,7 @@ async fn row(mode: Mode, n: u64, bytes: usize) -> Result<Vec<(&'static str, u64,
     let mut consumer = ws(&places.receivers_ws).await?;
     let topic = match mode {
         Mode::Events => format!("lmos/{THING}/events/tok"),
+        Mode::Binary => format!("lmos/{THING}/actions/speak/stream/bench"),
         _ => format!("lmos/{THING}/actions/speak/status/bench"),
     };
     let mut options = MqttOptions::new("follower", mqtt.ip().to_string(), mqtt.port());
@@ -322,9 +335,13 @@ async fn row(mode: Mode, n: u64, bytes: usize) -> Result<Vec<(&'static str, u64,
             None
         }
         _ => {
+            let stream = match mode {
+                Mode::Binary => json!({"binary": true}),
+                _ => json!(true),
+            };
             ws_send(
                 &mut consumer,
-                json!({"thingID": THING, "messageType": "invokeAction", "action": "speak", "stream": true, "correlationID": "bench"}),
+                json!({"thingID": THING, "messageType": "invokeAction", "action": "speak", "stream": stream, "correlationID": "bench"}),
             )
             .await?;
             let request = next_json(&mut agent).await?;
@@ -332,9 +349,11 @@ async fn row(mode: Mode, n: u64, bytes: usize) -> Result<Vec<(&'static str, u64,
         }
     };
 
-    let messages: Vec<String> = (0..n)
-        .map(|i| message(mode, route.as_ref(), i, bytes))
-        .chain(std::iter::once(last(mode, route.as_ref(), n)))
+    let messages: Vec<WsMessage> = (0..n)
+        .map(|i| frame(mode, route.as_ref(), i, bytes))
+        .chain(std::iter::once(WsMessage::Text(
+            last(mode, route.as_ref(), n).into(),
+        )))
         .collect();
     let start = now_ns();
     let ws_receiver = tokio::spawn(async move {
@@ -348,6 +367,11 @@ async fn row(mode: Mode, n: u64, bytes: usize) -> Result<Vec<(&'static str, u64,
         let mut seen = 0;
         loop {
             match tokio::time::timeout(STALL, follower_loop.poll()).await {
+                Ok(Ok(Event::Incoming(Packet::Publish(p)))) if mode == Mode::Binary => {
+                    if count_raw(&mut got, n, &p.payload) {
+                        break;
+                    }
+                }
                 Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
                     let v: Value = serde_json::from_slice(&p.payload).unwrap_or_default();
                     if count(&mut got, &mut r, &mut seen, mode, &v, p.payload.len()) {
@@ -369,7 +393,7 @@ async fn row(mode: Mode, n: u64, bytes: usize) -> Result<Vec<(&'static str, u64,
     });
     let mut batch = 0;
     for m in messages {
-        agent.feed(WsMessage::Text(m.into())).await?;
+        agent.feed(m).await?;
         batch += 1;
         if batch == 64 {
             agent.flush().await?;
@@ -393,12 +417,37 @@ fn payload(i: u64, bytes: usize) -> Vec<u8> {
         .collect()
 }
 
+/// What the agent sends for chunk `i`: a binary frame in `binary` mode.
+fn frame(mode: Mode, route: Option<&Value>, i: u64, bytes: usize) -> WsMessage {
+    let text = message(mode, route, i, bytes);
+    if mode != Mode::Binary {
+        return WsMessage::Text(text.into());
+    }
+    let bytes = lmos_sidecar::lmos::binary::encode(&text).expect("a binary chunk");
+    WsMessage::Binary(bytes.into())
+}
+
+/// Counts one raw chunk from the MQTT stream topic; true at the end
+/// marker (no bytes).
+fn count_raw(got: &mut Got, n: u64, payload: &[u8]) -> bool {
+    got.last_ns = now_ns();
+    got.wire += payload.len() as u64;
+    if payload.is_empty() {
+        got.lost = n - got.messages;
+        got.ending = "complete".into();
+        return true;
+    }
+    got.messages += 1;
+    got.payload += payload.len() as u64;
+    false
+}
+
 fn message(mode: Mode, route: Option<&Value>, i: u64, bytes: usize) -> String {
     let data = payload(i, bytes);
     match mode {
         Mode::Events => json!({"thingID": THING, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": "event", "event": "tok", "data": {"seq": i, "text": String::from_utf8(data).unwrap()}, "timestamp": "2025-01-01T00:00:00Z"}),
         _ => {
-            let chunk = if mode != Mode::Base64 {
+            let chunk = if !matches!(mode, Mode::Base64 | Mode::Binary) {
                 Chunk::text(i, String::from_utf8(data).unwrap())
             } else {
                 Chunk::binary(i, "audio/L16;rate=8000", &data)
@@ -462,6 +511,31 @@ async fn read_ws(ws: &mut Ws, mode: Mode) -> Got {
     let mut seen = 0;
     loop {
         match tokio::time::timeout(STALL, ws.next()).await {
+            Ok(Some(Ok(WsMessage::Binary(frame)))) => {
+                // A binary chunk: its header's seq, its raw payload.
+                got.last_ns = now_ns();
+                got.wire += frame.len() as u64;
+                if let Ok((header, payload)) = lmos_sidecar::lmos::binary::split(&frame) {
+                    let seq = header["stream"]["seq"].as_u64().unwrap_or(seen);
+                    got.lost += seq.saturating_sub(seen);
+                    seen = seq + 1;
+                    got.messages += 1;
+                    got.payload += payload.len() as u64;
+                }
+            }
+            Ok(Some(Ok(WsMessage::Text(t)))) if mode == Mode::Binary => {
+                let v: Value = serde_json::from_str(&t).unwrap_or_default();
+                if v["status"] == "completed" {
+                    got.last_ns = now_ns();
+                    got.wire += t.len() as u64;
+                    got.lost += v["stream"]["seq"]
+                        .as_u64()
+                        .unwrap_or(seen)
+                        .saturating_sub(seen);
+                    got.ending = "complete".into();
+                    return got;
+                }
+            }
             Ok(Some(Ok(WsMessage::Text(t)))) => {
                 let v: Value = serde_json::from_str(&t).unwrap_or_default();
                 if v["data"] == "warm" {
