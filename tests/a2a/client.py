@@ -34,7 +34,7 @@ from google.protobuf import json_format
 
 def request(city: str, mode: str = "text") -> SendMessageRequest:
     message = {
-        "messageId": f"m-{city}-{mode}",
+        "messageId": f"m-{city}" if mode == "text" else f"m-{city}-{mode}",
         "role": "ROLE_USER",
         "parts": [{"data": {"question": f"What is the weather in {city}?", "interactionMode": mode}}],
     }
