@@ -3,7 +3,8 @@
 //! real 3-node cluster. A streamed answer crosses in order with nothing
 //! lost, to the WebSocket consumer and to an MQTT follower of the status
 //! topic, and stream credit holds across: B's consumer gets what it grants,
-//! and its grants reach the agent behind A.
+//! and its grants reach the agent behind A. Binary chunks cross too, as
+//! binary frames to B's consumer and raw on B's stream topic.
 
 use lmos_testkit as common;
 use lmos_testkit::cluster_scenarios::{
@@ -190,6 +191,69 @@ async fn a_flood_of_chunks_crosses_in_order_with_nothing_lost() {
         assert_eq!(r.payload, expected.as_bytes());
         assert_eq!(r.ending, Some(Ending::Complete));
     }
+    b.stop().await;
+    a.stop().await;
+}
+
+/// Audio across: the agent behind A sends binary frames, B's consumer
+/// asked for binary frames and gets them, in order, with the bytes as
+/// sent; an MQTT follower on B of the raw stream topic gets the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_chunks_cross_as_binary_frames_and_raw_mqtt() {
+    use lmos_sidecar::lmos::binary;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    const N: u64 = 200;
+    let _alone = one_at_a_time().await;
+    let cluster = NatsCluster::start(3).await;
+    let Across {
+        a,
+        b,
+        mut agent,
+        follower: _,
+        mut consumer,
+        request,
+    } = invoked_across(&cluster, "audio", json!({"binary": true})).await;
+    let mut raw = b.mqtt("b-raw").await;
+    raw.subscribe(&format!("lmos/{WEATHER}/actions/getWeather/stream/audio"))
+        .await;
+    let bytes = |i: u64| -> Vec<u8> { (0..480u64).map(|b| (b * 5 + i) as u8).collect() };
+    for i in 0..N {
+        let mut header = status(&request, "running", None);
+        header["stream"] = json!({"seq": i, "contentType": "audio/L16;rate=8000"});
+        let frame = binary::frame(&header, &bytes(i));
+        agent.send_raw(WsMessage::Binary(frame.into())).await;
+    }
+    agent
+        .send(status(&request, "completed", Some(Chunk::end(N))))
+        .await;
+    let expected: Vec<u8> = (0..N).flat_map(bytes).collect();
+    let mut heard = Vec::new();
+    let mut seq = 0;
+    loop {
+        match consumer.recv_frame().await {
+            WsMessage::Binary(frame) => {
+                let (header, payload) = binary::split(&frame).unwrap();
+                assert_eq!(header["stream"]["seq"], seq, "{header}");
+                assert_eq!(header["correlationID"], "audio");
+                heard.extend_from_slice(payload);
+                seq += 1;
+            }
+            WsMessage::Text(t) if t.contains("\"completed\"") => break,
+            WsMessage::Text(_) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(seq, N);
+    assert_eq!(heard, expected);
+    let mut followed = Vec::new();
+    loop {
+        let p = raw.recv().await;
+        if p.payload.is_empty() {
+            break;
+        }
+        followed.extend_from_slice(&p.payload);
+    }
+    assert_eq!(followed, expected);
     b.stop().await;
     a.stop().await;
 }
