@@ -280,6 +280,12 @@ pub enum SlowConsumerPolicy {
     /// queue is stalled) and keep the connection.
     #[serde(alias = "drop_newest")]
     Drop,
+    /// Keep the newest: past the budget the queue may grow to twice it,
+    /// and the connection drops the oldest messages as it takes them until
+    /// its queue is back within the budget; past twice the budget (a
+    /// consumer that takes nothing), or while stalled, the newest are
+    /// dropped as under `drop`.
+    DropOldest,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -170,6 +170,7 @@ impl Gateway {
             policy: config.slow_consumer,
             global: budgets.outbound.clone(),
             bytes_hits: metrics.budget_hit_counter("outbound_per_connection"),
+            dropped_oldest: metrics.dropped_counter("slow_consumer_oldest"),
         };
         let inbound = Arc::new(metered::InboundBudget::new(
             budgets.inbound.clone(),

@@ -156,6 +156,8 @@ pub struct QueueLimits {
     pub global: Arc<Budget>,
     /// Counts `outbound_queue_bytes` reached.
     pub bytes_hits: Counter,
+    /// Counts messages the connection dropped under `drop_oldest`.
+    pub dropped_oldest: Counter,
 }
 
 #[cfg(test)]
@@ -172,6 +174,7 @@ impl QueueLimits {
             policy,
             global: Arc::new(Budget::new(&metrics, "outbound", "k", "e", usize::MAX)),
             bytes_hits: metrics.budget_hit_counter("outbound_per_connection"),
+            dropped_oldest: metrics.dropped_counter("slow_consumer_oldest"),
         }
     }
 }
@@ -202,6 +205,9 @@ pub struct Inbox {
     /// holds them.
     taken: usize,
     taken_messages: usize,
+    /// Under `drop_oldest`: the byte budget the connection brings its
+    /// queue back within, dropping the oldest, as it takes a batch.
+    shed_above: Option<(usize, Counter)>,
     pub too_slow: CancellationToken,
     pub dropped: Arc<AtomicU64>,
     pub account: Arc<Account>,
@@ -235,6 +241,8 @@ pub fn channel(limits: &QueueLimits) -> (Outbound, Inbox) {
             batch: Vec::new().into_iter(),
             taken: 0,
             taken_messages: 0,
+            shed_above: (limits.policy == SlowConsumerPolicy::DropOldest)
+                .then(|| (limits.bounds.bytes, limits.dropped_oldest.clone())),
             too_slow,
             dropped,
             account,
@@ -278,13 +286,18 @@ impl Outbound {
             if offered.end.is_some() {
                 return false;
             }
-            let why = if stalled {
+            let mut why = if stalled {
                 Some(TooSlow::Stalled)
             } else {
                 self.bounds.full(bytes, messages, q.bytes)
             };
             if why == Some(TooSlow::Bytes) {
                 self.bytes_hits.inc();
+            }
+            if self.policy == SlowConsumerPolicy::DropOldest && why.is_some() && !stalled {
+                // Room to drop the oldest from: up to twice the bounds.
+                let doubled = self.bounds.doubled();
+                why = doubled.full(bytes, messages, q.bytes);
             }
             match why.map(|why| self.full(why)) {
                 None => {
@@ -323,7 +336,7 @@ impl Outbound {
 
     fn full(&self, why: TooSlow) -> Offer {
         match self.policy {
-            SlowConsumerPolicy::Drop => {
+            SlowConsumerPolicy::Drop | SlowConsumerPolicy::DropOldest => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 Offer::Dropped
             }
@@ -355,6 +368,7 @@ impl Inbox {
                 return Some(frame);
             }
             self.batch = self.rx.recv().await?.into_iter();
+            self.shed();
         }
     }
 
@@ -365,7 +379,10 @@ impl Inbox {
                 return Some(frame);
             }
             match self.rx.try_recv() {
-                Ok(batch) => self.batch = batch.into_iter(),
+                Ok(batch) => {
+                    self.batch = batch.into_iter();
+                    self.shed();
+                }
                 Err(_) => {
                     self.give_back();
                     return None;
@@ -379,6 +396,29 @@ impl Inbox {
         self.taken += queued.bytes;
         self.taken_messages += 1;
         Some(queued.frame)
+    }
+
+    /// Under `drop_oldest`, once per batch taken: drops its first (the
+    /// queue's oldest) messages while the queue, less what was taken, is
+    /// over the byte budget.
+    fn shed(&mut self) {
+        let Some((budget, counter)) = &self.shed_above else {
+            return;
+        };
+        let held = self.account.queued().saturating_sub(self.taken);
+        let mut excess = held.saturating_sub(*budget);
+        let mut dropped = 0;
+        while excess > 0 {
+            let Some(q) = self.batch.next() else { break };
+            excess = excess.saturating_sub(q.bytes);
+            self.taken += q.bytes;
+            self.taken_messages += 1;
+            dropped += 1;
+        }
+        if dropped > 0 {
+            counter.inc_by(dropped);
+            self.dropped.fetch_add(dropped, Ordering::Relaxed);
+        }
     }
 
     fn give_back(&mut self) {

@@ -21,6 +21,7 @@ fn limits(messages: usize, bytes: usize, policy: SlowConsumerPolicy) -> QueueLim
         policy,
         global: Arc::new(Budget::new(&metrics, "outbound", "k", "e", 1 << 30)),
         bytes_hits: metrics.budget_hit_counter("outbound_per_connection"),
+        dropped_oldest: metrics.dropped_counter("slow_consumer_oldest"),
     }
 }
 
@@ -173,4 +174,36 @@ async fn a_queue_the_sidecar_drains_itself_never_stalls() {
     assert_eq!(out.offer(text("a")), Offer::Queued);
     tokio::time::advance(Duration::from_secs(60)).await;
     assert_eq!(out.offer(text("b")), Offer::Queued);
+}
+
+#[test]
+fn drop_oldest_keeps_the_newest_within_the_budget() {
+    let l = limits(1000, cost(4) * 3, SlowConsumerPolicy::DropOldest);
+    let (out, mut inbox) = channel(&l);
+    // Up to twice the budget is queued: room to drop the oldest from.
+    for i in 0..6 {
+        assert_eq!(out.offer(format!("m{i:03}").into()), Offer::Queued);
+    }
+    // Past twice the budget, the newest go (the consumer took nothing).
+    assert_eq!(out.offer(String::from("m006").into()), Offer::Dropped);
+    let taken: Vec<String> = std::iter::from_fn(|| inbox.try_recv())
+        .map(|f| f.into_text().to_string())
+        .collect();
+    assert_eq!(
+        taken,
+        ["m003", "m004", "m005"],
+        "the newest within the budget"
+    );
+    assert_eq!(inbox.dropped.load(Ordering::Relaxed), 4);
+    assert_eq!(l.dropped_oldest.get(), 3);
+    assert_eq!(inbox.account.queued(), 0, "all given back");
+    assert!(!inbox.too_slow.is_cancelled());
+    // Within the budget nothing is dropped.
+    for i in 7..10 {
+        assert_eq!(out.offer(format!("m{i:03}").into()), Offer::Queued);
+    }
+    let taken: Vec<String> = std::iter::from_fn(|| inbox.try_recv())
+        .map(|f| f.into_text().to_string())
+        .collect();
+    assert_eq!(taken, ["m007", "m008", "m009"]);
 }

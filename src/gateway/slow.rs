@@ -65,6 +65,16 @@ pub struct Bounds {
 }
 
 impl Bounds {
+    /// Twice the bounds: how far a `drop_oldest` queue may grow before the
+    /// newest are dropped.
+    pub fn doubled(&self) -> Bounds {
+        Bounds {
+            messages: self.messages.saturating_mul(2),
+            bytes: self.bytes.saturating_mul(2),
+            stall_ms: self.stall_ms,
+        }
+    }
+
     /// Whether a queue holding `queued` bytes, last moved at `last_moved`
     /// (ms on the budget's clock: a message taken off it, or the queue
     /// found empty), has stalled by `now`. An empty queue never has: a

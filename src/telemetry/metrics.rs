@@ -331,6 +331,16 @@ impl Metrics {
 
     /// The counter of a budget that has no gauge of its own (a per-Thing or
     /// per-connection one).
+    /// The `dropped` counter of `reason`, for a hot path that counts
+    /// without a label lookup.
+    pub fn dropped_counter(&self, reason: &'static str) -> Counter {
+        self.0
+            .messages
+            .dropped
+            .get_or_create(&[("reason", reason)])
+            .clone()
+    }
+
     pub fn budget_hit_counter(&self, budget: &'static str) -> Counter {
         self.0
             .budgets

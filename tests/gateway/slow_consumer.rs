@@ -179,6 +179,50 @@ async fn under_the_drop_policy_a_slow_consumer_misses_messages_but_stays_connect
     sidecar.stop().await;
 }
 
+/// Under `drop_oldest` a late reader gets the newest events, in order, the
+/// oldest dropped (and counted), and stays connected.
+#[tokio::test]
+async fn under_drop_oldest_a_late_reader_gets_the_newest_in_order() {
+    let (sidecar, _fast, mut slow) = burst(SlowConsumerPolicy::DropOldest).await;
+    let mut seen = Vec::new();
+    while let Ok(Some(Ok(frame))) =
+        tokio::time::timeout(Duration::from_millis(500), slow.stream.next()).await
+    {
+        if let WsMessage::Text(t) = frame {
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            seen.push(v["data"]["i"].as_u64().unwrap() as usize);
+        }
+    }
+    assert!(
+        seen.len() < EVENTS,
+        "some were dropped ({} received)",
+        seen.len()
+    );
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order: {seen:?}");
+    // What its socket held came first; of its queue, the oldest were
+    // dropped and later ones arrive: a gap with events after it (under
+    // `drop` what arrives is the burst's beginning, without a gap).
+    let gap = seen.windows(2).position(|w| w[1] > w[0] + 1);
+    assert!(
+        gap.is_some_and(|k| k + 2 < seen.len()),
+        "the oldest of its queue dropped, newer ones kept: {seen:?}"
+    );
+    let oldest = dropped(&sidecar, "slow_consumer_oldest").await;
+    let newest = dropped(&sidecar, "slow_consumer").await;
+    assert!(oldest > 0, "the oldest were dropped");
+    assert_eq!(
+        (oldest + newest) as usize,
+        EVENTS - seen.len(),
+        "each one counted"
+    );
+    assert_eq!(dropped(&sidecar, "slow_consumer_disconnected").await, 0);
+    // Caught up, it gets what comes next.
+    let mut agent = sidecar.ws().await;
+    agent.send(event(THING, "tick", json!({"i": EVENTS}))).await;
+    assert_eq!(slow.recv().await["data"]["i"], EVENTS);
+    sidecar.stop().await;
+}
+
 /// A consumer whose socket holds little (4 KiB of receive buffer), so that
 /// what it does not read waits in its queue.
 async fn late_reader(sidecar: &TestSidecar) -> common::WsClient {
