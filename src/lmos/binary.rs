@@ -77,13 +77,7 @@ pub fn encode(text: &str) -> Option<Vec<u8>> {
 /// [`encode`] of a message already parsed.
 pub fn encode_value(mut message: Value) -> Option<Vec<u8>> {
     let stream = message.get_mut(MEMBER)?.as_object_mut()?;
-    if stream.get("contentEncoding").and_then(Value::as_str) != Some(BASE64) {
-        return None;
-    }
-    let data = stream.get("data")?.as_str()?;
-    let payload = base64::engine::general_purpose::STANDARD
-        .decode(data)
-        .ok()?;
+    let payload = binary_data(stream)?;
     stream.remove("data");
     stream.remove("contentEncoding");
     Some(frame(&message, &payload))
@@ -117,19 +111,22 @@ pub fn raw_chunk(text: &str) -> Option<RawChunk> {
             end: true,
         });
     }
-    if stream.get("contentEncoding").and_then(Value::as_str) != Some(BASE64) {
-        return None;
-    }
-    let data = stream.get("data")?.as_str()?;
-    let payload = base64::engine::general_purpose::STANDARD
-        .decode(data)
-        .ok()?;
+    let payload = binary_data(stream)?;
     Some(RawChunk {
         seq,
         content_type,
         payload,
         end: false,
     })
+}
+
+/// A `stream` member's data, decoded, when it is base64.
+fn binary_data(stream: &Map<String, Value>) -> Option<Vec<u8>> {
+    if stream.get("contentEncoding").and_then(Value::as_str) != Some(BASE64) {
+        return None;
+    }
+    let data = stream.get("data")?.as_str()?;
+    base64::engine::general_purpose::STANDARD.decode(data).ok()
 }
 
 /// A binary frame of `header` (a message whose `stream` has no `data`) and

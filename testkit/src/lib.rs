@@ -241,18 +241,22 @@ impl WsClient {
     }
 
     async fn next_json_within(&mut self, wait: Duration) -> Value {
+        match self.next_frame_within(wait).await {
+            WsMessage::Text(t) => serde_json::from_str(&t).expect("the sidecar sends JSON"),
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+
+    /// The next frame that is not a ping or pong.
+    async fn next_frame_within(&mut self, wait: Duration) -> WsMessage {
         loop {
             let frame = tokio::time::timeout(wait, self.stream.next())
                 .await
-                .expect("a message arrives in time")
+                .expect("a frame arrives in time")
                 .expect("connection open")
                 .expect("no protocol error");
-            match frame {
-                WsMessage::Text(t) => {
-                    return serde_json::from_str(&t).expect("the sidecar sends JSON")
-                }
-                WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
-                other => panic!("unexpected frame {other:?}"),
+            if !matches!(frame, WsMessage::Ping(_) | WsMessage::Pong(_)) {
+                return frame;
             }
         }
     }
@@ -265,16 +269,7 @@ impl WsClient {
             "messages read ahead: {:?}",
             self.pending
         );
-        loop {
-            let frame = tokio::time::timeout(WAIT, self.stream.next())
-                .await
-                .expect("a frame arrives in time")
-                .expect("connection open")
-                .expect("no protocol error");
-            if !matches!(frame, WsMessage::Ping(_) | WsMessage::Pong(_)) {
-                return frame;
-            }
-        }
+        self.next_frame_within(WAIT).await
     }
 
     /// The next message, skipping barrier readings.
