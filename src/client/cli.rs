@@ -149,6 +149,11 @@ pub enum Command {
         /// as they come.
         #[arg(long)]
         stream: bool,
+        /// Write the streamed answer's data, its chunks put together, to
+        /// FILE once it ends (the WeatherAgent's voice: a WAV file); asks
+        /// for a stream.
+        #[arg(long, value_name = "FILE")]
+        save: Option<std::path::PathBuf>,
     },
     /// The latest status of an invocation.
     #[command(after_help = concat!("Example:\n  lmos-sidecar query --thing ", weather!(), " getWeather --correlation-id my-forecast"))]

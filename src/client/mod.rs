@@ -9,6 +9,7 @@ pub mod raw;
 mod things;
 pub use things::things;
 pub mod run;
+mod save;
 
 use std::time::Duration;
 
@@ -271,6 +272,17 @@ pub async fn request(
     output: Output,
     timeout: Duration,
 ) -> Result<bool, ClientError> {
+    request_saving(url, request, output, timeout, None).await
+}
+
+/// [`request`], the answer's streamed data written to a file when `save`.
+pub async fn request_saving(
+    url: &str,
+    request: Value,
+    output: Output,
+    timeout: Duration,
+    mut save: Option<save::Saving>,
+) -> Result<bool, ClientError> {
     let mut socket = connect(url).await?;
     let correlation = request
         .get("correlationID")
@@ -302,8 +314,14 @@ pub async fn request(
             continue;
         }
         out::line(&render(&m, output))?;
+        if let Some(save) = &mut save {
+            save.feed(&m);
+        }
         if let Some(ok) = ends(request["messageType"].as_str().unwrap_or_default(), &m) {
             let _ = socket.close(None).await;
+            if let Some(save) = save {
+                eprintln!("{}", save.write()?);
+            }
             return Ok(ok);
         }
     }

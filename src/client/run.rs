@@ -115,15 +115,19 @@ async fn dispatch(command: Command) -> Result<bool, ClientError> {
             input,
             correlation_id,
             stream,
+            save,
         } => {
             let mut members = named(&action, correlation_id);
             if let Some(input) = input {
                 members["input"] = json_arg(&input);
             }
-            if stream {
+            if stream || save.is_some() {
                 members["stream"] = json!(true);
             }
-            ask(&to, "invokeAction", members).await
+            let request = message(&to.thing, "invokeAction", members);
+            let timeout = Duration::from_secs(to.timeout);
+            let save = save.map(super::save::Saving::new);
+            super::request_saving(&to.url, request, to.output(), timeout, save).await
         }
         Command::Query {
             to,
