@@ -241,14 +241,51 @@ fn raw_chunk(invocation: &mut Invocation, copy: &str) -> Option<RawChunk> {
     Some(raw)
 }
 
+/// The longest Content Type passed on: media types are short, and an MQTT
+/// string's length is 16 bits (rumqttd would write a longer one's length
+/// wrong, corrupting every subscriber's stream).
+const MAX_CONTENT_TYPE: usize = 255;
+
 /// A raw chunk as MQTT 5 subscribers read it: the bytes, with Content Type
-/// and user properties `seq` and `end`.
+/// and user properties `seq` and `end`. A content type an MQTT client could
+/// take for a malformed packet (control characters: MQTT forbids U+0000;
+/// too long) is left out rather than let an agent disconnect subscribers.
 fn raw_publication(topic: String, raw: RawChunk) -> Publication {
+    let content_type = raw
+        .content_type
+        .filter(|t| t.len() <= MAX_CONTENT_TYPE && !t.chars().any(char::is_control));
     let mut publication = Publication::new(topic, raw.payload, false);
     publication.chunk = Some(Box::new(ChunkProperties {
-        content_type: raw.content_type,
+        content_type,
         seq: raw.seq,
         end: raw.end,
     }));
     publication
+}
+
+#[cfg(test)]
+mod raw_tests {
+    use super::*;
+
+    fn raw(content_type: &str) -> RawChunk {
+        RawChunk {
+            seq: 1,
+            content_type: Some(content_type.into()),
+            payload: b"x".to_vec(),
+            end: false,
+        }
+    }
+
+    #[test]
+    fn a_content_type_subscribers_could_choke_on_is_left_out() {
+        let props = |t: &str| raw_publication("t".into(), raw(t)).chunk.unwrap();
+        assert_eq!(
+            props("audio/wav").content_type.as_deref(),
+            Some("audio/wav")
+        );
+        assert_eq!(props("audio/wav\u{0}x").content_type, None);
+        assert_eq!(props("audio/\nwav").content_type, None);
+        assert_eq!(props(&"a".repeat(70_000)).content_type, None);
+        assert_eq!(props("audio/wav").seq, 1);
+    }
 }
