@@ -18,6 +18,7 @@ mod frame;
 pub mod history;
 mod http_consumers;
 mod inbound;
+mod inbox;
 pub mod metered;
 mod outbound;
 mod published;
