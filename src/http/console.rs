@@ -43,8 +43,10 @@ const TRACES_SCRIPT: &str = include_str!("console/traces.js");
 /// The page may load and connect to this sidecar only: no third-party
 /// script, style, font or beacon, which is also what makes it work
 /// offline. Jaeger links are navigations, which this does not restrict.
+/// Media only from `blob:` URLs the page made itself (a voice agent's
+/// streamed audio, put together).
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
+     img-src 'self' data:; media-src blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 
 /// What `/console` needs from the configuration.

@@ -163,6 +163,29 @@ async fn the_console_shows_the_agent_its_events_and_invocations_and_refuses_what
         );
     }
 
+    // A spoken answer plays in the page (issue 48 item 3): the WAV chunks
+    // the agent streams, put together as one audio element the browser
+    // decodes (11 words of 150 ms).
+    browser
+        .js(&format!(
+            r#"document.querySelector('{form} [name="interactionMode"]').value = '"voice"'; return true;"#
+        ))
+        .await;
+    browser
+        .click(&format!(r#"{form} button[type="submit"]"#))
+        .await;
+    let spoken = browser
+        .wait_for(
+            "the spoken forecast's audio is playable",
+            Duration::from_secs(10),
+            "const a = document.querySelector('#invocations li audio'); return a && a.readyState >= 1 ? [a.dataset.audio, a.duration, a.closest('li').dataset.status] : null;",
+        )
+        .await;
+    assert_eq!(spoken[0], "audio/wav", "{spoken}");
+    let seconds = spoken[1].as_f64().unwrap();
+    assert!((1.6..1.7).contains(&seconds), "{seconds} s of audio");
+    assert_eq!(spoken[2], "completed");
+
     // Every topic of the Thing, those its TD's forms leave out included,
     // each wrapping only after a `/` (issue 47, point 13).
     browser

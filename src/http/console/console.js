@@ -438,11 +438,22 @@ function invoke(id, action, f) {
   };
   let input;
   try { input = f ? f.get() : undefined; } catch (e) { add("invalid", e.message, "error"); return; }
+  // Streamed audio (a voice agent's answer) is put together and played.
+  const audio = { parts: [], type: "" };
   app.pending.set(c, (m) => {
     if (m.messageType === "error") { add("error", problemText(m), "error", m); app.pending.delete(c); return; }
     if (m.messageType !== "actionStatus") return;
+    const s = m.stream;
+    if (s && s.contentEncoding === "base64" && /^audio\//.test(s.contentType || "")) {
+      audio.parts.push(Uint8Array.from(atob(s.data), (ch) => ch.charCodeAt(0)));
+      audio.type = s.contentType;
+      return;
+    }
     const out = m.output === undefined ? "" : JSON.stringify(m.output);
     add(m.status, out, "", m);
+    if (m.status === "completed" && audio.parts.length) {
+      li.append(" ", el("audio", { controls: "", "data-audio": audio.type, src: URL.createObjectURL(new Blob(audio.parts, { type: audio.type })) }));
+    }
     if (["completed", "failed", "cancelled", "canceled"].includes(m.status)) app.pending.delete(c);
   });
   const msg = { thingID: id, messageType: "invokeAction", action, correlationID: c, traceparent: newTraceparent() };
