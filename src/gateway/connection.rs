@@ -353,3 +353,7 @@ where
         }
     }
 }
+
+#[cfg(test)]
+#[path = "connection_tests.rs"]
+mod tests;
