@@ -15,9 +15,11 @@
 //! WebSocket, 200 at a time, each subscribes to that event and then only
 //! reads; at each stage (CAPACITY_STAGES, cumulative) the bench waits until
 //! every consumer got an event published after the stage was reached, then
-//! reads the sidecar's VmRSS. At the end all consumers leave and, after
-//! CAPACITY_SETTLE_S seconds (60), VmRSS is read once more. Prints a table:
-//! RSS at each stage and per consumer above the baseline.
+//! reads the sidecar's VmRSS. VmRSS is also sampled every 50 ms while they
+//! connect: the peak of each stage is what connecting them cost at most. At
+//! the end all consumers leave and, after CAPACITY_SETTLE_S seconds (60),
+//! VmRSS is read once more. Prints a table: RSS settled and at its peak at
+//! each stage, each per consumer above the baseline.
 //!
 //! **mqtt**: CAPACITY_BURST (5 000) MQTT 3.1.1 clients open their TCP
 //! connection and send CONNECT all at once, each giving up on a CONNACK
@@ -33,23 +35,20 @@
 //! address only (no RSS, no Mosquitto) and keeps the clients connected
 //! and idle that long; kill the profiled process meanwhile, and what it
 //! still held is what the idle clients cost (`heaptrack_print --print-leaks`).
+//! For WebSocket consumers, `CAPACITY_WS_AT=127.0.0.1:8080` (the sidecar's
+//! HTTP address; its MQTT one in `CAPACITY_WS_MQTT`, 127.0.0.1:1883, for the
+//! agent's events) connects the largest stage's consumers there, waits until
+//! each got an event, and holds them CAPACITY_HOLD_S seconds.
 
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use futures_util::{SinkExt, StreamExt};
 use lmos_testkit::process::{start_ready, Running};
-use rumqttc::{AsyncClient, MqttOptions, QoS};
-use serde_json::{json, Value};
 use tokio::task::JoinSet;
-use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message};
 
-const THING: &str = "urn:bench:capacity";
-const TOPIC: &str = "lmos/urn:bench:capacity/events/tick";
-const CONNECT_BATCH: usize = 200;
+#[path = "capacity/ws.rs"]
+mod ws;
 
 /// The sidecar binary in a process of its own (killed when dropped).
 struct Sidecar(Running);
@@ -73,43 +72,6 @@ fn start(max_connections: usize) -> Result<(Sidecar, String, String)> {
     let http = ready["http"].as_str().context("http address")?.to_owned();
     let mqtt = ready["mqtt"].as_str().context("mqtt address")?.to_owned();
     Ok((Sidecar(running), http, mqtt))
-}
-
-/// A consumer: connects, subscribes, says it is `ready`, then reads until
-/// `stop`; `seen` is the newest sequence number it got.
-async fn consumer(
-    url: String,
-    seen: Arc<AtomicU64>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    ready: tokio::sync::oneshot::Sender<()>,
-) -> Result<()> {
-    let mut request = url.into_client_request()?;
-    request.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        HeaderValue::from_static("lmosprotocol"),
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await?;
-    let subscribe = json!({"thingID": THING, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": "subscribeEvent", "event": "tick"});
-    ws.send(Message::Text(subscribe.to_string().into())).await?;
-    let _ = ready.send(());
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            frame = ws.next() => match frame {
-                Some(Ok(Message::Text(t))) => {
-                    let v: Value = serde_json::from_str(&t)?;
-                    if let Some(seq) = v["data"]["seq"].as_u64() {
-                        seen.store(seq, Relaxed);
-                    }
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e.into()),
-                None => bail!("the sidecar closed a consumer"),
-            }
-        }
-    }
-    let _ = ws.close(None).await;
-    Ok(())
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -268,106 +230,5 @@ async fn main() -> Result<()> {
     if env_or("CAPACITY_SCENARIO", "ws") == "mqtt" {
         return mqtt_scenario().await;
     }
-    let stages: Vec<usize> = env_or("CAPACITY_STAGES", "1000,5000,10000")
-        .split(',')
-        .map(|s| s.trim().parse().context("CAPACITY_STAGES"))
-        .collect::<Result<_>>()?;
-    let settle = Duration::from_secs(env_or("CAPACITY_SETTLE_S", "60").parse()?);
-    let most = stages.iter().copied().max().unwrap_or(0);
-    let (sidecar, http, mqtt) = start(most)?;
-    let url = format!("ws://{http}/lmos");
-
-    // The agent: one event a second, numbered.
-    let (host, port) = mqtt.rsplit_once(':').context("mqtt address")?;
-    let mut options = MqttOptions::new("capacity-agent", host, port.parse()?);
-    options.set_keep_alive(Duration::from_secs(30));
-    let (agent, mut agent_loop) = AsyncClient::new(options, 100);
-    tokio::spawn(async move { while agent_loop.poll().await.is_ok() {} });
-    let published = Arc::new(AtomicU64::new(0));
-    {
-        let published = published.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            for seq in 1.. {
-                tick.tick().await;
-                let event = json!({"thingID": THING, "messageID": uuid::Uuid::new_v4().to_string(), "messageType": "event", "event": "tick", "data": {"seq": seq}, "timestamp": chrono::Utc::now().to_rfc3339()});
-                if agent
-                    .publish(TOPIC, QoS::AtMostOnce, false, event.to_string())
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                published.store(seq, Relaxed);
-            }
-        });
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let baseline = sidecar.rss_kib();
-    println!(
-        "sidecar RSS with no consumer: {:.1} MiB",
-        baseline as f64 / 1024.0
-    );
-    println!();
-    println!("| consumers | sidecar RSS | per consumer above baseline | connect time |");
-    println!("|---:|---:|---:|---:|");
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut seen: Vec<Arc<AtomicU64>> = Vec::new();
-    let mut tasks = JoinSet::new();
-    for &stage in &stages {
-        let started = Instant::now();
-        while seen.len() < stage {
-            let batch = CONNECT_BATCH.min(stage - seen.len());
-            let mut ready = Vec::with_capacity(batch);
-            for _ in 0..batch {
-                let s = Arc::new(AtomicU64::new(0));
-                seen.push(s.clone());
-                let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-                tasks.spawn(consumer(url.clone(), s, stop_rx.clone(), ready_tx));
-                ready.push(ready_rx);
-            }
-            // Connected and subscribed; then each reads on its own.
-            for r in ready {
-                if r.await.is_err() {
-                    bail!(
-                        "a consumer failed to connect: {:?}",
-                        tasks.join_next().await
-                    );
-                }
-            }
-        }
-        // Every consumer has an event published once all were there.
-        let mark = published.load(Relaxed) + 1;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while seen.iter().any(|s| s.load(Relaxed) < mark) {
-            if Instant::now() > deadline {
-                let behind = seen.iter().filter(|s| s.load(Relaxed) < mark).count();
-                bail!("{behind} of {stage} consumers got no event in 60 s");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let connect_time = started.elapsed();
-        let rss = sidecar.rss_kib();
-        println!(
-            "| {stage} | {:.1} MiB | {:.1} KiB | {:.1} s |",
-            rss as f64 / 1024.0,
-            rss.saturating_sub(baseline) as f64 / stage as f64,
-            connect_time.as_secs_f64()
-        );
-    }
-    let _ = stop_tx.send(true);
-    while let Some(done) = tasks.join_next().await {
-        done??;
-    }
-    tokio::time::sleep(settle).await;
-    let after = sidecar.rss_kib();
-    println!();
-    println!(
-        "sidecar RSS {} s after every consumer left: {:.1} MiB ({:+.1} MiB from the baseline)",
-        settle.as_secs(),
-        after as f64 / 1024.0,
-        (after as f64 - baseline as f64) / 1024.0
-    );
-    Ok(())
+    ws::scenario().await
 }

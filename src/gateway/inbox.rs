@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::outbound::{Account, Frame, Queued};
+use super::queue;
 
 /// The connection's side.
 pub struct Inbox {
-    rx: mpsc::UnboundedReceiver<Vec<Queued>>,
+    rx: queue::Receiver<Vec<Queued>>,
     /// The batch being taken, still counted as queued.
     batch: std::vec::IntoIter<Queued>,
     /// Bytes and messages taken off the queue and not yet given back: given
@@ -35,7 +35,7 @@ pub struct Inbox {
 
 impl Inbox {
     pub(super) fn new(
-        rx: mpsc::UnboundedReceiver<Vec<Queued>>,
+        rx: queue::Receiver<Vec<Queued>>,
         shed_above: Option<(usize, Counter)>,
         too_slow: CancellationToken,
         dropped: Arc<AtomicU64>,
@@ -75,11 +75,11 @@ impl Inbox {
                 return Some(frame);
             }
             match self.rx.try_recv() {
-                Ok(batch) => {
+                Some(batch) => {
                     self.batch = batch.into_iter();
                     self.shed();
                 }
-                Err(_) => {
+                None => {
                     self.give_back();
                     return None;
                 }
@@ -88,7 +88,11 @@ impl Inbox {
     }
 
     fn take(&mut self) -> Option<Frame> {
-        let queued = self.batch.next()?;
+        let Some(queued) = self.batch.next() else {
+            // The batch's slots go back: an idle connection holds none.
+            self.batch = Vec::new().into_iter();
+            return None;
+        };
         self.taken += queued.bytes;
         self.taken_messages += 1;
         Some(queued.frame)
@@ -136,7 +140,7 @@ impl Drop for Inbox {
             messages += 1;
         };
         self.batch.by_ref().for_each(&mut count);
-        while let Ok(batch) = self.rx.try_recv() {
+        while let Some(batch) = self.rx.try_recv() {
             batch.into_iter().for_each(&mut count);
         }
         self.account.release(bytes, messages);

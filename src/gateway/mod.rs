@@ -22,6 +22,7 @@ mod inbox;
 pub mod metered;
 mod outbound;
 mod published;
+mod queue;
 mod requests;
 mod slow;
 pub mod subscriptions;
@@ -426,35 +427,53 @@ impl Gateway {
     }
 
     /// Serves one upgraded connection until it closes or `shutdown` fires.
-    pub async fn serve<S>(
+    /// The future is most of what an idle consumer costs: registering the
+    /// connection is boxed (freed once done), and what runs after holds the
+    /// connection once (an `async fn` would keep its arguments beside it).
+    pub fn serve<S>(
         &self,
         client: Client,
         socket: WebSocketStream<metered::Metered<S>>,
         shutdown: CancellationToken,
-    ) where
+    ) -> impl std::future::Future<Output = ()> + use<S>
+    where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let shared = self.shared.clone();
-        let (outbound, inbox) = outbound::channel(&shared.queue_limits);
-        let conn = client.conn;
-        let register = Command::Register {
-            conn,
-            outbound: outbound.clone(),
-            principal: client.principal.name().to_owned(),
-        };
-        shared.command(register).await;
-        let span = tracing::info_span!(
-            "ws",
-            conn,
-            peer = %client.addr,
-            principal = client.principal.name(),
-            hosts = ?client.hosts
-        );
-        Connection::new(client, socket, (outbound, inbox), shared, shutdown)
-            .run()
-            .instrument(span)
-            .await;
+        let opening = Box::pin(open(self.shared.clone(), client, socket, shutdown));
+        async move {
+            let (connection, span) = opening.await;
+            connection.run().instrument(span).await;
+        }
     }
+}
+
+/// A connection registered with the dispatcher, and its log span.
+async fn open<S>(
+    shared: Arc<Shared>,
+    client: Client,
+    socket: WebSocketStream<metered::Metered<S>>,
+    shutdown: CancellationToken,
+) -> (Box<Connection<S>>, tracing::Span)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (outbound, inbox) = outbound::channel(&shared.queue_limits);
+    let conn = client.conn;
+    let register = Command::Register {
+        conn,
+        outbound: outbound.clone(),
+        principal: client.principal.name().to_owned(),
+    };
+    shared.command(register).await;
+    let span = tracing::info_span!(
+        "ws",
+        conn,
+        peer = %client.addr,
+        principal = client.principal.name(),
+        hosts = ?client.hosts
+    );
+    let connection = Connection::new(client, socket, (outbound, inbox), shared, shutdown);
+    (Box::new(connection), span)
 }
 
 /// Whether `principal` may send `message`: the access it needed and the

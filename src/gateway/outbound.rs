@@ -19,8 +19,8 @@ use std::sync::Arc;
 use prometheus_client::metrics::counter::Counter;
 
 use super::budget::Budget;
+use super::queue;
 
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SlowConsumerPolicy;
@@ -183,7 +183,7 @@ impl QueueLimits {
 /// The dispatcher's side of a connection's queue.
 #[derive(Debug, Clone)]
 pub struct Outbound {
-    tx: mpsc::UnboundedSender<Vec<Queued>>,
+    tx: queue::Sender<Vec<Queued>>,
     policy: SlowConsumerPolicy,
     bounds: Bounds,
     bytes_hits: Counter,
@@ -195,7 +195,7 @@ pub struct Outbound {
 
 pub fn channel(limits: &QueueLimits) -> (Outbound, Inbox) {
     // Bounded by the account's message count, not the channel's.
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = queue::unbounded();
     let too_slow = CancellationToken::new();
     let dropped = Arc::new(AtomicU64::new(0));
     let account = Arc::new(Account {

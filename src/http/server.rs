@@ -182,7 +182,10 @@ impl Exchange {
                 match handshake {
                     Ok(Ok(tls)) => {
                         certified = Certified::of_handshake(tls.get_ref().1.peer_certificates());
-                        Either::Right(tls)
+                        // Boxed: an upgraded connection keeps this in
+                        // hyper's box for its whole life, sized for TLS
+                        // state (1.2 KiB) even when plain.
+                        Either::Right(Box::new(tls))
                     }
                     Ok(Err(e)) => {
                         if crate::tls::refused_certificate(&e) {

@@ -194,26 +194,35 @@ fn serve_upgraded(state: &HttpState, client: Client, request: &mut Request) {
     let shutdown = state.closing.child_token();
     let config = gateway.websocket_config();
     let clients = state.console.clients.clone();
+    // Boxed and freed once the connection runs: what waiting for the upgrade
+    // and setting up the WebSocket hold would otherwise stay in every idle
+    // consumer's task beside the connection's own future.
+    let opening = Box::pin(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let socket = WebSocketStream::from_raw_socket(
+                    gateway.metered(TokioIo::new(upgraded)),
+                    Role::Server,
+                    Some(config),
+                )
+                .await;
+                // Counted by principal for the console while it lives.
+                let counted = clients.enter(client.principal.name());
+                Some((gateway.serve(client, socket, shutdown), counted))
+            }
+            Err(e) => {
+                debug!(error = %e, "WebSocket upgrade failed.");
+                gateway.release(client.conn).await;
+                None
+            }
+        }
+    });
     state.connections.spawn(
         async move {
-            match on_upgrade.await {
-                Ok(upgraded) => {
-                    let socket = WebSocketStream::from_raw_socket(
-                        gateway.metered(TokioIo::new(upgraded)),
-                        Role::Server,
-                        Some(config),
-                    )
-                    .await;
-                    // Counted by principal for the console while it lives.
-                    let _counted = clients.enter(client.principal.name());
-                    gateway.serve(client, socket, shutdown).await;
-                    drop(slot);
-                }
-                Err(e) => {
-                    debug!(error = %e, "WebSocket upgrade failed.");
-                    gateway.release(client.conn).await;
-                }
+            if let Some((connection, _counted)) = opening.await {
+                connection.await;
             }
+            drop(slot);
         }
         .in_current_span(),
     );
