@@ -313,9 +313,7 @@ impl PeakRss {
     }
 
     fn peak_kib(&self) -> u64 {
-        self.most
-            .load(Relaxed)
-            .max(status_kib(self.pid, "VmHWM"))
+        self.most.load(Relaxed).max(status_kib(self.pid, "VmHWM"))
     }
 }
 
