@@ -742,7 +742,19 @@ impl Router {
         let _guard = span.enter();
 
         // Instead of exchanging, we should just append new incoming packets inside cache
-        let mut packets = incoming.exchange(self.cache.take().unwrap());
+        let mut packets = incoming.exchange(self.cache.take().unwrap_or_default());
+        // lmos-sidecar patch 33: a lone SUBSCRIBE, UNSUBSCRIBE or PINGREQ
+        // (an idle client's packets) leaves no room behind: the queue the
+        // link filled, swapped for the router's cache here, would otherwise
+        // stay with the next connection to be exchanged with, room for 4
+        // packets (some 900 bytes) for every connection that ever
+        // subscribed. A busy link's batches (publications, acknowledgements)
+        // keep the cache, as before.
+        let lone_control = packets.len() == 1
+            && matches!(
+                packets.front(),
+                Some(Packet::Subscribe(..) | Packet::Unsubscribe(..) | Packet::PingReq(..))
+            );
 
         // lmos-sidecar patch: see `LinkBuilder::uncapped`
         let uncapped = self.connections.get(id).is_some_and(|c| c.uncapped);
@@ -944,8 +956,8 @@ impl Router {
                                 continue;
                             }
 
-                            let meter = &mut self.ibufs.get_mut(id).unwrap().meter;
-                            meter.unregister_subscription(filter);
+                            // lmos-sidecar patch 33: the meter no longer
+                            // records subscriptions (nothing read them)
 
                             if !connection.subscriptions.remove(filter) {
                                 warn!(
@@ -1149,7 +1161,10 @@ impl Router {
             }
         }
 
-        self.cache = Some(packets);
+        self.cache = Some(match lone_control {
+            true => VecDeque::new(),
+            false => packets,
+        });
 
         // Prepare AcksRequest in tracker if router is operating in a
         // single node mode or force ack request for subscriptions
@@ -1267,8 +1282,9 @@ impl Router {
             debug_assert!(self.scheduler.check_tracker_duplicates(id).is_none())
         }
 
-        let meter = &mut self.ibufs.get_mut(id).unwrap().meter;
-        meter.register_subscription(filter_path.clone());
+        // lmos-sidecar patch 33: the incoming meter kept a set of the
+        // connection's filters that nothing read (a set and a copy of each
+        // filter per subscribed connection)
 
         if !new {
             self.resubscribed(id, filter_path, filter.qos as u8, forward_retained);

@@ -35,8 +35,12 @@ impl Scheduler {
         let id = self.readyqueue.pop_front()?;
         let tracker = self.trackers.get_mut(id)?;
 
-        // drain will clear all DataRequest but will keep the allocated memory of our VecDeque.
-        let data_requests = tracker.data_requests.drain(..).collect();
+        // lmos-sidecar patch 33: the requests are taken, their queue with
+        // them, instead of drained into a new one: the tracker of a
+        // connection whose requests are all parked (an idle subscriber)
+        // held room for 4 requests (some 250 bytes), and every poll
+        // allocated a queue.
+        let data_requests = std::mem::take(&mut tracker.data_requests);
 
         // Implicitly reschedule the connection. Router will take care of explicitly pausing if
         // required (it has the state necessary to determine if pausing is required)
@@ -56,7 +60,11 @@ impl Scheduler {
 
     pub fn trackv(&mut self, id: ConnectionId, requests: VecDeque<DataRequest>) {
         let tracker = self.trackers.get_mut(id).unwrap();
-        tracker.data_requests.extend(requests);
+        // lmos-sidecar patch 33: the queue `poll` took goes back as it is
+        match tracker.data_requests.is_empty() {
+            true => tracker.data_requests = requests,
+            false => tracker.data_requests.extend(requests),
+        }
     }
 
     pub fn reschedule(&mut self, id: ConnectionId, reason: ScheduleReason) {
