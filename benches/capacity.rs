@@ -49,6 +49,8 @@
 //! each got an event, and holds them CAPACITY_HOLD_S seconds.
 
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -57,6 +59,7 @@ use tokio::task::JoinSet;
 
 #[path = "capacity/ws.rs"]
 mod ws;
+use ws::{THING, TOPIC};
 
 /// The sidecar binary in a process of its own (killed when dropped).
 struct Sidecar(Running);

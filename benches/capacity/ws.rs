@@ -14,8 +14,8 @@ use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValu
 
 use super::{env_or, rss_of, start};
 
-const THING: &str = "urn:bench:capacity";
-const TOPIC: &str = "lmos/urn:bench:capacity/events/tick";
+pub(crate) const THING: &str = "urn:bench:capacity";
+pub(crate) const TOPIC: &str = "lmos/urn:bench:capacity/events/tick";
 const CONNECT_BATCH: usize = 200;
 /// How often the peak RSS is sampled while consumers connect.
 const PEAK_EVERY: Duration = Duration::from_millis(50);
