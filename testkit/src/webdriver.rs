@@ -188,10 +188,23 @@ impl Browser {
         v[ELEMENT].as_str().unwrap().to_owned()
     }
 
+    /// Clicks the element `css` selects. Pages that re-render a list on a
+    /// timer (the console's topic tree and client lists) may replace the
+    /// element between finding and clicking it; then it is found again.
     pub async fn click(&self, css: &str) {
-        let e = self.find(css).await;
-        self.call("POST", &format!("/element/{e}/click"), Some(json!({})))
-            .await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let e = self.find(css).await;
+            let path = format!("/session/{}/element/{e}/click", self.session);
+            let answer = wd(self.driver, "POST", &path, Some(json!({}))).await;
+            let error = &answer["value"]["error"];
+            if !error.is_string() {
+                return;
+            }
+            if error != "stale element reference" || Instant::now() >= deadline {
+                panic!("WebDriver click on {css}: {answer}");
+            }
+        }
     }
 
     pub async fn type_into(&self, css: &str, text: &str) {

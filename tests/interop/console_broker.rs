@@ -12,7 +12,6 @@
 use lmos_testkit as common;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use base64::Engine;
 use lmos_sidecar::config::{HttpScheme, PrincipalConfig};
@@ -151,7 +150,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     browser
         .wait_for(
             "the page says it published",
-            Duration::from_secs(5),
+            common::WAIT,
             "return document.querySelector('#publish-result').dataset.outcome === 'published';",
         )
         .await;
@@ -169,7 +168,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     browser
         .wait_for(
             "the tree shows the reading and the action status",
-            Duration::from_secs(5),
+            common::WAIT,
             &format!(
                 "return document.querySelector('#tree button[data-topic={}]') && document.querySelector('#tree button[data-topic={}]');",
                 json!(reading_topic),
@@ -213,7 +212,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     browser
         .wait_for(
             "the search finds the action status",
-            Duration::from_secs(5),
+            common::WAIT,
             &format!(
                 "const r = [...document.querySelectorAll('#recent li[data-topic]')].map(l => l.dataset.topic); return r.length === 1 && r[0] === {} ;",
                 json!(status_topic)
@@ -226,7 +225,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     browser
         .wait_for(
             "the lists show a connected client and a kept session",
-            Duration::from_secs(5),
+            common::WAIT,
             r#"return document.querySelector('tr[data-client="watcher"][data-connected="yes"] button[data-disconnect]') && document.querySelector('tr[data-client="kept-one"][data-connected="no"][data-kept="yes"]');"#,
         )
         .await;
@@ -234,7 +233,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     browser
         .wait_for(
             "the search keeps only the kept session",
-            Duration::from_secs(5),
+            common::WAIT,
             "const r = [...document.querySelectorAll('#mqtt-clients tr[data-client]')].map(r => r.dataset.client); return r.length === 1 && r[0] === 'kept-one';",
         )
         .await;
@@ -242,7 +241,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     browser
         .wait_for(
             "all again",
-            Duration::from_secs(5),
+            common::WAIT,
             r#"return document.querySelector('tr[data-client="watcher"] button[data-disconnect]');"#,
         )
         .await;
@@ -255,7 +254,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     let unit = browser
         .wait_for(
             "the chart's y axis",
-            Duration::from_secs(5),
+            common::WAIT,
             "const u = document.querySelector('#charts svg text.axis-unit'); return u && document.querySelector('#charts svg text.axis-x') ? u.textContent : null;",
         )
         .await;
@@ -277,7 +276,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     let refusal = other
         .wait_for(
             "the viewer's publication is refused",
-            Duration::from_secs(5),
+            common::WAIT,
             "const r = document.querySelector('#publish-result'); return r.dataset.outcome === 'refused' ? r.textContent : null;",
         )
         .await;
@@ -288,7 +287,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     other
         .wait_for(
             "the viewer sees its own watcher without a button",
-            Duration::from_secs(5),
+            common::WAIT,
             r#"return document.querySelector('#clients-note').dataset.administer === 'no' && document.querySelector('tr[data-client="watcher"]') && !document.querySelector('button[data-disconnect]');"#,
         )
         .await;
@@ -353,7 +352,7 @@ async fn the_console_shows_topics_publishes_and_administers_clients() {
     browser
         .wait_for(
             "the page says it disconnected",
-            Duration::from_secs(5),
+            common::WAIT,
             "return document.querySelector('#disconnect-result').dataset.outcome === 'disconnected';",
         )
         .await;
