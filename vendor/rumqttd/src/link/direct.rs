@@ -70,22 +70,44 @@ impl Direct {
     /// credentials) fails with `InvalidData`; a router gone fails with
     /// `ConnectionRefused`.
     pub async fn open(&self, connect: &[u8]) -> io::Result<DirectStream> {
-        let mut bytes = BytesMut::from(connect);
-        let packet = V5
-            .read_mut(&mut bytes, self.config.max_payload_size)
-            .map_err(invalid)?;
-        let Packet::Connect(connect, props, will, will_props, login) = packet else {
-            return Err(invalid("not a CONNECT"));
+        // lmos-sidecar patch 34: the future of every connection opening
+        // waits for the router (thousands at once in a burst of CONNECTs),
+        // so what it holds across its awaits is kept to what the CONNACK
+        // needs: the parsed CONNECT is used up before the router is asked.
+        let parsed = Parsed::read(connect, self.config.max_payload_size)?;
+        let prepared = if self.config.auth.is_some() || self.config.external_auth.is_some() {
+            Box::pin(self.authenticated(parsed)).await?
+        } else {
+            self.prepare(parsed)?
         };
-        if self.config.auth.is_some() || self.config.external_auth.is_some() {
-            Box::pin(crate::link::remote::handle_auth(
-                self.config.clone(),
-                login.as_ref(),
-                &connect.client_id,
-            ))
-            .await
-            .map_err(invalid)?;
+        match prepared {
+            Prepared::Refused(stream) => Ok(stream),
+            Prepared::Asking(asking) => self.ask(asking).await,
         }
+    }
+
+    /// [`Direct::prepare`] once the server's authentication let it in.
+    async fn authenticated(&self, parsed: Parsed) -> io::Result<Prepared> {
+        crate::link::remote::handle_auth(
+            self.config.clone(),
+            parsed.login.as_ref(),
+            &parsed.connect.client_id,
+        )
+        .await
+        .map_err(invalid)?;
+        self.prepare(parsed)
+    }
+
+    /// The CONNECT's checks, then the router's `Event` for it and what the
+    /// link keeps while the router answers.
+    fn prepare(&self, parsed: Parsed) -> io::Result<Prepared> {
+        let Parsed {
+            connect,
+            props,
+            will,
+            will_props,
+            login: _,
+        } = parsed;
         if connect.keep_alive == 0 {
             return Err(invalid("keep-alive 0"));
         }
@@ -94,7 +116,9 @@ impl Direct {
                 session_present: false,
                 code: ConnectReturnCode::ClientIdentifierNotValid,
             };
-            return Ok(DirectStream::refused(Packet::ConnAck(ack, None)));
+            return Ok(Prepared::Refused(DirectStream::refused(Packet::ConnAck(
+                ack, None,
+            ))));
         }
 
         let mut client_id = connect.client_id.clone();
@@ -153,18 +177,46 @@ impl Direct {
             incoming,
             outgoing,
         };
-        let refused = || io::Error::new(io::ErrorKind::ConnectionRefused, "the router stopped");
         // Patch 15: waiting for room in the router's queue is rare, and the
         // future waiting holds the whole `Event`: boxed, so that opening a
         // link (thousands at once in a burst of CONNECTs) takes less.
-        match self.router_tx.try_send((0, event)) {
-            Ok(()) => {}
+        let telling = match self.router_tx.try_send((0, event)) {
+            Ok(()) => None,
             Err(flume::TrySendError::Full(message)) => {
-                Box::pin(self.router_tx.send_async(message))
-                    .await
-                    .map_err(|_| refused())?;
+                Some(Box::pin(self.router_tx.clone().into_send_async(message)))
             }
-            Err(flume::TrySendError::Disconnected(_)) => return Err(refused()),
+            Err(flume::TrySendError::Disconnected(_)) => return Err(stopped()),
+        };
+        Ok(Prepared::Asking(Asking {
+            telling,
+            wakeups,
+            outgoing_buffer,
+            incoming_buffer,
+            assigned,
+            client_id,
+            awaiting,
+            will_delay,
+            keep_alive: connect.keep_alive,
+        }))
+    }
+
+    /// Waits for the router's CONNACK (after room in its queue, if it had
+    /// none).
+    async fn ask(&self, asking: Asking) -> io::Result<DirectStream> {
+        let Asking {
+            telling,
+            wakeups,
+            outgoing_buffer,
+            incoming_buffer,
+            assigned,
+            client_id,
+            awaiting,
+            will_delay,
+            keep_alive,
+        } = asking;
+        let refused = stopped;
+        if let Some(telling) = telling {
+            telling.await.map_err(|_| refused())?;
         }
         std::future::poll_fn(|cx| wakeups.poll(cx))
             .await
@@ -198,7 +250,7 @@ impl Direct {
         V5.write(Packet::ConnAck(ack, ack_props), &mut out)
             .map_err(invalid)?;
 
-        let keep_alive = Duration::from_secs(u64::from(connect.keep_alive));
+        let keep_alive = Duration::from_secs(u64::from(keep_alive));
         let keep_alive = keep_alive + keep_alive.mul_f32(0.5);
         let shared = Arc::new(Shared {
             router_tx: self.router_tx.clone(),
@@ -240,8 +292,58 @@ impl Direct {
     }
 }
 
+/// A CONNECT as rumqttd's parser reads it.
+struct Parsed {
+    connect: protocol::Connect,
+    props: Option<protocol::ConnectProperties>,
+    will: Option<protocol::LastWill>,
+    will_props: Option<protocol::LastWillProperties>,
+    login: Option<protocol::Login>,
+}
+
+impl Parsed {
+    fn read(connect: &[u8], max_payload_size: usize) -> io::Result<Parsed> {
+        let mut bytes = BytesMut::from(connect);
+        let packet = V5.read_mut(&mut bytes, max_payload_size).map_err(invalid)?;
+        let Packet::Connect(connect, props, will, will_props, login) = packet else {
+            return Err(invalid("not a CONNECT"));
+        };
+        Ok(Parsed {
+            connect,
+            props,
+            will,
+            will_props,
+            login,
+        })
+    }
+}
+
+enum Prepared {
+    /// Answered without the router.
+    Refused(DirectStream),
+    Asking(Asking),
+}
+
+/// What opening a link holds while the router answers its CONNECT (its
+/// event went to the router, or waits for room boxed).
+struct Asking {
+    telling: Option<Telling>,
+    wakeups: Arc<DirectWake>,
+    outgoing_buffer: Buffer<Notification>,
+    incoming_buffer: Buffer<Packet>,
+    assigned: Option<String>,
+    client_id: String,
+    awaiting: Option<(Sender<AwaitingWill>, Receiver<AwaitingWill>)>,
+    will_delay: u32,
+    keep_alive: u16,
+}
+
 fn invalid(e: impl ToString) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+fn stopped() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionRefused, "the router stopped")
 }
 
 fn broken() -> io::Error {
