@@ -18,6 +18,15 @@ pub fn signal(pid: u32, signal: libc::c_int) -> libc::c_int {
     unsafe { libc::kill(pid, signal) }
 }
 
+/// Sends `signal` to every process of the group `leader` leads (started
+/// with `process_group(0)`): a program and what it started.
+#[allow(unsafe_code)]
+pub fn signal_group(leader: u32, signal: libc::c_int) -> libc::c_int {
+    let group = libc::pid_t::try_from(leader).expect("a pid fits pid_t");
+    // SAFETY: as in `signal`; a negative pid names the process group.
+    unsafe { libc::kill(-group, signal) }
+}
+
 /// A command running the sidecar binary (`env!("CARGO_BIN_EXE_lmos-sidecar")`,
 /// which only the package's own tests know: hence [`crate::sidecar_command`]).
 pub fn sidecar(bin: &str) -> Command {

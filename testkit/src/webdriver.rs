@@ -4,6 +4,7 @@
 //! `chromium-driver` (`.ci/run` installs them).
 
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,7 +24,11 @@ pub struct Driver {
 }
 
 impl Drop for Driver {
+    /// Ends chromedriver and the Chromium it started: they share a process
+    /// group of their own, so a test that panicked before closing its
+    /// session leaves no browser running into the next tests.
     fn drop(&mut self) {
+        crate::process::signal_group(self.child.id(), libc::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -85,6 +90,7 @@ pub fn free_port() -> u16 {
 pub async fn start_driver() -> Driver {
     let port = free_port();
     let child = Command::new(CHROMEDRIVER)
+        .process_group(0)
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
