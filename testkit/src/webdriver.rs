@@ -162,12 +162,17 @@ impl Browser {
     }
 
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let path = format!("/session/{}{path}", self.session);
-        let answer = wd(self.driver, method, &path, body).await;
+        let answer = self.answer(method, path, body).await;
         if answer["value"]["error"].is_string() {
             panic!("WebDriver {method} {path}: {answer}");
         }
         answer["value"].clone()
+    }
+
+    /// WebDriver's whole answer to a command of this session, errors too.
+    async fn answer(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let path = format!("/session/{}{path}", self.session);
+        wd(self.driver, method, &path, body).await
     }
 
     pub async fn goto(&self, url: &str) {
@@ -201,8 +206,8 @@ impl Browser {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let e = self.find(css).await;
-            let path = format!("/session/{}/element/{e}/click", self.session);
-            let answer = wd(self.driver, "POST", &path, Some(json!({}))).await;
+            let path = format!("/element/{e}/click");
+            let answer = self.answer("POST", &path, Some(json!({}))).await;
             let error = &answer["value"]["error"];
             if !error.is_string() {
                 return;
