@@ -214,13 +214,12 @@ impl Direct {
             will_delay,
             keep_alive,
         } = asking;
-        let refused = stopped;
         if let Some(telling) = telling {
-            telling.await.map_err(|_| refused())?;
+            telling.await.map_err(|_| stopped())?;
         }
         std::future::poll_fn(|cx| wakeups.poll(cx))
             .await
-            .map_err(|_| refused())?;
+            .map_err(|_| stopped())?;
         let connack = {
             let mut queue = outgoing_buffer.lock();
             let connack = queue.pop_front();
