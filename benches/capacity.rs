@@ -93,12 +93,7 @@ fn env_or(name: &str, default: &str) -> String {
 
 /// A process's VmRSS, in KiB.
 fn rss_of(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    status_kib(pid, "VmRSS")
 }
 
 /// An MQTT 3.1.1 CONNECT: clean session, keep-alive 60 s.

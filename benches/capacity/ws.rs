@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message};
 
-use super::{env_or, rss_of, start};
+use super::{env_or, rss_of, start, status_kib};
 
 pub(crate) const THING: &str = "urn:bench:capacity";
 pub(crate) const TOPIC: &str = "lmos/urn:bench:capacity/events/tick";
@@ -251,17 +251,7 @@ pub async fn scenario() -> Result<()> {
         settle.as_secs(),
         after as f64 / 1024.0,
         (after as f64 - baseline as f64) / 1024.0,
-        hwm_of(pid) as f64 / 1024.0
+        status_kib(pid, "VmHWM") as f64 / 1024.0
     );
     Ok(())
-}
-
-/// A process's VmHWM (the most it was ever resident), in KiB.
-fn hwm_of(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
