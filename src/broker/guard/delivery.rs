@@ -25,12 +25,13 @@
 //!
 //! Pure state: the connection feeds it packets and writes what it returns.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::packet::{self, put_remaining_length, PacketError, Version};
 use super::properties::{self, Marker};
+use super::sparse::Sparse;
 
 /// What the client declared it can take (MQTT 5 CONNECT properties).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +66,7 @@ pub struct Delivery {
     limits: ClientLimits,
     /// Topic aliases set for the client, by topic (its bytes: the topic
     /// is never read as text here, see [`FromBroker`]).
-    aliases: HashMap<Box<[u8]>, u16>,
+    aliases: Sparse<Box<[u8]>, u16>,
     /// QoS 1 and 2 publications sent and not yet acknowledged.
     inflight: u16,
     /// Publications waiting for the client's Receive Maximum, with their
@@ -73,7 +74,7 @@ pub struct Delivery {
     held: VecDeque<(u8, Bytes)>,
     /// QoS 2 publications the client got at QoS 1: its PUBACK becomes the
     /// broker's PUBREC.
-    relabelled: HashSet<u16>,
+    relabelled: Sparse<u16, ()>,
     /// First acknowledgements (PUBACK, PUBREC) owed, in the order the
     /// broker sent the publications.
     acks: VecDeque<Owed>,
@@ -161,10 +162,10 @@ impl Delivery {
         Delivery {
             version,
             limits,
-            aliases: HashMap::new(),
+            aliases: Sparse::default(),
             inflight: 0,
             held: VecDeque::new(),
-            relabelled: HashSet::new(),
+            relabelled: Sparse::default(),
             acks: VecDeque::new(),
             comps: VecDeque::new(),
             to_broker: BytesMut::new(),
@@ -276,7 +277,7 @@ impl Delivery {
         match (p.qos, qos) {
             (_, 0) => self.ack_for_client(p.qos, p.pkid),
             (2, 1) => {
-                self.relabelled.insert(p.pkid);
+                self.relabelled.insert(p.pkid, ());
             }
             _ => {}
         }
@@ -485,7 +486,7 @@ impl Delivery {
                 self.inflight = self.inflight.saturating_sub(1);
                 // Relabelled QoS 2 publications are rare: no hashing
                 // for every PUBACK.
-                if !self.relabelled.is_empty() && self.relabelled.remove(&pkid) {
+                if !self.relabelled.is_empty() && self.relabelled.remove(&pkid).is_some() {
                     self.settle_ack(pkid, true, &packet::pubrec(pkid, 0));
                 } else {
                     self.settle_ack(pkid, false, raw);
@@ -753,7 +754,7 @@ mod tests {
             ..ClientLimits::DEFAULT
         };
         let mut d = Delivery::new(Version::V5, limits);
-        let mut known: HashMap<u16, String> = HashMap::new();
+        let mut known: std::collections::HashMap<u16, String> = Default::default();
         for topic in ["a/1", "a/2", "a/1", "a/3", "a/1", "a/2", "a/3"] {
             let (client, _) = feed(&mut d, &from_broker(0, topic, 0, &[], b"x"), 0);
             let (_, sent, props, _) = decoded(&client[0], Version::V5);

@@ -4,7 +4,6 @@
 //! swallowed) and the guard's own packets slipped in between. Pure state;
 //! [`super::relay`] moves the bytes.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -16,6 +15,7 @@ use super::handshake::{self, Offer};
 use super::live::Between;
 use super::packet::{self, Version};
 use super::reason::UNSPECIFIED_ERROR;
+use super::sparse::Sparse;
 use super::v4::{self, Down};
 use rumqttd::Publication;
 
@@ -24,9 +24,9 @@ pub(super) struct Downstream<'a> {
     /// The client's; the broker always speaks MQTT 5.
     pub(super) version: Version,
     /// SUBACKs to rewrite, by packet identifier; `None`: to swallow.
-    pub(super) sub_plans: HashMap<u16, Option<Vec<Option<u8>>>>,
+    pub(super) sub_plans: Sparse<u16, Option<Vec<Option<u8>>>>,
     /// UNSUBACKs to gather: how many more the broker owes, and the codes.
-    pub(super) unsub_plans: HashMap<u16, (usize, Vec<u8>)>,
+    pub(super) unsub_plans: Sparse<u16, (usize, Vec<u8>)>,
     /// What this direction shares with the other.
     pub(super) between: &'a Between,
     /// The broker keeps what must survive a restart in a store on disk.
@@ -53,8 +53,8 @@ impl<'a> Downstream<'a> {
     ) -> Downstream<'a> {
         Downstream {
             version,
-            sub_plans: HashMap::new(),
-            unsub_plans: HashMap::new(),
+            sub_plans: Sparse::default(),
+            unsub_plans: Sparse::default(),
             between,
             durable,
             sync_first: false,

@@ -3,10 +3,8 @@
 //! nothing), and what the client is answered by the guard itself. Pure
 //! state; [`super::relay`] moves the bytes.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tracing::{debug, info};
@@ -18,6 +16,7 @@ use super::packet::{self, Header, PacketError, Version};
 use super::publication;
 use super::reason::*;
 use super::sessions::{AfterClose, Expiry, Filters};
+use super::sparse::Sparse;
 use super::validate::{self, Violation};
 use super::{GuardEvent, GuardLimit, Session, Shared};
 use rumqttd::protocol as wire;
@@ -36,19 +35,19 @@ pub(super) struct Inspector<'a> {
     pub(super) session: Box<dyn Session>,
     pub(super) shared: &'a Shared,
     /// MQTT 5 Topic Alias to topic, as the client set them.
-    pub(super) aliases: HashMap<u16, String>,
+    pub(super) aliases: Sparse<u16, String>,
     /// Filters the session holds: for `mqtt.max_subscriptions`, and to
     /// answer UNSUBSCRIBE.
     pub(super) subscriptions: Arc<Filters>,
     /// QoS 2 publications the guard refused with PUBREC; their PUBREL is
     /// answered here, as the broker never saw them.
-    pub(super) denied_qos2: HashSet<u16>,
+    pub(super) denied_qos2: Sparse<u16, ()>,
     /// Packets for the client, sent before the batch that caused them goes
     /// to the broker.
     pub(super) pending: Vec<ToClient>,
-    /// For a client without keep-alive: how often the guard pings the
-    /// broker on its behalf.
-    pub(super) pings: Option<Duration>,
+    /// The client has no keep-alive: the guard pings the broker on its
+    /// behalf, every [`PINGS_EVERY`](super::connection::PINGS_EVERY) seconds.
+    pub(super) pings: bool,
     /// What this direction shares with the other.
     pub(super) between: &'a Between,
     pub(super) client_id: &'a str,
@@ -175,7 +174,7 @@ impl Inspector<'_> {
             }
             packet::UNSUBSCRIBE => self.unsubscribe(raw),
             packet::PUBREL if !self.denied_qos2.is_empty() => match packet::pubrel(body) {
-                Ok(pkid) if self.denied_qos2.remove(&pkid) => {
+                Ok(pkid) if self.denied_qos2.remove(&pkid).is_some() => {
                     self.pending.push(ToClient::Packet(packet::pubcomp(pkid)));
                     Verdict::Drop
                 }
@@ -312,6 +311,7 @@ impl Inspector<'_> {
     pub(super) fn checked(&mut self, first: u8, p: &packet::Publish<'_>, topic: &str) -> Verdict {
         let reason = if !self.session.may_publish(topic) {
             info!(
+                client_id = self.client_id,
                 principal = self.session.name(),
                 topic,
                 qos = p.qos,
@@ -321,6 +321,7 @@ impl Inspector<'_> {
             NOT_AUTHORIZED
         } else if let Err(why) = self.shared.policy.payload_fits(topic, p.payload) {
             info!(
+                client_id = self.client_id,
                 principal = self.session.name(),
                 topic,
                 qos = p.qos,
@@ -350,7 +351,7 @@ impl Inspector<'_> {
             (0, _, _) => Verdict::Drop,
             (qos, Version::V5, Some(why)) => {
                 if qos == 2 {
-                    self.denied_qos2.insert(p.pkid);
+                    self.denied_qos2.insert(p.pkid, ());
                 }
                 let ack = packet::refused_saying(qos, p.pkid, reason, &why);
                 self.pending.push(ToClient::Packet(ack));
@@ -364,7 +365,7 @@ impl Inspector<'_> {
                 Verdict::Drop
             }
             (_, Version::V5, None) => {
-                self.denied_qos2.insert(p.pkid);
+                self.denied_qos2.insert(p.pkid, ());
                 self.pending
                     .push(ToClient::Packet(packet::pubrec(p.pkid, reason)));
                 Verdict::Drop
@@ -436,8 +437,10 @@ impl Inspector<'_> {
             let filter = f.path.as_str();
             if !validate::topic_filter(filter) || validate::reserved_filter(filter) {
                 info!(
+                    client_id = self.client_id,
                     principal = self.session.name(),
-                    filter, "Refused an invalid or reserved topic filter."
+                    filter,
+                    "Refused an invalid or reserved topic filter."
                 );
                 plan.push(Some(invalid));
             } else if self
@@ -448,19 +451,24 @@ impl Inspector<'_> {
                 .any(|r| r == filter)
             {
                 info!(
+                    client_id = self.client_id,
                     principal = self.session.name(),
-                    filter, "Refused a subscription to a filter of mqtt.refused_filters."
+                    filter,
+                    "Refused a subscription to a filter of mqtt.refused_filters."
                 );
                 plan.push(Some(refused));
             } else if !self.session.may_subscribe(packet::shared_filter(filter)) {
                 info!(
+                    client_id = self.client_id,
                     principal = self.session.name(),
-                    filter, "Denied a subscription."
+                    filter,
+                    "Denied a subscription."
                 );
                 self.shared.policy.observe(GuardEvent::SubscribeDenied);
                 plan.push(Some(denied));
             } else if !held.contains(filter) && held.len() >= max {
                 info!(
+                    client_id = self.client_id,
                     principal = self.session.name(),
                     filter,
                     limit = max,

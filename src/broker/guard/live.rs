@@ -4,7 +4,6 @@
 //! task for as long as the client stays, so it is kept small (issue 32):
 //! what is rare is boxed when it happens.
 
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::os::fd::RawFd;
 use std::pin::Pin;
@@ -101,9 +100,9 @@ pub(super) struct Live<S: ClientStream> {
     pub(super) up_tx: EngineTx,
     pub(super) opened: Opened,
     pub(super) asked: handshake::Asked,
-    /// For a client without keep-alive: how often the guard pings the
-    /// broker on its behalf.
-    pub(super) pings: Option<Duration>,
+    /// The client has no keep-alive: the guard pings the broker on its
+    /// behalf (a flag, not a period: every idle client's task holds it).
+    pub(super) pings: bool,
     pub(super) offer: Offer,
 }
 
@@ -124,9 +123,9 @@ impl<S: ClientStream> Live<S> {
             version: self.version,
             session,
             shared,
-            aliases: HashMap::new(),
+            aliases: Default::default(),
             subscriptions: self.opened.filters.clone(),
-            denied_qos2: HashSet::new(),
+            denied_qos2: Default::default(),
             pending: Vec::new(),
             pings: self.pings,
             between: &between,
@@ -148,7 +147,7 @@ impl<S: ClientStream> Live<S> {
             let inbound_pump = inspector.pump(client_rx, self.socket, &mut self.up_tx, inbound);
             let upstream = (&mut self.up_rx, &shared.store);
             let outbound_pump = downstream.relay(upstream, &mut self.client_tx, &relayed);
-            let pumps = Pumps {
+            let mut pumps = Pumps {
                 inbound: std::pin::pin!(inbound_pump),
                 outbound: std::pin::pin!(outbound_pump),
                 relayed: &relayed,
@@ -193,7 +192,7 @@ struct Pumps<'p, I, O> {
 impl<I: Future<Output = End>, O: Future<Output = End>> Pumps<'_, I, O> {
     /// Runs both pumps until one side ends, the session is handed over or
     /// the sidecar shuts down, and says how it ended.
-    async fn until_end(mut self, handover: &Handover, shutdown: &CancellationToken) -> End {
+    async fn until_end(&mut self, handover: &Handover, shutdown: &CancellationToken) -> End {
         let end = tokio::select! {
             // What the client sent before its next connection counts
             // first: a DISCONNECT already in the socket ends the session

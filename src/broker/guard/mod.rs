@@ -27,6 +27,7 @@ mod reason;
 mod relay;
 pub mod retained;
 mod sessions;
+mod sparse;
 pub use sessions::SessionView;
 mod stored;
 mod upstream;
@@ -49,7 +50,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::Store;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, warn, Instrument, Span};
 
 use crate::broker::engine::Engine;
 use crate::config::MqttConfig;
@@ -386,7 +387,8 @@ impl Guard {
     {
         let deadline = tokio::time::Instant::now() + self.shared.limits.handshake_timeout;
         let client = websocket::WsBytes::new(socket, certified);
-        let connection = Connection::new(client, fd, peer, self.shared.clone(), deadline);
+        let shared = self.shared.clone();
+        let connection = Connection::new(client, fd, peer, shared, deadline, Span::none());
         Box::pin(Box::new(connection).run()).await
     }
 
@@ -437,8 +439,8 @@ impl Guard {
         let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
         match self.tls.clone() {
             None => {
-                let connection = Connection::new(stream, socket, peer, self.shared, deadline);
-                tokio::spawn(Box::new(connection).run().instrument(span));
+                let connection = Connection::new(stream, socket, peer, self.shared, deadline, span);
+                tokio::spawn(Box::new(connection).run());
             }
             Some(acceptor) => {
                 let tls = self.tls_handshake(acceptor, stream, (socket, peer), deadline);
@@ -464,7 +466,8 @@ impl Guard {
         };
         match handshake {
             Ok(Ok(tls)) => {
-                let connection = Connection::new(tls, socket, peer, self.shared, deadline);
+                let connection =
+                    Connection::new(tls, socket, peer, self.shared, deadline, Span::none());
                 Box::pin(Box::new(connection).run()).await
             }
             Ok(Err(e)) => {

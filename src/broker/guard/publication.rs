@@ -56,6 +56,7 @@ impl Inspector<'_> {
         if !self.over_logged {
             self.over_logged = true;
             info!(
+                client_id = self.client_id,
                 principal = self.session.name(),
                 key = %over.key(),
                 "Refused a retained publication past a bound; further ones on this connection are counted in lmos_sidecar_limit_hits_total, not logged."

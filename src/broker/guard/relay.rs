@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::connection::{End, ToClient};
+use super::connection::{End, ToClient, PINGS_EVERY};
 use super::downstream::Downstream;
 use super::inspect::{Inspected, Inspector};
 use super::order;
@@ -177,6 +177,13 @@ impl Outbox {
         }
     }
 
+    /// Queues `messages` in order, waiting for room as [`Outbox::send`].
+    async fn send_all(&self, messages: Vec<ToClient>) {
+        for message in messages {
+            self.send(message).await;
+        }
+    }
+
     fn try_send(&self, message: ToClient) -> Result<(), ToClient> {
         let mut queue = self.lock();
         if queue.len() >= OUTBOX {
@@ -223,7 +230,8 @@ impl Inspector<'_> {
         upstream: &mut EngineTx,
         buf: &mut BytesMut,
     ) -> End {
-        let mut ping = self.pings.map(|every| {
+        let mut ping = self.pings.then(|| {
+            let every = std::time::Duration::from_secs(u64::from(PINGS_EVERY));
             let mut i = tokio::time::interval_at(Instant::now() + every, every);
             i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             i
@@ -269,7 +277,7 @@ impl Inspector<'_> {
                 Ok(0) => return End::ClientClosed,
                 Ok(_) => quick_ack(socket),
                 Err(e) => {
-                    debug!(error = %e, "MQTT client connection failed.");
+                    debug!(client_id = self.client_id, error = %e, "MQTT client connection failed.");
                     return End::ClientFailed;
                 }
             }
@@ -280,13 +288,13 @@ impl Inspector<'_> {
     /// and the connection closed; it may reconnect with a fresh token.
     async fn token_expired(&mut self) -> End {
         tracing::info!(
+            client_id = self.client_id,
             principal = self.session.name(),
             "Closing an MQTT connection: its token expired."
         );
         let _ = self.close(super::reason::MAXIMUM_CONNECT_TIME);
-        for message in std::mem::take(&mut self.pending) {
-            self.between.outbox.send(message).await;
-        }
+        let pending = std::mem::take(&mut self.pending);
+        self.between.outbox.send_all(pending).await;
         End::Closing
     }
 
@@ -294,21 +302,19 @@ impl Inspector<'_> {
     /// (what the guard owes it first, in the same write), the client's
     /// answers from the guard before; how the connection ends, if it does.
     async fn forward(&mut self, upstream: &mut EngineTx, buf: &mut BytesMut) -> Option<End> {
-        let (chunk, end) = self.inspect_all(buf);
+        let (mut chunk, end) = self.inspect_all(buf);
         let Inspected {
             subscribing: mut ticket,
             publishing,
         } = std::mem::take(&mut self.order);
-        for message in std::mem::take(&mut self.pending) {
-            if let Err(message) = self.between.outbox.try_send(message) {
-                // A client that does not read holds up no publisher.
-                ticket = None;
-                // Boxed: rare, and its wait for room would take room in
-                // the task.
-                Box::pin(self.between.outbox.send(message)).await;
-            }
+        if let Some(unsent) = self.queue_pending() {
+            // A client that does not read holds up no publisher.
+            ticket = None;
+            // Boxed: rare, and its wait for room would take room in the
+            // task.
+            Box::pin(self.between.outbox.send_all(unsent)).await;
         }
-        let chunk = match self.take_owed() {
+        chunk = match self.take_owed() {
             None => chunk,
             Some(acks) if chunk.is_empty() => acks,
             Some(acks) => {
@@ -340,6 +346,20 @@ impl Inspector<'_> {
         }
         drop(ticket);
         end
+    }
+
+    /// Queues the packets the guard owes the client; those that found the
+    /// outbox full, in order, to wait for room.
+    fn queue_pending(&mut self) -> Option<Vec<ToClient>> {
+        let mut pending = std::mem::take(&mut self.pending).into_iter();
+        while let Some(message) = pending.next() {
+            if let Err(message) = self.between.outbox.try_send(message) {
+                let mut unsent = vec![message];
+                unsent.extend(pending);
+                return Some(unsent);
+            }
+        }
+        None
     }
 
     /// Publications go after the SUBSCRIBEs read before them

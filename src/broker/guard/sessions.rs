@@ -19,6 +19,7 @@
 //! This file decides; the connection does the I/O.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -76,16 +77,17 @@ impl Signal {
         self.notify.notify_waiters();
     }
 
-    async fn wait(&self) {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
+    /// Every idle connection's task holds this future (its handover's), so
+    /// it holds no more than the notification and the signal (issue 48).
+    fn wait(&self) -> impl Future<Output = ()> + Send + '_ {
+        async move {
+            let mut notified = std::pin::pin!(self.notify.notified());
             // Registered before the check: a `set` in between wakes it.
+            // Only `set` notifies, so the wake-up means it is set.
             notified.as_mut().enable();
-            if self.set.load(Ordering::Acquire) {
-                return;
+            if !self.set.load(Ordering::Acquire) {
+                notified.await;
             }
-            notified.await;
         }
     }
 }
@@ -96,8 +98,8 @@ impl Handover {
         self.0.asked.set();
     }
 
-    pub async fn asked(&self) {
-        self.0.asked.wait().await;
+    pub fn asked(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.0.asked.wait()
     }
 
     /// This connection has closed.
@@ -105,8 +107,8 @@ impl Handover {
         self.0.done.set();
     }
 
-    pub async fn finished(&self) {
-        self.0.done.wait().await;
+    pub fn finished(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.0.done.wait()
     }
 
     #[cfg(test)]

@@ -14,20 +14,19 @@
 //! connection before it (the client publishes again on its next one), a
 //! SUBACK with 0x80 per filter.
 
-use std::collections::HashMap;
-
 use bytes::{Bytes, BytesMut};
 use rumqttd::protocol as wire;
 
 use super::packet::{self, decode_body, Version};
 use super::reason::{QUOTA_EXCEEDED, UNSPECIFIED_ERROR, V4_FAILURE};
+use super::sparse::Sparse;
 use crate::store::StoreError;
 
 /// The store's mark when each packet awaiting an acknowledgement went to
 /// the broker, by packet identifier.
 #[derive(Default)]
 pub(super) struct Marks {
-    by_pkid: HashMap<u16, u64>,
+    by_pkid: Sparse<u16, u64>,
 }
 
 impl Marks {
@@ -38,11 +37,7 @@ impl Marks {
     /// The mark of what `pkid` acknowledges; the map's room is given back
     /// once nothing is in flight (an idle connection holds none).
     pub(super) fn take(&mut self, pkid: u16) -> Option<u64> {
-        let mark = self.by_pkid.remove(&pkid);
-        if self.by_pkid.is_empty() && self.by_pkid.capacity() > 0 {
-            self.by_pkid = HashMap::new();
-        }
-        mark
+        self.by_pkid.remove(&pkid)
     }
 }
 
@@ -190,6 +185,6 @@ mod tests {
         assert_eq!(marks.take(1), Some(10));
         assert_eq!(marks.take(1), None);
         assert_eq!(marks.take(2), Some(12));
-        assert_eq!(marks.by_pkid.capacity(), 0);
+        assert!(!marks.by_pkid.holds_room());
     }
 }

@@ -3,7 +3,7 @@ use slab::Slab;
 use crate::protocol::LastWillProperties;
 use crate::Filter;
 use crate::{protocol::LastWill, Topic};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::options::SubscriptionOptions;
 use super::ConnectionEvents;
@@ -20,8 +20,6 @@ pub struct Connection {
     pub dynamic_filters: bool,
     /// Clean session
     pub clean: bool,
-    /// Subscriptions
-    pub subscriptions: HashSet<Filter>,
     /// Last will of this connection and its properties. lmos-sidecar patch
     /// 22: boxed (the router takes it out as the connection registers, and
     /// each connection's slot held room for some 200 bytes of it)
@@ -71,7 +69,6 @@ impl Connection {
             tenant_prefix,
             dynamic_filters,
             clean,
-            subscriptions: HashSet::default(),
             last_will: None,
             events: ConnectionEvents::default(),
             topic_aliases: HashMap::new(),

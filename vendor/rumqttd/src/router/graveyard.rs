@@ -1,4 +1,4 @@
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use crate::protocol::{Publish, PublishProperties};
 use crate::router::FilterIdx;
@@ -31,7 +31,6 @@ impl Graveyard {
     pub fn save_state(
         &mut self,
         mut tracker: Tracker,
-        subscriptions: HashSet<String>,
         options: HashMap<String, SubscriptionOptions>,
         metrics: ConnectionEvents,
         unacked_pubrels: VecDeque<u16>,
@@ -43,7 +42,6 @@ impl Graveyard {
 
         let session_state = SessionState {
             tracker,
-            subscriptions,
             options,
             unacked_pubrels,
             received,
@@ -69,9 +67,10 @@ pub struct SavedState {
 #[derive(Debug)]
 pub struct SessionState {
     pub tracker: Tracker,
-    pub subscriptions: HashSet<String>,
-    /// lmos-sidecar patch 14: their options, IDs among them, for the
-    /// session's next connection
+    /// lmos-sidecar patch 14: the subscriptions' options, IDs among them,
+    /// for the session's next connection; lmos-sidecar patch 35: by filter,
+    /// the session's subscriptions (a set of the same filters was kept
+    /// beside them)
     pub options: HashMap<String, SubscriptionOptions>,
     // used for pubrel in qos2
     pub unacked_pubrels: VecDeque<u16>,

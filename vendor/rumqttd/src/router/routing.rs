@@ -172,7 +172,6 @@ impl Router {
         let placed = self.place_restored(&sessions, publications);
         for session in sessions {
             let mut tracker = Tracker::new(session.client_id.clone());
-            let mut subscriptions = HashSet::new();
             let mut options = HashMap::new();
             for (filter, kept) in &session.subscriptions {
                 let qos = &kept.qos;
@@ -206,7 +205,6 @@ impl Router {
                     self.datalog
                         .restore_kept(filter_idx, &session.client_id, *qos);
                 }
-                subscriptions.insert(filter.clone());
                 // lmos-sidecar patch 14, kept by patch 19
                 options.insert(filter.clone(), *kept);
                 tracker.register_data_request(DataRequest {
@@ -238,7 +236,6 @@ impl Router {
             // lmos-sidecar patch 27: PUBRELs owed are sent again on resume
             self.graveyard.save_state(
                 tracker,
-                subscriptions,
                 options,
                 ConnectionEvents::default(),
                 session.releasing.iter().copied().collect(),
@@ -466,8 +463,7 @@ impl Router {
             saved_state.map_or_else(
                 || Tracker::new(client_id.clone()),
                 |session_state| {
-                    connection.subscriptions = session_state.subscriptions;
-                    // lmos-sidecar patch 14
+                    // lmos-sidecar patch 14, 35: the subscriptions by filter
                     connection.subscription_options = session_state.options;
                     // for using in acklog
                     pending_acks.clone_from(&session_state.unacked_pubrels);
@@ -491,8 +487,8 @@ impl Router {
                     });
                     // lmos-sidecar patch 13: and what was kept of it
                     self.datalog
-                        .forget_session(&client_id, &session.subscriptions);
-                    self.datalog.release(&session.subscriptions);
+                        .forget_session(&client_id, session.options.keys());
+                    self.datalog.release(session.options.keys());
                 }
                 s.metrics
             });
@@ -666,7 +662,7 @@ impl Router {
         });
 
         // Remove this connection from subscriptions
-        for filter in connection.subscriptions.iter() {
+        for filter in connection.subscription_options.keys() {
             if let Some(connections) = self.subscription_map.get_mut(filter) {
                 connections.remove(&id);
                 // lmos-sidecar patch: no entry left behind for every filter
@@ -708,7 +704,6 @@ impl Router {
             let sent = outgoing.unacknowledged();
             self.graveyard.save_state(
                 tracker,
-                connection.subscriptions,
                 connection.subscription_options,
                 connection.events,
                 outgoing.unacked_pubrels,
@@ -718,7 +713,7 @@ impl Router {
         } else {
             // lmos-sidecar patch: the session ends with the connection, and
             // with it its hold on its filters
-            self.datalog.release(&connection.subscriptions);
+            self.datalog.release(connection.subscription_options.keys());
             // lmos-sidecar patch 22: nothing is kept of a clean session;
             // its metrics were kept for every client ID that ever
             // connected, and never freed
@@ -959,7 +954,9 @@ impl Router {
                             // lmos-sidecar patch 33: the meter no longer
                             // records subscriptions (nothing read them)
 
-                            if !connection.subscriptions.remove(filter) {
+                            // lmos-sidecar patch 35: the options are the
+                            // subscriptions (patch 14 removed them below)
+                            if connection.subscription_options.remove(filter).is_none() {
                                 warn!(
                                     pkid = unsubscribe.pkid,
                                     "Unsubscribe failed as filter was not subscribed previously"
@@ -979,10 +976,6 @@ impl Router {
                             if let Some(broker_aliases) = connection.broker_topic_aliases.as_mut() {
                                 broker_aliases.remove_alias(filter);
                             }
-
-                            // remove the subscription's options
-                            // (lmos-sidecar patch 14)
-                            connection.subscription_options.remove(filter);
 
                             let unsuback = UnsubAck {
                                 pkid,
@@ -1237,11 +1230,13 @@ impl Router {
 
         // lmos-sidecar patch 14: the subscription's options, replacing an
         // earlier SUBSCRIBE's of the same filter (§3.8.4)
+        // lmos-sidecar patch 35: the options map is the connection's set of
+        // subscriptions too (a set of the same filters was kept beside it)
         let subscription_options = SubscriptionOptions::of(filter, subscription_id);
-        connection
+        let new = connection
             .subscription_options
-            .insert(filter_path.clone(), subscription_options);
-        let new = !connection.subscriptions.contains(filter_path);
+            .insert(filter_path.clone(), subscription_options)
+            .is_none();
         // retained messages aren't sent for shared subscriptions;
         // lmos-sidecar patch 14: and as Retain Handling says
         let forward_retained = options::forwards_retained(filter, new, group.is_some());
@@ -1260,7 +1255,7 @@ impl Router {
                 &subscription_options,
             );
         }
-        if connection.subscriptions.insert(filter_path.clone()) {
+        if new {
             // lmos-sidecar patch: the subscription holds its filter until it
             // is unsubscribed or its session ends (`DataLog::release`)
             self.datalog.hold(filter_idx);
