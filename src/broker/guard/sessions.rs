@@ -79,15 +79,13 @@ impl Signal {
 
     /// Every idle connection's task holds this future (its handover's), so
     /// it holds no more than the notification and the signal (issue 48).
-    fn wait(&self) -> impl Future<Output = ()> + Send + '_ {
-        async move {
-            let mut notified = std::pin::pin!(self.notify.notified());
-            // Registered before the check: a `set` in between wakes it.
-            // Only `set` notifies, so the wake-up means it is set.
-            notified.as_mut().enable();
-            if !self.set.load(Ordering::Acquire) {
-                notified.await;
-            }
+    async fn wait(&self) {
+        let mut notified = std::pin::pin!(self.notify.notified());
+        // Registered before the check: a `set` in between wakes it. Only
+        // `set` notifies, so the wake-up means it is set.
+        notified.as_mut().enable();
+        if !self.set.load(Ordering::Acquire) {
+            notified.await;
         }
     }
 }

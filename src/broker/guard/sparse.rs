@@ -9,6 +9,10 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 #[derive(Debug)]
+#[expect(
+    clippy::box_collection,
+    reason = "the point: 8 bytes in the task while empty, where a map is 48"
+)]
 pub(super) struct Sparse<K, V>(Option<Box<HashMap<K, V>>>);
 
 impl<K, V> Default for Sparse<K, V> {
