@@ -15,7 +15,7 @@ use bytes::BytesMut;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 use super::connection::{close_client, lock, session_ends, End, FAREWELL};
 use super::delivery::{ClientLimits, Delivery, Undelivered};
@@ -164,8 +164,18 @@ impl<S: ClientStream> Live<S> {
         }
     }
 
-    /// The session's fate, then the client's side closed.
-    pub(super) async fn finish(mut self, ended: Ended) {
+    /// The session's fate, then the client's side closed; in a log span
+    /// naming the client ID when the connection had a span of its own
+    /// (see `Connection::admitted`).
+    pub(super) async fn finish(self, ended: Ended, logged: bool) {
+        let span = match logged {
+            true => tracing::info_span!("mqtt_connection", client_id = self.client_id.as_str()),
+            false => tracing::Span::none(),
+        };
+        self.closed(ended).instrument(span).await;
+    }
+
+    async fn closed(mut self, ended: Ended) {
         let Ended {
             end,
             after_close,
@@ -189,30 +199,40 @@ struct Pumps<'p, I, O> {
     relayed: &'p AtomicU64,
 }
 
-impl<I: Future<Output = End>, O: Future<Output = End>> Pumps<'_, I, O> {
+impl<'p, I: Future<Output = End>, O: Future<Output = End>> Pumps<'p, I, O> {
     /// Runs both pumps until one side ends, the session is handed over or
     /// the sidecar shuts down, and says how it ended.
-    async fn until_end(&mut self, handover: &Handover, shutdown: &CancellationToken) -> End {
-        let end = tokio::select! {
-            // What the client sent before its next connection counts
-            // first: a DISCONNECT already in the socket ends the session
-            // as it says. A client still talking is cut off.
-            _ = handover.asked() => Box::pin(self.handed_over()).await,
-            _ = shutdown.cancelled() => Box::pin(self.drain()).await,
-            end = self.inbound.as_mut() => {
-                if end == End::Closing {
-                    let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps each argument twice in its state, and every idle connection's task holds this one (issue 48)"
+    )]
+    fn until_end<'u>(
+        &'u mut self,
+        handover: &'u Handover,
+        shutdown: &'u CancellationToken,
+    ) -> impl Future<Output = End> + use<'u, 'p, I, O> {
+        async move {
+            let end = tokio::select! {
+                // What the client sent before its next connection counts
+                // first: a DISCONNECT already in the socket ends the session
+                // as it says. A client still talking is cut off.
+                _ = handover.asked() => Box::pin(self.handed_over()).await,
+                _ = shutdown.cancelled() => Box::pin(self.drain()).await,
+                end = self.inbound.as_mut() => {
+                    if end == End::Closing {
+                        let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;
+                    }
+                    end
                 }
-                end
+                end = self.outbound.as_mut() => end,
+            };
+            // rumqttd closes the connection of a DISCONNECT itself; the guard
+            // waits for that, as `probe::leave` explains why.
+            if end == End::ClientDisconnected {
+                let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;
             }
-            end = self.outbound.as_mut() => end,
-        };
-        // rumqttd closes the connection of a DISCONNECT itself; the guard
-        // waits for that, as `probe::leave` explains why.
-        if end == End::ClientDisconnected {
-            let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;
+            end
         }
-        end
     }
 
     /// The next connection of the client ID asked for the session.

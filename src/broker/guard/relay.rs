@@ -4,6 +4,7 @@
 //! to write.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,26 +113,35 @@ impl ClientRx for tokio::io::ReadHalf<Tls> {
 /// connection waits for data holding no read buffer: most MQTT clients
 /// are idle most of the time, and their buffers were a quarter of what one
 /// cost (issue 32). A busy one keeps its buffer while reads find data.
-async fn read_some<R: ClientRx>(client: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
-    if R::UNBUFFERED_WAIT && buf.is_empty() {
-        loop {
-            if buf.capacity() > 0 {
-                match client.try_read(buf) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    read => return read,
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps each argument twice in its state, and every idle connection's task holds this one (issue 48)"
+)]
+fn read_some<'r, R: ClientRx>(
+    client: &'r mut R,
+    buf: &'r mut BytesMut,
+) -> impl Future<Output = io::Result<usize>> + use<'r, R> {
+    async move {
+        if R::UNBUFFERED_WAIT && buf.is_empty() {
+            loop {
+                if buf.capacity() > 0 {
+                    match client.try_read(buf) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        read => return read,
+                    }
+                    *buf = BytesMut::new();
                 }
-                *buf = BytesMut::new();
+                // Holding the reader mutably keeps the wait `Send` for readers
+                // that are not `Sync` (a WebSocket over an upgraded HTTP
+                // connection).
+                let reader = &mut *client;
+                std::future::poll_fn(move |cx| reader.poll_readable(cx)).await?;
+                grow(buf);
             }
-            // Holding the reader mutably keeps the wait `Send` for readers
-            // that are not `Sync` (a WebSocket over an upgraded HTTP
-            // connection).
-            let reader = &mut *client;
-            std::future::poll_fn(move |cx| reader.poll_readable(cx)).await?;
-            grow(buf);
         }
+        grow(buf);
+        client.read_buf(buf).await
     }
-    grow(buf);
-    client.read_buf(buf).await
 }
 
 pub(super) fn grow(buf: &mut BytesMut) {
@@ -208,77 +218,90 @@ impl Outbox {
     }
 
     /// The next packet, once there is one.
-    async fn recv(&self) -> ToClient {
-        loop {
-            if let Some(message) = self.try_recv() {
-                return message;
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps each argument twice in its state, and every idle connection's task holds this one (issue 48)"
+    )]
+    fn recv(&self) -> impl Future<Output = ToClient> + '_ {
+        async move {
+            loop {
+                if let Some(message) = self.try_recv() {
+                    return message;
+                }
+                // A packet queued since stored its wake-up (one receiver).
+                self.queued.notified().await;
             }
-            // A packet queued since stored its wake-up (one receiver).
-            self.queued.notified().await;
         }
     }
 }
 
-impl Inspector<'_> {
+impl<'a> Inspector<'a> {
     /// The client-to-broker pump: reads the client, inspects, writes the
     /// broker what the inspection let through (and what the guard owes
     /// it), pings the broker for a client without keep-alive.
-    pub(super) async fn pump<R: ClientRx>(
-        &mut self,
-        client: &mut R,
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps each argument twice in its state, and every idle connection's task holds this one (issue 48)"
+    )]
+    pub(super) fn pump<'p, R: ClientRx>(
+        &'p mut self,
+        client: &'p mut R,
         socket: RawFd,
-        upstream: &mut EngineTx,
-        buf: &mut BytesMut,
-    ) -> End {
-        let mut ping = self.pings.then(|| {
-            let every = std::time::Duration::from_secs(u64::from(PINGS_EVERY));
-            let mut i = tokio::time::interval_at(Instant::now() + every, every);
-            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            i
-        });
-        let between = self.between;
-        // Boxed: only a JWT's connection has one, and a timer would take
-        // room in every connection's task.
-        let mut expiry = self
-            .session
-            .expires_in()
-            .map(|left| Box::pin(tokio::time::sleep(left)));
-        loop {
-            // Inspected and written before the next read: an idle
-            // connection holds nothing of what came last (an empty chunk
-            // held the CONNECT's buffer, issue 32).
-            if let Some(end) = self.forward(upstream, buf).await {
-                return end;
-            }
-            // Acknowledgements the guard owes the broker for what it
-            // delivered lower or not at all go in between the client's.
-            let read = loop {
-                tokio::select! {
-                    read = read_some(client, buf) => break read,
-                    _ = async { expiry.as_mut()?.as_mut().await; Some(()) }, if expiry.is_some() => {
-                        return Box::pin(self.token_expired()).await;
-                    }
-                    _ = async { ping.as_mut()?.tick().await; Some(()) }, if ping.is_some() => {
-                        between.guard_pings.fetch_add(1, Ordering::Relaxed);
-                        if to_broker(upstream, &PINGREQ).await.is_err() {
-                            return End::BrokerClosed;
+        upstream: &'p mut EngineTx,
+        buf: &'p mut BytesMut,
+    ) -> impl Future<Output = End> + use<'a, 'p, R> {
+        async move {
+            // Boxed: only a client without keep-alive has one.
+            let mut ping = self.pings.then(|| {
+                let every = std::time::Duration::from_secs(u64::from(PINGS_EVERY));
+                let mut i = tokio::time::interval_at(Instant::now() + every, every);
+                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                Box::new(i)
+            });
+            let between = self.between;
+            // Boxed: only a JWT's connection has one, and a timer would take
+            // room in every connection's task.
+            let mut expiry = self
+                .session
+                .expires_in()
+                .map(|left| Box::pin(tokio::time::sleep(left)));
+            loop {
+                // Inspected and written before the next read: an idle
+                // connection holds nothing of what came last (an empty chunk
+                // held the CONNECT's buffer, issue 32).
+                if let Some(end) = self.forward(upstream, buf).await {
+                    return end;
+                }
+                // Acknowledgements the guard owes the broker for what it
+                // delivered lower or not at all go in between the client's.
+                let read = loop {
+                    tokio::select! {
+                        read = read_some(client, buf) => break read,
+                        _ = async { expiry.as_mut()?.as_mut().await; Some(()) }, if expiry.is_some() => {
+                            return Box::pin(self.token_expired()).await;
                         }
-                    }
-                    _ = between.owed.notified() => {
-                        if let Some(acks) = self.take_owed() {
-                            if to_broker(upstream, &acks).await.is_err() {
+                        _ = async { ping.as_mut()?.tick().await; Some(()) }, if ping.is_some() => {
+                            between.guard_pings.fetch_add(1, Ordering::Relaxed);
+                            if to_broker(upstream, &PINGREQ).await.is_err() {
                                 return End::BrokerClosed;
                             }
                         }
+                        _ = between.owed.notified() => {
+                            if let Some(acks) = self.take_owed() {
+                                if to_broker(upstream, &acks).await.is_err() {
+                                    return End::BrokerClosed;
+                                }
+                            }
+                        }
                     }
-                }
-            };
-            match read {
-                Ok(0) => return End::ClientClosed,
-                Ok(_) => quick_ack(socket),
-                Err(e) => {
-                    debug!(client_id = self.client_id, error = %e, "MQTT client connection failed.");
-                    return End::ClientFailed;
+                };
+                match read {
+                    Ok(0) => return End::ClientClosed,
+                    Ok(_) => quick_ack(socket),
+                    Err(e) => {
+                        debug!(client_id = self.client_id, error = %e, "MQTT client connection failed.");
+                        return End::ClientFailed;
+                    }
                 }
             }
         }
@@ -381,6 +404,14 @@ impl Inspector<'_> {
     }
 }
 
+/// What woke the broker-to-client pump.
+enum Woken {
+    /// A packet of the guard's own for the client.
+    Outbox(ToClient),
+    /// What reading the broker gave.
+    Broker(io::Result<usize>),
+}
+
 /// Hands rumqttd whole packets. The flush completes telling the router, when
 /// its queue was full as the packets went in.
 async fn to_broker(upstream: &mut EngineTx, packets: &[u8]) -> std::io::Result<()> {
@@ -392,15 +423,21 @@ async fn to_broker(upstream: &mut EngineTx, packets: &[u8]) -> std::io::Result<(
 /// unwritten: the guard writes them in 3.1.1 itself (issue 32: writing them
 /// as MQTT 5 and reading that back was most of what a delivery cost the
 /// guard).
-async fn read_broker(
-    upstream: &mut EngineRx,
-    buf: &mut BytesMut,
-    unwritten: &mut Vec<rumqttd::Publication>,
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps each argument twice in its state, and every idle connection's task holds this one (issue 48)"
+)]
+fn read_broker<'r>(
+    upstream: &'r mut EngineRx,
+    buf: &'r mut BytesMut,
+    unwritten: &'r mut Vec<rumqttd::Publication>,
     version: Version,
-) -> io::Result<usize> {
-    match version {
-        Version::V4 => upstream.read_split(buf, unwritten).await,
-        Version::V5 => upstream.read_into(buf).await,
+) -> impl Future<Output = io::Result<usize>> + use<'r> {
+    async move {
+        match version {
+            Version::V4 => upstream.read_split(buf, unwritten).await,
+            Version::V5 => upstream.read_into(buf).await,
+        }
     }
 }
 
@@ -431,90 +468,119 @@ fn quick_ack(socket: RawFd) {
     let _ = socket;
 }
 
-impl Downstream<'_> {
+impl<'a> Downstream<'a> {
     /// The broker-to-client pump: relays whole packets (translated for an
     /// MQTT 3.1.1 client), rewrites the acknowledgements of SUBSCRIBEs and
     /// UNSUBSCRIBEs the guard changed, and slips the guard's own packets in
     /// between the broker's.
-    pub(super) async fn relay<W: AsyncWrite + Unpin>(
-        &mut self,
-        (upstream, store): (&mut EngineRx, &Store),
-        client: &mut W,
-        relayed: &AtomicU64,
-    ) -> End {
-        let outbox = &self.between.outbox;
-        // The link hands over a buffer of its own when this one is empty
-        // (`DirectRx::read_into`), so an idle connection holds none.
-        let mut buf = BytesMut::new();
-        let mut unwritten = Vec::new();
-        loop {
-            let mut out = BytesMut::new();
-            let mut closing;
-            tokio::select! {
-                biased;
-                m = outbox.recv() => {
-                    let mut close = self.take(m, &mut out);
-                    while let (false, Some(m)) = (close, outbox.try_recv()) {
-                        close = self.take(m, &mut out);
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps each argument twice in its state, and every idle connection's task holds this one (issue 48)"
+    )]
+    pub(super) fn relay<'p, W: AsyncWrite + Unpin>(
+        &'p mut self,
+        (upstream, store): (&'p mut EngineRx, &'p Store),
+        client: &'p mut W,
+        relayed: &'p AtomicU64,
+    ) -> impl Future<Output = End> + use<'a, 'p, W> {
+        async move {
+            let outbox = &self.between.outbox;
+            // The link hands over a buffer of its own when this one is empty
+            // (`DirectRx::read_into`), so an idle connection holds none.
+            let mut buf = BytesMut::new();
+            let mut unwritten = Vec::new();
+            loop {
+                let woken = tokio::select! {
+                    biased;
+                    m = outbox.recv() => Woken::Outbox(m),
+                    read = read_broker(upstream, &mut buf, &mut unwritten, self.version) => {
+                        Woken::Broker(read)
                     }
-                    closing = close.then_some(End::Closing);
-                }
-                read = read_broker(upstream, &mut buf, &mut unwritten, self.version) => {
-                    match read {
-                        Ok(0) | Err(_) => return End::BrokerClosed,
-                        Ok(_) => {}
-                    }
-                    // A SUBACK's plan is queued before its SUBSCRIBE is
-                    // sent, so it is in the outbox by the time the SUBACK
-                    // is read.
-                    let mut close = false;
-                    while let (false, Some(m)) = (close, outbox.try_recv()) {
-                        close = self.take(m, &mut out);
-                    }
-                    if close {
-                        closing = Some(End::Closing);
-                    } else {
-                        let (chunk, end) = self.client_bound(&mut buf, &unwritten, out);
-                        out = chunk;
-                        closing = end;
-                    }
-                    if buf.is_empty() {
-                        buf = BytesMut::new();
-                    }
-                    // Its publications go with it (what they hold is the
-                    // router's log's).
-                    unwritten = Vec::new();
-                }
-            }
-            // Boxed: only a durable store waits, and the wait would take
-            // room in every connection's task.
-            if std::mem::take(&mut self.sync_first) {
-                let (checked, refused) = Box::pin(self.stored(store, out)).await;
-                out = checked;
-                if refused {
-                    // Never acknowledge what is not on disk: the client
-                    // publishes it again on its next connection.
-                    closing = Some(End::BrokerClosed);
-                }
-            }
-            if !out.is_empty() {
-                let written = async {
-                    client.write_all(&out).await?;
-                    client.flush().await
                 };
-                if written.await.is_err() {
-                    return End::ClientFailed;
+                let (mut out, mut closing) = match self.gather(woken, &mut buf, &mut unwritten) {
+                    Ok(gathered) => gathered,
+                    Err(end) => return end,
+                };
+                // Boxed: only a durable store waits, and the wait would take
+                // room in every connection's task.
+                if std::mem::take(&mut self.sync_first) {
+                    let (checked, refused) = Box::pin(self.stored(store, out)).await;
+                    out = checked;
+                    if refused {
+                        // Never acknowledge what is not on disk: the client
+                        // publishes it again on its next connection.
+                        closing = Some(End::BrokerClosed);
+                    }
                 }
-                relayed.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Some(end) = closing {
-                return end;
+                if !out.is_empty() {
+                    let written = async {
+                        client.write_all(&out).await?;
+                        client.flush().await
+                    };
+                    if written.await.is_err() {
+                        return End::ClientFailed;
+                    }
+                    relayed.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Some(end) = closing {
+                    return end;
+                }
             }
         }
     }
 }
 
 impl Downstream<'_> {
+    /// What goes to the client for what woke the pump, and whether the
+    /// connection closes after; `Err` when the broker's side has closed.
+    /// Its buffer is made here, after the wait: an idle connection's task
+    /// holds no room for it.
+    fn gather(
+        &mut self,
+        woken: Woken,
+        buf: &mut BytesMut,
+        unwritten: &mut Vec<rumqttd::Publication>,
+    ) -> Result<(BytesMut, Option<End>), End> {
+        let outbox = &self.between.outbox;
+        let mut out = BytesMut::new();
+        let closing;
+        match woken {
+            Woken::Outbox(m) => {
+                let mut close = self.take(m, &mut out);
+                while let (false, Some(m)) = (close, outbox.try_recv()) {
+                    close = self.take(m, &mut out);
+                }
+                closing = close.then_some(End::Closing);
+            }
+            Woken::Broker(read) => {
+                match read {
+                    Ok(0) | Err(_) => return Err(End::BrokerClosed),
+                    Ok(_) => {}
+                }
+                // A SUBACK's plan is queued before its SUBSCRIBE is sent, so
+                // it is in the outbox by the time the SUBACK is read.
+                let mut close = false;
+                while let (false, Some(m)) = (close, outbox.try_recv()) {
+                    close = self.take(m, &mut out);
+                }
+                if close {
+                    closing = Some(End::Closing);
+                } else {
+                    let (chunk, end) = self.client_bound(buf, unwritten, out);
+                    out = chunk;
+                    closing = end;
+                }
+                if buf.is_empty() {
+                    *buf = BytesMut::new();
+                }
+                // Its publications go with it (what they hold is the
+                // router's log's).
+                *unwritten = Vec::new();
+            }
+        }
+        Ok((out, closing))
+    }
+
     /// Waits until the store has decided the changes the acknowledgements
     /// in `out` cover, and refuses those whose changes failed
     /// ([`super::stored`]); true when the connection must close after

@@ -20,10 +20,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -77,16 +80,38 @@ impl Signal {
         self.notify.notify_waiters();
     }
 
-    /// Every idle connection's task holds this future (its handover's), so
-    /// it holds no more than the notification and the signal (issue 48).
-    async fn wait(&self) {
-        let mut notified = std::pin::pin!(self.notify.notified());
+    /// Every idle connection's task holds this future (its handover's).
+    fn wait(&self) -> Waiting<'_> {
+        Waiting {
+            signal: self,
+            notified: self.notify.notified(),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Signal::wait`]: the notification and the signal, nothing more
+    /// (issue 48: 96 bytes as an async block, 72 as this).
+    struct Waiting<'a> {
+        signal: &'a Signal,
+        #[pin]
+        notified: Notified<'a>,
+    }
+}
+
+impl Future for Waiting<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        let mut notified = this.notified;
         // Registered before the check: a `set` in between wakes it. Only
         // `set` notifies, so the wake-up means it is set.
         notified.as_mut().enable();
-        if !self.set.load(Ordering::Acquire) {
-            notified.await;
+        if this.signal.set.load(Ordering::Acquire) {
+            return Poll::Ready(());
         }
+        notified.poll(cx)
     }
 }
 
