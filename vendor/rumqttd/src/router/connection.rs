@@ -27,7 +27,9 @@ pub struct Connection {
     /// Connection events
     pub events: ConnectionEvents,
     /// Topic aliases set by clients
-    pub(crate) topic_aliases: HashMap<u16, Topic>,
+    /// lmos-sidecar patch 36: boxed, made at the first alias (most
+    /// clients set none, and each connection's slot held an empty map)
+    pub(crate) topic_aliases: Option<Box<HashMap<u16, Topic>>>,
     /// Topic aliases used by broker. lmos-sidecar patch 22: boxed, most
     /// connections have none
     pub(crate) broker_topic_aliases: Option<Box<BrokerAliases>>,
@@ -71,7 +73,7 @@ impl Connection {
             clean,
             last_will: None,
             events: ConnectionEvents::default(),
-            topic_aliases: HashMap::new(),
+            topic_aliases: None,
             broker_topic_aliases: None,
             subscription_options: HashMap::new(),
             origin,

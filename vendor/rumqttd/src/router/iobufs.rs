@@ -17,7 +17,7 @@ use crate::{
     Cursor, Notification,
 };
 
-use super::{Forward, IncomingMeter, OutgoingMeter};
+use super::{Forward, OutgoingMeter};
 
 const MAX_INFLIGHT: usize = 100;
 const MAX_PKID: u16 = MAX_INFLIGHT as u16;
@@ -28,8 +28,8 @@ pub struct Incoming {
     pub(crate) client_id: String,
     /// Recv buffer
     pub(crate) buffer: Arc<Mutex<VecDeque<Packet>>>,
-    /// incoming metrics
-    pub(crate) meter: IncomingMeter,
+    // lmos-sidecar patch 36: no incoming meter (a map of every topic the
+    // connection published to, which nothing read)
 }
 
 impl Incoming {
@@ -38,7 +38,6 @@ impl Incoming {
         Self {
             // lmos-sidecar patch: was `with_capacity(MAX_CHANNEL_CAPACITY)`.
             buffer: Arc::new(Mutex::new(VecDeque::new())),
-            meter: Default::default(),
             client_id,
         }
     }

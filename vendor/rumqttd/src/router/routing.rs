@@ -859,12 +859,9 @@ impl Router {
                         }
                     };
 
-                    let meter = &mut self.ibufs.get_mut(id).unwrap().meter;
-                    if let Err(e) = meter.register_publish(&publish) {
-                        error!(
-                            reason = ?e, "Failed to write to incoming meter"
-                        );
-                    };
+                    // lmos-sidecar patch 36: no incoming meter (it copied
+                    // the topic of every publication into a map that
+                    // nothing read)
                 }
                 Packet::Subscribe(mut subscribe, props) => {
                     let mut return_codes = Vec::new();
@@ -1691,7 +1688,8 @@ fn validate_and_set_topic_alias(
 
     if publish.topic.is_empty() {
         // if publish topic is empty, publisher must have set a valid alias
-        let Some(alias_topic) = connection.topic_aliases.get(&alias) else {
+        let alias_topic = connection.topic_aliases.as_ref().and_then(|a| a.get(&alias));
+        let Some(alias_topic) = alias_topic else {
             error!("Empty topic name with invalid alias");
             return Err(RouterError::Disconnect(DisconnectReasonCode::ProtocolError));
         };
@@ -1701,7 +1699,8 @@ fn validate_and_set_topic_alias(
         // if publish topic isn't empty, that means
         // publisher wants to establish new mapping for topic & alias
         let topic = std::str::from_utf8(&publish.topic)?;
-        connection.topic_aliases.insert(alias, topic.to_owned());
+        let aliases = connection.topic_aliases.get_or_insert_default();
+        aliases.insert(alias, topic.to_owned());
         trace!("set alias {alias} for topic {topic}");
     };
 
