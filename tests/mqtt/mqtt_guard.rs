@@ -675,8 +675,24 @@ async fn tls_clients_pubsub_and_a_plain_client_fails_alone() {
 async fn shutdown_closes_the_listeners_and_the_connections() {
     let mut rig = Rig::start().await;
     let mut c = raw::Client::connect(rig.mqtt, 4, "alice").await;
+    // A client with an empty client ID has no session to resume, and is
+    // closed all the same (each connection hears of shutdown through its
+    // session's handover).
+    let mut anonymous = raw::Client::open(rig.mqtt5).await;
+    anonymous.send(&raw::connect(5, "", "alice")).await;
+    let ack = anonymous.recv().await.expect("CONNACK");
+    assert_eq!((ack[0], ack[3]), (0x20, 0), "accepted: {ack:?}");
     rig.stop.take();
     assert_eq!(c.recv().await, None, "closed once the broker is quiet");
+    let anonymous_end = tokio::time::timeout(WAIT, async {
+        // MQTT 5: a DISCONNECT (Server shutting down) may come first.
+        while let Some(packet) = anonymous.recv().await {
+            assert_eq!(packet[0], 0xe0, "only a DISCONNECT: {packet:?}");
+        }
+    });
+    anonymous_end
+        .await
+        .expect("the anonymous client closed too");
     let deadline = tokio::time::Instant::now() + WAIT;
     while TcpStream::connect(rig.mqtt5).await.is_ok() {
         assert!(tokio::time::Instant::now() < deadline, "listener closed");

@@ -49,8 +49,9 @@ enum ReadError {
     Packet(#[from] PacketError),
 }
 
-pub(super) fn handshake_timed_out(shared: &Shared) {
+pub(super) fn handshake_timed_out(shared: &Shared, peer: SocketAddr) {
     info!(
+        %peer,
         timeout_ms = shared.limits.handshake_timeout.as_millis() as u64,
         "Closed an MQTT connection that sent no CONNECT in time (mqtt.connection_timeout_ms)."
     );
@@ -73,7 +74,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let header = first_packet(shared, deadline, client_rx, inbound).await?;
+    let header = first_packet(shared, (peer, deadline), client_rx, inbound).await?;
     let connect = match packet::connect(&inbound[..header.size()]) {
         Ok(c) => c,
         Err(PacketError::Protocol { name, level }) => {
@@ -104,6 +105,8 @@ where
 
     let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
         info!(
+            %peer,
+            client_id = connect.client_id.as_str(),
             limit = shared.limits.max_connections,
             "Refused an MQTT connection past mqtt.max_connections."
         );
@@ -121,6 +124,8 @@ where
     if let Some(will) = &connect.will {
         if !session.may_publish(&will.topic) {
             info!(
+                %peer,
+                client_id = connect.client_id.as_str(),
                 principal = session.name(),
                 topic = will.topic.as_str(),
                 "Refused an MQTT connection whose last will it may not publish."
@@ -213,7 +218,7 @@ fn charge_will(
 /// or `None` (the connection closes; too large and too late are counted).
 async fn first_packet<R: AsyncRead + Unpin>(
     shared: &Shared,
-    deadline: Instant,
+    (peer, deadline): (SocketAddr, Instant),
     client_rx: &mut R,
     inbound: &mut BytesMut,
 ) -> Option<packet::Header> {
@@ -229,7 +234,7 @@ async fn first_packet<R: AsyncRead + Unpin>(
             return None;
         }
         Ok(Err(ReadError::Packet(PacketError::TooLarge { size, .. }))) => {
-            packet_too_large(shared, size);
+            packet_too_large(shared, size, (Some(peer), None));
             return None;
         }
         Ok(Err(e)) => {
@@ -237,7 +242,7 @@ async fn first_packet<R: AsyncRead + Unpin>(
             return None;
         }
         Err(_) => {
-            handshake_timed_out(shared);
+            handshake_timed_out(shared, peer);
             return None;
         }
     };

@@ -69,20 +69,28 @@ pub struct Delivery {
     aliases: Sparse<Box<[u8]>, u16>,
     /// QoS 1 and 2 publications sent and not yet acknowledged.
     inflight: u16,
-    /// Publications waiting for the client's Receive Maximum, with their
-    /// QoS, in the order the broker sent them.
-    held: VecDeque<(u8, Bytes)>,
+    /// Held publications and PUBCOMPs owed: few clients ever have any.
+    seldom: Option<Box<Seldom>>,
     /// QoS 2 publications the client got at QoS 1: its PUBACK becomes the
     /// broker's PUBREC.
     relabelled: Sparse<u16, ()>,
     /// First acknowledgements (PUBACK, PUBREC) owed, in the order the
     /// broker sent the publications.
     acks: VecDeque<Owed>,
-    /// PUBCOMPs owed, in the order of the PUBRECs.
-    comps: VecDeque<Owed>,
     /// What the broker gets next, in the order it requires.
     to_broker: BytesMut,
     pub undelivered: Undelivered,
+}
+
+/// What [`Delivery`] makes room for at first use: an empty queue is 32
+/// bytes of every idle client's task (issue 48).
+#[derive(Debug, Default)]
+struct Seldom {
+    /// Publications waiting for the client's Receive Maximum, with their
+    /// QoS, in the order the broker sent them.
+    held: VecDeque<(u8, Bytes)>,
+    /// PUBCOMPs owed, in the order of the PUBRECs.
+    comps: VecDeque<Owed>,
 }
 
 /// One acknowledgement owed to the broker.
@@ -164,10 +172,9 @@ impl Delivery {
             limits,
             aliases: Sparse::default(),
             inflight: 0,
-            held: VecDeque::new(),
+            seldom: None,
             relabelled: Sparse::default(),
             acks: VecDeque::new(),
-            comps: VecDeque::new(),
             to_broker: BytesMut::new(),
             undelivered: Undelivered::default(),
         }
@@ -281,12 +288,14 @@ impl Delivery {
             }
             _ => {}
         }
-        if self.held.is_empty() && (qos == 0 || self.inflight < self.limits.receive_max) {
+        let none_held = self.seldom.as_ref().is_none_or(|s| s.held.is_empty());
+        if none_held && (qos == 0 || self.inflight < self.limits.receive_max) {
             if qos > 0 {
                 self.inflight += 1;
             }
         } else {
-            self.held.push_back((qos, client.split_off(start).freeze()));
+            let held = client.split_off(start).freeze();
+            self.seldom().held.push_back((qos, held));
         }
     }
 
@@ -429,7 +438,7 @@ impl Delivery {
         if ack.first().map(|b| b >> 4) == Some(packet::PUBREC)
             && ack.get(4).is_none_or(|&reason| reason < 0x80)
         {
-            self.comps.push_back(Owed {
+            self.seldom().comps.push_back(Owed {
                 pkid,
                 ours,
                 ack: None,
@@ -441,21 +450,24 @@ impl Delivery {
     /// Fills in the PUBCOMP of `pkid` and releases what is due; false when
     /// the broker waits for no such PUBCOMP.
     fn settle_comp(&mut self, pkid: u16, ours: bool, comp: &[u8]) -> bool {
-        let Some(at) = self
-            .comps
+        let Some(seldom) = self.seldom.as_deref_mut() else {
+            return false;
+        };
+        let comps = &mut seldom.comps;
+        let Some(at) = comps
             .iter()
             .position(|o| o.pkid == pkid && o.ours == ours && o.ack.is_none())
         else {
             return false;
         };
         if at > 0 {
-            self.comps[at].ack = Some(Bytes::copy_from_slice(comp));
+            comps[at].ack = Some(Bytes::copy_from_slice(comp));
             return true;
         }
-        self.comps.pop_front();
+        comps.pop_front();
         self.to_broker.extend_from_slice(comp);
-        while self.comps.front().is_some_and(|o| o.ack.is_some()) {
-            if let Some(Owed { ack: Some(ack), .. }) = self.comps.pop_front() {
+        while comps.front().is_some_and(|o| o.ack.is_some()) {
+            if let Some(Owed { ack: Some(ack), .. }) = comps.pop_front() {
                 self.to_broker.extend_from_slice(&ack);
             }
         }
@@ -513,6 +525,10 @@ impl Delivery {
         !self.to_broker.is_empty()
     }
 
+    fn seldom(&mut self) -> &mut Seldom {
+        self.seldom.get_or_insert_default()
+    }
+
     /// What the broker is owed now, in order.
     pub fn take_owed(&mut self) -> Option<Bytes> {
         (!self.to_broker.is_empty()).then(|| self.to_broker.split().freeze())
@@ -520,7 +536,11 @@ impl Delivery {
 
     /// Whether held publications may go now.
     pub fn releasable(&self) -> bool {
-        self.held
+        let Some(seldom) = self.seldom.as_deref() else {
+            return false;
+        };
+        seldom
+            .held
             .front()
             .is_some_and(|(qos, _)| *qos == 0 || self.inflight < self.limits.receive_max)
     }
@@ -528,7 +548,7 @@ impl Delivery {
     /// Sends what the client's Receive Maximum allows, in order.
     pub fn release(&mut self, client: &mut BytesMut) {
         while self.releasable() {
-            let Some((qos, bytes)) = self.held.pop_front() else {
+            let Some((qos, bytes)) = self.seldom().held.pop_front() else {
                 return;
             };
             if qos > 0 {

@@ -97,7 +97,7 @@ impl Inspector<'_> {
                 Ok(Some(h)) => h,
                 Ok(None) => break,
                 Err(PacketError::TooLarge { size, .. }) => {
-                    packet_too_large(self.shared, size);
+                    packet_too_large(self.shared, size, (None, Some(self.client_id)));
                     self.close(PACKET_TOO_LARGE);
                     end = Some(End::Closing);
                     break;

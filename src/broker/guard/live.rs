@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, Instrument};
 
+use super::bell::Bell;
 use super::connection::{close_client, lock, session_ends, End, FAREWELL};
 use super::delivery::{ClientLimits, Delivery, Undelivered};
 use super::downstream::Downstream;
@@ -24,7 +24,7 @@ use super::handshake::{self, Offer};
 use super::inspect::Inspector;
 use super::packet;
 use super::relay::{ClientStream, Outbox};
-use super::sessions::{AfterClose, Expiry, Handover, Opened};
+use super::sessions::{AfterClose, Asked, Expiry, Handover, Opened};
 use super::{Session, Shared};
 use crate::broker::engine::{EngineRx, EngineTx};
 
@@ -52,7 +52,7 @@ pub(super) struct Between {
     pub(super) delivery: Mutex<Delivery>,
     /// Wakes the client-to-broker pump to write what [`Delivery`] owes the
     /// broker.
-    pub(super) owed: Notify,
+    pub(super) owed: Bell,
     pub(super) outbox: Outbox,
     /// The store's mark as each packet awaiting an acknowledgement went
     /// to the broker ([`super::stored`]); only with a durable store.
@@ -65,7 +65,7 @@ impl Between {
             guard_pings: AtomicU32::new(0),
             unacked: AtomicU32::new(0),
             delivery: Mutex::new(Delivery::new(version, limits)),
-            owed: Notify::new(),
+            owed: Bell::default(),
             outbox: Outbox::default(),
             marks: Mutex::default(),
         }
@@ -152,9 +152,7 @@ impl<S: ClientStream> Live<S> {
                 outbound: std::pin::pin!(outbound_pump),
                 relayed: &relayed,
             };
-            pumps
-                .until_end(&self.opened.handover, &shared.shutdown)
-                .await
+            pumps.until_end(&self.opened.handover).await
         };
         log_undelivered(between.delivery().undelivered);
         Ended {
@@ -169,7 +167,7 @@ impl<S: ClientStream> Live<S> {
     /// (see `Connection::admitted`).
     pub(super) async fn finish(self, ended: Ended, logged: bool) {
         let span = match logged {
-            true => tracing::info_span!("mqtt_connection", client_id = self.client_id.as_str()),
+            true => tracing::debug_span!("mqtt_connection", client_id = self.client_id.as_str()),
             false => tracing::Span::none(),
         };
         self.closed(ended).instrument(span).await;
@@ -209,15 +207,17 @@ impl<'p, I: Future<Output = End>, O: Future<Output = End>> Pumps<'p, I, O> {
     fn until_end<'u>(
         &'u mut self,
         handover: &'u Handover,
-        shutdown: &'u CancellationToken,
     ) -> impl Future<Output = End> + use<'u, 'p, I, O> {
         async move {
             let end = tokio::select! {
                 // What the client sent before its next connection counts
                 // first: a DISCONNECT already in the socket ends the session
-                // as it says. A client still talking is cut off.
-                _ = handover.asked() => Box::pin(self.handed_over()).await,
-                _ = shutdown.cancelled() => Box::pin(self.drain()).await,
+                // as it says. A client still talking is cut off. At
+                // shutdown the sessions ask every connection the same way.
+                asked = handover.asked() => match asked {
+                    Asked::HandOver => Box::pin(self.handed_over()).await,
+                    Asked::Shutdown => Box::pin(self.drain()).await,
+                },
                 end = self.inbound.as_mut() => {
                     if end == End::Closing {
                         let _ = Box::pin(tokio::time::timeout(FAREWELL, self.outbound.as_mut())).await;

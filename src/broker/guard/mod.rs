@@ -13,9 +13,12 @@
 //! that one list stays true.
 
 mod admission;
+mod bell;
 mod connection;
 mod delivery;
 mod downstream;
+mod filter_set;
+mod handover;
 mod handshake;
 mod inspect;
 mod live;
@@ -304,6 +307,18 @@ struct Shared {
     keeps: Keeps,
 }
 
+/// At shutdown, asks every live connection to end: each waits on its
+/// handover, not on the token (see [`handover`]).
+async fn ask_to_end_at_shutdown(shared: std::sync::Weak<Shared>) {
+    let Some(shutdown) = shared.upgrade().map(|s| s.shutdown.clone()) else {
+        return;
+    };
+    shutdown.cancelled().await;
+    if let Some(shared) = shared.upgrade() {
+        shared.sessions.shut_down();
+    }
+}
+
 /// Serves listeners until the cancellation token fires; cheap to clone.
 #[derive(Clone)]
 pub struct Guard {
@@ -324,22 +339,21 @@ impl Guard {
         let connections = Arc::new(Semaphore::new(
             limits.max_connections.min(Semaphore::MAX_PERMITS),
         ));
-        Guard {
-            shared: Arc::new(Shared {
-                upstream,
-                sessions: sessions::Sessions::new(limits.kept).with_owners(owners),
-                policy,
-                prerequisite,
-                limits,
-                connections,
-                shutdown,
-                records: crate::broker::kept::SessionRecords::new(&store),
-                order: Arc::default(),
-                store,
-                keeps,
-            }),
-            tls,
-        }
+        let shared = Arc::new(Shared {
+            upstream,
+            sessions: sessions::Sessions::new(limits.kept).with_owners(owners),
+            policy,
+            prerequisite,
+            limits,
+            connections,
+            shutdown,
+            records: crate::broker::kept::SessionRecords::new(&store),
+            order: Arc::default(),
+            store,
+            keeps,
+        });
+        tokio::spawn(ask_to_end_at_shutdown(Arc::downgrade(&shared)));
+        Guard { shared, tls }
     }
 
     /// The sessions of this guard's clients, for the console.
@@ -357,7 +371,7 @@ impl Guard {
         for session in kept {
             self.shared.sessions.restore(
                 &session.client_id,
-                session.filters,
+                session.filters.into_iter().collect(),
                 session.expires_in,
                 session.owner.as_deref(),
             );
@@ -411,7 +425,12 @@ impl Guard {
             };
             match accepted {
                 Ok((stream, peer)) => {
-                    let span = tracing::info_span!(
+                    // A debug span: the log layer keeps room for every span
+                    // it has seen open at once, and in a burst every
+                    // connection's is (some 160 bytes a client, kept after
+                    // the burst, issue 48). The lines an admission logs at
+                    // info and above name the peer and client ID themselves.
+                    let span = tracing::debug_span!(
                         "mqtt_connection",
                         %peer,
                         client_id = tracing::field::Empty,
@@ -477,7 +496,7 @@ impl Guard {
                 }
                 debug!(%peer, error = %e, "TLS handshake failed.");
             }
-            Err(_) => admission::handshake_timed_out(&self.shared),
+            Err(_) => admission::handshake_timed_out(&self.shared, peer),
         }
     }
 }

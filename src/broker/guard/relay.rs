@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::debug;
 
+use super::bell::Bell;
 use super::connection::{End, ToClient, PINGS_EVERY};
 use super::downstream::Downstream;
 use super::inspect::{Inspected, Inspector};
@@ -162,8 +163,8 @@ pub(super) fn grow(buf: &mut BytesMut) {
 #[derive(Default)]
 pub(super) struct Outbox {
     queue: Mutex<VecDeque<ToClient>>,
-    /// Something was queued.
-    queued: Notify,
+    /// Something was queued (one receiver: the broker-to-client pump).
+    queued: Bell,
     /// Room was made.
     room: Notify,
 }
@@ -201,7 +202,7 @@ impl Outbox {
         }
         queue.push_back(message);
         drop(queue);
-        self.queued.notify_one();
+        self.queued.ring();
         Ok(())
     }
 
@@ -228,8 +229,8 @@ impl Outbox {
                 if let Some(message) = self.try_recv() {
                     return message;
                 }
-                // A packet queued since stored its wake-up (one receiver).
-                self.queued.notified().await;
+                // A packet queued since rang the bell.
+                self.queued.rung().await;
             }
         }
     }
@@ -286,7 +287,7 @@ impl<'a> Inspector<'a> {
                                 return End::BrokerClosed;
                             }
                         }
-                        _ = between.owed.notified() => {
+                        _ = between.owed.rung() => {
                             if let Some(acks) = self.take_owed() {
                                 if to_broker(upstream, &acks).await.is_err() {
                                     return End::BrokerClosed;

@@ -18,127 +18,30 @@
 //!
 //! This file decides; the connection does the I/O.
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::futures::Notified;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
+pub use super::filter_set::FilterSet;
+pub use super::handover::{Asked, Handover};
 use crate::broker::kept::Owners;
 
 /// One session's filters, shared by the connections that resume it.
 #[derive(Debug, Default)]
-pub struct Filters(Mutex<HashSet<String>>);
+pub struct Filters(Mutex<FilterSet>);
 
 impl Filters {
     /// The set, even after a panic elsewhere (it holds no invariant a
     /// half-finished insert could break).
-    pub fn lock(&self) -> MutexGuard<'_, HashSet<String>> {
+    pub fn lock(&self) -> MutexGuard<'_, FilterSet> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// Serialises a client ID's connections and wipes.
 pub type Gate = Arc<tokio::sync::Mutex<()>>;
-
-/// How a connection holding a client ID is asked to hand it over to a new
-/// connection of the same client ID, and tells that it has.
-///
-/// A client that sends DISCONNECT and at once connects again can have its
-/// new CONNECT read before the old connection reads the DISCONNECT (two
-/// sockets, two tasks). The session must then end as the DISCONNECT said,
-/// so the new connection asks the old one to finish reading what its client
-/// sent before and waits until it has closed.
-///
-/// Both signals in one allocation: every live session holds one (two
-/// cancellation tokens were some 250 bytes per idle client, issue 32).
-#[derive(Debug, Clone, Default)]
-pub struct Handover(Arc<Signals>);
-
-#[derive(Debug, Default)]
-struct Signals {
-    asked: Signal,
-    done: Signal,
-}
-
-/// Set once; waited for by anyone.
-#[derive(Debug, Default)]
-struct Signal {
-    set: AtomicBool,
-    notify: Notify,
-}
-
-impl Signal {
-    fn set(&self) {
-        self.set.store(true, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Every idle connection's task holds this future (its handover's).
-    fn wait(&self) -> Waiting<'_> {
-        Waiting {
-            signal: self,
-            notified: self.notify.notified(),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// [`Signal::wait`]: the notification and the signal, nothing more
-    /// (issue 48: 96 bytes as an async block, 72 as this).
-    struct Waiting<'a> {
-        signal: &'a Signal,
-        #[pin]
-        notified: Notified<'a>,
-    }
-}
-
-impl Future for Waiting<'_> {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.project();
-        let mut notified = this.notified;
-        // Registered before the check: a `set` in between wakes it. Only
-        // `set` notifies, so the wake-up means it is set.
-        notified.as_mut().enable();
-        if this.signal.set.load(Ordering::Acquire) {
-            return Poll::Ready(());
-        }
-        notified.poll(cx)
-    }
-}
-
-impl Handover {
-    /// The next connection asks this one to hand the session over.
-    pub fn ask(&self) {
-        self.0.asked.set();
-    }
-
-    pub fn asked(&self) -> impl Future<Output = ()> + Send + '_ {
-        self.0.asked.wait()
-    }
-
-    /// This connection has closed.
-    pub fn finish(&self) {
-        self.0.done.set();
-    }
-
-    pub fn finished(&self) -> impl Future<Output = ()> + Send + '_ {
-        self.0.done.wait()
-    }
-
-    #[cfg(test)]
-    fn is_asked(&self) -> bool {
-        self.0.asked.set.load(Ordering::Acquire)
-    }
-}
 
 /// How long a session outlives its connection (MQTT 5 Session Expiry
 /// Interval, seconds). 3.1.1: clean sessions 0, others [`Expiry::NEVER`].
@@ -283,6 +186,13 @@ struct Table {
     /// The kept sessions' owners, shared with the broker's keeper (which
     /// charges each session's queue to its principal).
     owners: Owners,
+    /// The connections of an empty client ID (never resumed, so not in
+    /// `by_client`), by their generation, for [`Sessions::shut_down`].
+    anonymous: HashMap<u64, Handover>,
+    /// Counts the connections of an empty client ID.
+    anonymous_opened: u64,
+    /// The sidecar is stopping: a connection opened now is told at once.
+    stopping: bool,
 }
 
 impl Table {
@@ -417,21 +327,29 @@ impl Sessions {
         owner: &str,
     ) -> Result<Opened, Refused> {
         let clean_upstream = clean_start && expiry.0 == 0;
+        let mut table = self.table();
+        let handover = Handover::default();
+        if table.stopping {
+            handover.shut_down();
+        }
         if client_id.is_empty() {
+            table.anonymous_opened += 1;
+            let generation = table.anonymous_opened;
+            table.anonymous.insert(generation, handover.clone());
             return Ok(Opened {
                 filters: Arc::default(),
-                generation: 0,
+                generation,
                 wipe_first: false,
                 clean_upstream: clean_start,
-                handover: Handover::default(),
+                handover,
             });
         }
         let now = Instant::now();
-        let mut table = self.table();
         let Table {
             by_client,
             kept,
             owners,
+            ..
         } = &mut *table;
         let entry = by_client
             .entry(client_id.to_owned())
@@ -470,7 +388,6 @@ impl Sessions {
             _ if was_kept => owners.forget(client_id),
             _ => {}
         }
-        let handover = Handover::default();
         entry.handover = Some(handover.clone());
         Ok(Opened {
             filters: entry.filters.clone(),
@@ -479,6 +396,21 @@ impl Sessions {
             clean_upstream,
             handover,
         })
+    }
+
+    /// The sidecar is stopping: every live connection is asked to end (it
+    /// first sends what the broker still has for its client), and any
+    /// opened from now on at once.
+    pub fn shut_down(&self) {
+        let mut table = self.table();
+        table.stopping = true;
+        let live = table.by_client.values().filter(|e| e.state == State::Live);
+        for handover in live.filter_map(|e| e.handover.as_ref()) {
+            handover.shut_down();
+        }
+        for handover in table.anonymous.values() {
+            handover.shut_down();
+        }
     }
 
     /// Every session a client holds or may resume, for the console.
@@ -548,10 +480,11 @@ impl Sessions {
         expiry: Expiry,
         kept: impl FnOnce(Expiry, &str),
     ) -> AfterClose {
+        let mut table = self.table();
         if client_id.is_empty() {
+            table.anonymous.remove(&generation);
             return AfterClose::Nothing;
         }
-        let mut table = self.table();
         let Some(entry) = table.by_client.get_mut(client_id) else {
             return AfterClose::Nothing;
         };
@@ -603,7 +536,7 @@ impl Sessions {
     pub fn restore(
         &self,
         client_id: &str,
-        filters: HashSet<String>,
+        filters: FilterSet,
         expires_in: Option<Duration>,
         owner: Option<&str>,
     ) {
@@ -639,8 +572,36 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::FutureExt;
 
     const NONE: Expiry = Expiry(0);
+
+    fn asked(opened: &Opened) -> Option<Asked> {
+        opened.handover.asked().now_or_never()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_asks_every_live_connection_and_each_later_one() {
+        let sessions = Sessions::default();
+        let named = sessions.open("c", true, NONE, "p").unwrap();
+        let anonymous = sessions.open("", true, NONE, "p").unwrap();
+        let closed = sessions.open("", true, NONE, "p").unwrap();
+        assert_ne!(anonymous.generation, closed.generation);
+        sessions.close("", closed.generation, NONE);
+        assert!(
+            sessions.table().anonymous.len() == 1,
+            "the closed one is gone"
+        );
+        assert_eq!(asked(&named), None);
+        sessions.shut_down();
+        assert_eq!(asked(&named), Some(Asked::Shutdown));
+        assert_eq!(asked(&anonymous), Some(Asked::Shutdown));
+        assert_eq!(asked(&closed), None, "closed before: not asked");
+        let late = sessions.open("d", true, NONE, "p").unwrap();
+        assert_eq!(asked(&late), Some(Asked::Shutdown), "told at once");
+        let late_anonymous = sessions.open("", true, NONE, "p").unwrap();
+        assert_eq!(asked(&late_anonymous), Some(Asked::Shutdown));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn only_a_live_connection_is_asked_to_hand_over() {
@@ -776,7 +737,7 @@ mod tests {
         sessions.close("d", b.generation, NONE);
         assert!(sessions.open("d", true, NONE, "carol").is_ok());
         // Restored from a store without owners: the first one claims it.
-        sessions.restore("old", HashSet::new(), None, None);
+        sessions.restore("old", FilterSet::default(), None, None);
         assert!(sessions.open("old", false, Expiry::NEVER, "dave").is_ok());
         assert_eq!(
             sessions.check("old", "erin", false),

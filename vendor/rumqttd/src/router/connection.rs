@@ -5,7 +5,7 @@ use crate::Filter;
 use crate::{protocol::LastWill, Topic};
 use std::collections::HashMap;
 
-use super::options::SubscriptionOptions;
+use super::subscriptions::Subscriptions;
 use super::ConnectionEvents;
 
 /// Used to register a new connection with the router
@@ -35,8 +35,9 @@ pub struct Connection {
     pub(crate) broker_topic_aliases: Option<Box<BrokerAliases>>,
     /// lmos-sidecar patch 14: each subscription's options (its ID, QoS, No
     /// Local, Retain As Published), as its last SUBSCRIBE said; was
-    /// `subscription_ids`, the IDs alone
-    pub(crate) subscription_options: HashMap<Filter, SubscriptionOptions>,
+    /// `subscription_ids`, the IDs alone; lmos-sidecar patch 38: not a
+    /// hash map (see [`Subscriptions`])
+    pub(crate) subscription_options: Subscriptions,
     /// lmos-sidecar patch 14: the client ID's stand-in in what it publishes
     /// (No Local)
     pub(crate) origin: u64,
@@ -75,7 +76,7 @@ impl Connection {
             events: ConnectionEvents::default(),
             topic_aliases: None,
             broker_topic_aliases: None,
-            subscription_options: HashMap::new(),
+            subscription_options: Subscriptions::default(),
             origin,
             uncapped: false,
         }

@@ -5,7 +5,7 @@ use crate::router::FilterIdx;
 use crate::Cursor;
 
 use super::{
-    options::SubscriptionOptions,
+    subscriptions::Subscriptions,
     scheduler::{PauseReason, Tracker},
     ConnectionEvents,
 };
@@ -31,7 +31,7 @@ impl Graveyard {
     pub fn save_state(
         &mut self,
         mut tracker: Tracker,
-        options: HashMap<String, SubscriptionOptions>,
+        options: Subscriptions,
         metrics: ConnectionEvents,
         unacked_pubrels: VecDeque<u16>,
         received: VecDeque<(Publish, Option<PublishProperties>)>,
@@ -71,7 +71,7 @@ pub struct SessionState {
     /// for the session's next connection; lmos-sidecar patch 35: by filter,
     /// the session's subscriptions (a set of the same filters was kept
     /// beside them)
-    pub options: HashMap<String, SubscriptionOptions>,
+    pub options: Subscriptions,
     // used for pubrel in qos2
     pub unacked_pubrels: VecDeque<u16>,
     /// lmos-sidecar patch 21: QoS 2 publications the client sent and the

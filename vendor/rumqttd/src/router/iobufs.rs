@@ -17,7 +17,7 @@ use crate::{
     Cursor, Notification,
 };
 
-use super::{Forward, OutgoingMeter};
+use super::Forward;
 
 const MAX_INFLIGHT: usize = 100;
 const MAX_PKID: u16 = MAX_INFLIGHT as u16;
@@ -64,19 +64,25 @@ pub struct Outgoing {
     pub(crate) handle: Wakeup,
     /// The buffer to keep track of inflight packets.
     inflight_buffer: VecDeque<(u16, FilterIdx, Option<Cursor>)>,
-    /// PubRels waiting for PubComp
-    pub(crate) unacked_pubrels: VecDeque<u16>,
     /// Last packet id
     last_pkid: u16,
+    /// lmos-sidecar patch 37: what only QoS 2 and resumed sessions use,
+    /// made when first needed (an idle subscriber's slot held 56 bytes of
+    /// empty queues for it)
+    seldom: Option<Box<Seldom>>,
+    // lmos-sidecar patch 37: no outgoing meter (two counters nothing read);
+    // patch 30's QoS 2 sends are returned by `push_forwards`
+}
+
+/// lmos-sidecar patch 37: the part of [`Outgoing`] few connections use.
+#[derive(Debug, Default)]
+struct Seldom {
+    /// PubRels waiting for PubComp
+    unacked_pubrels: VecDeque<u16>,
     /// lmos-sidecar patch 29: publications a resumed session was sent
     /// before and had not acknowledged, by where they are in the log, with
     /// the packet identifier they were sent under (MQTT-4.4.0-1)
     resend: Vec<(u16, FilterIdx, Cursor)>,
-    /// lmos-sidecar patch 30: QoS 2 publications just sent from the log,
-    /// with their packet identifiers, for the keeper of a kept session
-    pub(crate) sent_qos2: Vec<(u16, Cursor)>,
-    /// Metrics of outgoing messages of this connection
-    pub(crate) meter: OutgoingMeter,
 }
 
 /// lmos-sidecar patch 22: how the router tells a connection's link that it
@@ -170,19 +176,19 @@ impl Outgoing {
         // connection, most of an idle MQTT client's memory.
         let data_buffer = VecDeque::new();
         let inflight_buffer = VecDeque::new();
-        let unacked_pubrels = VecDeque::new();
 
         Self {
             client_id,
             data_buffer: Arc::new(Mutex::new(data_buffer)),
             inflight_buffer,
-            unacked_pubrels,
             handle,
             last_pkid: 0,
-            resend: Vec::new(),
-            sent_qos2: Vec::new(),
-            meter: Default::default(),
+            seldom: None,
         }
+    }
+
+    fn seldom(&mut self) -> &mut Seldom {
+        self.seldom.get_or_insert_with(Box::default)
     }
 
     #[inline]
@@ -201,10 +207,15 @@ impl Outgoing {
     }
 
     /// Push packets to the outgoing buffer.
+    ///
+    /// lmos-sidecar patch 30, 37: QoS 2 publications sent from the log
+    /// are added to `sent_qos2` with their packet identifiers, for the
+    /// keeper of a kept session.
     pub fn push_forwards(
         &mut self,
         publishes: impl Iterator<Item = Forward>,
         filter_idx: usize,
+        sent_qos2: &mut Vec<(u16, Cursor)>,
     ) -> (usize, usize) {
         let mut buffer = self.data_buffer.lock();
 
@@ -214,14 +225,14 @@ impl Outgoing {
             // one on a QoS 1 subscription takes no packet identifier and
             // waits for no acknowledgement.
             if p.publish.qos == QoS::AtMostOnce {
-                self.meter.publish_count += 1;
                 buffer.push_back(Notification::Forward(p));
                 continue;
             }
 
             // lmos-sidecar patch 29: sent again under the identifier it
             // was sent under before
-            let pkid = match resent(&mut self.resend, filter_idx, p.cursor) {
+            let resend = self.seldom.as_deref_mut().map(|seldom| &mut seldom.resend);
+            let pkid = match resent(resend, filter_idx, p.cursor) {
                 Some(pkid) => {
                     // lmos-sidecar patch 30: sent before, under this
                     // identifier (also in an earlier run)
@@ -241,16 +252,10 @@ impl Outgoing {
             };
             p.publish.pkid = pkid;
             if let (QoS::ExactlyOnce, Some(cursor)) = (p.publish.qos, p.cursor) {
-                self.sent_qos2.push((pkid, cursor));
+                sent_qos2.push((pkid, cursor));
             }
 
             self.inflight_buffer.push_back((pkid, filter_idx, p.cursor));
-
-            self.meter.publish_count += 1;
-            // lmos-sidecar patch 32: properties count as in the log
-            self.meter.total_size += p.publish.topic.len()
-                + p.publish.payload.len()
-                + crate::protocol::v5::publish::properties_len(&p.properties);
             buffer.push_back(Notification::Forward(p));
         }
 
@@ -282,7 +287,26 @@ impl Outgoing {
         if let Some(&(last, _, _)) = sent.last() {
             self.last_pkid = if last == MAX_PKID { 0 } else { last };
         }
-        self.resend = sent;
+        if !sent.is_empty() || self.seldom.is_some() {
+            self.seldom().resend = sent;
+        }
+    }
+
+    /// lmos-sidecar patch 37: a resumed session's PubRels awaiting their
+    /// PubComp.
+    pub(crate) fn resume_pubrels(&mut self, pubrels: VecDeque<u16>) {
+        if !pubrels.is_empty() {
+            self.seldom().unacked_pubrels = pubrels;
+        }
+    }
+
+    /// lmos-sidecar patch 37: the PubRels awaiting their PubComp, for the
+    /// session's next connection.
+    pub(crate) fn take_pubrels(&mut self) -> VecDeque<u16> {
+        self.seldom
+            .as_deref_mut()
+            .map(|seldom| std::mem::take(&mut seldom.unacked_pubrels))
+            .unwrap_or_default()
     }
 
     // Returns (unsolicited, outoforder) flags
@@ -304,7 +328,7 @@ impl Outgoing {
     pub fn register_pubrec(&mut self, pkid: u16) {
         // NOTE: we can return true of false
         // to indicate whether this is duplicate or not
-        self.unacked_pubrels.push_back(pkid);
+        self.seldom().unacked_pubrels.push_back(pkid);
     }
 
     // OASIS standards don't specify anything about ordering of PubComp
@@ -312,7 +336,7 @@ impl Outgoing {
     // But we don't support out of order / unsolicited pubcomps
     // to be consistent with the behaviour with other acks
     pub fn register_pubcomp(&mut self, pkid: u16) -> Option<()> {
-        let id = self.unacked_pubrels.pop_front()?;
+        let id = self.seldom.as_deref_mut()?.unacked_pubrels.pop_front()?;
 
         // out of order acks
         if pkid != id {
@@ -433,11 +457,11 @@ mod test {
 /// lmos-sidecar patch 29: the identifier `(filter_idx, cursor)` was sent
 /// under before the session's connection ended, if it was.
 fn resent(
-    resend: &mut Vec<(u16, FilterIdx, Cursor)>,
+    resend: Option<&mut Vec<(u16, FilterIdx, Cursor)>>,
     filter_idx: FilterIdx,
     cursor: Option<Cursor>,
 ) -> Option<u16> {
-    let cursor = cursor?;
+    let (resend, cursor) = (resend?, cursor?);
     let at = resend
         .iter()
         .position(|&(_, idx, c)| idx == filter_idx && c == cursor)?;

@@ -26,6 +26,7 @@ pub(crate) mod options;
 pub mod persist;
 mod routing;
 mod scheduler;
+mod subscriptions;
 pub(crate) mod shared_subs;
 mod waiters;
 

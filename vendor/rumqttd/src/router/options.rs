@@ -4,7 +4,6 @@
 //! (§3.3.4). rumqttd parsed the options and ignored them, and delivered a
 //! publication once per matching filter, each copy with one identifier.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::OnceLock;
 
@@ -12,6 +11,7 @@ use crate::protocol::{Filter as FilterOptions, Publish, PublishProperties, QoS, 
 use crate::{Filter, Offset};
 
 use super::logs::DataLog;
+use super::subscriptions::Subscriptions;
 use super::{Connection, DataRequest};
 
 /// A publication about to be forwarded: read from the filter's log (with
@@ -105,7 +105,7 @@ pub struct Overlap {
 pub fn overlap<'a>(
     reading: &str,
     matching: impl IntoIterator<Item = &'a Filter>,
-    options: &HashMap<Filter, SubscriptionOptions>,
+    options: &Subscriptions,
     own: bool,
 ) -> Option<Overlap> {
     let mut chosen: Option<(&Filter, u8)> = None;
@@ -215,7 +215,7 @@ pub fn choose(
 mod tests {
     use super::*;
 
-    fn options(list: &[(&str, u8, Option<usize>, bool)]) -> HashMap<Filter, SubscriptionOptions> {
+    fn options(list: &[(&str, u8, Option<usize>, bool)]) -> Subscriptions {
         list.iter()
             .map(|&(f, qos, id, nolocal)| {
                 let o = SubscriptionOptions {

@@ -172,7 +172,7 @@ impl Router {
         let placed = self.place_restored(&sessions, publications);
         for session in sessions {
             let mut tracker = Tracker::new(session.client_id.clone());
-            let mut options = HashMap::new();
+            let mut options = super::subscriptions::Subscriptions::default();
             for (filter, kept) in &session.subscriptions {
                 let qos = &kept.qos;
                 // lmos-sidecar patch 28: a shared subscription is back in
@@ -467,7 +467,7 @@ impl Router {
                     connection.subscription_options = session_state.options;
                     // for using in acklog
                     pending_acks.clone_from(&session_state.unacked_pubrels);
-                    outgoing.unacked_pubrels = session_state.unacked_pubrels;
+                    outgoing.resume_pubrels(session_state.unacked_pubrels);
                     received = session_state.received;
                     // lmos-sidecar patch 29
                     outgoing.resume_sent(session_state.sent);
@@ -639,7 +639,7 @@ impl Router {
         // Remove connection from router
         let connection = self.connections.remove(id);
         let _incoming = self.ibufs.remove(id);
-        let outgoing = self.obufs.remove(id);
+        let mut outgoing = self.obufs.remove(id);
         let mut tracker = self.scheduler.remove(id);
         self.connection_map.remove(&client_id);
         let ackslog = self.ackslog.remove(id);
@@ -706,7 +706,7 @@ impl Router {
                 tracker,
                 connection.subscription_options,
                 connection.events,
-                outgoing.unacked_pubrels,
+                outgoing.take_pubrels(),
                 ackslog.into_recorded(),
                 sent,
             );
@@ -2001,10 +2001,11 @@ fn forward_device_data(
             }
         });
 
-    let (len, inflight) = outgoing.push_forwards(forwards, filter_idx);
     // lmos-sidecar patch 30: a kept session's QoS 2 deliveries keep their
-    // packet identifiers across a restart
-    for (pkid, cursor) in outgoing.sent_qos2.drain(..) {
+    // packet identifiers across a restart (allocates only for QoS 2)
+    let mut sent_qos2 = Vec::new();
+    let (len, inflight) = outgoing.push_forwards(forwards, filter_idx, &mut sent_qos2);
+    for (pkid, cursor) in sent_qos2 {
         if !connection.clean {
             datalog.keep_sent(&connection.client_id, (filter_idx, cursor), pkid);
         }
