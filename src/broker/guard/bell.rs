@@ -53,12 +53,17 @@ impl Bell {
     }
 
     fn poll_rung(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.heard() {
+        self.poll_until(cx, Bell::heard)
+    }
+
+    /// Ready once `ready` says so, registered to be woken by a ring.
+    fn poll_until(&self, cx: &mut Context<'_>, ready: fn(&Bell) -> bool) -> Poll<()> {
+        if ready(self) {
             return Poll::Ready(());
         }
         // Registered before the second look: a ring in between still wakes.
         self.waker.register(cx.waker());
-        match self.heard() {
+        match ready(self) {
             true => Poll::Ready(()),
             false => Poll::Pending,
         }
@@ -73,14 +78,7 @@ impl Bell {
 
     /// [`Bell::rang`], polled.
     pub(super) fn poll_rang(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.has_rung() {
-            return Poll::Ready(());
-        }
-        self.waker.register(cx.waker());
-        match self.has_rung() {
-            true => Poll::Ready(()),
-            false => Poll::Pending,
-        }
+        self.poll_until(cx, Bell::has_rung)
     }
 
     /// Whether it has rung, without hearing it.
