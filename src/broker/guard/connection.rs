@@ -87,7 +87,8 @@ pub(super) enum ToClient {
     Close(Option<Bytes>),
 }
 
-/// `who`: the peer (before CONNECT) or the client ID (after).
+/// Logs and counts it, naming the peer (before the CONNECT is read) or the
+/// client ID (after).
 pub(super) fn packet_too_large(
     shared: &Shared,
     size: usize,

@@ -71,7 +71,7 @@ pub struct Outgoing {
     /// empty queues for it)
     seldom: Option<Box<Seldom>>,
     // lmos-sidecar patch 37: no outgoing meter (two counters nothing read);
-    // patch 30's QoS 2 sends are returned by `push_forwards`
+    // patch 30's QoS 2 sends go to a list `push_forwards`'s caller gives it
 }
 
 /// lmos-sidecar patch 37: the part of [`Outgoing`] few connections use.
